@@ -1,0 +1,260 @@
+"""Loads and validates `.autoresearch.toml` (pydantic), applies environment overrides, and turns
+every mistake into one line that names the key, with a did-you-mean suggestion.
+
+Lookup: `--config PATH`, else walk up from the current directory. Environment variables override
+the file: `AUTORESEARCHD_<SECTION>__<KEY>=value` (for example `AUTORESEARCHD_LLM__PROVIDER=openai`).
+Secrets never live here: a key that looks like one is refused, and API keys are read from the
+environment by the providers alone.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from . import defaults
+from .manifest import EnvManifest
+
+
+class ConfigError(Exception):
+    """A user-facing configuration problem: printed as one line, exit code 2."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class DaemonCfg(_Strict):
+    tick_s: float = defaults.TICK_S
+    lease_ttl_s: float = defaults.LEASE_TTL_S
+    heartbeat_s: float = defaults.HEARTBEAT_S
+    max_retries: int = defaults.MAX_RETRIES
+    human_priority: bool = defaults.HUMAN_PRIORITY
+    max_ideas: int | None = None          # stop proposing after this many ideas
+    max_epochs: int | None = None
+    max_gpu_hours: float | None = None
+    target: float | None = None           # stop when the confirmed best reaches this
+    log_level: str = "INFO"
+
+
+class ResearchCfg(_Strict):
+    repo: str = ".autoresearch/research"  # the research repo (created from `env` on first start)
+    env: str = "envs/tinygpt"              # template: a path, or the name of a packaged env
+    baseline: str | None = None            # overrides the manifest's baseline branch
+
+
+class Price(_Strict):
+    input: float = 0.0    # USD per million input tokens
+    output: float = 0.0   # USD per million output tokens
+
+
+class LLMCfg(_Strict):
+    provider: Literal["auto", "anthropic", "openai", "replay"] = "auto"
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None         # name of the env variable holding the key, never the key
+    timeout_s: float = defaults.LLM_TIMEOUT_S
+    max_retries: int = defaults.LLM_MAX_RETRIES
+    backoff_s: float = defaults.LLM_BACKOFF_S
+    concurrency: int = defaults.LLM_CONCURRENCY
+    max_tokens: int = defaults.LLM_MAX_TOKENS
+    temperature: float | None = None
+    thinking_budget: int | None = None     # anthropic extended thinking tokens
+    replay_file: str | None = None
+    prices: dict[str, Price] = Field(default_factory=dict)
+    budget_usd: float | None = None
+    max_calls: int | None = None
+
+
+class HostCfg(_Strict):
+    name: str
+    alias: str | None = None               # a Host in ~/.ssh/config
+    host: str | None = None
+    port: int | None = None
+    user: str | None = None
+    key: str | None = None
+    known_hosts: str | None = None
+    trusted: bool = False                  # accept an unknown host key (first use) and record it
+    gpus: int = 1
+    slots: int | None = None               # defaults to gpus // env.gpus (at least 1)
+    work_root: str = "~/.autoresearchd/trials"
+    connect_timeout_s: float = 10.0
+
+
+class SlurmCfg(_Strict):
+    partition: str | None = None
+    account: str | None = None
+    time_margin_s: int = 300
+    extra_args: list[str] = Field(default_factory=list)
+    max_jobs: int = 4
+    login: str | None = None               # a host name from [[runner.hosts]]; None = sbatch on PATH
+    work_root: str = "~/.autoresearchd/slurm"
+
+
+class RunnerCfg(_Strict):
+    kind: str = "local"
+    slots: int = defaults.LOCAL_SLOTS       # local runner on CPU
+    gpus: list[int] = Field(default_factory=list)  # local GPU ids; one slot per env.gpus of them
+    work_root: str | None = None           # local trial dirs (default: inside the git dir)
+    hosts: list[HostCfg] = Field(default_factory=list)
+    slurm: SlurmCfg = Field(default_factory=SlurmCfg)
+    log_head_bytes: int = defaults.LOG_HEAD_BYTES
+    log_tail_bytes: int = defaults.LOG_TAIL_BYTES
+
+
+class PolicyCfg(_Strict):
+    name: str = "evolutionary"
+    seed: int = 0
+    ideas_per_epoch: int = defaults.IDEAS_PER_EPOCH
+    batch: int = defaults.IDEAS_PER_BATCH
+    max_parents: int = defaults.MAX_PARENTS_SHOWN
+    queue_buffer: int = defaults.QUEUE_BUFFER
+    baseline_seeds: int = defaults.BASELINE_SEEDS
+    noise_mult: float = defaults.NOISE_MULT
+    confirm_seeds: int = defaults.CONFIRM_SEEDS
+    duplicate_threshold: float = defaults.DUPLICATE_THRESHOLD
+
+
+class ImplementerCfg(_Strict):
+    max_revisions: int = defaults.MAX_REVISIONS
+    max_diff_bytes: int = defaults.MAX_DIFF_BYTES
+    max_file_bytes: int = defaults.MAX_FILE_BYTES
+    check_timeout_s: float = defaults.CHECK_TIMEOUT_S
+    concurrency: int = 2
+
+
+class WandbCfg(_Strict):
+    enabled: bool = False
+    project: str = "autoresearchd"
+    entity: str | None = None
+    mode: Literal["online", "offline", "disabled"] = "offline"
+
+
+class Config(_Strict):
+    daemon: DaemonCfg = Field(default_factory=DaemonCfg)
+    research: ResearchCfg = Field(default_factory=ResearchCfg)
+    llm: LLMCfg = Field(default_factory=LLMCfg)
+    runner: RunnerCfg = Field(default_factory=RunnerCfg)
+    policy: PolicyCfg = Field(default_factory=PolicyCfg)
+    implementer: ImplementerCfg = Field(default_factory=ImplementerCfg)
+    wandb: WandbCfg = Field(default_factory=WandbCfg)
+    env: EnvManifest | None = None         # an env repo may carry its manifest here
+    path: Path | None = Field(default=None, exclude=True)  # the file it came from
+
+    def resolve(self, p: str) -> Path:
+        """Resolve a path from the config relative to the config file's directory."""
+        base = self.path.parent if self.path else Path.cwd()
+        q = Path(os.path.expanduser(p))
+        return q if q.is_absolute() else (base / q).resolve()
+
+
+_SECRET_WORDS = ("api_key", "apikey", "secret", "password", "token")
+
+
+def _check_no_secrets(data: Any, where: str = "") -> None:
+    if isinstance(data, dict):
+        for k, v in data.items():
+            key = f"{where}.{k}" if where else str(k)
+            if any(w in str(k).lower() for w in _SECRET_WORDS) and not str(k).endswith("_env") \
+                    and k not in ("max_tokens", "thinking_budget"):
+                raise ConfigError(f"{key}: secrets are read from the environment only "
+                                  f"(for example ANTHROPIC_API_KEY); remove it from the config file")
+            _check_no_secrets(v, key)
+
+
+def _suggest(model: type[BaseModel], loc: tuple) -> str:
+    """did-you-mean for the last key of an error location."""
+    m: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        f = getattr(m, "model_fields", {}).get(part)
+        if f is None:
+            return ""
+        ann = f.annotation
+        for cand in (ann, *getattr(ann, "__args__", ())):
+            if isinstance(cand, type) and issubclass(cand, BaseModel):
+                m = cand
+                break
+            inner = getattr(cand, "__args__", ())
+            if inner and isinstance(inner[0], type) and issubclass(inner[0], BaseModel):
+                m = inner[0]
+                break
+    names = list(getattr(m, "model_fields", {}))
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def format_validation_error(e: ValidationError, model: type[BaseModel], source: str) -> str:
+    err = e.errors()[0]
+    loc = tuple(err["loc"])
+    key = ".".join(str(x) for x in loc)
+    if err["type"] == "extra_forbidden":
+        return f"{source}: unknown key '{key}'{_suggest(model, loc)}"
+    got = err.get("input")
+    got_s = f" (got {got!r})" if not isinstance(got, (dict, list)) else ""
+    return f"{source}: {key}: {err['msg']}{got_s}"
+
+
+def _set_path(d: dict, keys: list[str], value: str) -> None:
+    for k in keys[:-1]:
+        d = d.setdefault(k, {})
+        if not isinstance(d, dict):
+            raise ConfigError(f"environment override {'.'.join(keys)}: {k} is not a table")
+    d[keys[-1]] = value
+
+
+def env_overrides(data: dict, environ: dict | None = None) -> dict:
+    environ = os.environ if environ is None else environ
+    for name, value in environ.items():
+        if name.startswith("AUTORESEARCHD_") and "__" in name:
+            keys = [k.lower() for k in name[len("AUTORESEARCHD_"):].split("__")]
+            if value.startswith(("[", "{")):
+                import json
+                try:
+                    value = json.loads(value)
+                except ValueError:
+                    pass
+            _set_path(data, keys, value)
+    return data
+
+
+def find_config(start: Path | None = None) -> Path | None:
+    d = (start or Path.cwd()).resolve()
+    for p in (d, *d.parents):
+        if (p / defaults.CONFIG_NAME).is_file():
+            return p / defaults.CONFIG_NAME
+    return None
+
+
+def load_config(path: str | os.PathLike | None = None, *, environ: dict | None = None,
+                allow_missing: bool = True) -> Config:
+    """Load, override from the environment, validate. Raises ConfigError with a one-line message."""
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+    else:
+        p = find_config()
+        if p is None and not allow_missing:
+            raise ConfigError(f"no {defaults.CONFIG_NAME} found in {Path.cwd()} or its parents; "
+                              f"pass --config PATH or run `autoresearchd init`")
+    data: dict = {}
+    if p is not None:
+        try:
+            data = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{p}: invalid TOML: {e}") from None
+    _check_no_secrets(data)
+    env_overrides(data, environ)
+    try:
+        cfg = Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, Config, str(p or "environment"))) from None
+    cfg.path = p.resolve() if p else None
+    return cfg

@@ -1,0 +1,41 @@
+"""Every default value of the daemon, in one place (rq style). Config models read from here."""
+
+NOTES_REF = "refs/notes/autoresearch"          # result notes
+RUNS_REF = "refs/notes/autoresearch-runs"      # leases: what runs where, with heartbeats
+LOGS_REF = "refs/notes/autoresearch-logs"      # full logs and implementer transcripts
+IDEA_PREFIX = "idea/"
+STATE_DIR = ".autoresearch"                    # inside the research repo's git dir
+CONFIG_NAME = ".autoresearch.toml"
+NOTE_SCHEMA = 1
+
+TICK_S = 2.0                 # reconcile interval
+LEASE_TTL_S = 120.0          # host unreachable this long -> trial is lost
+HEARTBEAT_S = 30.0
+MAX_RETRIES = 2              # lost trials are requeued this many times
+LOG_HEAD_BYTES = 256 * 1024  # kept from the start of a run's output
+LOG_TAIL_BYTES = 256 * 1024  # kept from the end
+KILL_GRACE_S = 10            # SIGTERM -> SIGKILL at time-out
+EVAL_BUDGET_S = 600
+
+MAX_REVISIONS = 2            # as in the paper
+MAX_DIFF_BYTES = 200_000
+MAX_FILE_BYTES = 1_000_000
+CHECK_TIMEOUT_S = 120
+
+LLM_TIMEOUT_S = 300.0
+LLM_MAX_RETRIES = 4
+LLM_BACKOFF_S = 1.0
+LLM_CONCURRENCY = 4
+LLM_MAX_TOKENS = 8192
+
+IDEAS_PER_EPOCH = 80
+IDEAS_PER_BATCH = 10
+MAX_PARENTS_SHOWN = 100
+QUEUE_BUFFER = 2             # ideas kept ready beyond the free slots
+BASELINE_SEEDS = 3
+NOISE_MULT = 2.0             # promotions by less than this many baseline stds need confirmation
+CONFIRM_SEEDS = 2
+DUPLICATE_THRESHOLD = 90.0   # rapidfuzz token_set_ratio
+
+LOCAL_SLOTS = 1
+HUMAN_PRIORITY = True

@@ -1,0 +1,289 @@
+"""The one module that runs git. Everything else asks this module for refs, notes, commits and archives.
+
+Writes never touch the user's working tree, index or HEAD: commits are built with plumbing in a
+temporary index (GIT_INDEX_FILE), refs move with compare-and-swap `update-ref`, and every note
+is read in one `cat-file --batch` process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import defaults
+
+
+class GitError(RuntimeError):
+    """A git command failed; `stderr` holds git's own words."""
+
+    def __init__(self, args: list[str], code: int, stderr: str):
+        super().__init__(f"git {' '.join(args[:3])}... failed ({code}): {stderr.strip()}")
+        self.code, self.stderr = code, stderr
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    mode: str
+    type: str
+    sha: str
+    size: int
+    path: str
+
+
+# A clean, deterministic environment for plumbing: no pager, no user hooks prompting, fixed identity
+# fallback so commits work on hosts without user.name configured.
+_BASE_ENV = {
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_PAGER": "cat",
+    "LC_ALL": "C",
+}
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "autoresearchd",
+    "GIT_AUTHOR_EMAIL": "autoresearchd@localhost",
+    "GIT_COMMITTER_NAME": "autoresearchd",
+    "GIT_COMMITTER_EMAIL": "autoresearchd@localhost",
+}
+
+
+class GitRepo:
+    """A handle on one repository. Thread-safe for notes writes (serialised per ref)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path).resolve()
+        out = self._run(["rev-parse", "--absolute-git-dir"], cwd=self.path).strip()
+        self.git_dir = Path(out)
+        self._notes_lock = threading.Lock()
+
+    # -- running git -------------------------------------------------------------------------
+    def _run(self, args: list[str], *, input: bytes | None = None, env: dict | None = None,
+             cwd: Path | None = None, check: bool = True, binary: bool = False):
+        full_env = dict(os.environ, **_BASE_ENV)
+        for k, v in _IDENTITY.items():
+            full_env.setdefault(k, v)
+        if env:
+            full_env.update(env)
+        p = subprocess.run(["git", *args], input=input, capture_output=True,
+                           cwd=cwd or getattr(self, "path", None), env=full_env)
+        if check and p.returncode != 0:
+            raise GitError(args, p.returncode, p.stderr.decode(errors="replace"))
+        return p.stdout if binary else p.stdout.decode(errors="replace")
+
+    def git(self, *args: str, input: bytes | None = None, env: dict | None = None,
+            check: bool = True, binary: bool = False):
+        return self._run(list(args), input=input, env=env, check=check, binary=binary)
+
+    # -- creation ----------------------------------------------------------------------------
+    @classmethod
+    def init(cls, path: str | os.PathLike, branch: str = "main") -> "GitRepo":
+        Path(path).mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "init", "-q", "-b", branch, str(path)], check=True, capture_output=True)
+        return cls(path)
+
+    @classmethod
+    def discover(cls, start: str | os.PathLike) -> "GitRepo | None":
+        p = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=start, capture_output=True, text=True)
+        return cls(p.stdout.strip()) if p.returncode == 0 else None
+
+    def commit_all_initial(self, message: str) -> str:
+        """Commit a freshly created template tree (used by `init`). Touches the real index: the
+        repo is brand new and belongs to the daemon."""
+        self.git("add", "-A")
+        self.git("commit", "-q", "--no-verify", "-m", message, env=_IDENTITY)
+        return self.rev_parse("HEAD")
+
+    def config_set(self, key: str, value: str, add: bool = False) -> None:
+        if add:
+            existing = self.git("config", "--get-all", key, check=False).split()
+            if value in existing:
+                return
+            self.git("config", "--add", key, value)
+        else:
+            self.git("config", key, value)
+
+    def config_get(self, key: str) -> str | None:
+        out = self.git("config", "--get", key, check=False).strip()
+        return out or None
+
+    # -- refs --------------------------------------------------------------------------------
+    def rev_parse(self, rev: str) -> str | None:
+        out = self.git("rev-parse", "--verify", "-q", rev + "^{object}", check=False).strip()
+        return out or None
+
+    def refs(self, prefix: str) -> dict[str, str]:
+        """refname -> object sha for every ref under prefix (one process, packed refs included)."""
+        out = self.git("for-each-ref", "--format=%(objectname) %(refname)", prefix)
+        res = {}
+        for line in out.splitlines():
+            sha, _, name = line.partition(" ")
+            res[name] = sha
+        return res
+
+    def update_ref(self, ref: str, new: str, old: str | None = None, reason: str = "autoresearchd") -> None:
+        args = ["update-ref", "-m", reason, ref, new]
+        if old is not None:
+            args.append(old)
+        self.git(*args)
+
+    def delete_ref(self, ref: str) -> None:
+        self.git("update-ref", "-d", ref, check=False)
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        out = self.git("merge-base", a, b, check=False).strip()
+        return out or None
+
+    def is_ancestor(self, a: str, b: str) -> bool:
+        return subprocess.run(["git", "-C", str(self.path), "merge-base", "--is-ancestor", a, b],
+                              capture_output=True).returncode == 0
+
+    # -- objects -----------------------------------------------------------------------------
+    def cat_file_batch(self, shas: list[str]) -> dict[str, bytes]:
+        """Read many objects in one `git cat-file --batch` process. Missing objects are omitted."""
+        if not shas:
+            return {}
+        uniq = list(dict.fromkeys(shas))
+        raw = self.git("cat-file", "--batch", input=("\n".join(uniq) + "\n").encode(), binary=True)
+        res, pos = {}, 0
+        for sha in uniq:
+            nl = raw.index(b"\n", pos)
+            header = raw[pos:nl].decode()
+            pos = nl + 1
+            if header.endswith(" missing") or header.endswith(" ambiguous"):
+                continue
+            size = int(header.rsplit(" ", 1)[1])
+            res[sha] = raw[pos:pos + size]
+            pos += size + 1
+        return res
+
+    def read_blob(self, rev: str) -> bytes | None:
+        if not self.rev_parse(rev):
+            return None
+        return self._run(["cat-file", "blob", rev], check=False, binary=True)
+
+    def hash_blob(self, data: bytes) -> str:
+        return self.git("hash-object", "-w", "--stdin", input=data).strip()
+
+    def commit_message(self, commit: str) -> str:
+        return self.git("log", "-1", "--format=%B", commit)
+
+    def commit_tree(self, tree: str, parents: list[str], message: str) -> str:
+        args = ["commit-tree", tree]
+        for p in parents:
+            args += ["-p", p]
+        return self.git(*args, input=message.encode(), env=_IDENTITY).strip()
+
+    def tree_of(self, commit: str) -> str:
+        return self.git("rev-parse", commit + "^{tree}").strip()
+
+    def ls_tree(self, rev: str, paths: list[str] | None = None) -> list[TreeEntry]:
+        out = self.git("ls-tree", "-r", "-l", "-z", rev, "--", *(paths or []), binary=True)
+        entries = []
+        for rec in out.split(b"\0"):
+            if not rec:
+                continue
+            meta, _, path = rec.partition(b"\t")
+            mode, typ, sha, size = meta.decode().split(None, 3)
+            entries.append(TreeEntry(mode, typ, sha, int(size) if size.strip() != "-" else 0,
+                                     path.decode(errors="surrogateescape")))
+        return entries
+
+    def read_files(self, rev: str, paths: list[str] | None = None) -> dict[str, bytes]:
+        """path -> content for every blob under rev (optionally restricted), in one batch."""
+        entries = [e for e in self.ls_tree(rev, paths) if e.type == "blob"]
+        blobs = self.cat_file_batch([e.sha for e in entries])
+        return {e.path: blobs.get(e.sha, b"") for e in entries}
+
+    def archive(self, rev: str, paths: list[str] | None = None) -> bytes:
+        """A tar of the tree at rev, so a host needs neither git nor access to the repo."""
+        return self.git("archive", "--format=tar", rev, "--", *(paths or []), binary=True)
+
+    def diff(self, a: str, b: str, stat: bool = False) -> str:
+        args = ["diff", "--no-color", "--no-ext-diff"]
+        if stat:
+            args.append("--stat")
+        return self.git(*args, a, b)
+
+    def changed_paths(self, a: str, b: str) -> list[tuple[str, str]]:
+        """(status, path) pairs between two commits; renames report both sides."""
+        out = self.git("diff", "--name-status", "--no-renames", "-z", a, b, binary=True).decode(
+            errors="surrogateescape")
+        parts = [p for p in out.split("\0") if p]
+        return [(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
+
+    def apply_to_tree(self, base: str, patch: bytes, extra_args: tuple[str, ...] = ()) -> str:
+        """Apply a patch onto base's tree in a throwaway index; return the new tree id.
+        Raises GitError with git's own message on failure."""
+        with tempfile.TemporaryDirectory(prefix="ard-idx-") as d:
+            env = {"GIT_INDEX_FILE": os.path.join(d, "index")}
+            self.git("read-tree", base, env=env)
+            self.git("apply", "--cached", "--recount", "--whitespace=nowarn", *extra_args, "-",
+                     input=patch, env=env)
+            return self.git("write-tree", env=env).strip()
+
+    def tree_with_files(self, base: str, files: dict[str, bytes | None]) -> str:
+        """A new tree = base's tree with whole files replaced (None deletes). Temporary index only."""
+        with tempfile.TemporaryDirectory(prefix="ard-idx-") as d:
+            env = {"GIT_INDEX_FILE": os.path.join(d, "index")}
+            self.git("read-tree", base, env=env)
+            for path, data in files.items():
+                if data is None:
+                    self.git("update-index", "--force-remove", "--", path, env=env)
+                else:
+                    sha = self.hash_blob(data)
+                    self.git("update-index", "--add", "--cacheinfo", f"100644,{sha},{path}", env=env)
+            return self.git("write-tree", env=env).strip()
+
+    # -- notes -------------------------------------------------------------------------------
+    def notes_list(self, ref: str) -> dict[str, str]:
+        """annotated object sha -> note blob sha, for one notes ref (one process)."""
+        if not self.rev_parse(ref):
+            return {}
+        out = self.git("notes", "--ref", ref, "list")
+        res = {}
+        for line in out.splitlines():
+            blob, _, obj = line.partition(" ")
+            res[obj] = blob
+        return res
+
+    def notes_read_all(self, ref: str) -> dict[str, str]:
+        """annotated object sha -> note text, all in one batch."""
+        listing = self.notes_list(ref)
+        blobs = self.cat_file_batch(list(listing.values()))
+        return {obj: blobs[b].decode(errors="replace") for obj, b in listing.items() if b in blobs}
+
+    def note_read(self, ref: str, obj: str) -> str | None:
+        out = self._run(["notes", "--ref", ref, "show", obj], check=False, binary=True)
+        return out.decode(errors="replace") if out else None
+
+    def note_write(self, ref: str, obj: str, text: str) -> None:
+        """Write (replace) the note on obj. Serialised: git notes updates one ref per write."""
+        args = ["notes", "--ref", ref, "add", "-f", "-F", "-", obj]
+        with self._notes_lock:
+            for attempt in range(40):
+                try:
+                    self._run(args, input=text.encode(), env=_IDENTITY)
+                    return
+                except GitError as e:
+                    # another process (a CLI user, a second daemon) holds the ref lock: retry
+                    if "lock" not in e.stderr and "cannot lock" not in e.stderr:
+                        raise
+                    threading.Event().wait(0.02 * (attempt + 1))
+            raise GitError(args, 1, f"could not lock {ref} to write the note on {obj}")
+
+    def note_remove(self, ref: str, obj: str) -> None:
+        with self._notes_lock:
+            self._run(["notes", "--ref", ref, "remove", "--ignore-missing", obj], env=_IDENTITY, check=False)
+
+    def fsck(self) -> tuple[bool, str]:
+        p = subprocess.run(["git", "-C", str(self.path), "fsck", "--no-progress"], capture_output=True, text=True)
+        return p.returncode == 0, p.stdout + p.stderr
+
+
+def state_dir(repo: GitRepo) -> Path:
+    """Daemon-private state (pidfile, worktrees, rng state) lives inside the git dir, never the work tree."""
+    d = repo.git_dir / defaults.STATE_DIR.lstrip(".")
+    d.mkdir(parents=True, exist_ok=True)
+    return d

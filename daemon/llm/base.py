@@ -1,0 +1,124 @@
+"""The provider contract, the shared retry/timeout/concurrency wrapper, and the budget ledger.
+
+A provider subclass implements `_call(messages, system, max_tokens) -> Completion` for one attempt;
+`complete()` adds the concurrency limit, retries with backoff on 429/5xx/timeouts, usage and cost
+accounting, and budget checks, so every provider behaves the same.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+
+class LLMError(Exception):
+    """A call failed for good (after retries), or the response was unusable. `retryable` tells why."""
+
+    def __init__(self, msg: str, retryable: bool = False, status: int | None = None):
+        super().__init__(msg)
+        self.retryable, self.status = retryable, status
+
+
+class BudgetExhausted(LLMError):
+    """A budget limit (USD or calls) was reached: stop proposing and implementing, cleanly."""
+
+
+@dataclass
+class Completion:
+    text: str
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    attempts: int = 1
+    stop_reason: str | None = None
+
+
+@dataclass
+class Budget:
+    """Thread-safe ledger of calls, tokens and USD, with optional limits. Restored from git on start."""
+    max_usd: float | None = None
+    max_calls: int | None = None
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usd: float = 0.0
+    by_purpose: dict[str, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def check(self) -> None:
+        with self._lock:
+            if self.max_calls is not None and self.calls >= self.max_calls:
+                raise BudgetExhausted(f"LLM call budget reached ({self.calls}/{self.max_calls} calls)")
+            if self.max_usd is not None and self.usd >= self.max_usd:
+                raise BudgetExhausted(f"LLM spend budget reached (${self.usd:.4f} of ${self.max_usd:.2f})")
+
+    def record(self, c: Completion, purpose: str) -> None:
+        with self._lock:
+            self.calls += 1
+            self.input_tokens += c.input_tokens
+            self.output_tokens += c.output_tokens
+            self.usd += c.cost_usd
+            self.by_purpose[purpose] = self.by_purpose.get(purpose, 0.0) + c.cost_usd
+
+    @property
+    def exhausted(self) -> bool:
+        try:
+            self.check()
+            return False
+        except BudgetExhausted:
+            return True
+
+
+class Provider:
+    """Base class. Subclasses set `name` and implement `_call`."""
+    name: ClassVar[str] = "base"
+
+    def __init__(self, cfg, budget: Budget | None = None):
+        self.cfg = cfg
+        self.budget = budget or Budget(cfg.budget_usd, cfg.max_calls)
+        self._sem = threading.BoundedSemaphore(max(1, cfg.concurrency))
+        self.model = cfg.model or self.default_model()
+
+    def default_model(self) -> str:
+        return "unknown"
+
+    def cost(self, model: str, input_tokens: int, output_tokens: int) -> float:
+        price = self.cfg.prices.get(model)
+        if price is None:
+            return 0.0
+        return (input_tokens * price.input + output_tokens * price.output) / 1e6
+
+    def _call(self, messages: list[dict], system: str | None, max_tokens: int) -> Completion:
+        raise NotImplementedError
+
+    def complete(self, messages: list[dict], *, system: str | None = None, purpose: str = "other",
+                 max_tokens: int | None = None) -> Completion:
+        """One logical call with retries. Raises BudgetExhausted before spending, LLMError on failure."""
+        self.budget.check()
+        delay = self.cfg.backoff_s
+        last: Exception | None = None
+        for attempt in range(1, self.cfg.max_retries + 2):
+            t0 = time.monotonic()
+            try:
+                with self._sem:
+                    c = self._call(messages, system, max_tokens or self.cfg.max_tokens)
+            except LLMError as e:
+                last = e
+                if not e.retryable or attempt > self.cfg.max_retries:
+                    raise
+                time.sleep(delay)
+                delay *= 2
+                continue
+            c.latency_s = time.monotonic() - t0
+            c.attempts = attempt
+            if not c.cost_usd:
+                c.cost_usd = self.cost(c.model, c.input_tokens, c.output_tokens)
+            self.budget.record(c, purpose)
+            if not c.text.strip():
+                raise LLMError("the model returned an empty response", retryable=False)
+            return c
+        raise LLMError(f"gave up after {self.cfg.max_retries + 1} attempts: {last}")

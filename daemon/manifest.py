@@ -1,0 +1,76 @@
+"""The environment contract: the `[env]` manifest that turns any repo into a research environment.
+
+The manifest is read from the baseline commit (never from a work tree that a trial could edit),
+out of `.autoresearch.toml`'s `[env]` table.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+MANIFEST_FILE = ".autoresearch.toml"
+
+
+class EnvManifest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = "env"
+    description: str = ""
+    run: str                                   # shell command; metrics via the protocol below
+    evaluate: str | None = None                # frozen; its metrics are the metric of record
+    check: str | None = None                   # quick CPU check of an implemented idea
+    metric: str
+    goal: Literal["min", "max"] = "min"
+    time_budget_s: int = 600
+    eval_budget_s: int = 600
+    gpus: int = 0
+    frozen: list[str] = Field(default_factory=list)   # globs; the manifest file is always frozen
+    hidden: list[str] = Field(default_factory=list)   # globs left out of the LLM's view
+    artifacts: list[str] = Field(default_factory=list)  # what run leaves for evaluate
+    setup: str | None = None                   # runs on the host before run (e.g. activate a venv)
+    data: dict[str, str] = Field(default_factory=dict)  # env variables such as DATA_DIR
+    baseline: str = "main"
+    editable: list[str] = Field(default_factory=list)  # globs shown to the LLM (default: all text files)
+    context: str = ""                          # free text for the ideator: the task, the rules
+
+    def is_frozen(self, path: str) -> bool:
+        return path == MANIFEST_FILE or _match(path, self.frozen)
+
+    def is_hidden(self, path: str) -> bool:
+        return _match(path, self.hidden)
+
+    def better(self, a: float, b: float) -> bool:
+        """True if a is strictly better than b under the goal."""
+        return a < b if self.goal == "min" else a > b
+
+    def delta(self, value: float, ref: float) -> float:
+        return value - ref
+
+
+def _match(path: str, globs: list[str]) -> bool:
+    for g in globs:
+        g = g.rstrip("/")
+        if fnmatch.fnmatchcase(path, g) or path.startswith(g + "/"):
+            return True
+    return False
+
+
+class ManifestError(ValueError):
+    pass
+
+
+def parse_manifest(text: str, source: str = MANIFEST_FILE) -> EnvManifest:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ManifestError(f"{source}: invalid TOML: {e}") from None
+    if "env" not in data:
+        raise ManifestError(f"{source}: no [env] table; see docs/environment.md")
+    try:
+        return EnvManifest.model_validate(data["env"])
+    except ValidationError as e:
+        from .config import format_validation_error
+        raise ManifestError(format_validation_error(e, EnvManifest, source + " [env]")) from None

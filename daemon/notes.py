@@ -1,0 +1,223 @@
+"""The versioned note schema: result notes (refs/notes/autoresearch) and run leases (-runs).
+
+A result note is a one-line human summary, a blank line, then `key: value` lines. Scalars are
+written raw, strings with newlines or quotes as JSON strings, lists and dicts as compact JSON.
+Parsing is tolerant (git-appraise style): unknown keys and unparsable lines are kept aside, never
+fatal, so older daemons can read newer notes and the other way round.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from . import defaults
+
+
+class Status(str, Enum):
+    # derived states (never written as a result note)
+    QUEUED = "queued"
+    IMPLEMENTING = "implementing"
+    RUNNING = "running"
+    # terminal states, each written as a result note
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"                      # non-zero exit, or no metric reported
+    TIMED_OUT = "timed_out"
+    IMPLEMENT_FAILED = "implement_failed"  # diff never applied / never passed its checks
+    REJECTED = "rejected"                  # unsafe or frozen-touching code, unrelated branch
+    LOST = "lost"                          # host vanished more often than max_retries
+    DUPLICATE = "duplicate"                # same idea text or identical tree as an earlier idea
+    CANCELLED = "cancelled"
+    REFUSED = "refused"                    # evaluation harness differs from the baseline's
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (Status.QUEUED, Status.IMPLEMENTING, Status.RUNNING)
+
+
+FAILURES = {Status.FAILED, Status.TIMED_OUT, Status.IMPLEMENT_FAILED, Status.REJECTED,
+            Status.LOST, Status.CANCELLED, Status.REFUSED}
+
+
+class Trial(BaseModel):
+    """One execution of a commit with one seed."""
+    model_config = ConfigDict(extra="allow")
+    trial_id: str
+    seed: int
+    status: Status
+    value: float | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    exit_code: int | None = None
+    host: str | None = None
+    wall_s: float | None = None
+    gpus: int = 0
+    log: str | None = None          # blob sha, anchored under refs/autoresearch/logs/<trial_id>
+    error: str | None = None
+    tamper: list[str] = Field(default_factory=list)
+    harness: str | None = None      # hash of the evaluation harness blobs
+    accelerator: str | None = None
+    software: str | None = None
+
+
+class Note(BaseModel):
+    """A result note. `value` is the mean over successful seeds; every seed is kept in `trials`."""
+    model_config = ConfigDict(extra="allow", use_enum_values=False)
+    schema_: int = Field(defaults.NOTE_SCHEMA, alias="schema")
+    status: Status
+    idea_id: str | None = None
+    metric: str | None = None
+    goal: str | None = None
+    value: float | None = None
+    std: float | None = None
+    seeds: list[int] = Field(default_factory=list)
+    values: list[float] = Field(default_factory=list)
+    baseline: float | None = None
+    baseline_std: float | None = None
+    delta: float | None = None
+    parent_delta: float | None = None
+    decision: str | None = None     # promoted | within_noise | worse | confirmed | demoted
+    host: str | None = None
+    wall_s: float | None = None
+    gpu_s: float | None = None
+    exit_code: int | None = None
+    seed: int | None = None
+    error: str | None = None
+    log: str | None = None
+    duplicate_of: str | None = None
+    linked: str | None = None       # identical tree measured on this commit
+    accelerator: str | None = None
+    software: str | None = None
+    harness: str | None = None
+    tamper: list[str] = Field(default_factory=list)
+    tokens: int | None = None
+    cost_usd: float | None = None
+    cost: dict[str, float] = Field(default_factory=dict)
+    trials: list[Trial] = Field(default_factory=list)
+    finished_at: float | None = None
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+_LIST_OR_DICT = {name for name, f in Note.model_fields.items()
+                 if getattr(f.annotation, "__origin__", None) in (list, dict)}
+
+
+def _fmt_duration(s: float | None) -> str:
+    if s is None:
+        return ""
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def summary_line(n: Note) -> str:
+    parts = [n.status.value]
+    if n.value is not None and n.metric:
+        v = f"{n.metric}={n.value:.4f}"
+        if len(n.values) > 1 and n.std is not None:
+            v += f"±{n.std:.4f}"
+        parts.append(v)
+        if n.delta is not None:
+            parts.append(f"({n.delta:+.4f} vs baseline)")
+    if n.decision:
+        parts.append(f"[{n.decision}]")
+    if n.host:
+        parts.append(n.host)
+    if n.wall_s is not None:
+        parts.append(_fmt_duration(n.wall_s))
+    if n.error and n.status != Status.SUCCEEDED:
+        parts.append("— " + n.error.splitlines()[0][:120])
+    if n.duplicate_of:
+        parts.append(f"duplicate of {n.duplicate_of}")
+    return " ".join(parts)
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, Enum):
+        return str(v.value)
+    if isinstance(v, (list, dict)):
+        return json.dumps(v, separators=(",", ":"), sort_keys=True, default=str)
+    if isinstance(v, str):
+        if "\n" in v or v.startswith('"') or v != v.strip() or v == "":
+            return json.dumps(v)
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def format_note(n: Note) -> str:
+    data = n.model_dump(mode="json", by_alias=True, exclude_none=True)
+    lines = [summary_line(n), ""]
+    order = ["schema", "status"] + [k for k in data if k not in ("schema", "status")]
+    for k in order:
+        v = data.get(k)
+        if v in (None, [], {}) and k not in ("schema", "status"):
+            continue
+        lines.append(f"{k}: {_fmt_value(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_note(text: str) -> Note | None:
+    """Parse a note; None if it has no status line we understand. Unknown keys are kept as extras."""
+    fields: dict[str, Any] = {}
+    for line in text.splitlines()[1:]:
+        key, sep, raw = line.partition(": ")
+        if not sep or not key or " " in key:
+            continue
+        raw = raw.strip()
+        try:
+            if key in _LIST_OR_DICT or key == "trials" or raw.startswith(("{", "[", '"')):
+                fields[key] = json.loads(raw)
+            else:
+                fields[key] = raw
+        except json.JSONDecodeError:
+            fields[key] = raw
+    if "status" not in fields:
+        return None
+    try:
+        return Note.model_validate(fields)
+    except ValidationError:
+        # Tolerate a newer schema: keep only what we understand.
+        known = {k: v for k, v in fields.items() if k in Note.model_fields or k == "schema"}
+        try:
+            return Note.model_validate(known)
+        except ValidationError:
+            return None
+
+
+# -- leases -------------------------------------------------------------------------------------
+class Lease(BaseModel):
+    """What runs where. One lease note per commit holds every live trial of that commit."""
+    model_config = ConfigDict(extra="allow")
+    trial_id: str
+    seed: int
+    runner: str
+    host: str
+    slot: str
+    handle: dict[str, Any] = Field(default_factory=dict)
+    started: float = Field(default_factory=time.time)
+    heartbeat: float = Field(default_factory=time.time)
+    retries: int = 0
+    purpose: str = "idea"           # idea | baseline | confirm
+
+
+def format_leases(leases: list[Lease]) -> str:
+    body = json.dumps([lz.model_dump(mode="json") for lz in leases], separators=(",", ":"), sort_keys=True)
+    head = ", ".join(f"{lz.trial_id} on {lz.host}/{lz.slot}" for lz in leases) or "no live trials"
+    return f"running: {head}\n\nleases: {body}\n"
+
+
+def parse_leases(text: str) -> list[Lease]:
+    for line in text.splitlines():
+        if line.startswith("leases: "):
+            try:
+                return [Lease.model_validate(x) for x in json.loads(line[8:])]
+            except (json.JSONDecodeError, ValidationError):
+                return []
+    return []

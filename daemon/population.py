@@ -1,0 +1,125 @@
+"""Reads the whole population from git in a fixed number of processes, whatever its size:
+one for-each-ref, one notes list per ref, and one `cat-file --batch` for commits and note blobs.
+
+The population is every idea (branches under refs/heads/idea/ plus records of ideas that never
+became runnable under refs/autoresearch/records/), the baseline, their result notes and leases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import defaults
+from .gitrepo import GitRepo
+from .ideas import Idea, idea_from_commit
+from .notes import Note, Status, parse_leases, parse_note
+
+RECORDS_PREFIX = "refs/autoresearch/records/"
+LOGS_PREFIX = "refs/autoresearch/logs/"
+BRANCH_PREFIX = "refs/heads/" + defaults.IDEA_PREFIX
+
+
+@dataclass
+class Population:
+    ideas: list[Idea]
+    baseline_commit: str | None
+    baseline_note: Note | None
+    by_id: dict[str, Idea] = field(default_factory=dict)
+    by_commit: dict[str, Idea] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for i in self.ideas:
+            self.by_id.setdefault(i.idea_id, i)
+            if i.commit:
+                self.by_commit.setdefault(i.commit, i)
+
+    @property
+    def baseline_value(self) -> float | None:
+        n = self.baseline_note
+        return n.value if n and n.status == Status.SUCCEEDED else None
+
+    @property
+    def baseline_std(self) -> float | None:
+        return self.baseline_note.std if self.baseline_note else None
+
+    def queued(self) -> list[Idea]:
+        return [i for i in self.ideas if i.branch and i.note is None and not i.leases]
+
+    def running(self) -> list[Idea]:
+        return [i for i in self.ideas if i.note is None and i.leases]
+
+    def succeeded(self) -> list[Idea]:
+        return [i for i in self.ideas if i.value is not None]
+
+    def max_epoch(self) -> int:
+        return max((i.epoch for i in self.ideas if i.origin != "human"), default=-1)
+
+    def best(self, goal: str, confirmed_only: bool = False) -> Idea | None:
+        cands = [i for i in self.succeeded()
+                 if not confirmed_only or (i.note and i.note.decision in ("promoted", "confirmed"))]
+        if not cands:
+            return None
+        return (min if goal == "min" else max)(cands, key=lambda i: i.value)
+
+    def resolve(self, ref: str) -> Idea | None:
+        """Find an idea by id, id prefix, branch name, or commit prefix."""
+        if ref in self.by_id:
+            return self.by_id[ref]
+        for i in self.ideas:
+            if i.branch and (i.branch == ref or i.branch == "refs/heads/" + ref
+                             or i.branch.endswith("/" + ref)):
+                return i
+        matches = [i for i in self.ideas if i.idea_id.startswith(ref) or (i.commit and len(ref) >= 6
+                                                                          and i.commit.startswith(ref))]
+        return matches[0] if len(matches) == 1 else None
+
+
+def _parse_commit(raw: bytes) -> tuple[str, list[str], str, int]:
+    """(tree, parents, message, committer time) from a raw commit object."""
+    head, _, msg = raw.partition(b"\n\n")
+    tree, parents, ts = "", [], 0
+    for line in head.split(b"\n"):
+        if line.startswith(b"tree "):
+            tree = line[5:].decode()
+        elif line.startswith(b"parent "):
+            parents.append(line[7:].decode())
+        elif line.startswith(b"committer "):
+            try:
+                ts = int(line.rsplit(b" ", 2)[1])
+            except (ValueError, IndexError):
+                ts = 0
+    return tree, parents, msg.decode(errors="replace"), ts
+
+
+def read_population(repo: GitRepo, baseline_ref: str) -> Population:
+    refs = repo.refs(BRANCH_PREFIX)
+    refs.update(repo.refs(RECORDS_PREFIX))
+    baseline = repo.rev_parse(baseline_ref)
+    note_list = repo.notes_list(defaults.NOTES_REF)
+    lease_list = repo.notes_list(defaults.RUNS_REF)
+    commits = list(dict.fromkeys(refs.values()))
+    # One batch for every commit and every note blob that matters.
+    wanted = commits + [note_list[c] for c in commits if c in note_list] + \
+        [lease_list[c] for c in commits if c in lease_list]
+    if baseline:
+        wanted += [note_list[baseline]] if baseline in note_list else []
+    objs = repo.cat_file_batch(wanted)
+    ideas: list[Idea] = []
+    seen: set[str] = set()
+    for ref, sha in sorted(refs.items()):
+        if sha in seen or sha not in objs:
+            continue  # two branches on one commit are one idea
+        seen.add(sha)
+        tree, parents, msg, ts = _parse_commit(objs[sha])
+        branch = ref if ref.startswith(BRANCH_PREFIX) else None
+        idea = idea_from_commit(sha, tree, parents[0] if parents else None, msg, branch, ts)
+        if sha in note_list and note_list[sha] in objs:
+            idea.note = parse_note(objs[note_list[sha]].decode(errors="replace"))
+        if sha in lease_list and lease_list[sha] in objs:
+            idea.leases = parse_leases(objs[lease_list[sha]].decode(errors="replace"))
+        ideas.append(idea)
+    ideas.sort(key=lambda i: (i.committed_at, i.idea_id))
+    bnote = None
+    if baseline and baseline in note_list and note_list[baseline] in objs:
+        bnote = parse_note(objs[note_list[baseline]].decode(errors="replace"))
+    return Population(ideas, baseline, bnote)

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# autoresearchd trial wrapper. Runs detached in its trial directory; needs only bash and coreutils.
+# Layout: code/ (the idea's tree), eval/ (frozen harness from the baseline), trial.env (quoted vars).
+# Writes: run.head/run.tail (capped log), run.bytes, run.rc, timed_out, eval.*, tamper.txt, done.
+set -u
+cd "$(dirname "$0")" || exit 97
+T=$PWD
+. "$T/trial.env"
+echo $$ > "$T/pgid"
+date +%s.%N > "$T/started"
+
+# capped log: keep the head and the tail, drain the rest so the writer never blocks or dies
+cap() { { head -c "$AR_LOG_HEAD" > "$1.head"; tail -c "$AR_LOG_TAIL" > "$1.tail"; } ; }
+
+checksum_frozen() {
+  ( cd "$T/code" && for f in "${AR_FROZEN[@]}"; do
+      if [ -e "$f" ] || [ -L "$f" ]; then sha256sum -- "$f" 2>/dev/null || echo "unreadable  $f"; else echo "absent  $f"; fi
+    done ) > "$1"
+}
+
+run_budgeted() {  # $1 budget seconds, $2 log prefix, $3 command string; records rc and time-out
+  local budget=$1 log=$2 cmd=$3
+  setsid bash -c "$cmd" > >(cap "$T/$log") 2>&1 < /dev/null &
+  local pid=$!
+  echo "$pid" > "$T/$log.pid"
+  ( sleep "$budget"; if kill -0 "$pid" 2>/dev/null; then echo 1 > "$T/$log.timed_out";
+      kill -TERM -- "-$pid" 2>/dev/null; sleep "$AR_KILL_GRACE"; kill -KILL -- "-$pid" 2>/dev/null; fi ) &
+  local watchdog=$!
+  wait "$pid"; local rc=$?
+  kill "$watchdog" 2>/dev/null; wait "$watchdog" 2>/dev/null
+  kill -KILL -- "-$pid" 2>/dev/null   # stray children of the run's own process group
+  wait 2>/dev/null                     # let the log cap drain
+  echo "$rc" > "$T/$log.rc"
+}
+
+mkdir -p "$T/artifacts"
+checksum_frozen "$T/frozen.before"
+cd "$T/code"
+export AUTORESEARCH_RESULT="$T/run_result.json" AUTORESEARCH_ARTIFACTS="$T/artifacts"
+run_budgeted "$AR_BUDGET" run "${AR_SETUP:+$AR_SETUP && }$AR_RUN"
+cd "$T"
+checksum_frozen "$T/frozen.after"
+cmp -s "$T/frozen.before" "$T/frozen.after" || diff "$T/frozen.before" "$T/frozen.after" > "$T/tamper.txt"
+for f in sitecustomize.py usercustomize.py; do
+  found=$(find "$T/code" -name "$f" -newer "$T/started" 2>/dev/null | head -n 3)
+  [ -n "$found" ] && echo "run wrote $found" >> "$T/tamper.txt"
+done
+
+if [ -n "${AR_EVALUATE:-}" ] && [ "$(cat "$T/run.rc")" = 0 ] && [ ! -e "$T/run.timed_out" ]; then
+  # Trust nothing from run but the declared artifacts: copy them out of code/ into a fresh dir,
+  # then evaluate from the frozen harness with a clean environment (no PYTHONPATH, no user site).
+  for a in "${AR_ARTIFACTS[@]}"; do
+    if [ -e "$T/code/$a" ] && [ ! -L "$T/code/$a" ]; then
+      mkdir -p "$T/artifacts/$(dirname "$a")"; cp -r "$T/code/$a" "$T/artifacts/$a"
+    fi
+  done
+  cd "$T/eval"
+  q() { printf '%q' "$1"; }
+  cmd="${AR_SETUP:+$AR_SETUP && }$AR_EVALUATE"
+  run_budgeted "$AR_EVAL_BUDGET" eval "env -i PATH=$(q "$AR_PATH") HOME=$(q "$HOME") LANG=C.UTF-8 \
+PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1 PYTHONDONTWRITEBYTECODE=1 \
+CUDA_VISIBLE_DEVICES=$(q "${CUDA_VISIBLE_DEVICES:-}") AUTORESEARCH_SEED=$(q "$AUTORESEARCH_SEED") \
+AUTORESEARCH_ARTIFACTS=$(q "$T/artifacts") AUTORESEARCH_RESULT=$(q "$T/eval_result.json") \
+$AR_DATA_ENV bash -c $(q "$cmd")"
+fi
+date +%s.%N > "$T/finished"
+mv -f "$T/finished" "$T/done"
