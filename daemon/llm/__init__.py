@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 
-from .base import Budget, BudgetExhausted, Completion, LLMError, Provider  # noqa: F401
+from .base import Budget, BudgetExhausted, Completion, LLMError, Provider, ReplayExhausted  # noqa: F401
 
 _REGISTRY = {
     "anthropic": "autoresearchd.llm.anthropic_provider:AnthropicProvider",

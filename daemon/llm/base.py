@@ -25,6 +25,10 @@ class BudgetExhausted(LLMError):
     """A budget limit (USD or calls) was reached: stop proposing and implementing, cleanly."""
 
 
+class ReplayExhausted(BudgetExhausted):
+    """The replay file has no more recorded ideas: the offline demo is complete."""
+
+
 @dataclass
 class Completion:
     text: str
@@ -92,12 +96,16 @@ class Provider:
             return 0.0
         return (input_tokens * price.input + output_tokens * price.output) / 1e6
 
-    def _call(self, messages: list[dict], system: str | None, max_tokens: int) -> Completion:
+    def _call(self, messages: list[dict], system: str | None, max_tokens: int, meta: dict) -> Completion:
+        """One attempt. Raise LLMError(retryable=True) for 429/5xx/timeouts. `meta` carries hints that
+        only the replay provider uses (purpose, n ideas wanted, idea title, attempt number)."""
         raise NotImplementedError
 
     def complete(self, messages: list[dict], *, system: str | None = None, purpose: str = "other",
-                 max_tokens: int | None = None) -> Completion:
-        """One logical call with retries. Raises BudgetExhausted before spending, LLMError on failure."""
+                 max_tokens: int | None = None, meta: dict | None = None) -> Completion:
+        """One logical call with retries. Raises BudgetExhausted before spending, LLMError on failure.
+        purpose: "propose" | "implement" | "revise" | other; it keys the cost ledger."""
+        meta = dict(meta or {}, purpose=purpose)
         self.budget.check()
         delay = self.cfg.backoff_s
         last: Exception | None = None
@@ -105,7 +113,7 @@ class Provider:
             t0 = time.monotonic()
             try:
                 with self._sem:
-                    c = self._call(messages, system, max_tokens or self.cfg.max_tokens)
+                    c = self._call(messages, system, max_tokens or self.cfg.max_tokens, meta)
             except LLMError as e:
                 last = e
                 if not e.retryable or attempt > self.cfg.max_retries:
