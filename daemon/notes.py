@@ -205,6 +205,9 @@ class Lease(BaseModel):
     heartbeat: float = Field(default_factory=time.time)
     retries: int = 0
     purpose: str = "idea"           # idea | baseline | confirm
+    state: str = "running"          # running | done (result kept until the note is written) | lost
+    result: Trial | None = None
+    error: str | None = None
 
 
 def format_leases(leases: list[Lease]) -> str:

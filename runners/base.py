@@ -173,10 +173,13 @@ class ShellRunner:
         return {"pid": int(out.split()[-1])}
 
     # -- protocol --------------------------------------------------------------------------------
+    def predict_handle(self, trial_id: str, slot: Slot) -> dict[str, Any]:
+        """The handle known before submit: enough to find the trial again after a crash mid-submit."""
+        return {"host": slot.host, "slot": slot.slot, "dir": f"{self.work_root(slot.host).rstrip('/')}/{trial_id}"}
+
     def submit(self, spec: TrialSpec, slot: Slot) -> dict[str, Any]:
         sh = self.shell_for(slot.host)
-        root = self.work_root(slot.host)
-        tdir = f"{root.rstrip('/')}/{spec.trial_id}"
+        tdir = self.predict_handle(spec.trial_id, slot)["dir"]
         q = shlex.quote
         env_text = trial_env(spec, slot, self.path_prefix(slot.host), self.cfg.log_head_bytes,
                              self.cfg.log_tail_bytes, self.data_env(slot.host))
@@ -215,10 +218,13 @@ class ShellRunner:
 
     def _alive(self, sh: Shell, handle: dict[str, Any]) -> bool:
         """A running trial whose wrapper died without `done` (host rebooted, killed) is lost."""
-        pid = handle.get("pid")
-        if not pid:
-            return True
         q = shlex.quote(handle["dir"])
+        pid = handle.get("pid")
+        if not pid:  # crashed between lease and submit: the wrapper's own pid file tells
+            rc, out, _ = sh.run(f"cat {q}/pgid 2>/dev/null", timeout=30)
+            if not out.strip().isdigit():
+                return time.time() - handle.get("submitted", 0) < 60 if "submitted" in handle else False
+            pid = int(out.strip())
         rc, out, _ = sh.run(f"s=$(ps -o stat= -p {int(pid)} 2>/dev/null); "
                             f"if [ -e {q}/done ]; then echo yes; elif [ -z \"$s\" ] || [ \"${{s#Z}}\" != \"$s\" ]; "
                             f"then echo no; else echo yes; fi", timeout=30)
