@@ -79,6 +79,8 @@ def build_daemon(cfg: Config, with_llm: bool = True):
     research = open_research(cfg)
     runner = make_runner(cfg, research)
     llm = note = policy = implementer = None
+    if cfg.llm.provider == "none":
+        with_llm, note = False, "none (llm.provider = none: running pushed idea branches only)"
     if with_llm:
         llm, note = make_llm(cfg, research)
         policy = make_policy(cfg)

@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         if args.debug:
             raise
-        err.print(f"autoresearchd: {e}", markup=False, highlight=False)
+        sys.stderr.write(f"autoresearchd: {' '.join(str(e).split())}\n")  # one line, never wrapped
         return 2
     except KeyboardInterrupt:
         return 130
