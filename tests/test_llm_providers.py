@@ -5,6 +5,7 @@ the concurrency limit, extended thinking, and keys that never leak into messages
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from fake_llm import Delay, Empty, FakeLLM, Garbage, Reply, Status, fake_llm  # noqa: F401
@@ -210,3 +211,12 @@ def test_key_never_appears_in_errors_or_repr(kind, fake_llm):
         seen += [str(ei.value), repr(ei.value)]
     assert not any(KEY in s for s in seen), [s for s in seen if KEY in s]
     assert any("***" in s for s in seen)
+
+
+@BOTH
+def test_retry_after_is_honoured(kind, fake_llm):
+    fake_llm.script(Status(429, retry_after=0.4), Reply("after the wait"))
+    t0 = time.monotonic()
+    c = make(kind, fake_llm).complete(USER)
+    assert c.text == "after the wait" and c.attempts == 2
+    assert time.monotonic() - t0 >= 0.4  # a lower bound only: sleeping never ends early
