@@ -32,6 +32,15 @@ class Dispatcher:
         self._slots_cache: tuple[float, list] = (0.0, [])
         self._harness: tuple[str, bytes | None, str | None] | None = None
         self._validated: dict[str, str | None] = {}
+        self.on_note: list = []                  # callbacks(commit, idea | None, note), e.g. the W&B mirror
+
+    def _noted(self, commit: str, idea, note: Note) -> None:
+        self.ledger.write_note(commit, note)
+        for cb in self.on_note:
+            try:
+                cb(commit, idea, note)
+            except Exception:  # noqa: BLE001 - an observer must never stop the loop
+                log.exception("note observer failed")
 
     # -- slots ---------------------------------------------------------------------------------------
     def slots(self):
@@ -164,7 +173,7 @@ class Dispatcher:
             return False
         confirming = note is not None and note.decision == "pending"
         new = build_note(list(results.values()), idea, pop, self.research.manifest, p, confirmed=confirming)
-        self.ledger.write_note(commit, new)
+        self._noted(commit, idea, new)
         for lz in leases:
             if lz.state == "done":
                 try:
@@ -227,7 +236,7 @@ class Dispatcher:
         note.idea_id, note.linked, note.decision = idea.idea_id, other, None
         note.error = f"identical code (same tree) as {other[:10]}: result linked, not re-run"
         fill_baseline(note, idea, pop, self.research.manifest, self.cfg.policy)
-        self.ledger.write_note(idea.commit, note)
+        self._noted(idea.commit, idea, note)
 
     def dispatch(self, pop: Population, jobs: list[Job]) -> int:
         started = 0
@@ -241,8 +250,8 @@ class Dispatcher:
                 why = self.validate(idea)
                 if why:
                     log.info("rejected %s: %s", idea.branch or idea.idea_id, why)
-                    self.ledger.write_note(idea.commit, Note(status=Status.REJECTED, idea_id=idea.idea_id,
-                                                             metric=self.research.manifest.metric, error=why))
+                    self._noted(idea.commit, idea, Note(status=Status.REJECTED, idea_id=idea.idea_id,
+                                                        metric=self.research.manifest.metric, error=why))
                     continue
                 trees = trees if trees is not None else self._measured_trees(pop)
                 if idea.tree in trees and trees[idea.tree] != idea.commit:
