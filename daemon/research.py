@@ -17,6 +17,8 @@ from .manifest import MANIFEST_FILE, EnvManifest, ManifestError, parse_manifest
 
 HOOK = """#!/bin/sh
 # installed by autoresearchd init: poke the daemon when an idea branch changes (the clock is the safety net)
+case "$0" in *reference-transaction) [ "$1" = committed ] || exit 0 ;; esac
+grep -q ' refs/heads/idea/' || exit 0
 f="$(git rev-parse --git-dir)/autoresearch/poke"
 [ -d "$(dirname "$f")" ] && date +%s > "$f"
 exit 0

@@ -237,8 +237,16 @@ class ShellRunner:
                  "eval.rc", "eval.timed_out", "eval_result.json", "run.head", "run.tail", "eval.head",
                  "eval.tail", "wrapper.log"]
         got = self._read_files(sh, d, files)
-        probe = sh.run(_PROBE, timeout=60)[1].decode(errors="replace")
-        return outcome_from_files(got, self.manifest, probe)
+        return outcome_from_files(got, self.manifest, self._probe(handle["host"], sh))
+
+    def _probe(self, host: str, sh: Shell) -> str:
+        """Accelerator and software fingerprint of a host; cached (importing torch costs seconds)."""
+        cache = self.__dict__.setdefault("_probe_cache", {})
+        t, text = cache.get(host, (0.0, ""))
+        if time.time() - t > 600 or not text:
+            text = sh.run(_PROBE, timeout=60)[1].decode(errors="replace")
+            cache[host] = (time.time(), text)
+        return text
 
     def _read_files(self, sh: Shell, d: str, names: list[str]) -> dict[str, bytes]:
         """Read several small files in one round trip, each framed by its name and length."""
