@@ -193,7 +193,9 @@ def describe_idea(idea, population, env, max_chars: int = MAX_IDEA_CHARS) -> str
         body = body[len(idea.title):].strip()
     if len(body) > max_chars:
         body = body[:max_chars].rsplit(" ", 1)[0] + " […]"
-    head = f"### {idea.idea_id}: {idea.title}"
+    # The title goes in the heading unless the body opens with it anyway.
+    opens_with_title = idea.title and idea.title in body[:len(idea.title) + 20]
+    head = f"### {idea.idea_id}" + ("" if opens_with_title else f": {idea.title}")
     return "\n".join(x for x in (head, body, result_line(idea, population, env)) if x)
 
 
