@@ -159,7 +159,10 @@ class LLMPolicy(Policy):
 
     def _check_duplicate(self, prop: Proposal, population) -> None:
         text = f"{prop.title}\n{prop.text}"
-        hit = self._index.find(text)
+        hits = [k for k, _ in self._index.matches(text)]
+        # Name the original, not an earlier proposal that was itself recorded as its duplicate.
+        hits.sort(key=lambda k: k in population.by_id and population.by_id[k].status == Status.DUPLICATE)
+        hit = hits[0] if hits else None
         if hit is None:
             self._seq += 1
             key = f"{PENDING}{prop.epoch}:{self._seq}"
