@@ -132,8 +132,13 @@ class LLMPolicy(Policy):
         dropped: list[Proposal] = []
         for call in range(1 + MAX_FOLLOWUPS):
             want = plan.k - len(accepted)
-            c = llm.complete(messages, system=plan.system, purpose="propose",
-                             meta={"n": want, "known_titles": known + [p.title for p in accepted]})
+            meta = {"n": want, "known_titles": known + [p.title for p in accepted + dropped]}
+            try:
+                c = llm.complete(messages, system=plan.system, purpose="propose", meta=meta)
+            except LLMError:
+                if call == 0:
+                    raise
+                break       # a failed follow-up: keep what this batch already has
             parsed = parse_ideas(c.text)[:want]
             share = len(parsed) or 1
             new_dups: list[Proposal] = []

@@ -355,6 +355,8 @@ def test_unusable_answers_raise_and_partial_success_is_kept(tmp_path):
         policy().propose(p.read(), 1, ENV, Scripted(["no tags at all"] * 3))
     out = policy(ideas_per_epoch=40).propose(p.read(), 30, ENV, Scripted([answer(10)]))
     assert len(out) == 10
+    out = policy(ideas_per_epoch=40).propose(p.read(), 1, ENV, Scripted([answer(6)]))  # follow-up fails
+    assert len(out) == 6
 
 
 def test_prompts_dir_overrides_a_template(tmp_path):
