@@ -82,7 +82,7 @@ class Implementer:
         msg = format_message(prop.title, prop.text, trailers)
         commit = self.repo.commit_tree(self.repo.tree_of(base), [base], msg)
         if prop.dropped_reason:
-            dup = prop.dropped_reason.removeprefix("duplicate of ").strip()
+            dup = getattr(prop, "duplicate_of", None)
             self.ledger.write_note(commit, Note(status=Status.DUPLICATE, idea_id=idea_id, error=prop.dropped_reason,
                                                 duplicate_of=dup or None, metric=self.research.manifest.metric))
             self.repo.update_ref(RECORDS_PREFIX + idea_id, commit)
