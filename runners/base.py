@@ -225,7 +225,9 @@ class ShellRunner:
         if not pid:
             return True
         q = shlex.quote(handle["dir"])
-        rc, out, _ = sh.run(f"s=$(ps -o stat= -p {int(pid)} 2>/dev/null); "
+        # /proc via builtins (no fork: `ps` costs ~12 ms a call); ps where there is no /proc
+        rc, out, _ = sh.run(f"s=; if [ -d /proc/1 ]; then read -r s 2>/dev/null < /proc/{int(pid)}/stat; "
+                            f"s=${{s##*) }}; s=${{s%% *}}; else s=$(ps -o stat= -p {int(pid)} 2>/dev/null); fi; "
                             f"if [ -e {q}/done ]; then echo yes; elif [ -z \"$s\" ] || [ \"${{s#Z}}\" != \"$s\" ]; "
                             f"then echo no; else echo yes; fi", timeout=30)
         return out.decode().strip() != "no"
