@@ -86,6 +86,16 @@ def test_bad_client_key_and_closed_port(ssh_fleet, tmp_path):
         shell(ssh_fleet, port=free_port()).run("true")
 
 
+def test_concurrent_commands_share_one_connection(ssh_fleet):
+    from concurrent.futures import ThreadPoolExecutor
+    sh = shell(ssh_fleet)
+    with ThreadPoolExecutor(12) as ex:
+        outs = list(ex.map(lambda i: sh.run(f"sleep 0.05; echo {i}"), range(24)))
+    assert [o[1] for o in outs] == [f"{i}\n".encode() for i in range(24)]
+    assert sh.run("true", stdin=b"x" * 5_000_000, timeout=20)[0] == 0     # stdin the command never reads
+    sh.close()
+
+
 # -- ~/.ssh/config --------------------------------------------------------------------------------------
 def test_alias_from_ssh_config(ssh_fleet, tmp_path, monkeypatch):
     h = ssh_fleet.hosts[1]
