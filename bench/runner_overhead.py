@@ -2,13 +2,13 @@
 
 Starts 4 sshd hosts (tests/fixtures_sshd.py used as a library), then drives N one-second trials over
 hosts x slots with a plain single-threaded loop: poll every running trial, fetch + clean up the finished
-ones, submit to free slots. Prints:
+ones, submit to free slots (`--workers N` polls on N threads). Prints:
   - exec round trip on an open connection and a fresh connect,
   - submit latency: submit() called -> the remote wrapper wrote its `started` stamp,
   - the cost of submit(), poll() and fetch() calls,
   - utilization: busy trial seconds / (slots x makespan), and makespan against the ideal.
 
-    .venv/bin/python bench/runner_overhead.py [--hosts 4] [--slots 4] [--trials 64] [--secs 1]
+    .venv/bin/python bench/runner_overhead.py [--hosts 4] [--slots 4] [--trials 64] [--secs 1] [--workers 1]
 Needs /usr/sbin/sshd (and root for the clean `ardtest` login account, else it logs in as you).
 """
 
@@ -21,6 +21,7 @@ import statistics
 import sys
 import tarfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -45,6 +46,11 @@ def code_tar() -> bytes:
     return buf.getvalue()
 
 
+def timed(f, *args):
+    t = time.perf_counter()
+    return f(*args), time.perf_counter() - t
+
+
 def ms(xs: list[float]) -> str:
     xs = sorted(xs)
     return f"{statistics.median(xs) * 1e3:7.1f} {xs[int(0.9 * (len(xs) - 1))] * 1e3:7.1f} {xs[-1] * 1e3:7.1f}"
@@ -56,6 +62,7 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=4)
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--secs", type=float, default=1.0)
+    ap.add_argument("--workers", type=int, default=1, help="threads polling the running trials")
     a = ap.parse_args()
 
     with Fleet(n=a.hosts) as fleet:
@@ -83,6 +90,7 @@ def main() -> None:
         n_slots = len(free)
         running: dict[str, tuple] = {}
         submit_call, submit_lat, poll_run, poll_done, fetch_t, busy = [], [], [], [], [], []
+        pool = ThreadPoolExecutor(a.workers)
         started_all = time.time()
         left, finished = a.trials, 0
         while finished < a.trials:
@@ -94,10 +102,8 @@ def main() -> None:
                 submit_call.append(time.time() - t0)
                 running[slot.key] = (slot, h, t0)
                 left -= 1
-            for key, (slot, h, t0) in list(running.items()):
-                t = time.perf_counter()
-                st = r.poll(h)
-                dt = time.perf_counter() - t
+            items = list(running.items())
+            for (key, (slot, h, t0)), (st, dt) in zip(items, pool.map(lambda it: timed(r.poll, it[1][1]), items)):
                 if st != PollState.DONE:
                     poll_run.append(dt)
                     if st != PollState.RUNNING:
@@ -118,11 +124,12 @@ def main() -> None:
                 free.append(slot)
                 finished += 1
         makespan = time.time() - started_all
+        pool.shutdown()
         r.close()
 
     ideal = a.trials / n_slots * a.secs
     print(f"ssh runner overhead: {a.hosts} loopback hosts x {a.slots} slots = {n_slots} slots, "
-          f"{a.trials} trials of {a.secs:g} s, one single-threaded driver loop")
+          f"{a.trials} trials of {a.secs:g} s, one driver loop, polls on {a.workers} thread(s)")
     print(f"{'figure (ms)':44} {'median':>7} {'p90':>7} {'max':>7}")
     for name, xs in [("exec `true` on an open connection", execs),
                      ("fresh connect + auth + exec", connects),

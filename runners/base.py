@@ -239,8 +239,18 @@ class ShellRunner:
                  "eval.rc", "eval.timed_out", "eval_result.json", "run.head", "run.tail", "eval.head",
                  "eval.tail", "wrapper.log"]
         got = self._read_files(sh, d, files)
-        probe = sh.run(_PROBE, timeout=60)[1].decode(errors="replace")
-        return outcome_from_files(got, self.manifest, probe)
+        return outcome_from_files(got, self.manifest, self._probe(sh, handle["host"]))
+
+    PROBE_TTL_S: ClassVar[float] = 600.0
+
+    def _probe(self, sh: Shell, host: str) -> str:
+        """accelerator/software of a host, cached a while: the probe starts python (and imports torch,
+        seconds on a GPU host), too slow to repeat for every fetch."""
+        cache = self.__dict__.setdefault("_probes", {})
+        hit = cache.get(host)
+        if hit is None or time.monotonic() - hit[0] > self.PROBE_TTL_S:
+            hit = cache[host] = (time.monotonic(), sh.run(_PROBE, timeout=60)[1].decode(errors="replace"))
+        return hit[1]
 
     def _read_files(self, sh: Shell, d: str, names: list[str]) -> dict[str, bytes]:
         """Read several small files in one round trip, each framed by its name and length."""

@@ -18,6 +18,7 @@ import os
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar
 
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 
 SSH_CONFIG_ENV = "AUTORESEARCHD_SSH_CONFIG"   # overrides ~/.ssh/config (tests point it elsewhere)
 MAX_CHANNELS = 8          # concurrent channels per connection; OpenSSH's MaxSessions defaults to 10
-RETRY_AFTER_S = 2.0       # after a failed connect, fail fast for this long instead of blocking each call
+RETRY_AFTER_S = (2.0, 30.0)  # after failed connects, fail fast for 2 s, doubling up to 30 s, then retry
 _CHUNK = 32768
 
 
@@ -85,7 +86,8 @@ class SSHShell:
         self._lock = threading.Lock()
         self._channels = threading.BoundedSemaphore(MAX_CHANNELS)
         self._client: paramiko.SSHClient | None = None
-        self._failed_at = 0.0
+        self._retry_at = 0.0
+        self._fails = 0
         self._failure: HostUnreachable | None = None
         self._resolve(ssh_config)
 
@@ -158,14 +160,16 @@ class SSHShell:
             if c is not None:
                 c.close()
                 self._client = None
-            if self._failure is not None and time.monotonic() - self._failed_at < RETRY_AFTER_S:
-                raise self._failure
+            if self._failure is not None and time.monotonic() < self._retry_at:
+                raise type(self._failure)(str(self._failure))
             try:
                 self._client = self._connect()
             except HostUnreachable as e:
-                self._failure, self._failed_at = e, time.monotonic()
+                lo, hi = RETRY_AFTER_S
+                self._failure, self._fails = e, self._fails + 1
+                self._retry_at = time.monotonic() + min(hi, lo * 2 ** (self._fails - 1))
                 raise
-            self._failure = None
+            self._failure, self._fails = None, 0
             return self._client.get_transport()
 
     def _open(self) -> paramiko.Channel:
@@ -258,7 +262,8 @@ class SSHShell:
 
 class SSHRunner(ShellRunner):
     name: ClassVar[str] = "ssh"
-    REACHABLE_TTL_S = 5.0   # slots() re-checks a host's reachability at most this often
+    REACHABLE_TTL_S = 5.0   # slots() re-checks a host's reachability at most this often (the shell
+                            # itself backs off reconnects to a dead host, so this stays cheap)
 
     def __init__(self, cfg, manifest: EnvManifest, ssh_config: str | os.PathLike | None = None):
         super().__init__(cfg, manifest)
@@ -303,6 +308,11 @@ class SSHRunner(ShellRunner):
         return ok
 
     def slots(self) -> list[Slot]:
+        stale = [n for n in self.hosts if time.monotonic() - self._reach.get(n, (-1e9, False))[0]
+                 >= self.REACHABLE_TTL_S and not self._shells[n].connected()]
+        if len(stale) > 1:      # connect to several hosts at once: one slow host costs one time-out
+            with ThreadPoolExecutor(min(8, len(stale))) as ex:
+                list(ex.map(self._reachable, stale))
         out = []
         for h in self.hosts.values():
             ok = self._reachable(h.name)
