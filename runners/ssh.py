@@ -99,12 +99,13 @@ class SSHShell:
         conf: dict = {}
         if path.is_file():
             conf = paramiko.SSHConfig.from_path(str(path)).lookup(h.alias or h.host or h.name)
-        elif ssh_config or h.alias:
-            if h.alias:
-                raise ValueError(f"host {h.name}: alias '{h.alias}' needs an ssh config file, but {path} does not exist")
+        elif h.alias:
+            raise ValueError(f"host {h.name}: alias '{h.alias}' needs an ssh config file, but {path} does not exist")
         self.hostname = h.host or conf.get("hostname") or h.alias or h.name
         self.port = int(h.port or conf.get("port") or 22)
         self.user = h.user or conf.get("user") or None
+        if h.key and not Path(os.path.expanduser(h.key)).is_file():
+            raise ValueError(f"host {h.name}: key file {h.key} does not exist")
         keys = [h.key] if h.key else list(conf.get("identityfile") or [])
         self.keys = [os.path.expanduser(k) for k in keys if Path(os.path.expanduser(k)).exists()] or None
         kh = h.known_hosts or (conf.get("userknownhostsfile") or "").split(" ")[0] or "~/.ssh/known_hosts"

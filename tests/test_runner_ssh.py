@@ -111,6 +111,8 @@ def test_alias_from_ssh_config(ssh_fleet, tmp_path, monkeypatch):
     assert SSHShell(HostCfg(name="g2", alias="broken", port=h.port)).run("echo hi")[1] == b"hi\n"
     with pytest.raises(ValueError, match="alias"):
         SSHShell(HostCfg(name="g3", alias="x"), ssh_config=tmp_path / "absent")
+    with pytest.raises(ValueError, match="key file"):
+        SSHShell(HostCfg(name="g4", host="127.0.0.1", key=str(tmp_path / "nokey")), ssh_config=os.devnull)
 
 
 # -- slots ------------------------------------------------------------------------------------------
