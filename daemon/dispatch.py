@@ -79,11 +79,17 @@ class Dispatcher:
         for commit, idea, note, leases in self._units(pop):
             if not leases:
                 continue
-            updated = [self._poll_one(lz) for lz in leases]
-            if any(a.model_dump() != b.model_dump() for a, b in zip(updated, leases)):
-                self.ledger.write_leases(commit, updated)
-                changed = True
-            changed |= self._maybe_finish(commit, idea, note, updated, pop)
+            try:
+                updated = [self._poll_one(lz) for lz in leases]
+                if any(a.model_dump() != b.model_dump() for a, b in zip(updated, leases)):
+                    self.ledger.write_leases(commit, updated)
+                    changed = True
+                changed |= self._maybe_finish(commit, idea, note, updated, pop)
+            except Exception:  # noqa: BLE001 - one stuck trial must not stop the others' harvest
+                log.exception("harvesting %s failed; retrying on the next tick", commit[:10])
+                for lz in leases:
+                    if lz.state == "running":
+                        self._busy[f"{lz.host}/{lz.slot}"] = lz.trial_id
         return changed
 
     def _poll_one(self, lease: Lease) -> Lease:
