@@ -26,6 +26,7 @@ from .notes import Status
 from .population import Population, read_population
 
 log = logging.getLogger("autoresearchd")
+logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: max instances" is by design
 
 
 class Daemon:
