@@ -65,8 +65,10 @@ def build(out: Path, preset: str, texts: list[str], tokenizer_vocab: int, seed: 
     cfg = Qwen2Config(**arch, bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id,
                       pad_token_id=tok.pad_token_id)
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(cfg)
-    if preset != "tiny":
+    big = preset != "tiny"
+    with torch.device("cuda" if big and torch.cuda.is_available() else "cpu"):  # fast init
+        model = Qwen2ForCausalLM(cfg)
+    if big:
         model = model.to(torch.bfloat16)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
