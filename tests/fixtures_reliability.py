@@ -80,7 +80,7 @@ class ToyLLM:
     implement_delay: float = 0.0
     start: int = 0
     implement: object = None          # callable(req, value) -> script item, to inject faults
-    propose_reply: object = None      # callable(req, n) -> script item
+    propose_reply: object = None      # callable(req, n) -> script item, or None for the default
     counter: int = field(default=0, init=False)
     proposed: list = field(default_factory=list, init=False)
     implemented: list = field(default_factory=list, init=False)
@@ -93,8 +93,8 @@ class ToyLLM:
         if is_propose(req):
             m = re.search(r"(?:exactly|write) (\d+)", _last_user(req), re.I)
             n = int(m.group(1)) if m else 1
-            if self.propose_reply is not None:
-                return self.propose_reply(req, n)
+            if self.propose_reply is not None and (item := self.propose_reply(req, n)) is not None:
+                return item
             with self._lock:
                 ks = list(range(self.start + self.counter, self.start + self.counter + n))
                 self.counter += n
