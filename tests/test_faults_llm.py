@@ -47,7 +47,7 @@ FAULTS = {
     6: [Garbage(), Garbage()],                              # not JSON at all
     7: ["ok"],
 }
-REASONS = {1: "HTTP 500", 2: "no answer within", 3: "empty response", 4: "", 5: "no unified diff",
+REASONS = {1: "HTTP 500", 2: "no answer within", 3: "empty response", 4: "truncated", 5: "no unified diff",
            6: "not valid API JSON"}
 
 
@@ -114,4 +114,4 @@ def test_budgets_hold_exactly_across_a_restart(toy_env, tmp_path, limit):
         d2, _ = run_daemon(cfg, lambda d, pop: not pop.running() and time.sleep(2) is None, timeout=60)
         assert fake.count == served, f"the restarted daemon made {fake.count - served} more LLM calls"
         assert d2.llm.budget.exhausted
-    invariants(GitRepo(toy_env))
+    invariants(GitRepo(toy_env), proposals_ok=True)    # the budget stop keeps unimplemented proposals
