@@ -77,8 +77,8 @@ def test_hostile_llm_diffs_are_refused_before_anything_runs(toy_env, tmp_path):
         cfg.write_text(text)
         run_until_idle(cfg, timeout=150)
     repo = GitRepo(toy_env)
-    notes = invariants(repo)                       # the one clean idea ran and succeeded
-    assert len(notes) == 1
+    notes = invariants(repo)                       # the clean ideas ran and succeeded
+    assert notes and all(int(repo.commit_message(c).split()[1]) not in diffs for c in notes)
     records = {}
     for ref, sha in repo.refs("refs/autoresearch/records/").items():
         title = repo.commit_message(sha).splitlines()[0]
@@ -93,7 +93,7 @@ def test_hostile_llm_diffs_are_refused_before_anything_runs(toy_env, tmp_path):
     assert not (toy_env / ".git/hooks/post-checkout").exists()
     trials_dir = toy_env / ".git/autoresearch"
     ran = {p.name for p in trials_dir.rglob("trial.sh")} if trials_dir.exists() else set()
-    assert len(ran) <= 2        # at most the baseline and the clean idea were ever placed on a runner
+    assert len(ran) <= 1 + len(notes)   # only the baseline and the clean ideas were ever placed on a runner
 
 
 def _commit_tree(repo: Path, entries: list[tuple[str, str, bytes]], message: str, parent: str | None = "main") -> str:
