@@ -114,8 +114,9 @@ echo "accelerator: $acc"; echo "software: $sw"
 
 
 def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_tail: int,
-              data_env: dict[str, str]) -> str:
-    """The quoted variables file that trial.sh sources. Every value goes through shlex.quote."""
+              data_env: dict[str, str], scheduler_gpus: bool = False) -> str:
+    """The quoted variables file that trial.sh sources. Every value goes through shlex.quote.
+    With `scheduler_gpus` (Slurm --gres), CUDA_VISIBLE_DEVICES is left as the job got it."""
     m = spec.manifest
     q = shlex.quote
     lines = {
@@ -137,6 +138,8 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
                "AUTORESEARCH_TIME_BUDGET_S": str(int(m.time_budget_s)),
                "CUDA_VISIBLE_DEVICES": ",".join(map(str, slot.gpus)) if slot.gpus else "",
                "PATH": path_prefix, **data_env}
+    if scheduler_gpus:
+        del exports["CUDA_VISIBLE_DEVICES"]
     out += [f"export {k}={q(v)}" for k, v in exports.items()]
     return "\n".join(out) + "\n"
 
@@ -146,6 +149,7 @@ class ShellRunner:
     Subclasses say which shells exist (hosts) and how to start the wrapper (detached or sbatch)."""
 
     name: ClassVar[str] = "shell"
+    scheduler_gpus: bool = False     # True: the scheduler sets CUDA_VISIBLE_DEVICES (Slurm --gres)
 
     def __init__(self, cfg, manifest: EnvManifest):
         self.cfg = cfg
@@ -179,7 +183,7 @@ class ShellRunner:
         tdir = f"{root.rstrip('/')}/{spec.trial_id}"
         q = shlex.quote
         env_text = trial_env(spec, slot, self.path_prefix(slot.host), self.cfg.log_head_bytes,
-                             self.cfg.log_tail_bytes, self.data_env(slot.host))
+                             self.cfg.log_tail_bytes, self.data_env(slot.host), self.scheduler_gpus)
         # Fresh directory: a retry of the same trial id starts clean.
         rc, _, err = sh.run(f"rm -rf {q(tdir)} && mkdir -p {q(tdir)}/code {q(tdir)}/eval")
         if rc != 0:
@@ -231,8 +235,11 @@ class ShellRunner:
                  "eval.rc", "eval.timed_out", "eval_result.json", "run.head", "run.tail", "eval.head",
                  "eval.tail", "wrapper.log"]
         got = self._read_files(sh, d, files)
-        probe = sh.run(_PROBE, timeout=60)[1].decode(errors="replace")
-        return outcome_from_files(got, self.manifest, probe)
+        return outcome_from_files(got, self.manifest, self.probe(sh, handle))
+
+    def probe(self, sh: Shell, handle: dict[str, Any]) -> str:
+        """`accelerator:`/`software:` lines describing what ran the trial (asked of the host)."""
+        return sh.run(_PROBE, timeout=60)[1].decode(errors="replace")
 
     def _read_files(self, sh: Shell, d: str, names: list[str]) -> dict[str, bytes]:
         """Read several small files in one round trip, each framed by its name and length."""
