@@ -240,7 +240,8 @@ class SlurmRunner(ShellRunner):
         return int(s)
 
     def sbatch_argv(self, tdir: str, spec: TrialSpec) -> list[str]:
-        argv = ["sbatch", "--parsable", "--no-requeue", "-J", f"ard-{spec.trial_id}", "-o", f"{tdir}/slurm.out",
+        out = f"{tdir}/slurm.out".replace("%", "%%")      # -o expands %j and friends; %% is a literal %
+        argv = ["sbatch", "--parsable", "--no-requeue", "-J", f"ard-{spec.trial_id}", "-o", out,
                 "-D", tdir, f"--time={slurm_time(self.time_limit_s())}"]
         if self.manifest.gpus > 0:
             argv.append(f"--gres=gpu:{self.manifest.gpus}")
@@ -312,8 +313,10 @@ class SlurmRunner(ShellRunner):
         return explain(out, info, job, tail)
 
     def cancel(self, handle: dict[str, Any]) -> None:
+        # scancel alone: Slurm signals every process of the job on its node. The process-group
+        # kill of ShellRunner.cancel would run on the submit host, where the compute node's
+        # PIDs name unrelated processes.
         self.shell_for(handle["host"]).run(f"scancel {shlex.quote(str(handle['job_id']))}", timeout=60)
-        super().cancel(handle)
 
     def cleanup(self, handle: dict[str, Any]) -> None:
         # A job the daemon gave up on must not start later in a directory that is gone.

@@ -319,6 +319,17 @@ def tar_of(files: dict[str, str]) -> bytes:
     return buf.getvalue()
 
 
+def make_slurm(request, tmp_path: Path, manifest, gpus: int = 0, **cfg: object):
+    """The factory for tests/test_runner_contract.py's RUNNERS: `gpus` is ignored (the test cluster
+    always has 2 fake GPUs; Slurm assigns them), `cfg` are RunnerCfg overrides."""
+    from autoresearchd.config import RunnerCfg
+    from autoresearchd.runners.slurm import SlurmRunner
+
+    cluster = request.getfixturevalue("slurm_cluster")
+    rc = RunnerCfg(kind="slurm", slurm={"work_root": str(tmp_path / "slurm-trials"), "max_jobs": 2}, **cfg)
+    return SlurmRunner(rc, manifest, environ=cluster.env)
+
+
 def make_slurm_runner(cluster: SlurmCluster, tmp_path: Path, manifest, **slurm: object):
     """A SlurmRunner submitting to `cluster` with sbatch on PATH, trial dirs under tmp_path.
     Extra keyword arguments set [runner.slurm] keys (max_jobs, extra_args, time_margin_s, ...)."""
