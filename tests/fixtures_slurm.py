@@ -63,6 +63,10 @@ class SlurmCluster:
     def job_ids(self) -> list[str]:
         return self.cli("squeue", "-h", "-o", "%i", check=False).stdout.split()
 
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        _wait(lambda: self.cli("sinfo", "-h", "-n", self.node, "-o", "%T", check=False).stdout.strip() == "idle",
+              timeout, "node idle", [self.base / "log/slurmctld.log"])
+
     def drain_jobs(self, timeout: float = 30.0) -> None:
         """scancel everything, then wait until no job is queued and no node is completing."""
         _drain(self.env, timeout)

@@ -44,6 +44,7 @@ def test_parse_squeue_samples():
     ("scontrol_timeout.txt", "TIMEOUT", "0:15", "TimeLimit"),
     ("scontrol_pending.txt", "PENDING", "0:0", "BeginTime"),
     ("scontrol_running.txt", "RUNNING", "0:0", "None"),
+    ("scontrol_node_fail.txt", "NODE_FAIL", "0:15", "NodeDown"),
 ])
 def test_parse_scontrol_samples(name, state, exit_code, reason):
     rec = parse_scontrol(sample(name))
@@ -112,6 +113,9 @@ def test_explain_adds_slurm_state():
     assert c.error == "cancelled by scancel (Slurm state CANCELLED)" and not c.requeue
     p = explain(_outcome(), JobInfo("PREEMPTED"), "5", b"")
     assert p.requeue and "PREEMPTED" in p.error
+    n = explain(_outcome(), JobInfo("NODE_FAIL", "scontrol", "0:15", "NodeDown"), "1",
+                sample("slurm_out_node_fail.txt").encode())
+    assert n.requeue and b"DUE TO NODE FAILURE" in n.log
     ok = explain(_outcome(exit_code=0, error=None), JobInfo("COMPLETED"), "1", b"")
     assert ok.error is None and not ok.timed_out
 
@@ -154,6 +158,15 @@ def wait_done(runner, handle, timeout: float = 60) -> PollState:
             return st
         time.sleep(0.2)
     raise AssertionError(f"trial {handle} still running after {timeout} s")
+
+
+def wait_started(runner, handle, timeout: float = 30) -> None:
+    started = Path(handle["dir"]) / "started"
+    deadline = time.monotonic() + timeout
+    while not started.exists() and time.monotonic() < deadline:
+        assert runner.poll(handle) is PollState.RUNNING
+        time.sleep(0.1)
+    assert started.exists(), "the job never started"
 
 
 def submit(cluster, tmp_path, m, trial, **slurm):
@@ -205,12 +218,7 @@ def test_gres_job_sees_slurm_gpus(slurm_cluster, tmp_path):
 @pytest.mark.slurm
 def test_scancel_from_outside_is_recorded_as_cancelled(slurm_cluster, tmp_path):
     r, h = submit(slurm_cluster, tmp_path, manifest("sleep 300"), "cancel1")
-    started = Path(h["dir"]) / "started"
-    deadline = time.monotonic() + 30
-    while not started.exists() and time.monotonic() < deadline:
-        assert r.poll(h) is PollState.RUNNING
-        time.sleep(0.1)
-    assert started.exists(), "the job never started"
+    wait_started(r, h)
     slurm_cluster.cli("scancel", h["job_id"])
     assert wait_done(r, h) is PollState.DONE
     out = r.fetch(h)
@@ -235,6 +243,21 @@ def test_restart_harvests_from_the_handle_alone(slurm_cluster, tmp_path):
     rows = [ln for ln in (slurm_cluster.base / "log/jobcomp.txt").read_text().splitlines()
             if f"JobId={h2['job_id']} " in ln]
     assert len(rows) == 1 and "JobState=COMPLETED" in rows[0]
+
+
+@pytest.mark.slurm
+def test_node_failure_is_lost_and_requeued(slurm_cluster, tmp_path):
+    r, h = submit(slurm_cluster, tmp_path, manifest("sleep 300"), "nodefail1")
+    wait_started(r, h)
+    node = slurm_cluster.node
+    slurm_cluster.cli("scontrol", "update", f"nodename={node}", "state=down", "reason=ard-test")
+    try:
+        assert wait_done(r, h) is PollState.LOST
+        out = r.fetch(h)
+        assert out.requeue and "NODE_FAIL" in out.error and b"DUE TO NODE FAILURE" in out.log
+    finally:
+        slurm_cluster.cli("scontrol", "update", f"nodename={node}", "state=resume")
+        slurm_cluster.wait_idle()
 
 
 @pytest.mark.slurm
