@@ -136,10 +136,8 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
     out.append("AR_ARTIFACTS=(" + " ".join(q(p) for p in m.artifacts) + ")")
     exports = {"AUTORESEARCH_SEED": str(spec.seed), "AUTORESEARCH_TRIAL": spec.trial_id,
                "AUTORESEARCH_TIME_BUDGET_S": str(int(m.time_budget_s)),
-               "CUDA_VISIBLE_DEVICES": ",".join(map(str, slot.gpus)) if slot.gpus else "",
+               **({} if scheduler_gpus else {"CUDA_VISIBLE_DEVICES": ",".join(map(str, slot.gpus))}),
                "PATH": path_prefix, **data_env}
-    if scheduler_gpus:
-        del exports["CUDA_VISIBLE_DEVICES"]
     out += [f"export {k}={q(v)}" for k, v in exports.items()]
     return "\n".join(out) + "\n"
 
