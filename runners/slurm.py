@@ -172,12 +172,19 @@ class _EnvShell:
 class SlurmRunner(ShellRunner):
     name: ClassVar[str] = "slurm"
 
-    def __init__(self, cfg, manifest: EnvManifest, environ: dict[str, str] | None = None):
+    def __init__(self, cfg, manifest: EnvManifest, environ: dict[str, str] | None = None,
+                 client_env: dict[str, str] | None = None):
+        """`environ`: the daemon's environment (default os.environ). `client_env`: variables
+        exported for every Slurm command; default SLURM_CONF from `environ` when sbatch runs
+        locally, nothing on a login node (it has its own configuration)."""
         super().__init__(cfg, manifest)
         self.scfg = cfg.slurm
         self.scheduler_gpus = manifest.gpus > 0     # Slurm's --gres sets CUDA_VISIBLE_DEVICES
-        environ = os.environ if environ is None else environ
-        self._environ = environ
+        self._environ = os.environ if environ is None else environ
+        if client_env is None:
+            conf = self._environ.get("SLURM_CONF")
+            client_env = {"SLURM_CONF": conf} if conf and not cfg.slurm.login else {}
+        self._client_env = dict(client_env)
         self._shell: Shell | None = None
         self._home_path: tuple[str, str] | None = None
         self._last: dict[str, JobInfo] = {}         # job id -> last Slurm state seen (for fetch)
@@ -196,13 +203,13 @@ class SlurmRunner(ShellRunner):
 
     def shell_for(self, host: str) -> Shell:
         if self._shell is None:
+            inner: Shell
             if self.scfg.login:
-                from autoresearchd.runners.ssh import SSHShell   # written beside this runner
-                hcfg = next(h for h in self.cfg.hosts if h.name == self.scfg.login)
-                self._shell = SSHShell(hcfg)
+                from autoresearchd.runners.ssh import SSHShell   # paramiko loads only when needed
+                inner = SSHShell(next(h for h in self.cfg.hosts if h.name == self.scfg.login))
             else:
-                conf = self._environ.get("SLURM_CONF")
-                self._shell = _EnvShell(LocalShell(), {"SLURM_CONF": conf} if conf else {})
+                inner = LocalShell()
+            self._shell = _EnvShell(inner, self._client_env) if self._client_env else inner
         return self._shell
 
     def _home_and_path(self) -> tuple[str, str]:

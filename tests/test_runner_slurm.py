@@ -10,6 +10,11 @@ from pathlib import Path
 import pytest
 from fixtures_slurm import make_slurm_runner, slurm_cluster, tar_of  # noqa: F401  (fixture)
 
+try:                                    # the ssh runner's loopback fleet, for the login-node test
+    from fixtures_sshd import ssh_fleet  # noqa: F401
+except ImportError:
+    ssh_fleet = None
+
 from autoresearchd.config import RunnerCfg
 from autoresearchd.manifest import EnvManifest
 from autoresearchd.runners import get
@@ -256,7 +261,8 @@ def test_node_failure_is_lost_and_requeued(slurm_cluster, tmp_path):
         out = r.fetch(h)
         assert out.requeue and "NODE_FAIL" in out.error and b"DUE TO NODE FAILURE" in out.log
     finally:
-        slurm_cluster.cli("scontrol", "update", f"nodename={node}", "state=resume")
+        # ReturnToService=2 may already have brought the node back ("Invalid node state" then)
+        slurm_cluster.cli("scontrol", "update", f"nodename={node}", "state=resume", check=False)
         slurm_cluster.wait_idle()
 
 
@@ -286,3 +292,32 @@ def test_slurm_time_limit_is_a_timeout(slurm_cluster, tmp_path):
     out = r.fetch(h)
     assert out.timed_out and out.error.startswith("Slurm time limit"), out.error
     assert b"DUE TO TIME LIMIT" in out.log
+
+
+@pytest.mark.slurm
+@pytest.mark.sshd
+def test_login_node_over_ssh(slurm_cluster, request):
+    """[runner.slurm] login: every command runs over SSH on the login node (here a loopback sshd
+    whose user submits to the test cluster); the job runs as that user in its home directory."""
+    pytest.importorskip("autoresearchd.runners.ssh")
+    if ssh_fleet is None:
+        pytest.skip("tests/fixtures_sshd.py (the ssh runner's fleet) is not present")
+    fleet = request.getfixturevalue("ssh_fleet")
+    host = fleet.host_cfg(0)
+    m = manifest('echo "user=$(id -un)"; echo ---; echo "loss: 0.5"')
+    cfg = RunnerCfg(kind="slurm", hosts=[host],
+                    slurm={"login": host.name, "work_root": f"~/{fleet.tag}/slurm", "max_jobs": 2})
+    r = SlurmRunner(cfg, m, client_env={"SLURM_CONF": slurm_cluster.env["SLURM_CONF"]})
+    try:
+        h = r.submit(spec_for(m, "login1"), r.slots()[1])
+        assert h["host"] == host.name and h["dir"] == f"{fleet.home}/{fleet.tag}/slurm/login1"
+        assert wait_done(r, h) is PollState.DONE
+        out = r.fetch(h)
+        assert out.error is None and out.metrics == {"loss": 0.5}, out.log
+        assert f"user={fleet.user}".encode() in out.log
+        rec = parse_scontrol(slurm_cluster.cli("scontrol", "show", "job", "-o", h["job_id"]).stdout)
+        assert rec["UserId"].startswith(fleet.user + "(")
+        r.cleanup(h)
+        assert r.poll(h) is PollState.MISSING
+    finally:
+        r.close()
