@@ -122,9 +122,18 @@ def _stop_pid(pid: int, proc: subprocess.Popen | None = None, timeout: float = 1
         proc.wait(timeout=10)
 
 
+def _start_time(pid: int) -> str:
+    """The kernel's start time of a process (with the PID, it names one process for good)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
 def kill_stale() -> None:
     """Stop the cluster a crashed run left behind, found through the state file. A PID is only
-    signalled if its command line still names that cluster's base directory (no PID reuse accidents)."""
+    signalled if its command line still names that cluster's base directory (no PID reuse accidents).
+    A cluster whose owning test process still runs is not stale: SlurmUnavailable then."""
     if not STATE_FILE.exists():
         return
     try:
@@ -132,6 +141,10 @@ def kill_stale() -> None:
     except ValueError:
         STATE_FILE.unlink(missing_ok=True)
         return
+    owner = int(state.get("owner", 0))
+    if owner and owner != os.getpid() and not _gone(owner) and _start_time(owner) == state.get("owner_start"):
+        raise SlurmUnavailable(f"the test Slurm cluster of test process {owner} is in use "
+                               f"(ports {PORTS} are fixed: one cluster per machine)")
     base = state.get("base", "")
     pids = {n: int(p) for n, p in state.get("pids", {}).items()}
     ours = {n: p for n, p in pids.items() if base and n in _cmdline(p) and base in _cmdline(p)}
@@ -220,7 +233,9 @@ def _wait(cond, timeout: float, what: str, logs: list[Path]) -> None:
 
 
 def _save_state(c: SlurmCluster) -> None:
-    STATE_FILE.write_text(json.dumps({"base": str(c.base), "pids": {n: p.pid for n, p in c.procs.items()}}))
+    STATE_FILE.write_text(json.dumps({"base": str(c.base), "owner": os.getpid(),
+                                      "owner_start": _start_time(os.getpid()),
+                                      "pids": {n: p.pid for n, p in c.procs.items()}}))
 
 
 def start_cluster() -> SlurmCluster:
@@ -296,17 +311,28 @@ def stop_cluster(c: SlurmCluster, keep: bool = False) -> None:
         shutil.rmtree(c.base, ignore_errors=True)
 
 
+_SHARED: SlurmCluster | None = None
+_USERS = 0
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    """(session) A running single-node cluster with 8 CPUs and 2 fake GPUs; skips if unavailable."""
+    """(session) A running single-node cluster with 8 CPUs and 2 fake GPUs; skips if unavailable.
+    Several test modules may import this fixture: they share one cluster, stopped after the last."""
+    global _SHARED, _USERS
+    if _SHARED is None:
+        try:
+            _SHARED = start_cluster()
+        except SlurmUnavailable as e:
+            pytest.skip(str(e))
+    _USERS += 1
     try:
-        c = start_cluster()
-    except SlurmUnavailable as e:
-        pytest.skip(str(e))
-    try:
-        yield c
+        yield _SHARED
     finally:
-        stop_cluster(c, keep=bool(os.environ.get("ARD_KEEP_SLURM")))
+        _USERS -= 1
+        if _USERS == 0:
+            stop_cluster(_SHARED, keep=bool(os.environ.get("ARD_KEEP_SLURM")))
+            _SHARED = None
 
 
 # -- helpers for runner tests (the shared runner contract test can plug these in) ------------------

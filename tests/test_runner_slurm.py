@@ -138,6 +138,7 @@ def test_sbatch_argv_quotes_and_orders():
     assert "--gres=gpu:2" in argv and "--partition=gpu" in argv and "--account=lab x" in argv
     assert argv.index("--qos=low") > argv.index("--account=lab x")    # extra_args come last but the script
     assert argv[-1] == "bash probe.sh > probe.txt 2>&1; exec bash '/scratch/ard/t 1/trial.sh'"
+    assert "/scratch/ard/50%%/slurm.out" in r.sbatch_argv("/scratch/ard/50%", spec)   # not a %-pattern
     assert [s.slot for s in r.slots()] == ["job0", "job1", "job2", "job3"]
     with pytest.raises(ValueError, match="names no"):
         SlurmRunner(RunnerCfg(kind="slurm", slurm={"login": "nope"}), m)
