@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -155,15 +156,19 @@ def slurm_time(seconds: float) -> str:
     return f"{d}-{rest // 60:02d}:{rest % 60:02d}:00"
 
 
-class _EnvShell:
-    """A shell whose commands see some extra variables (SLURM_CONF for the client commands)."""
+class _ClientShell:
+    """The shell the Slurm commands run in: some extra variables (SLURM_CONF) for every command,
+    and a command that hangs (a controller that does not answer) reported as HostUnreachable."""
 
     def __init__(self, inner: Shell, env: dict[str, str]):
         self.inner, self.name = inner, inner.name
         self.prefix = "".join(f"export {k}={shlex.quote(v)}; " for k, v in env.items())
 
     def run(self, cmd: str, stdin: bytes | None = None, timeout: float = 60.0) -> tuple[int, bytes, bytes]:
-        return self.inner.run(self.prefix + cmd, stdin=stdin, timeout=timeout)
+        try:
+            return self.inner.run(self.prefix + cmd, stdin=stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise HostUnreachable(f"{self.name}: no answer in {timeout:.0f} s to: {cmd[:80]}") from None
 
     def close(self) -> None:
         self.inner.close()
@@ -209,7 +214,7 @@ class SlurmRunner(ShellRunner):
                 inner = SSHShell(next(h for h in self.cfg.hosts if h.name == self.scfg.login))
             else:
                 inner = LocalShell()
-            self._shell = _EnvShell(inner, self._client_env) if self._client_env else inner
+            self._shell = _ClientShell(inner, self._client_env)
         return self._shell
 
     def _home_and_path(self) -> tuple[str, str]:
@@ -269,8 +274,10 @@ class SlurmRunner(ShellRunner):
         rc, out, err = sh.run(shlex.join(self.sbatch_argv(tdir, spec)), timeout=120)
         words = out.decode(errors="replace").strip().split()
         if rc != 0 or not words:
-            raise RuntimeError(f"sbatch on {self.host} refused the trial (rc {rc}): "
-                               f"{err.decode(errors='replace').strip()[-500:]}")
+            msg = err.decode(errors="replace").strip()[-500:]
+            if "Unable to contact slurm controller" in msg:    # transient: try again later
+                raise HostUnreachable(f"sbatch on {self.host}: {msg}")
+            raise RuntimeError(f"sbatch on {self.host} refused the trial (rc {rc}): {msg}")
         return {"job_id": words[-1].split(";")[0]}
 
     # -- protocol --------------------------------------------------------------------------------

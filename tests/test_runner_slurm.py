@@ -4,8 +4,11 @@ parser against real Slurm 22.05 CLI output captured into tests/data/slurm/ (runs
 from __future__ import annotations
 
 import json
+import shutil
+import socket
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from fixtures_slurm import make_slurm_runner, slurm_cluster, tar_of  # noqa: F401  (fixture)
@@ -18,7 +21,7 @@ except ImportError:
 from autoresearchd.config import RunnerCfg
 from autoresearchd.manifest import EnvManifest
 from autoresearchd.runners import get
-from autoresearchd.runners.base import PollState, TrialOutcome, TrialSpec
+from autoresearchd.runners.base import HostUnreachable, PollState, TrialOutcome, TrialSpec
 from autoresearchd.runners.slurm import (JobInfo, SlurmRunner, explain, parse_query, parse_sacct,
                                          parse_scontrol, parse_squeue, poll_state, slurm_time)
 
@@ -142,6 +145,26 @@ def test_sbatch_argv_quotes_and_orders():
     assert [s.slot for s in r.slots()] == ["job0", "job1", "job2", "job3"]
     with pytest.raises(ValueError, match="names no"):
         SlurmRunner(RunnerCfg(kind="slurm", slurm={"login": "nope"}), m)
+
+
+def test_controller_down_is_unreachable_not_lost(tmp_path):
+    """Real client commands against a controller port nobody listens on (no cluster needed)."""
+    if not shutil.which("squeue"):
+        pytest.skip("Slurm client commands not installed (apt-get install slurm-client)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(f"ClusterName=down\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort={port}\n"
+                    f"MessageTimeout=1\nAuthType=auth/none\nNodeName=localhost CPUs=1\n"
+                    f"PartitionName=debug Nodes=ALL Default=YES\n")
+    m = manifest("true")
+    r = make_slurm_runner(SimpleNamespace(env={"SLURM_CONF": str(conf)}), tmp_path, m)
+    d = tmp_path / "t1"
+    d.mkdir()
+    assert r.poll({"host": "slurm", "slot": "job0", "dir": str(d), "job_id": "4"}) is PollState.UNREACHABLE
+    with pytest.raises(HostUnreachable, match="Unable to contact slurm controller"):
+        r.submit(spec_for(m, "t2"), r.slots()[0])
 
 
 # -- against the real cluster --------------------------------------------------------------------
