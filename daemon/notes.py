@@ -180,15 +180,17 @@ def parse_note(text: str) -> Note | None:
             fields[key] = raw
     if "status" not in fields:
         return None
-    try:
-        return Note.model_validate(fields)
-    except ValidationError:
-        # Tolerate a newer schema: keep only what we understand.
-        known = {k: v for k, v in fields.items() if k in Note.model_fields or k == "schema"}
+    for _ in range(len(fields) + 1):
         try:
-            return Note.model_validate(known)
-        except ValidationError:
-            return None
+            return Note.model_validate(fields)
+        except ValidationError as e:
+            # Tolerate a newer or damaged note: drop the fields we cannot read, keep the rest.
+            bad = {err["loc"][0] for err in e.errors() if err["loc"]}
+            if "status" in bad or not bad:
+                return None
+            for k in bad:
+                fields.pop(k, None)
+    return None
 
 
 # -- leases -------------------------------------------------------------------------------------
@@ -205,6 +207,9 @@ class Lease(BaseModel):
     heartbeat: float = Field(default_factory=time.time)
     retries: int = 0
     purpose: str = "idea"           # idea | baseline | confirm
+    state: str = "running"          # running | done (result kept until the note is written) | lost
+    result: Trial | None = None
+    error: str | None = None
 
 
 def format_leases(leases: list[Lease]) -> str:

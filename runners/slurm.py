@@ -271,7 +271,10 @@ class SlurmRunner(ShellRunner):
         rc, _, err = sh.run(f"cat > {shlex.quote(tdir)}/probe.sh", stdin=_PROBE.encode(), timeout=60)
         if rc != 0:
             raise RuntimeError(f"copying probe.sh to {self.host} failed: {err.decode(errors='replace')[-300:]}")
-        rc, out, err = sh.run(shlex.join(self.sbatch_argv(tdir, spec)), timeout=120)
+        # The job id also goes to a file, for a daemon that crashes before it stores the handle.
+        rc, out, err = sh.run(f"j=$({shlex.join(self.sbatch_argv(tdir, spec))}) && "
+                              f"printf '%s\\n' \"$j\" > {shlex.quote(tdir)}/slurm.jobid && printf '%s\\n' \"$j\"",
+                              timeout=120)
         words = out.decode(errors="replace").strip().split()
         if rc != 0 or not words:
             msg = err.decode(errors="replace").strip()[-500:]
@@ -281,9 +284,17 @@ class SlurmRunner(ShellRunner):
         return {"job_id": words[-1].split(";")[0]}
 
     # -- protocol --------------------------------------------------------------------------------
-    def query(self, handle: dict[str, Any]) -> JobInfo:
-        """Ask Slurm about the handle's job (one round trip); remembers the answer for fetch."""
-        job = str(handle["job_id"])
+    def job_id(self, handle: dict[str, Any]) -> str | None:
+        """The handle's job id; a handle written before sbatch returned (the daemon crashed in
+        between) finds it in the trial's `slurm.jobid`. None: sbatch never ran."""
+        if handle.get("job_id"):
+            return str(handle["job_id"])
+        out = self.shell_for(handle["host"]).run(f"cat {shlex.quote(handle['dir'])}/slurm.jobid 2>/dev/null",
+                                                 timeout=30)[1].decode(errors="replace").split()
+        return out[0].split(";")[0] if out and out[0].split(";")[0].isdigit() else None
+
+    def query(self, handle: dict[str, Any], job: str) -> JobInfo:
+        """Ask Slurm about the job (one round trip); remembers the answer for fetch."""
         rc, out, _ = self.shell_for(handle["host"]).run(query_script(job), timeout=60)
         info = parse_query(out.decode(errors="replace"), job)
         if info.state:
@@ -301,7 +312,10 @@ class SlurmRunner(ShellRunner):
                 return PollState.UNREACHABLE
             if word != "here":
                 return PollState(word)
-            info = self.query(handle)
+            job = self.job_id(handle)
+            if job is None:
+                return PollState.LOST
+            info = self.query(handle, job)
         except HostUnreachable:
             return PollState.UNREACHABLE
         if not info.reachable:
@@ -315,27 +329,28 @@ class SlurmRunner(ShellRunner):
 
     def fetch(self, handle: dict[str, Any]) -> TrialOutcome:
         out = super().fetch(handle)
-        job = str(handle["job_id"])
+        job = self.job_id(handle) or "?"
         info = self._last.get(job)
-        if info is None or info.state not in FINISHED | RERUN:
+        if job != "?" and (info is None or info.state not in FINISHED | RERUN):
             try:
-                info = self.query(handle)
+                info = self.query(handle, job)
             except HostUnreachable:
                 info = info or JobInfo(None)
         tail = self.shell_for(handle["host"]).run(
             f"tail -c 4000 {shlex.quote(handle['dir'])}/slurm.out 2>/dev/null", timeout=30)[1]
-        return explain(out, info, job, tail)
+        return explain(out, info or JobInfo(None), job, tail)
 
     def cancel(self, handle: dict[str, Any]) -> None:
         # scancel alone: Slurm signals every process of the job on its node. The process-group
         # kill of ShellRunner.cancel would run on the submit host, where the compute node's
-        # PIDs name unrelated processes.
-        self.shell_for(handle["host"]).run(f"scancel {shlex.quote(str(handle['job_id']))}", timeout=60)
+        # PIDs name unrelated processes. Without a job id (a crash inside submit), by job name.
+        job = self.job_id(handle)
+        target = shlex.quote(job) if job else "-n " + shlex.quote("ard-" + handle["dir"].rstrip("/").rsplit("/", 1)[-1])
+        self.shell_for(handle["host"]).run(f"scancel {target} 2>/dev/null; true", timeout=60)
 
     def cleanup(self, handle: dict[str, Any]) -> None:
         # A job the daemon gave up on must not start later in a directory that is gone.
-        self.shell_for(handle["host"]).run(f"scancel {shlex.quote(str(handle['job_id']))} 2>/dev/null; true",
-                                           timeout=60)
+        self.cancel(handle)
         super().cleanup(handle)
 
     def close(self) -> None:

@@ -291,6 +291,27 @@ def test_node_failure_is_lost_and_requeued(slurm_cluster, tmp_path):
 
 
 @pytest.mark.slurm
+def test_crash_inside_submit_recovers_from_the_predicted_handle(slurm_cluster, tmp_path):
+    """The daemon writes predict_handle() to the lease before submit; if it dies before storing the
+    returned handle, the job id is found again in the trial directory."""
+    m = manifest('sleep 1; echo ---; echo "loss: 3"')
+    r, h = submit(slurm_cluster, tmp_path, m, "crash1")
+    r2 = make_slurm_runner(slurm_cluster, tmp_path, m)
+    predicted = r2.predict_handle("crash1", r2.slots()[0])
+    assert "job_id" not in predicted and predicted["dir"] == h["dir"]
+    assert wait_done(r2, predicted) is PollState.DONE
+    out = r2.fetch(predicted)
+    assert out.metrics == {"loss": 3.0} and f"Slurm job {h['job_id']}: COMPLETED".encode() in out.log
+    # sbatch never ran: nothing to wait for, and cancel (by job name) is harmless
+    never = r2.predict_handle("never1", r2.slots()[1])
+    Path(never["dir"]).mkdir(parents=True)
+    assert r2.poll(never) is PollState.LOST
+    r2.cancel(never)
+    r2.cleanup(never)
+    assert r2.poll(never) is PollState.MISSING
+
+
+@pytest.mark.slurm
 def test_job_unknown_to_slurm_is_lost(slurm_cluster, tmp_path):
     r = make_slurm_runner(slurm_cluster, tmp_path, manifest("true"))
     d = tmp_path / "ghost"
