@@ -156,6 +156,9 @@ def slurm_time(seconds: float) -> str:
     return f"{d}-{rest // 60:02d}:{rest % 60:02d}:00"
 
 
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.I)
+
+
 class _ClientShell:
     """The shell the Slurm commands run in: some extra variables (SLURM_CONF) for every command,
     and a command that hangs (a controller that does not answer) reported as HostUnreachable."""
@@ -267,12 +270,22 @@ class SlurmRunner(ShellRunner):
         argv += ["--wrap", f"bash probe.sh > probe.txt 2>&1; exec bash {shlex.quote(tdir + '/trial.sh')}"]
         return argv
 
+    def secret_names(self) -> list[str]:
+        """Variables of the daemon's environment that look like secrets (local mode only: a login
+        node's environment is not ours)."""
+        if self.scfg.login:
+            return []
+        return sorted(n for n in {*os.environ, *self._environ} if _SECRET.search(n))
+
     def launch(self, sh: Shell, tdir: str, spec: TrialSpec, slot: Slot) -> dict[str, Any]:
         rc, _, err = sh.run(f"cat > {shlex.quote(tdir)}/probe.sh", stdin=_PROBE.encode(), timeout=60)
         if rc != 0:
             raise RuntimeError(f"copying probe.sh to {self.host} failed: {err.decode(errors='replace')[-300:]}")
-        # The job id also goes to a file, for a daemon that crashes before it stores the handle.
-        rc, out, err = sh.run(f"j=$({shlex.join(self.sbatch_argv(tdir, spec))}) && "
+        # sbatch hands its environment to the job (--export=ALL), and the job runs LLM-written
+        # code: the daemon's secrets (API keys) stay behind. The job id also goes to a file, for
+        # a daemon that crashes before it stores the handle.
+        env_u = "".join(f"-u {shlex.quote(n)} " for n in self.secret_names())
+        rc, out, err = sh.run(f"j=$(env {env_u}{shlex.join(self.sbatch_argv(tdir, spec))}) && "
                               f"printf '%s\\n' \"$j\" > {shlex.quote(tdir)}/slurm.jobid && printf '%s\\n' \"$j\"",
                               timeout=120)
         words = out.decode(errors="replace").strip().split()

@@ -224,6 +224,16 @@ def test_run_and_harvest_metrics(slurm_cluster, tmp_path):
 
 
 @pytest.mark.slurm
+def test_daemon_secrets_do_not_reach_the_job(slurm_cluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("ARD_TEST_API_KEY", "sekrit-value")
+    monkeypatch.setenv("ARD_TEST_PLAIN", "plain-value")
+    m = manifest('echo "[${ARD_TEST_API_KEY-gone}] [${ARD_TEST_PLAIN-gone}]"; echo ---; echo "loss: 1"')
+    r, h = submit(slurm_cluster, tmp_path, m, "secret1")
+    assert wait_done(r, h) is PollState.DONE
+    assert b"[gone] [plain-value]" in r.fetch(h).log
+
+
+@pytest.mark.slurm
 def test_failing_job_records_exit_code(slurm_cluster, tmp_path):
     r, h = submit(slurm_cluster, tmp_path, manifest("echo boom >&2; exit 3"), "fail1")
     assert wait_done(r, h) is PollState.DONE
