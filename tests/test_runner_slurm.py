@@ -4,8 +4,12 @@ parser against real Slurm 22.05 CLI output captured into tests/data/slurm/ (runs
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -376,3 +380,50 @@ def test_login_node_over_ssh(slurm_cluster, request):
         assert r.poll(h) is PollState.MISSING
     finally:
         r.close()
+
+
+# -- the whole daemon on Slurm -------------------------------------------------------------------
+
+@pytest.mark.slurm
+def test_daemon_kill_9_then_restart_harvests_slurm_job_once(slurm_cluster, toy_env, tmp_path, monkeypatch):
+    """The loop dispatches baseline seeds and an idea as Slurm jobs; the daemon is killed with -9
+    while the idea's job runs; a new daemon harvests it from the lease note, exactly once."""
+    from conftest import branch_idea
+
+    from autoresearchd.app import build_daemon
+    from autoresearchd.config import load_config
+    from autoresearchd.gitrepo import GitRepo
+    from autoresearchd.loop import settled
+    from autoresearchd.notes import Status
+    from autoresearchd.population import read_population
+
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+    counter = tmp_path / "runs.log"
+    slow = (toy_env / "run.py").read_text().replace(
+        "x = 1.0", f"open({str(counter)!r}, 'a').write('run\\n')\nimport time; time.sleep(4)\nx = 0.9")
+    idea = branch_idea(toy_env, "slow/slurm", "Slow idea", {"run.py": slow})
+    cfg = tmp_path / ".autoresearch.toml"
+    cfg.write_text(f'[research]\nrepo = "{toy_env}"\n[runner]\nkind = "slurm"\n[runner.slurm]\n'
+                   f'work_root = "{tmp_path}/slurm-trials"\nmax_jobs = 3\n[daemon]\ntick_s = 0.3\n'
+                   f'[policy]\nbaseline_seeds = 2\n[llm]\nprovider = "none"\n')
+    p = subprocess.Popen([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), "start"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not counter.exists():
+            time.sleep(0.1)
+        assert counter.exists(), "the first daemon never started the idea's job"
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)       # the daemon dies; the Slurm job keeps running
+        p.wait()
+    d = build_daemon(load_config(cfg), with_llm=False)
+    t0 = time.monotonic()
+    d.run_forever(install_signals=False, until=lambda pop: settled(pop) or time.monotonic() - t0 > 90)
+    pop = read_population(d.repo, d.research.baseline_ref)
+    assert pop.baseline_note.status == Status.SUCCEEDED and len(pop.baseline_note.values) == 2
+    note = pop.by_commit[idea].note
+    assert note.status == Status.SUCCEEDED and 0.9 <= note.value < 0.92, note
+    assert counter.read_text() == "run\n" and len(note.trials) == 1       # harvested, never run twice
+    assert not GitRepo(toy_env).notes_list("refs/notes/autoresearch-runs")   # no stale leases
+    jobs = [ln for ln in (slurm_cluster.base / "log/jobcomp.txt").read_text().splitlines() if "Name=ard-" in ln]
+    assert any("JobState=COMPLETED" in ln for ln in jobs)
