@@ -9,6 +9,8 @@ which the loop stores in the lease note. Only this package talks to hosts.
 from __future__ import annotations
 
 import json
+import os
+import re
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -92,6 +94,16 @@ class Runner(Protocol):
     def cancel(self, handle: dict[str, Any]) -> None: ...
     def cleanup(self, handle: dict[str, Any]) -> None: ...
     def close(self) -> None: ...
+
+
+# Trials run untrusted code (LLM-written or pushed): variables that look like secrets stay behind.
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.I)
+
+
+def scrubbed_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The daemon's environment minus every variable whose name looks like a secret."""
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in env.items() if not SECRET_NAME.search(k)}
 
 
 def trial_script() -> bytes:

@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 from autoresearchd import defaults
 from autoresearchd.manifest import EnvManifest
 
-from .base import (_PROBE, HostUnreachable, PollState, Shell, ShellRunner, Slot, TrialOutcome,
+from .base import (_PROBE, SECRET_NAME, HostUnreachable, PollState, Shell, ShellRunner, Slot, TrialOutcome,
                    TrialSpec)
 from .local import LocalShell
 
@@ -156,7 +156,7 @@ def slurm_time(seconds: float) -> str:
     return f"{d}-{rest // 60:02d}:{rest % 60:02d}:00"
 
 
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.I)
+_SECRET = SECRET_NAME
 
 
 class _ClientShell:
