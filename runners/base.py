@@ -9,6 +9,8 @@ which the loop stores in the lease note. Only this package talks to hosts.
 from __future__ import annotations
 
 import json
+import os
+import re
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -94,6 +96,16 @@ class Runner(Protocol):
     def close(self) -> None: ...
 
 
+# Trials run untrusted code (LLM-written or pushed): variables that look like secrets stay behind.
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.I)
+
+
+def scrubbed_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The daemon's environment minus every variable whose name looks like a secret."""
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in env.items() if not SECRET_NAME.search(k)}
+
+
 def trial_script() -> bytes:
     return resources.files("autoresearchd.runners").joinpath("trial.sh").read_bytes()
 
@@ -114,8 +126,9 @@ echo "accelerator: $acc"; echo "software: $sw"
 
 
 def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_tail: int,
-              data_env: dict[str, str]) -> str:
-    """The quoted variables file that trial.sh sources. Every value goes through shlex.quote."""
+              data_env: dict[str, str], scheduler_gpus: bool = False) -> str:
+    """The quoted variables file that trial.sh sources. Every value goes through shlex.quote.
+    With `scheduler_gpus` (Slurm --gres), CUDA_VISIBLE_DEVICES is left as the job got it."""
     m = spec.manifest
     q = shlex.quote
 
@@ -139,7 +152,7 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
     out.append("AR_ARTIFACTS=(" + " ".join(q(p) for p in m.artifacts) + ")")
     exports = {"AUTORESEARCH_SEED": str(spec.seed), "AUTORESEARCH_TRIAL": spec.trial_id,
                "AUTORESEARCH_TIME_BUDGET_S": str(int(m.time_budget_s)),
-               "CUDA_VISIBLE_DEVICES": ",".join(map(str, slot.gpus)) if slot.gpus else "",
+               **({} if scheduler_gpus else {"CUDA_VISIBLE_DEVICES": ",".join(map(str, slot.gpus))}),
                "PATH": path_prefix, **data_env}
     out += [f"export {k}={qpath(v) if k == 'PATH' else q(v)}" for k, v in exports.items()]
     return "\n".join(out) + "\n"
@@ -150,6 +163,7 @@ class ShellRunner:
     Subclasses say which shells exist (hosts) and how to start the wrapper (detached or sbatch)."""
 
     name: ClassVar[str] = "shell"
+    scheduler_gpus: bool = False     # True: the scheduler sets CUDA_VISIBLE_DEVICES (Slurm --gres)
 
     def __init__(self, cfg, manifest: EnvManifest):
         self.cfg = cfg
@@ -188,7 +202,7 @@ class ShellRunner:
         tdir = self.predict_handle(spec.trial_id, slot)["dir"]
         q = shlex.quote
         env_text = trial_env(spec, slot, self.path_prefix(slot.host), self.cfg.log_head_bytes,
-                             self.cfg.log_tail_bytes, self.data_env(slot.host))
+                             self.cfg.log_tail_bytes, self.data_env(slot.host), self.scheduler_gpus)
         # Fresh directory: a retry of the same trial id starts clean.
         rc, _, err = sh.run(f"rm -rf {q(tdir)} && mkdir -p {q(tdir)}/code {q(tdir)}/eval")
         if rc != 0:
@@ -245,7 +259,11 @@ class ShellRunner:
                  "eval.rc", "eval.timed_out", "eval_result.json", "run.head", "run.tail", "eval.head",
                  "eval.tail", "wrapper.log"]
         got = self._read_files(sh, d, files)
-        return outcome_from_files(got, self.manifest, self._probe(sh, handle["host"]))
+        return outcome_from_files(got, self.manifest, self.probe(sh, handle))
+
+    def probe(self, sh: Shell, handle: dict[str, Any]) -> str:
+        """`accelerator:`/`software:` lines for a trial's outcome: by default the host's, cached."""
+        return self._probe(sh, handle["host"])
 
     PROBE_TTL_S: ClassVar[float] = 600.0
 
