@@ -19,6 +19,10 @@ from .trials import Ledger, build_note, fill_baseline
 log = logging.getLogger("autoresearchd")
 
 MEASURED = (Status.SUCCEEDED, Status.FAILED, Status.TIMED_OUT)
+# After a failed submit, a host's slots are not offered again for this long. Without it, one dead host
+# (whose reachability the runner caches for a few seconds) took an attempt from every queued idea in
+# a single tick, until all of them were given up as lost.
+SUBMIT_BACKOFF_S = 10.0
 
 
 class Dispatcher:
@@ -29,6 +33,7 @@ class Dispatcher:
         self.started = time.time()
         self._last_seen: dict[str, float] = {}
         self._busy: dict[str, str] = {}          # slot key -> trial id
+        self._backoff: dict[str, float] = {}     # host -> time before which it gets no new trial
         self._slots_cache: tuple[float, list] = (0.0, [])
         self._harness: tuple[str, bytes | None, str | None] | None = None
         self._validated: dict[str, str | None] = {}
@@ -51,10 +56,13 @@ class Dispatcher:
         return cached
 
     def free_slots(self):
-        return [s for s in self.slots() if s.reachable and s.key not in self._busy]
+        now = time.time()
+        return [s for s in self.slots() if s.reachable and s.key not in self._busy
+                and self._backoff.get(s.host, 0.0) <= now]
 
     def slot_table(self) -> list[dict]:
-        return [{"slot": s.key, "state": "unreachable" if not s.reachable else
+        now = time.time()
+        return [{"slot": s.key, "state": "unreachable" if not s.reachable or self._backoff.get(s.host, 0.0) > now else
                  ("busy" if s.key in self._busy else "free"), "trial": self._busy.get(s.key)}
                 for s in self.slots()]
 
@@ -288,6 +296,7 @@ class Dispatcher:
             lease = self._lost(lease, f"submit to {slot.key} failed: {e}")
             self._slots_cache = (0.0, [])
             self._busy.pop(slot.key, None)
+            self._backoff[slot.host] = time.time() + SUBMIT_BACKOFF_S
         lease.heartbeat = time.time()
         self.ledger.upsert_lease(job.commit, lease)
         log.info("dispatched %s to %s", job.trial_id, slot.key)

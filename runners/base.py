@@ -259,7 +259,22 @@ class ShellRunner:
                  "eval.rc", "eval.timed_out", "eval_result.json", "run.head", "run.tail", "eval.head",
                  "eval.tail", "wrapper.log"]
         got = self._read_files(sh, d, files)
-        return outcome_from_files(got, self.manifest, self.probe(sh, handle))
+        out = outcome_from_files(got, self.manifest, self.probe(sh, handle))
+        if out.exit_code is None and not out.timed_out:
+            hint = self._disk_hint(sh, d)
+            out.error = f"{out.error}; {hint}" if hint else out.error
+        return out
+
+    def _disk_hint(self, sh: Shell, d: str) -> str | None:
+        """Why the wrapper could not even write the run's exit code: most often a full disk."""
+        try:
+            _, out, _ = sh.run(f"df -Pk {shlex.quote(d)} | tail -n 1", timeout=30)
+            avail = int(out.split()[3])
+        except Exception:  # noqa: BLE001 - only a hint
+            return None
+        if avail >= 1024:
+            return None
+        return f"the disk holding {d} on {sh.name} is full ({avail} kB free); free space there"
 
     def probe(self, sh: Shell, handle: dict[str, Any]) -> str:
         """`accelerator:`/`software:` lines for a trial's outcome: by default the host's, cached."""
@@ -355,8 +370,8 @@ def outcome_from_files(files: dict[str, bytes], manifest: EnvManifest, probe: st
     if timed_out:
         error = "run exceeded its time budget of %ss" % manifest.time_budget_s
     elif rc is None:
-        error = "run left no exit code (killed, or the wrapper failed): " + \
-            files.get("wrapper.log", b"").decode(errors="replace")[-300:]
+        wrapper = files.get("wrapper.log", b"").decode(errors="replace")[-300:].strip()
+        error = "run left no exit code (killed, or the wrapper failed)" + (f": {wrapper}" if wrapper else "")
     elif rc != 0:
         error = f"run exited {rc}"
     elif manifest.metric not in metrics and error is None:
