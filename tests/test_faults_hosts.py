@@ -100,7 +100,7 @@ def on_host(pop, host: str) -> list:
 @pytest.mark.parametrize("ttl", [120.0, 3.0], ids=["harvest-after-restart", "requeue-after-ttl"])
 def test_sshd_killed_mid_run(ssh_fleet, toy_env, tmp_path, shared_dir, ttl):
     counter = shared_dir / "runs.log"
-    ideas = {branch_idea(toy_env, f"h/i{k}", f"Idea {k}", {"run.py": counted_run(counter, 0.6 + k / 100, 2.5)}):
+    ideas = {branch_idea(toy_env, f"h/i{k}", f"Idea {k}", {"run.py": counted_run(counter, 0.6 + k / 100, 1.5)}):
              0.6 + k / 100 for k in range(5)}
     cfg = ssh_cfg(tmp_path, toy_env, [host_toml(ssh_fleet, 0), host_toml(ssh_fleet, 1)],
                   daemon=f"lease_ttl_s = {ttl}\n")
