@@ -120,6 +120,8 @@ def main(argv=None) -> int:
     print(f"val_loss: {val_loss:.6f}")
     print(f"val_tokens: {count}")
     print(f"eval_s: {metrics['eval_s']}")
+    if device.type == "cuda":
+        print(f"eval_peak_mem_mib: {torch.cuda.max_memory_allocated() // 2 ** 20}")
     return 0
 
 
