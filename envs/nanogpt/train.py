@@ -279,8 +279,8 @@ def main() -> None:
         print(f"export_s: {export_s:.1f}")
         if cuda:
             print(f"peak_mem_mib: {torch.cuda.max_memory_allocated() // 2 ** 20}")
-    if world > 1:
-        dist.barrier()
+    if dist.is_initialized():
+        dist.barrier()                     # the other ranks wait while rank 0 exports
         dist.destroy_process_group()
 
 
