@@ -54,7 +54,7 @@ class Price(_Strict):
 
 
 class LLMCfg(_Strict):
-    provider: Literal["auto", "anthropic", "openai", "replay"] = "auto"
+    provider: Literal["auto", "anthropic", "openai", "replay", "none"] = "auto"  # none: only run pushed branches
     model: str | None = None
     base_url: str | None = None
     api_key_env: str | None = None         # name of the env variable holding the key, never the key

@@ -110,7 +110,8 @@ class GitRepo:
 
     # -- refs --------------------------------------------------------------------------------
     def rev_parse(self, rev: str) -> str | None:
-        out = self.git("rev-parse", "--verify", "-q", rev + "^{object}", check=False).strip()
+        spec = rev if ":" in rev else rev + "^{object}"  # rev:path names a blob; ^{object} would mangle it
+        out = self.git("rev-parse", "--verify", "-q", spec, check=False).strip()
         return out or None
 
     def refs(self, prefix: str) -> dict[str, str]:

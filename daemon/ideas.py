@@ -17,7 +17,8 @@ from .notes import Lease, Note, Status
 ORIGINS = ("seed", "exploit", "explore", "human", "greedy", "best_of_n", "baseline", "confirm")
 
 _TRAILER_KEYS = ["Idea-Id", "Origin", "Parents", "Epoch", "Model", "Attempts", "Tokens", "Cost-USD",
-                 "Prompt-Hash", "Idea-Cost-USD", "Implement-Cost-USD", "Duplicate-Of"]
+                 "Prompt-Hash", "Idea-Cost-USD", "Implement-Cost-USD", "Idea-Tokens", "Transcript",
+                 "Duplicate-Of", "Base"]
 _TRAILER_RE = re.compile(r"^([A-Z][A-Za-z-]+): (.*)$")
 
 
@@ -64,12 +65,15 @@ class Idea:
     note: Note | None = None
     leases: list[Lease] = field(default_factory=list)
     committed_at: int = 0
+    proposal: bool = False              # proposed, not yet implemented (refs/autoresearch/proposals/)
 
     @property
     def status(self) -> Status:
         if self.note is not None:
             return self.note.status
-        if self.leases:
+        if self.proposal:
+            return Status.IMPLEMENTING
+        if any(lz.state == "running" for lz in self.leases):
             return Status.RUNNING
         return Status.QUEUED
 

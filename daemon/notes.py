@@ -93,6 +93,7 @@ class Note(BaseModel):
     software: str | None = None
     harness: str | None = None
     tamper: list[str] = Field(default_factory=list)
+    flags: list[str] = Field(default_factory=list)   # e.g. cross_accelerator: compared across hardware
     tokens: int | None = None
     cost_usd: float | None = None
     cost: dict[str, float] = Field(default_factory=dict)
@@ -180,15 +181,17 @@ def parse_note(text: str) -> Note | None:
             fields[key] = raw
     if "status" not in fields:
         return None
-    try:
-        return Note.model_validate(fields)
-    except ValidationError:
-        # Tolerate a newer schema: keep only what we understand.
-        known = {k: v for k, v in fields.items() if k in Note.model_fields or k == "schema"}
+    for _ in range(len(fields) + 1):
         try:
-            return Note.model_validate(known)
-        except ValidationError:
-            return None
+            return Note.model_validate(fields)
+        except ValidationError as e:
+            # Tolerate a newer or damaged note: drop the fields we cannot read, keep the rest.
+            bad = {err["loc"][0] for err in e.errors() if err["loc"]}
+            if "status" in bad or not bad:
+                return None
+            for k in bad:
+                fields.pop(k, None)
+    return None
 
 
 # -- leases -------------------------------------------------------------------------------------
@@ -205,6 +208,9 @@ class Lease(BaseModel):
     heartbeat: float = Field(default_factory=time.time)
     retries: int = 0
     purpose: str = "idea"           # idea | baseline | confirm
+    state: str = "running"          # running | done (result kept until the note is written) | lost
+    result: Trial | None = None
+    error: str | None = None
 
 
 def format_leases(leases: list[Lease]) -> str:

@@ -15,6 +15,7 @@ from .ideas import Idea, idea_from_commit
 from .notes import Note, Status, parse_leases, parse_note
 
 RECORDS_PREFIX = "refs/autoresearch/records/"
+PROPOSALS_PREFIX = "refs/autoresearch/proposals/"
 LOGS_PREFIX = "refs/autoresearch/logs/"
 BRANCH_PREFIX = "refs/heads/" + defaults.IDEA_PREFIX
 
@@ -24,6 +25,7 @@ class Population:
     ideas: list[Idea]
     baseline_commit: str | None
     baseline_note: Note | None
+    baseline_leases: list = field(default_factory=list)
     by_id: dict[str, Idea] = field(default_factory=dict)
     by_commit: dict[str, Idea] = field(default_factory=dict)
 
@@ -43,10 +45,13 @@ class Population:
         return self.baseline_note.std if self.baseline_note else None
 
     def queued(self) -> list[Idea]:
-        return [i for i in self.ideas if i.branch and i.note is None and not i.leases]
+        return [i for i in self.ideas if i.status == Status.QUEUED]
 
     def running(self) -> list[Idea]:
-        return [i for i in self.ideas if i.note is None and i.leases]
+        return [i for i in self.ideas if i.status == Status.RUNNING]
+
+    def implementing(self) -> list[Idea]:
+        return [i for i in self.ideas if i.proposal and i.note is None]
 
     def succeeded(self) -> list[Idea]:
         return [i for i in self.ideas if i.value is not None]
@@ -94,6 +99,7 @@ def _parse_commit(raw: bytes) -> tuple[str, list[str], str, int]:
 def read_population(repo: GitRepo, baseline_ref: str) -> Population:
     refs = repo.refs(BRANCH_PREFIX)
     refs.update(repo.refs(RECORDS_PREFIX))
+    refs.update(repo.refs(PROPOSALS_PREFIX))
     baseline = repo.rev_parse(baseline_ref)
     note_list = repo.notes_list(defaults.NOTES_REF)
     lease_list = repo.notes_list(defaults.RUNS_REF)
@@ -102,7 +108,7 @@ def read_population(repo: GitRepo, baseline_ref: str) -> Population:
     wanted = commits + [note_list[c] for c in commits if c in note_list] + \
         [lease_list[c] for c in commits if c in lease_list]
     if baseline:
-        wanted += [note_list[baseline]] if baseline in note_list else []
+        wanted += [m[baseline] for m in (note_list, lease_list) if baseline in m]
     objs = repo.cat_file_batch(wanted)
     ideas: list[Idea] = []
     seen: set[str] = set()
@@ -113,13 +119,16 @@ def read_population(repo: GitRepo, baseline_ref: str) -> Population:
         tree, parents, msg, ts = _parse_commit(objs[sha])
         branch = ref if ref.startswith(BRANCH_PREFIX) else None
         idea = idea_from_commit(sha, tree, parents[0] if parents else None, msg, branch, ts)
+        idea.proposal = ref.startswith(PROPOSALS_PREFIX)
         if sha in note_list and note_list[sha] in objs:
             idea.note = parse_note(objs[note_list[sha]].decode(errors="replace"))
         if sha in lease_list and lease_list[sha] in objs:
             idea.leases = parse_leases(objs[lease_list[sha]].decode(errors="replace"))
         ideas.append(idea)
     ideas.sort(key=lambda i: (i.committed_at, i.idea_id))
-    bnote = None
+    bnote, bleases = None, []
     if baseline and baseline in note_list and note_list[baseline] in objs:
         bnote = parse_note(objs[note_list[baseline]].decode(errors="replace"))
-    return Population(ideas, baseline, bnote)
+    if baseline and baseline in lease_list and lease_list[baseline] in objs:
+        bleases = parse_leases(objs[lease_list[baseline]].decode(errors="replace"))
+    return Population(ideas, baseline, bnote, bleases)

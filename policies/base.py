@@ -27,6 +27,8 @@ class Proposal:
     tokens: int = 0
     model: str | None = None
     dropped_reason: str | None = None  # set when the policy itself dropped it (e.g. duplicate)
+    duplicate_of: str | None = None    # the idea id it duplicates, when dropped as a duplicate of one
+    prompt_hash: str | None = None     # short sha256 of the prompt templates that produced it
 
 
 class Policy:

@@ -9,6 +9,8 @@ which the loop stores in the lease note. Only this package talks to hosts.
 from __future__ import annotations
 
 import json
+import os
+import re
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -94,6 +96,16 @@ class Runner(Protocol):
     def close(self) -> None: ...
 
 
+# Trials run untrusted code (LLM-written or pushed): variables that look like secrets stay behind.
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.I)
+
+
+def scrubbed_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The daemon's environment minus every variable whose name looks like a secret."""
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in env.items() if not SECRET_NAME.search(k)}
+
+
 def trial_script() -> bytes:
     return resources.files("autoresearchd.runners").joinpath("trial.sh").read_bytes()
 
@@ -114,10 +126,15 @@ echo "accelerator: $acc"; echo "software: $sw"
 
 
 def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_tail: int,
-              data_env: dict[str, str]) -> str:
-    """The quoted variables file that trial.sh sources. Every value goes through shlex.quote."""
+              data_env: dict[str, str], scheduler_gpus: bool = False) -> str:
+    """The quoted variables file that trial.sh sources. Every value goes through shlex.quote.
+    With `scheduler_gpus` (Slurm --gres), CUDA_VISIBLE_DEVICES is left as the job got it."""
     m = spec.manifest
     q = shlex.quote
+
+    def qpath(v: str) -> str:
+        # `$PATH` inside path_prefix (the ssh default) must expand on the host, the rest stays literal
+        return '"$PATH"'.join(q(part) for part in v.split("$PATH"))
     lines = {
         "AR_RUN": m.run,
         "AR_EVALUATE": m.evaluate or "",
@@ -130,14 +147,14 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
         "AR_PATH": path_prefix,
         "AR_DATA_ENV": " ".join(f"{k}={q(v)}" for k, v in data_env.items()),
     }
-    out = [f"{k}={q(v)}" for k, v in lines.items()]
+    out = [f"{k}={qpath(v) if k == 'AR_PATH' else q(v)}" for k, v in lines.items()]
     out.append("AR_FROZEN=(" + " ".join(q(p) for p in spec.frozen_paths) + ")")
     out.append("AR_ARTIFACTS=(" + " ".join(q(p) for p in m.artifacts) + ")")
     exports = {"AUTORESEARCH_SEED": str(spec.seed), "AUTORESEARCH_TRIAL": spec.trial_id,
                "AUTORESEARCH_TIME_BUDGET_S": str(int(m.time_budget_s)),
-               "CUDA_VISIBLE_DEVICES": ",".join(map(str, slot.gpus)) if slot.gpus else "",
+               **({} if scheduler_gpus else {"CUDA_VISIBLE_DEVICES": ",".join(map(str, slot.gpus))}),
                "PATH": path_prefix, **data_env}
-    out += [f"export {k}={q(v)}" for k, v in exports.items()]
+    out += [f"export {k}={qpath(v) if k == 'PATH' else q(v)}" for k, v in exports.items()]
     return "\n".join(out) + "\n"
 
 
@@ -146,6 +163,7 @@ class ShellRunner:
     Subclasses say which shells exist (hosts) and how to start the wrapper (detached or sbatch)."""
 
     name: ClassVar[str] = "shell"
+    scheduler_gpus: bool = False     # True: the scheduler sets CUDA_VISIBLE_DEVICES (Slurm --gres)
 
     def __init__(self, cfg, manifest: EnvManifest):
         self.cfg = cfg
@@ -167,19 +185,24 @@ class ShellRunner:
     def launch(self, sh: Shell, tdir: str, spec: TrialSpec, slot: Slot) -> dict[str, Any]:
         """Start trial.sh detached; return extra handle fields."""
         q = shlex.quote(tdir)
-        rc, out, err = sh.run(f"cd {q} && setsid nohup bash trial.sh > wrapper.log 2>&1 < /dev/null & echo $!")
+        # Braces: only the wrapper goes to the background. Without them `&` backgrounds the whole
+        # `cd && setsid ...` list in a subshell that keeps our stdout open until the trial ends.
+        rc, out, err = sh.run(f"cd {q} && {{ setsid nohup bash trial.sh > wrapper.log 2>&1 < /dev/null & echo $!; }}")
         if rc != 0:
             raise RuntimeError(f"could not start the trial on {sh.name}: {err.decode(errors='replace')[-500:]}")
         return {"pid": int(out.split()[-1])}
 
     # -- protocol --------------------------------------------------------------------------------
+    def predict_handle(self, trial_id: str, slot: Slot) -> dict[str, Any]:
+        """The handle known before submit: enough to find the trial again after a crash mid-submit."""
+        return {"host": slot.host, "slot": slot.slot, "dir": f"{self.work_root(slot.host).rstrip('/')}/{trial_id}"}
+
     def submit(self, spec: TrialSpec, slot: Slot) -> dict[str, Any]:
         sh = self.shell_for(slot.host)
-        root = self.work_root(slot.host)
-        tdir = f"{root.rstrip('/')}/{spec.trial_id}"
+        tdir = self.predict_handle(spec.trial_id, slot)["dir"]
         q = shlex.quote
         env_text = trial_env(spec, slot, self.path_prefix(slot.host), self.cfg.log_head_bytes,
-                             self.cfg.log_tail_bytes, self.data_env(slot.host))
+                             self.cfg.log_tail_bytes, self.data_env(slot.host), self.scheduler_gpus)
         # Fresh directory: a retry of the same trial id starts clean.
         rc, _, err = sh.run(f"rm -rf {q(tdir)} && mkdir -p {q(tdir)}/code {q(tdir)}/eval")
         if rc != 0:
@@ -215,11 +238,16 @@ class ShellRunner:
 
     def _alive(self, sh: Shell, handle: dict[str, Any]) -> bool:
         """A running trial whose wrapper died without `done` (host rebooted, killed) is lost."""
-        pid = handle.get("pid")
-        if not pid:
-            return True
         q = shlex.quote(handle["dir"])
-        rc, out, _ = sh.run(f"s=$(ps -o stat= -p {int(pid)} 2>/dev/null); "
+        pid = handle.get("pid")
+        if not pid:  # crashed between lease and submit: the wrapper's own pid file tells
+            rc, out, _ = sh.run(f"cat {q}/pgid 2>/dev/null", timeout=30)
+            if not out.strip().isdigit():
+                return time.time() - handle.get("submitted", 0) < 60 if "submitted" in handle else False
+            pid = int(out.strip())
+        # /proc via builtins (no fork: `ps` costs ~12 ms a call); ps where there is no /proc
+        rc, out, _ = sh.run(f"s=; if [ -d /proc/1 ]; then read -r s 2>/dev/null < /proc/{int(pid)}/stat; "
+                            f"s=${{s##*) }}; s=${{s%% *}}; else s=$(ps -o stat= -p {int(pid)} 2>/dev/null); fi; "
                             f"if [ -e {q}/done ]; then echo yes; elif [ -z \"$s\" ] || [ \"${{s#Z}}\" != \"$s\" ]; "
                             f"then echo no; else echo yes; fi", timeout=30)
         return out.decode().strip() != "no"
@@ -231,8 +259,22 @@ class ShellRunner:
                  "eval.rc", "eval.timed_out", "eval_result.json", "run.head", "run.tail", "eval.head",
                  "eval.tail", "wrapper.log"]
         got = self._read_files(sh, d, files)
-        probe = sh.run(_PROBE, timeout=60)[1].decode(errors="replace")
-        return outcome_from_files(got, self.manifest, probe)
+        return outcome_from_files(got, self.manifest, self.probe(sh, handle))
+
+    def probe(self, sh: Shell, handle: dict[str, Any]) -> str:
+        """`accelerator:`/`software:` lines for a trial's outcome: by default the host's, cached."""
+        return self._probe(sh, handle["host"])
+
+    PROBE_TTL_S: ClassVar[float] = 600.0
+
+    def _probe(self, sh: Shell, host: str) -> str:
+        """accelerator/software of a host, cached a while: the probe starts python (and imports torch,
+        seconds on a GPU host), too slow to repeat for every fetch."""
+        cache = self.__dict__.setdefault("_probes", {})
+        hit = cache.get(host)
+        if hit is None or time.monotonic() - hit[0] > self.PROBE_TTL_S:
+            hit = cache[host] = (time.monotonic(), sh.run(_PROBE, timeout=60)[1].decode(errors="replace"))
+        return hit[1]
 
     def _read_files(self, sh: Shell, d: str, names: list[str]) -> dict[str, bytes]:
         """Read several small files in one round trip, each framed by its name and length."""
@@ -253,9 +295,9 @@ class ShellRunner:
     def cancel(self, handle: dict[str, Any]) -> None:
         sh = self.shell_for(handle["host"])
         q = shlex.quote(handle["dir"])
-        sh.run(f"for f in {q}/run.pid {q}/eval.pid {q}/pgid; do [ -f $f ] && kill -TERM -- -$(cat $f) 2>/dev/null; "
-               f"done; sleep 1; for f in {q}/run.pid {q}/eval.pid {q}/pgid; do [ -f $f ] && "
-               f"kill -KILL -- -$(cat $f) 2>/dev/null; done; true", timeout=60)
+        sh.run(f"for f in {q}/run.pid {q}/eval.pid {q}/pgid; do [ -f \"$f\" ] && kill -TERM -- -$(cat \"$f\") "
+               f"2>/dev/null; done; sleep 1; for f in {q}/run.pid {q}/eval.pid {q}/pgid; do [ -f \"$f\" ] && "
+               f"kill -KILL -- -$(cat \"$f\") 2>/dev/null; done; true", timeout=60)
 
     def cleanup(self, handle: dict[str, Any]) -> None:
         sh = self.shell_for(handle["host"])

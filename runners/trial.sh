@@ -23,8 +23,11 @@ run_budgeted() {  # $1 budget seconds, $2 log prefix, $3 command string; records
   setsid bash -c "$cmd" > >(cap "$T/$log") 2>&1 < /dev/null &
   local pid=$!
   echo "$pid" > "$T/$log.pid"
-  ( sleep "$budget"; if kill -0 "$pid" 2>/dev/null; then echo 1 > "$T/$log.timed_out";
-      kill -TERM -- "-$pid" 2>/dev/null; sleep "$AR_KILL_GRACE"; kill -KILL -- "-$pid" 2>/dev/null; fi ) &
+  # the watchdog's sleeps are waited on, so killing the watchdog ends them too (no orphan `sleep`)
+  ( trap 'kill "$s" 2>/dev/null; exit 0' TERM
+    sleep "$budget" & s=$!; wait "$s"
+    if kill -0 "$pid" 2>/dev/null; then echo 1 > "$T/$log.timed_out";
+      kill -TERM -- "-$pid" 2>/dev/null; sleep "$AR_KILL_GRACE" & s=$!; wait "$s"; kill -KILL -- "-$pid" 2>/dev/null; fi ) &
   local watchdog=$!
   wait "$pid"; local rc=$?
   kill "$watchdog" 2>/dev/null; wait "$watchdog" 2>/dev/null

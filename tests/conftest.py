@@ -42,3 +42,57 @@ def make_repo(tmp_path):
         git(d, "commit", "-q", "-m", "baseline")
         return d
     return _make
+
+
+TOY_MANIFEST = """[env]
+name = "toy"
+run = "python3 run.py"
+evaluate = "python3 evaluate.py"
+metric = "score"
+goal = "min"
+time_budget_s = 30
+eval_budget_s = 30
+frozen = ["evaluate.py"]
+artifacts = ["out.txt"]
+context = "A toy environment: run.py writes a number, evaluate.py reads it back."
+"""
+
+TOY_RUN = """import os, random
+random.seed(int(os.environ.get("AUTORESEARCH_SEED", "0")))
+x = 1.0
+with open("out.txt", "w") as f:
+    f.write(str(x + random.random() * 0.01))
+print("---")
+print("score: 123.0")  # run's own claim is ignored: evaluate is the metric of record
+"""
+
+TOY_EVAL = """import os
+v = float(open(os.path.join(os.environ["AUTORESEARCH_ARTIFACTS"], "out.txt")).read())
+print("---")
+print(f"score: {v}")
+"""
+
+
+@pytest.fixture
+def toy_env(make_repo):
+    """A research repo for a tiny env with a frozen evaluate step (no torch needed)."""
+    return make_repo({".autoresearch.toml": TOY_MANIFEST, "run.py": TOY_RUN, "evaluate.py": TOY_EVAL}, "research")
+
+
+def write_config(path: Path, research: Path, extra: str = "") -> Path:
+    cfg = path / ".autoresearch.toml"
+    cfg.write_text(f'[research]\nrepo = "{research}"\n[runner]\nkind = "local"\nslots = 2\n'
+                   f'[daemon]\ntick_s = 0.3\n[policy]\nbaseline_seeds = 2\n[llm]\nprovider = "none"\n{extra}')
+    return cfg
+
+
+def branch_idea(repo: Path, name: str, message: str, edits: dict[str, str], base: str = "main") -> str:
+    """Create idea/<name> off base with the given file contents, without touching the checkout."""
+    wt = repo.parent / f"wt-{name.replace('/', '-')}"
+    git(repo, "worktree", "add", "-q", "-b", f"idea/{name}", str(wt), base)
+    for rel, text in edits.items():
+        (wt / rel).write_text(text)
+    git(wt, "commit", "-qam", message)
+    sha = git(wt, "rev-parse", "HEAD").strip()
+    git(repo, "worktree", "remove", "--force", str(wt))
+    return sha

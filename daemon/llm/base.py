@@ -118,7 +118,8 @@ class Provider:
                 last = e
                 if not e.retryable or attempt > self.cfg.max_retries:
                     raise
-                time.sleep(delay)
+                # a server's retry-after (set by the HTTP providers on 429/5xx) wins over our backoff
+                time.sleep(max(delay, getattr(e, "retry_after", None) or 0.0))
                 delay *= 2
                 continue
             c.latency_s = time.monotonic() - t0

@@ -1,0 +1,88 @@
+"""Builds the daemon's parts from a Config: research repo, runner, LLM provider, policy, implementer.
+The one place that knows how the registries fit together."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from autoresearchd import llm as llm_registry
+from autoresearchd import policies as policy_registry
+from autoresearchd import runners as runner_registry
+
+from . import gitrepo
+from .config import Config, ConfigError
+from .research import Research, open_research
+
+log = logging.getLogger("autoresearchd")
+
+
+def make_runner(cfg: Config, research: Research):
+    try:
+        cls = runner_registry.get(cfg.runner.kind)
+    except KeyError as e:
+        raise ConfigError(f"runner.kind: {e.args[0]}") from None
+    if cfg.runner.kind == "local":
+        return cls(cfg.runner, research.manifest, gitrepo.state_dir(research.repo) / "trials")
+    return cls(cfg.runner, research.manifest)
+
+
+def default_replay_file(cfg: Config, research: Research) -> Path | None:
+    """The packaged replay file for the env (e.g. envs/replays/tinygpt.jsonl), if there is one."""
+    if cfg.llm.replay_file:
+        return cfg.resolve(cfg.llm.replay_file)
+    from importlib import resources
+    p = Path(str(resources.files("autoresearchd.envs"))) / "replays" / f"{research.manifest.name}.jsonl"
+    return p if p.is_file() else None
+
+
+def restore_spend(provider, research: Research) -> None:
+    """The budget counts what earlier runs of the daemon already spent (from the commit trailers)."""
+    from .population import read_population
+    pop = read_population(research.repo, research.baseline_ref)
+    for i in pop.ideas:
+        cost = i.cost_usd if i.cost_usd is not None else float(i.trailers.get("Idea-Cost-USD") or 0)
+        provider.budget.usd += cost
+        provider.budget.input_tokens += i.tokens or 0
+
+
+def make_llm(cfg: Config, research: Research):
+    name, why = llm_registry.resolve_provider_name(cfg.llm)
+    try:
+        cls = llm_registry.get(name)
+    except KeyError as e:
+        raise ConfigError(f"llm.provider: {e.args[0]}") from None
+    if name == "replay":
+        path = default_replay_file(cfg, research)
+        if path is None:
+            raise ConfigError("llm: no API key is set and no replay file is configured (llm.replay_file); "
+                              "set ANTHROPIC_API_KEY or OPENAI_API_KEY, or point llm.replay_file at a JSONL file")
+        provider = cls(cfg.llm, path=str(path))
+        note = (why or "llm.provider = replay") + f" ({path.name})"
+    else:
+        provider = cls(cfg.llm)
+        note = f"{name}:{provider.model}"
+    restore_spend(provider, research)
+    return provider, note
+
+
+def make_policy(cfg: Config):
+    try:
+        return policy_registry.get(cfg.policy.name)(cfg.policy)
+    except KeyError as e:
+        raise ConfigError(f"policy.name: {e.args[0]}") from None
+
+
+def build_daemon(cfg: Config, with_llm: bool = True):
+    from .implementer import Implementer
+    from .loop import Daemon
+    research = open_research(cfg)
+    runner = make_runner(cfg, research)
+    llm = note = policy = implementer = None
+    if cfg.llm.provider == "none":
+        with_llm, note = False, "none (llm.provider = none: running pushed idea branches only)"
+    if with_llm:
+        llm, note = make_llm(cfg, research)
+        policy = make_policy(cfg)
+        implementer = Implementer(research, llm, cfg)
+    return Daemon(cfg, research, runner, llm, policy, implementer, llm_note=note)

@@ -1,0 +1,213 @@
+"""The `autoresearchd` command line: init, start, stop, status, ideas, show, queue, doctor, report, export.
+
+Configuration mistakes print one line and exit 2 (a traceback only with --debug).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.logging import RichHandler
+
+from .config import ConfigError, load_config
+
+console = Console(stderr=False)
+err = Console(stderr=True)
+
+
+def _setup_logging(level: str, logfile: Path | None = None) -> None:
+    handlers: list[logging.Handler] = []
+    if logfile is not None:
+        h = logging.FileHandler(logfile)
+        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        handlers.append(h)
+    else:
+        handlers.append(RichHandler(console=err, show_path=False, rich_tracebacks=False))
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=handlers, force=True,
+                        format="%(message)s")
+    for noisy in ("httpx", "paramiko", "watchdog", "anthropic", "openai"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: max instances" is by design
+
+
+def cmd_init(args, cfg) -> int:
+    from .research import configure, create_from_template, template_path
+    from .gitrepo import GitRepo
+    dest = Path(args.dir).resolve() if args.dir else cfg.resolve(cfg.research.repo)
+    if (dest / ".git").exists():
+        configure(GitRepo(dest))
+        console.print(f"configured existing repo {dest}: `git log` now shows autoresearch notes")
+        return 0
+    repo = create_from_template(template_path(cfg, args.env or cfg.research.env), dest)
+    configure(repo)
+    console.print(f"created research repo {dest} from env '{args.env or cfg.research.env}'")
+    return 0
+
+
+def cmd_start(args, cfg) -> int:
+    from .app import build_daemon
+    from .gitrepo import state_dir
+    from .loop import settled
+    if args.max_ideas is not None:
+        cfg.daemon.max_ideas = args.max_ideas
+    daemon = build_daemon(cfg)
+    sd = state_dir(daemon.repo)
+    if args.detach:
+        pid = os.fork()
+        if pid:
+            console.print(f"autoresearchd started in the background (pid {pid}); log: {sd / 'daemon.log'}")
+            return 0
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        _setup_logging(cfg.daemon.log_level, sd / "daemon.log")
+    log = logging.getLogger("autoresearchd")
+    log.info("research repo: %s (baseline %s)", daemon.repo.path, daemon.research.baseline_ref)
+    log.info("env: %s — %s %s, budget %ss per run; runner: %s", daemon.research.manifest.name,
+             daemon.research.manifest.goal, daemon.research.manifest.metric,
+             daemon.research.manifest.time_budget_s, cfg.runner.kind)
+    if daemon.llm_note and daemon.llm_note.startswith("no "):
+        log.warning("%s", daemon.llm_note)
+    else:
+        log.info("LLM: %s", daemon.llm_note)
+    until = None
+    if args.until == "idle":
+        until = settled
+    elif args.until == "first-note":
+        def until(pop):
+            return any(i.note is not None for i in pop.ideas) or pop.baseline_note is not None
+    daemon.run_forever(until=until)
+    return 0
+
+
+def cmd_stop(args, cfg) -> int:
+    from .research import open_research
+    from .gitrepo import state_dir
+    research = open_research(cfg, create=False)
+    pidfile = state_dir(research.repo) / "daemon.pid"
+    if not pidfile.is_file():
+        console.print("autoresearchd is not running")
+        return 1
+    pid = int(pidfile.read_text())
+    try:
+        os.kill(pid, signal.SIGTERM)
+        if args.now:
+            time.sleep(0.2)
+            os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        console.print(f"no process {pid}; removing a stale pidfile")
+        pidfile.unlink()
+        return 1
+    console.print(f"sent stop to {pid}" + (" (twice: immediate)" if args.now else " (graceful)"))
+    return 0
+
+
+def cmd_status(args, cfg) -> int:
+    from .observe import status
+    return status(cfg, console, as_json=args.json)
+
+
+def cmd_ideas(args, cfg) -> int:
+    from .observe import ideas_table
+    return ideas_table(cfg, console, status=args.status, origin=args.origin, epoch=args.epoch,
+                       as_json=args.json, limit=args.limit)
+
+
+def cmd_show(args, cfg) -> int:
+    from .observe import show
+    return show(cfg, console, args.idea, diff=args.diff, full_log=args.log)
+
+
+def cmd_queue(args, cfg) -> int:
+    from .human import queue_text
+    idea_id = queue_text(cfg, args.text, parent=args.parent, title=args.title)
+    console.print(f"queued {idea_id}: the daemon will implement it (Origin: human)")
+    return 0
+
+
+def cmd_doctor(args, cfg) -> int:
+    from .doctor import doctor
+    return doctor(cfg, console)
+
+
+def cmd_report(args, cfg) -> int:
+    from .report import write_report
+    path = write_report(cfg, Path(args.out))
+    console.print(f"wrote {path}")
+    return 0
+
+
+def cmd_export(args, cfg) -> int:
+    from .export import export
+    n = export(cfg, Path(args.out), fmt=args.format)
+    console.print(f"exported {n} ideas to {args.out}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="autoresearchd", description="git-native automated AI research daemon")
+    p.add_argument("--config", help="path to .autoresearch.toml (default: search upward from the cwd)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("init", help="create a research repo from an env template, or configure an existing one")
+    s.add_argument("dir", nargs="?")
+    s.add_argument("--env", help="template name (tinygpt, nanogpt, grpo) or path")
+    s = sub.add_parser("start", help="run the daemon (foreground unless --detach)")
+    s.add_argument("--detach", action="store_true")
+    s.add_argument("--until", choices=["idle", "first-note"], help="exit when idle / at the first result note")
+    s.add_argument("--max-ideas", type=int, default=None)
+    s = sub.add_parser("stop", help="stop a running daemon (graceful; --now for immediate)")
+    s.add_argument("--now", action="store_true")
+    s = sub.add_parser("status", help="daemon, slots, counts, spend and best result (reads git)")
+    s.add_argument("--json", action="store_true")
+    s = sub.add_parser("ideas", help="the leaderboard")
+    s.add_argument("--status")
+    s.add_argument("--origin")
+    s.add_argument("--epoch", type=int)
+    s.add_argument("--limit", type=int)
+    s.add_argument("--json", action="store_true")
+    s = sub.add_parser("show", help="one idea: text, diffstat, note, attempts, log tail")
+    s.add_argument("idea")
+    s.add_argument("--diff", action="store_true")
+    s.add_argument("--log", action="store_true")
+    s = sub.add_parser("queue", help="queue an idea in words (the implementer writes it; Origin: human)")
+    s.add_argument("text")
+    s.add_argument("--title")
+    s.add_argument("--parent", help="build on this idea's branch")
+    sub.add_parser("doctor", help="check git, config, hosts and API keys")
+    s = sub.add_parser("report", help="write an HTML report with plots")
+    s.add_argument("--out", default="report")
+    s = sub.add_parser("export", help="export the population as trajectories")
+    s.add_argument("--out", default="trajectories.jsonl")
+    s.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl")
+    return p
+
+
+COMMANDS = {"init": cmd_init, "start": cmd_start, "stop": cmd_stop, "status": cmd_status, "ideas": cmd_ideas,
+            "show": cmd_show, "queue": cmd_queue, "doctor": cmd_doctor, "report": cmd_report, "export": cmd_export}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+        _setup_logging("DEBUG" if args.debug else cfg.daemon.log_level)
+        return COMMANDS[args.cmd](args, cfg) or 0
+    except ConfigError as e:
+        if args.debug:
+            raise
+        sys.stderr.write(f"autoresearchd: {' '.join(str(e).split())}\n")  # one line, never wrapped
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""Pure decisions, no I/O: which trials a commit still needs, in what order, and what a set of
+per-seed results means (noise-aware promotion against the measured baseline).
+
+Decisions written into result notes:
+  worse         worse than the baseline by more than the noise margin
+  within_noise  not distinguishable from the baseline
+  improved      better than the baseline beyond noise, but not the best
+  pending       would be the new best by less than the margin: confirmation seeds are queued
+  promoted      the new best by more than the margin (or confirmation disabled)
+  confirmed     pending, then confirmed by fresh seeds
+  demoted       pending, then not confirmed
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from .ideas import Idea
+from .notes import Lease, Note, Status, Trial
+
+BEST_DECISIONS = ("promoted", "confirmed")
+GOOD_DECISIONS = ("promoted", "confirmed", "improved")
+
+
+@dataclass
+class Job:
+    commit: str
+    seed: int
+    purpose: str                    # baseline | idea | confirm
+    idea: Idea | None = None
+    retries: int = 0
+    priority: tuple = field(default_factory=tuple)
+
+    @property
+    def trial_id(self) -> str:
+        tag = self.idea.idea_id if self.idea else "baseline"
+        return f"{tag}-{self.commit[:8]}-s{self.seed}" + (f"-r{self.retries}" if self.retries else "")
+
+
+def baseline_seeds(k: int) -> list[int]:
+    return list(range(max(1, k)))
+
+
+def confirm_seeds(k: int) -> list[int]:
+    return list(range(1, k + 1))
+
+
+def seeds_needed(note: Note | None, purpose: str, k_baseline: int, k_confirm: int) -> list[int]:
+    if purpose == "baseline":
+        return baseline_seeds(k_baseline)
+    if note is not None and note.decision == "pending":
+        return [0] + confirm_seeds(k_confirm)
+    return [0]
+
+
+def missing_seeds(needed: list[int], note: Note | None, leases: list[Lease]) -> list[tuple[int, int]]:
+    """(seed, retries) for every needed seed that has neither a result nor a live lease."""
+    have = {t.seed for t in (note.trials if note else [])}
+    out = []
+    for s in needed:
+        if s in have:
+            continue
+        mine = [lz for lz in leases if lz.seed == s]
+        if any(getattr(lz, "state", "running") in ("running", "done") for lz in mine):
+            continue
+        retries = max((lz.retries + 1 for lz in mine if getattr(lz, "state", "") == "lost"), default=0)
+        out.append((s, retries))
+    return out
+
+
+def aggregate(trials: list[Trial]) -> dict:
+    """Summary fields for a note from its trials: mean and std over the successful seeds."""
+    ok = [t for t in trials if t.status == Status.SUCCEEDED and t.value is not None]
+    if ok:
+        vals = [t.value for t in sorted(ok, key=lambda t: t.seed)]
+        status = Status.SUCCEEDED
+    else:
+        vals = []
+        # the first failure's status and reason explain the idea
+        worst = sorted(trials, key=lambda t: t.seed)[0] if trials else None
+        status = worst.status if worst else Status.FAILED
+    first = sorted(trials, key=lambda t: t.seed)[0] if trials else None
+    return {
+        "status": status,
+        "value": statistics.fmean(vals) if vals else None,
+        "std": statistics.stdev(vals) if len(vals) > 1 else (0.0 if vals else None),
+        "values": vals,
+        "seeds": sorted(t.seed for t in trials),
+        "host": first.host if first else None,
+        "wall_s": first.wall_s if first else None,
+        "exit_code": first.exit_code if first else None,
+        "seed": first.seed if first else None,
+        "error": next((t.error for t in sorted(trials, key=lambda t: t.seed) if t.error), None),
+        "log": first.log if first else None,
+        "accelerator": first.accelerator if first else None,
+        "software": first.software if first else None,
+        "harness": first.harness if first else None,
+        "gpu_s": sum((t.wall_s or 0) * max(1, t.gpus) for t in trials) if trials else None,
+        "tamper": sorted({x for t in trials for x in t.tamper}),
+    }
+
+
+def improvement(value: float, ref: float, goal: str) -> float:
+    """Positive when value is better than ref."""
+    return (ref - value) if goal == "min" else (value - ref)
+
+
+# Student t 0.975 quantiles by degrees of freedom: with 2-3 seeds a sample std is itself noisy, so a
+# fixed "2 sigma" margin promotes no-op ideas far more often than 5% of the time (bench/promotion.py).
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042]
+
+
+def t975(dof: int) -> float:
+    return _T975[dof - 1] if 1 <= dof <= len(_T975) else 1.96
+
+
+def pooled_std(a: list[float], b: list[float]) -> float | None:
+    """Pooled sample std of two groups (None with fewer than 2 degrees of freedom... of 1)."""
+    dof = len(a) - 1 + len(b) - 1
+    if dof < 1:
+        return None
+    ss = sum((x - statistics.fmean(a)) ** 2 for x in a) if len(a) > 1 else 0.0
+    ss += sum((x - statistics.fmean(b)) ** 2 for x in b) if len(b) > 1 else 0.0
+    return (ss / dof) ** 0.5
+
+
+def decide(value: float, goal: str, baseline: float | None, baseline_std: float | None,
+           best: float | None, noise_mult: float, confirm_enabled: bool, confirmed: bool = False,
+           n: int = 1, k: int = 1, std: float | None = None) -> str | None:
+    """The decision for `value` (a mean over n seeds) against the baseline (a mean over k seeds) and
+    `best`, the best confirmed/promoted value so far. A margin is a noise multiple (at least the
+    t quantile for the degrees of freedom) times the standard error of the difference: a single
+    run against sqrt(1 + 1/k) baseline stds; a confirmed mean against the pooled std (`std`)."""
+    if baseline is None:
+        return None
+    s = baseline_std or 0.0
+    single = max(noise_mult, t975(k - 1) if k > 1 else noise_mult) * s * (1 + 1 / max(1, k)) ** 0.5
+    vs_base = improvement(value, baseline, goal)
+    reference = best if best is not None and improvement(best, baseline, goal) > 0 else baseline
+    vs_best = improvement(value, reference, goal)
+    if confirmed:
+        dof = n - 1 + k - 1
+        sp = std if std is not None else s
+        margin = max(noise_mult, t975(dof)) * sp * (1 / max(1, n) + 1 / max(1, k)) ** 0.5
+        return "confirmed" if vs_best > 0 and vs_base > margin else "demoted"
+    if vs_best > 0:
+        if vs_best <= single and confirm_enabled:
+            return "pending"
+        return "promoted"
+    if vs_base > single:
+        return "improved"
+    if vs_base < -single:
+        return "worse"
+    return "within_noise"
+
+
+def order_key(job: Job, human_priority: bool) -> tuple:
+    """Baseline first (everything is measured against it), then humans (if prioritised), then LLM
+    ideas oldest first. Confirmations run behind human ideas but ahead of new LLM ideas, so the
+    policy does not build on a lucky run for long."""
+    rank = {"baseline": 0, "confirm": 2, "idea": 3}[job.purpose]
+    if job.purpose == "idea" and job.idea is not None and job.idea.origin == "human" and human_priority:
+        rank = 1
+    idea = job.idea
+    return (rank, idea.epoch if idea else 0, idea.committed_at if idea else 0, job.commit, job.seed)

@@ -1,0 +1,287 @@
+"""Dispatch and harvest: move work between the queue (derived from refs), the runner and notes.
+
+Dispatch writes the lease before the runner starts anything; harvest stores the log, writes the
+result note, then clears the lease. Every idea is validated before it can run (frozen files, paths,
+symlinks, sizes, relation to the baseline) and identical trees are linked instead of re-run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from .decide import Job, seeds_needed
+from .ideas import Idea
+from .notes import Lease, Note, Status, Trial
+from .population import Population
+from .trials import Ledger, build_note, fill_baseline
+
+log = logging.getLogger("autoresearchd")
+
+MEASURED = (Status.SUCCEEDED, Status.FAILED, Status.TIMED_OUT)
+
+
+class Dispatcher:
+    def __init__(self, cfg, research, runner):
+        self.cfg, self.research, self.runner = cfg, research, runner
+        self.repo = research.repo
+        self.ledger = Ledger(self.repo)
+        self.started = time.time()
+        self._last_seen: dict[str, float] = {}
+        self._busy: dict[str, str] = {}          # slot key -> trial id
+        self._slots_cache: tuple[float, list] = (0.0, [])
+        self._harness: tuple[str, bytes | None, str | None] | None = None
+        self._validated: dict[str, str | None] = {}
+        self.on_note: list = []                  # callbacks(commit, idea | None, note), e.g. the W&B mirror
+
+    def _noted(self, commit: str, idea, note: Note) -> None:
+        self.ledger.write_note(commit, note)
+        for cb in self.on_note:
+            try:
+                cb(commit, idea, note)
+            except Exception:  # noqa: BLE001 - an observer must never stop the loop
+                log.exception("note observer failed")
+
+    # -- slots ---------------------------------------------------------------------------------------
+    def slots(self):
+        t, cached = self._slots_cache
+        if time.time() - t > max(1.0, self.cfg.daemon.tick_s):
+            cached = self.runner.slots()
+            self._slots_cache = (time.time(), cached)
+        return cached
+
+    def free_slots(self):
+        return [s for s in self.slots() if s.reachable and s.key not in self._busy]
+
+    def slot_table(self) -> list[dict]:
+        return [{"slot": s.key, "state": "unreachable" if not s.reachable else
+                 ("busy" if s.key in self._busy else "free"), "trial": self._busy.get(s.key)}
+                for s in self.slots()]
+
+    def harness(self) -> tuple[bytes | None, str | None]:
+        base = self.research.baseline_commit
+        if self._harness is None or self._harness[0] != base:
+            tar, digest = self.research.harness()
+            self._harness = (base, tar, digest)
+        return self._harness[1], self._harness[2]
+
+    # -- harvest -------------------------------------------------------------------------------------
+    def _units(self, pop: Population):
+        if pop.baseline_commit:
+            yield pop.baseline_commit, None, pop.baseline_note, pop.baseline_leases
+        for idea in pop.ideas:
+            if idea.leases:
+                yield idea.commit, idea, idea.note, idea.leases
+
+    def harvest(self, pop: Population) -> bool:
+        changed = False
+        self._busy = {}
+        for commit, idea, note, leases in self._units(pop):
+            if not leases:
+                continue
+            updated = [self._poll_one(lz) for lz in leases]
+            if any(a.model_dump() != b.model_dump() for a, b in zip(updated, leases)):
+                self.ledger.write_leases(commit, updated)
+                changed = True
+            changed |= self._maybe_finish(commit, idea, note, updated, pop)
+        return changed
+
+    def _poll_one(self, lease: Lease) -> Lease:
+        from autoresearchd.runners.base import PollState
+        if lease.state != "running":
+            return lease
+        lz = lease.model_copy(deep=True)
+        now = time.time()
+        try:
+            state = self.runner.poll(lz.handle)
+        except Exception as e:  # noqa: BLE001 - an unexpected runner error counts as unreachable
+            log.warning("poll %s failed: %s", lz.trial_id, e)
+            state = PollState.UNREACHABLE
+        if state == PollState.RUNNING:
+            self._busy[f"{lz.host}/{lz.slot}"] = lz.trial_id
+            self._last_seen[lz.trial_id] = now
+            if now - lz.heartbeat > self.cfg.daemon.heartbeat_s:
+                lz.heartbeat = now
+            return lz
+        if state == PollState.DONE:
+            return self._collect(lz)
+        if state == PollState.UNREACHABLE:
+            seen = self._last_seen.setdefault(lz.trial_id, max(lz.heartbeat, self.started))
+            if now - seen <= self.cfg.daemon.lease_ttl_s:
+                self._busy[f"{lz.host}/{lz.slot}"] = lz.trial_id
+                return lz
+            why = f"host {lz.host} unreachable for more than {self.cfg.daemon.lease_ttl_s:.0f}s"
+        else:
+            why = f"trial vanished on {lz.host} ({state.value})"
+        return self._lost(lz, why)
+
+    def _lost(self, lz: Lease, why: str) -> Lease:
+        log.warning("trial %s lost: %s (retry %d of %d)", lz.trial_id, why, lz.retries, self.cfg.daemon.max_retries)
+        try:
+            self.runner.cancel(lz.handle)
+        except Exception:  # noqa: BLE001 - the host may be gone
+            pass
+        lz.error = why
+        if lz.retries >= self.cfg.daemon.max_retries:
+            lz.state = "done"
+            lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, status=Status.LOST, host=lz.host,
+                              error=f"{why}; gave up after {lz.retries + 1} attempts")
+        else:
+            lz.state = "lost"
+        return lz
+
+    def _collect(self, lz: Lease) -> Lease:
+        try:
+            out = self.runner.fetch(lz.handle)
+        except Exception as e:  # noqa: BLE001
+            log.warning("fetch %s failed: %s", lz.trial_id, e)
+            return lz  # try again next tick
+        if out.requeue:
+            return self._lost(lz, out.error or "the scheduler requeued the job")
+        m = self.research.manifest
+        value = out.metrics.get(m.metric)
+        if out.timed_out:
+            status = Status.TIMED_OUT
+        elif out.error or value is None:
+            status = Status.FAILED
+        else:
+            status = Status.SUCCEEDED
+        error = out.error
+        _, digest = self.harness()
+        harness = lz.model_extra.get("harness") if lz.model_extra else None
+        if harness and digest and harness != digest:
+            status, error = Status.REFUSED, "evaluation harness differs from the current baseline's"
+        log_sha = self.ledger.store_log(lz.trial_id, out.log) if out.log else None
+        lz.state = "done"
+        lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, status=status, value=value,
+                          metrics=out.metrics, exit_code=out.exit_code, host=lz.host, wall_s=out.wall_s,
+                          gpus=self.research.manifest.gpus, log=log_sha, error=error, tamper=out.tamper,
+                          harness=harness or digest, accelerator=out.accelerator, software=out.software)
+        log.info("trial %s on %s: %s %s", lz.trial_id, lz.host, status.value,
+                 f"{m.metric}={value:.4f}" if value is not None else (error or ""))
+        return lz
+
+    def _maybe_finish(self, commit: str, idea: Idea | None, note: Note | None, leases: list[Lease],
+                      pop: Population) -> bool:
+        p = self.cfg.policy
+        needed = seeds_needed(note, "baseline" if idea is None else "idea", p.baseline_seeds, p.confirm_seeds)
+        results = {t.seed: t for t in (note.trials if note else [])}
+        for lz in leases:
+            if lz.state == "done" and lz.result is not None:
+                results.setdefault(lz.seed, lz.result)
+        if not all(s in results for s in needed):
+            return False
+        confirming = note is not None and note.decision == "pending"
+        new = build_note(list(results.values()), idea, pop, self.research.manifest, p, confirmed=confirming)
+        self._noted(commit, idea, new)
+        for lz in leases:
+            if lz.state == "done":
+                try:
+                    self.runner.cleanup(lz.handle)
+                except Exception:  # noqa: BLE001 - a leftover dir is harmless
+                    pass
+        self.ledger.write_leases(commit, [lz for lz in leases if lz.state == "running"])
+        return True
+
+    def backfill(self, pop: Population) -> bool:
+        """Notes written before the baseline was measured get their baseline, delta and decision."""
+        if pop.baseline_value is None:
+            return False
+        changed = False
+        for idea in pop.ideas:
+            n = idea.note
+            if n is None or n.baseline is not None or n.status not in MEASURED:
+                continue
+            if fill_baseline(n, idea, pop, self.research.manifest, self.cfg.policy):
+                self.ledger.write_note(idea.commit, n)
+                changed = True
+        return changed
+
+    # -- dispatch ------------------------------------------------------------------------------------
+    def validate(self, idea: Idea) -> str | None:
+        """Why this commit may not run (None if it may). Cached per commit."""
+        if idea.commit in self._validated:
+            return self._validated[idea.commit]
+        base = self.research.baseline_commit
+        why = None
+        mb = self.repo.merge_base(idea.commit, base)
+        if mb is None:
+            why = "the branch shares no history with the baseline (no merge-base); rebase it onto " + \
+                  self.research.baseline_ref.removeprefix("refs/heads/")
+        else:
+            try:
+                from .safety import SafetyRules, check_tree_change
+            except ImportError:  # pragma: no cover - safety lands with the implementer
+                check_tree_change = None
+            if check_tree_change is not None:
+                rules = SafetyRules(is_frozen=self.research.manifest.is_frozen,
+                                    max_file_bytes=self.cfg.implementer.max_file_bytes,
+                                    max_diff_bytes=self.cfg.implementer.max_diff_bytes)
+                why = check_tree_change(self.repo, mb, idea.commit, rules)
+        self._validated[idea.commit] = why
+        return why
+
+    def _measured_trees(self, pop: Population) -> dict[str, str]:
+        trees = {}
+        if pop.baseline_note is not None and pop.baseline_commit:
+            trees[self.repo.tree_of(pop.baseline_commit)] = pop.baseline_commit
+        for i in pop.ideas:
+            if i.note is not None and i.note.status in MEASURED and i.tree and not i.note.linked:
+                trees.setdefault(i.tree, i.commit)
+        return trees
+
+    def _link(self, idea: Idea, other: str, pop: Population) -> None:
+        src = pop.baseline_note if other == pop.baseline_commit else pop.by_commit[other].note
+        note = src.model_copy(deep=True)
+        note.idea_id, note.linked, note.decision = idea.idea_id, other, None
+        note.error = f"identical code (same tree) as {other[:10]}: result linked, not re-run"
+        fill_baseline(note, idea, pop, self.research.manifest, self.cfg.policy)
+        self._noted(idea.commit, idea, note)
+
+    def dispatch(self, pop: Population, jobs: list[Job]) -> int:
+        started = 0
+        trees = None
+        for job in jobs:
+            free = self.free_slots()
+            if not free:
+                break
+            idea = job.idea
+            if job.purpose == "idea" and idea is not None:
+                why = self.validate(idea)
+                if why:
+                    log.info("rejected %s: %s", idea.branch or idea.idea_id, why)
+                    self._noted(idea.commit, idea, Note(status=Status.REJECTED, idea_id=idea.idea_id,
+                                                        metric=self.research.manifest.metric, error=why))
+                    continue
+                trees = trees if trees is not None else self._measured_trees(pop)
+                if idea.tree in trees and trees[idea.tree] != idea.commit:
+                    self._link(idea, trees[idea.tree], pop)
+                    continue
+            self._start(job, free[0])
+            started += 1
+        return started
+
+    def _start(self, job: Job, slot) -> None:
+        from autoresearchd.runners.base import TrialSpec
+        tar, digest = self.harness()
+        m = self.research.manifest
+        lease = Lease(trial_id=job.trial_id, seed=job.seed, runner=self.runner.name, host=slot.host,
+                      slot=slot.slot, retries=job.retries, purpose=job.purpose, harness=digest)
+        predict = getattr(self.runner, "predict_handle", None)
+        if predict is not None:
+            lease.handle = predict(job.trial_id, slot)
+        leases = [lz for lz in self.ledger.leases(job.commit) if lz.seed != job.seed or lz.state == "done"]
+        self.ledger.write_leases(job.commit, leases + [lease])     # lease first: crash-safe
+        self._busy[slot.key] = job.trial_id
+        try:
+            spec = TrialSpec(job.trial_id, job.commit, job.seed, m, self.repo.archive(job.commit), tar,
+                             self.research.frozen_files(), job.purpose)
+            lease.handle = self.runner.submit(spec, slot)
+        except Exception as e:  # noqa: BLE001 - a host failing at submit is a lost attempt
+            log.warning("submit %s to %s failed: %s", job.trial_id, slot.key, e)
+            lease = self._lost(lease, f"submit to {slot.key} failed: {e}")
+            self._slots_cache = (0.0, [])
+            self._busy.pop(slot.key, None)
+        lease.heartbeat = time.time()
+        self.ledger.upsert_lease(job.commit, lease)
+        log.info("dispatched %s to %s", job.trial_id, slot.key)

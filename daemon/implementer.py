@@ -1,0 +1,201 @@
+"""The implementer: a recorded proposal becomes an `idea/*` branch, or a record with the reason.
+
+Flow for one idea: build the prompt (numbered files, hidden files stubbed, frozen ones marked),
+ask the LLM, extract and apply the diff in a temporary index, compile the changed Python files,
+run the env's quick `check` in a scratch export, and feed any failure back for self-revision up
+to `max_revisions` times. Every attempt (response, diff, error) is kept in a transcript blob.
+Proposals are written to git before any implementation starts, so a crash loses nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from importlib import resources
+
+from .gitrepo import GitRepo
+from .ideas import branch_for, format_message, make_idea_id, parse_message
+from .notes import Note, Status
+from .population import PROPOSALS_PREFIX, RECORDS_PREFIX
+from .trials import Ledger
+
+log = logging.getLogger("autoresearchd")
+
+
+def prompt_template(name: str) -> str:
+    return resources.files("autoresearchd").joinpath("prompts", name).read_text()
+
+
+def prompt_hash(*texts: str) -> str:
+    return "sha256:" + hashlib.sha256("\0".join(texts).encode()).hexdigest()[:12]
+
+
+def render_files(repo: GitRepo, commit: str, manifest, max_file_bytes: int = 200_000) -> str:
+    """The editable view of the code: sorted paths, numbered lines, hidden files stubbed."""
+    import fnmatch
+    files = repo.read_files(commit)
+    out = []
+    for path in sorted(files):
+        data = files[path]
+        if manifest.is_hidden(path):
+            out.append(f"## {path}\n(hidden from this view)\n")
+            continue
+        if manifest.editable and not manifest.is_frozen(path) and \
+                not any(fnmatch.fnmatchcase(path, g) for g in manifest.editable):
+            continue
+        if b"\0" in data[:8192] or len(data) > max_file_bytes:
+            out.append(f"## {path}\n(binary or large file, {len(data)} bytes, not shown)\n")
+            continue
+        text = data.decode(errors="replace")
+        tag = " (READ-ONLY: frozen)" if manifest.is_frozen(path) else ""
+        numbered = "\n".join(f"{i:5d}| {line}" for i, line in enumerate(text.split("\n"), 1))
+        out.append(f"## {path}{tag}\n```\n{numbered}\n```\n")
+    return "\n".join(out)
+
+
+class Implementer:
+    def __init__(self, research, llm, cfg):
+        self.research, self.llm, self.cfg = research, llm, cfg
+        self.repo: GitRepo = research.repo
+        self.ledger = Ledger(self.repo)
+
+    # -- proposals -----------------------------------------------------------------------------------
+    def record_proposal(self, prop) -> str | None:
+        """Write the proposal to git before spending anything on it. Returns its idea id (None if it
+        already exists). A proposal the policy dropped (a duplicate) becomes a record with a note."""
+        idea_id = make_idea_id(prop.text, prop.epoch, prop.origin)
+        for prefix in (PROPOSALS_PREFIX, RECORDS_PREFIX):
+            if self.repo.rev_parse(prefix + idea_id):
+                return None
+        base = prop.base_commit or self.research.baseline_commit
+        trailers = {"Idea-Id": idea_id, "Origin": prop.origin, "Parents": prop.parents, "Epoch": prop.epoch,
+                    "Model": prop.model, "Idea-Cost-USD": f"{prop.cost_usd:.6f}" if prop.cost_usd else None,
+                    "Idea-Tokens": prop.tokens or None, "Prompt-Hash": getattr(prop, "prompt_hash", None),
+                    "Base": base}
+        msg = format_message(prop.title, prop.text, trailers)
+        commit = self.repo.commit_tree(self.repo.tree_of(base), [base], msg)
+        if prop.dropped_reason:
+            dup = getattr(prop, "duplicate_of", None)
+            self.ledger.write_note(commit, Note(status=Status.DUPLICATE, idea_id=idea_id, error=prop.dropped_reason,
+                                                duplicate_of=dup or None, metric=self.research.manifest.metric))
+            self.repo.update_ref(RECORDS_PREFIX + idea_id, commit)
+            return idea_id
+        self.repo.update_ref(PROPOSALS_PREFIX + idea_id, commit)
+        return idea_id
+
+    # -- implementation ------------------------------------------------------------------------------
+    def implement(self, idea_id: str) -> str | None:
+        """Implement a recorded proposal. Returns the branch ref on success, None on failure."""
+        from .llm import BudgetExhausted, LLMError
+        from .patching import apply_diff, extract_diff
+        from .safety import SafetyRules
+        prop_commit = self.repo.rev_parse(PROPOSALS_PREFIX + idea_id)
+        if prop_commit is None:
+            return None
+        msg = self.repo.commit_message(prop_commit)
+        title, body, trailers = parse_message(msg)
+        base = trailers.get("Base") or self.repo.git("rev-parse", prop_commit + "^").strip()
+        m = self.research.manifest
+        rules = SafetyRules(is_frozen=m.is_frozen, max_file_bytes=self.cfg.implementer.max_file_bytes,
+                            max_diff_bytes=self.cfg.implementer.max_diff_bytes)
+        template = prompt_template("implement.md")
+        prompt = template.format(context=m.context or m.description or m.name, metric=m.metric,
+                                 goal_word="lower" if m.goal == "min" else "higher", time_budget_s=m.time_budget_s,
+                                 idea=f"{title}\n\n{body}", files=render_files(self.repo, base, m))
+        messages = [{"role": "user", "content": prompt}]
+        transcript, cost, tokens, model, error, status = [], 0.0, 0, None, None, Status.IMPLEMENT_FAILED
+        tree = None
+        attempts = 0
+        for attempt in range(1, self.cfg.implementer.max_revisions + 2):
+            attempts = attempt
+            try:
+                c = self.llm.complete(messages, purpose="implement" if attempt == 1 else "revise",
+                                      meta={"idea": title, "attempt": attempt, "idea_id": idea_id})
+            except BudgetExhausted:
+                raise
+            except LLMError as e:
+                error = f"LLM call failed: {e}"
+                transcript.append({"attempt": attempt, "error": error})
+                break
+            cost += c.cost_usd
+            tokens += c.input_tokens + c.output_tokens
+            model = c.model
+            diff = extract_diff(c.text)
+            entry = {"attempt": attempt, "response": c.text, "diff": diff}
+            transcript.append(entry)
+            if not diff:
+                error = "no unified diff found in the response (expected a ```diff block with --- a/ +++ b/ headers)"
+            else:
+                res = apply_diff(self.repo, base, diff, rules)
+                entry["method"] = res.method
+                if res.ok:
+                    error = self._check(res.tree, res.changed)
+                    if error is None:
+                        tree, status = res.tree, Status.SUCCEEDED
+                        break
+                else:
+                    error = res.error or res.reason or "the diff did not apply"
+                    if res.rejected:
+                        status = Status.REJECTED
+            entry["error"] = error
+            messages += [{"role": "assistant", "content": c.text},
+                         {"role": "user", "content": prompt_template("revise.md").format(error=error)}]
+            status = Status.REJECTED if status == Status.REJECTED else Status.IMPLEMENT_FAILED
+        idea_cost = float(trailers.get("Idea-Cost-USD") or 0)
+        idea_tokens = int(trailers.get("Idea-Tokens") or 0)
+        blob = self.ledger.store_log(f"{idea_id}-implement",
+                                     json.dumps(transcript, indent=1).encode())
+        trailers.update({"Model": model or trailers.get("Model"), "Attempts": attempts,
+                         "Tokens": tokens + idea_tokens, "Implement-Cost-USD": f"{cost:.6f}",
+                         "Cost-USD": f"{cost + idea_cost:.6f}", "Transcript": blob,
+                         "Prompt-Hash": trailers.get("Prompt-Hash") or prompt_hash(template)})
+        if tree is not None:
+            commit = self.repo.commit_tree(tree, [base], format_message(title, body, trailers))
+            branch = branch_for(idea_id, title, trailers.get("Origin", "seed"))
+            self.repo.update_ref(branch, commit)
+            self.repo.delete_ref(PROPOSALS_PREFIX + idea_id)
+            log.info("implemented %s in %d attempt(s): %s", idea_id, attempts, branch.removeprefix("refs/heads/"))
+            return branch
+        record = self.repo.commit_tree(self.repo.tree_of(base), [base], format_message(title, body, trailers))
+        self.ledger.write_note(record, Note(status=status, idea_id=idea_id, metric=m.metric, error=error,
+                                            log=blob, tokens=tokens + idea_tokens, cost_usd=cost + idea_cost,
+                                            cost={"ideation": idea_cost, "implementation": cost}))
+        self.repo.update_ref(RECORDS_PREFIX + idea_id, record)
+        self.repo.delete_ref(PROPOSALS_PREFIX + idea_id)
+        log.info("could not implement %s after %d attempt(s): %s", idea_id, attempts, (error or "")[:200])
+        return None
+
+    def _check(self, tree: str, changed: list[str]) -> str | None:
+        """Pre-GPU checks: compile the changed Python files, then the env's quick `check`."""
+        py = [p for p in changed if p.endswith(".py")]
+        for path, data in (self.repo.read_files(tree, py) if py else {}).items():
+            try:
+                compile(data, path, "exec")
+            except SyntaxError as e:
+                return f"{path}:{e.lineno}: SyntaxError: {e.msg}\n    {(e.text or '').rstrip()}"
+        cmd = self.research.manifest.check
+        if not cmd:
+            return None
+        with tempfile.TemporaryDirectory(prefix="ard-check-") as d:
+            tarfile.open(fileobj=io.BytesIO(self.repo.archive(tree))).extractall(d, filter="data")
+            from autoresearchd.runners.base import scrubbed_env  # the check runs untrusted code too
+            env = dict(scrubbed_env(), AUTORESEARCH_CHECK="1", AUTORESEARCH_SEED="0",
+                       PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+                       **self.research.manifest.data)
+            try:
+                p = subprocess.run(["bash", "-c", cmd], cwd=d, env=env, capture_output=True,
+                                   timeout=self.cfg.implementer.check_timeout_s, start_new_session=True)
+            except subprocess.TimeoutExpired:
+                return f"the check command `{cmd}` did not finish within {self.cfg.implementer.check_timeout_s:.0f}s"
+            if p.returncode != 0:
+                out = (p.stdout + p.stderr).decode(errors="replace")
+                return f"the check command `{cmd}` failed (exit {p.returncode}). Its output ends with:\n{out[-3000:]}"
+        return None
+

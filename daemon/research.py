@@ -1,0 +1,121 @@
+"""The research repo: open the user's repo or create one from an env template, configure it so a
+plain `git log` shows results, and read the manifest and the frozen evaluation harness from the
+baseline commit (never from a work tree a trial could edit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import defaults
+from .config import Config, ConfigError
+from .gitrepo import GitRepo
+from .manifest import MANIFEST_FILE, EnvManifest, ManifestError, parse_manifest
+
+HOOK = """#!/bin/sh
+# installed by autoresearchd init: poke the daemon when an idea branch changes (the clock is the safety net)
+case "$0" in *reference-transaction) [ "$1" = committed ] || exit 0 ;; esac
+grep -q ' refs/heads/idea/' || exit 0
+f="$(git rev-parse --git-dir)/autoresearch/poke"
+[ -d "$(dirname "$f")" ] && date +%s > "$f"
+exit 0
+"""
+
+
+def template_path(cfg: Config, name: str) -> Path:
+    """An env template: a path relative to the config file, or the name of a packaged env."""
+    p = cfg.resolve(name)
+    if (p / MANIFEST_FILE).is_file():
+        return p
+    from autoresearchd.envs import template_dir
+    try:
+        return template_dir(Path(name).name)
+    except KeyError as e:
+        raise ConfigError(f"research.env: {e.args[0]}") from None
+
+
+def create_from_template(template: Path, dest: Path) -> GitRepo:
+    if dest.exists() and any(dest.iterdir()):
+        raise ConfigError(f"{dest} exists and is not empty; choose another directory")
+    shutil.copytree(template, dest, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".venv", "wandb"))
+    repo = GitRepo.init(dest, branch="main")
+    repo.commit_all_initial(f"baseline: {template.name} environment\n\nCreated by autoresearchd from the "
+                            f"'{template.name}' template.")
+    return repo
+
+
+def configure(repo: GitRepo) -> None:
+    """Idempotent: plain `git log` shows result notes; fetches from clones bring notes along."""
+    repo.config_set("notes.displayRef", defaults.NOTES_REF, add=True)
+    repo.config_set("receive.denyCurrentBranch", "updateInstead")
+    hooks = repo.git_dir / "hooks"
+    hooks.mkdir(exist_ok=True)
+    for name in ("reference-transaction", "post-receive"):
+        h = hooks / name
+        if not h.exists():
+            h.write_text(HOOK)
+            h.chmod(0o755)
+
+
+@dataclass
+class Research:
+    repo: GitRepo
+    baseline_ref: str
+    manifest: EnvManifest
+
+    @property
+    def baseline_commit(self) -> str:
+        c = self.repo.rev_parse(self.baseline_ref)
+        if c is None:
+            raise ConfigError(f"baseline branch {self.baseline_ref} does not exist in {self.repo.path}")
+        return c
+
+    def frozen_files(self, commit: str | None = None) -> list[str]:
+        entries = self.repo.ls_tree(commit or self.baseline_commit)
+        return sorted(e.path for e in entries if e.type == "blob" and self.manifest.is_frozen(e.path))
+
+    def harness(self) -> tuple[bytes | None, str | None]:
+        """(tar of the baseline's frozen files, hash of their blob ids). The evaluator runs from this."""
+        files = self.frozen_files()
+        if not files:
+            return None, None
+        entries = self.repo.ls_tree(self.baseline_commit, files)
+        digest = hashlib.sha256("\n".join(f"{e.sha} {e.path}" for e in entries).encode()).hexdigest()[:16]
+        return self.repo.archive(self.baseline_commit, files), digest
+
+
+def load_manifest(repo: GitRepo, rev: str, cfg: Config | None = None) -> EnvManifest:
+    if cfg is not None and cfg.env is not None:
+        return cfg.env
+    text = repo.read_blob(f"{rev}:{MANIFEST_FILE}")
+    if text is None:
+        raise ConfigError(f"{repo.path}: no {MANIFEST_FILE} with an [env] table at {rev}; "
+                          f"see docs/environment.md to turn a repo into an environment")
+    try:
+        return parse_manifest(text.decode(), f"{repo.path.name}:{MANIFEST_FILE}")
+    except ManifestError as e:
+        raise ConfigError(str(e)) from None
+
+
+def open_research(cfg: Config, create: bool = True) -> Research:
+    path = cfg.resolve(cfg.research.repo)
+    if (path / ".git").exists() or (path / "HEAD").is_file() and (path / "objects").is_dir():
+        repo = GitRepo(path)
+    elif create:
+        repo = create_from_template(template_path(cfg, cfg.research.env), path)
+    else:
+        raise ConfigError(f"research repo {path} does not exist; run `autoresearchd init` or `start`")
+    configure(repo)
+    (repo.git_dir / "autoresearch").mkdir(exist_ok=True)
+    head = repo.git("symbolic-ref", "-q", "--short", "HEAD", check=False).strip() or "main"
+    manifest = load_manifest(repo, cfg.research.baseline or head, cfg)
+    branch = cfg.research.baseline or manifest.baseline
+    ref = branch if branch.startswith("refs/") else f"refs/heads/{branch}"
+    if repo.rev_parse(ref) is None:
+        raise ConfigError(f"baseline branch '{branch}' not found in {path}")
+    manifest = load_manifest(repo, ref, cfg)
+    return Research(repo, ref, manifest)

@@ -1,0 +1,195 @@
+"""What the LLM policies share: the epoch cursor, the batch loop, and duplicate filtering.
+
+The cursor: an epoch is `cfg.ideas_per_epoch` proposals. The current epoch and how far into it we
+are come from the population (ideas of the policies' origins, dropped duplicates not counted), so a
+restarted daemon continues an epoch instead of repeating or skipping it. Proposals handed out by this
+process but not yet committed are remembered in memory, so two quick calls do not fill one slot twice.
+
+The batch loop: a subclass's `plan()` says what one batch asks for (origin, size, prompt, how to
+pick parents); `propose()` asks for whole batches until it has at least `n` ideas. Each answer is
+parsed; ideas that duplicate an existing idea (any status, human ones included) or an earlier
+proposal are returned with `dropped_reason`, and the model is asked for replacements, at most
+`MAX_FOLLOWUPS` more calls per batch, which also covers answers with too few ideas.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..llm.base import LLMError
+from ..notes import Status
+from .base import Policy, Proposal
+from .dedupe import PENDING, DuplicateIndex
+from .prompting import ParsedIdea, Prompts, parse_ideas, render
+
+POLICY_ORIGINS = {"seed", "exploit", "explore", "greedy", "best_of_n"}
+MAX_FOLLOWUPS = 2
+
+
+@dataclass
+class BatchPlan:
+    origin: str
+    epoch: int
+    batch: int                     # batch number inside the epoch
+    k: int                         # ideas wanted
+    prompt: str
+    system: str
+    prompt_hash: str
+    # parsed idea -> (parents, base_commit); default: no parents, the baseline
+    lineage: Callable[[ParsedIdea], tuple[list[str], str | None]] = field(
+        default=lambda p: ([], None))
+
+
+@dataclass
+class _Pending:
+    key: str
+    title: str
+    epoch: int
+
+
+class LLMPolicy(Policy):
+    """Base of the LLM-driven policies. Subclasses implement `plan(population, env, epoch, done)`."""
+
+    def __init__(self, cfg, prompts_dir=None):
+        super().__init__(cfg, prompts_dir)
+        self.prompts = Prompts(prompts_dir)
+        self._index: DuplicateIndex | None = None
+        self._pending: list[_Pending] = []
+        self._floor: dict[int, int] = {}     # epoch -> position reached by this process
+        self._seq = 0
+
+    # -- where we are ---------------------------------------------------------------------------
+    def _refresh(self, population) -> None:
+        """Index new ideas; forget pending proposals that are ideas in git now."""
+        if self._index is None:
+            self._index = DuplicateIndex(self.cfg.duplicate_threshold)
+        self._index.sync(population)
+        titles = {i.title for i in population.ideas}
+        for p in [p for p in self._pending if p.title in titles]:
+            self._index.remove(p.key)
+            self._pending.remove(p)
+
+    def cursor(self, population) -> tuple[int, int]:
+        """(current epoch, proposals already made in it)."""
+        per = max(1, self.cfg.ideas_per_epoch)
+        counts = Counter(i.epoch for i in population.ideas
+                         if i.origin in POLICY_ORIGINS and i.status != Status.DUPLICATE)
+        for e, pos in self._floor.items():
+            counts[e] = max(counts[e], pos)
+        epoch = max(counts, default=0)
+        done = counts.get(epoch, 0)
+        if done >= per:
+            return epoch + 1, 0
+        return epoch, done
+
+    def epoch_titles(self, population, epoch: int) -> list[str]:
+        """Titles already proposed in this epoch (in git or still pending)."""
+        t = [i.title for i in population.ideas if i.epoch == epoch and i.origin in POLICY_ORIGINS
+             and i.status != Status.DUPLICATE]
+        return t + [p.title for p in self._pending if p.epoch == epoch]
+
+    def pending_titles(self, population) -> list[str]:
+        """Ideas waiting for a result: queued, running, or not committed yet."""
+        return [i.title for i in population.ideas if i.note is None] + [p.title for p in self._pending]
+
+    # -- proposing ------------------------------------------------------------------------------
+    def plan(self, population, env, epoch: int, done: int) -> BatchPlan:
+        raise NotImplementedError
+
+    def propose(self, population, n: int, env, llm) -> list[Proposal]:
+        """Whole batches until at least n ideas are accepted (dropped duplicates come along)."""
+        if n <= 0:
+            return []
+        self._refresh(population)
+        out: list[Proposal] = []
+        accepted = 0
+        while accepted < n:
+            epoch, done = self.cursor(population)
+            plan = self.plan(population, env, epoch, done)
+            try:
+                got = self._run_batch(plan, population, llm)
+            except LLMError:
+                if out:
+                    break   # keep what earlier batches produced; the next call raises again
+                raise
+            ok = [p for p in got if p.dropped_reason is None]
+            out += got
+            accepted += len(ok)
+            self._floor[epoch] = max(self._floor.get(epoch, 0), done + len(ok))
+            if not ok:   # only duplicates or nothing readable, even after follow-ups
+                if not out:
+                    raise LLMError(f"no usable [Experiment] ... [End] blocks in the model's answers "
+                                   f"({1 + MAX_FOLLOWUPS} calls for one batch)")
+                break
+        return out
+
+    def _run_batch(self, plan: BatchPlan, population, llm) -> list[Proposal]:
+        messages = [{"role": "user", "content": plan.prompt}]
+        known = [i.title for i in population.ideas] + [p.title for p in self._pending]
+        accepted: list[Proposal] = []
+        dropped: list[Proposal] = []
+        for call in range(1 + MAX_FOLLOWUPS):
+            want = plan.k - len(accepted)
+            meta = {"n": want, "known_titles": known + [p.title for p in accepted + dropped]}
+            try:
+                c = llm.complete(messages, system=plan.system, purpose="propose", meta=meta)
+            except LLMError:
+                if call == 0:
+                    raise
+                break       # a failed follow-up: keep what this batch already has
+            parsed = parse_ideas(c.text)[:want]
+            share = len(parsed) or 1
+            new_dups: list[Proposal] = []
+            for idea in parsed:
+                parents, base = plan.lineage(idea)
+                prop = Proposal(title=idea.title, text=idea.text, origin=plan.origin, epoch=plan.epoch,
+                                parents=parents, base_commit=base, batch=plan.batch,
+                                cost_usd=c.cost_usd / share,
+                                tokens=(c.input_tokens + c.output_tokens) // share,
+                                model=c.model, prompt_hash=plan.prompt_hash)
+                self._check_duplicate(prop, population)
+                if prop.dropped_reason:
+                    new_dups.append(prop)
+                else:
+                    accepted.append(prop)
+            dropped += new_dups
+            if len(accepted) >= plan.k or call == MAX_FOLLOWUPS:
+                break
+            messages += [{"role": "assistant", "content": c.text},
+                         {"role": "user", "content": self._followup(plan.k - len(accepted), len(parsed),
+                                                                    want, new_dups)}]
+        return accepted + dropped
+
+    def _check_duplicate(self, prop: Proposal, population) -> None:
+        text = f"{prop.title}\n{prop.text}"
+        hits = [k for k, _ in self._index.matches(text)]
+        # Name the original, not an earlier proposal that was itself recorded as its duplicate.
+        hits.sort(key=lambda k: k in population.by_id and population.by_id[k].status == Status.DUPLICATE)
+        hit = hits[0] if hits else None
+        if hit is None:
+            self._seq += 1
+            key = f"{PENDING}{prop.epoch}:{self._seq}"
+            self._index.add(key, text)
+            self._pending.append(_Pending(key, prop.title, prop.epoch))
+            return
+        if hit.startswith(PENDING):
+            other = next((p.title for p in self._pending if p.key == hit), hit)
+            prop.dropped_reason = f"duplicate of the earlier proposal '{other}'"
+        else:
+            other = population.by_id[hit].title if hit in population.by_id else ""
+            prop.duplicate_of = hit
+            prop.dropped_reason = f"duplicate of {hit}" + (f" ('{other}')" if other else "")
+
+    def _followup(self, missing: int, parsed: int, asked: int, dups: list[Proposal]) -> str:
+        problems = []
+        if parsed < asked:
+            problems.append(f"I could read only {parsed} of the {asked} experiments I asked for in the "
+                            f"[Experiment] ... [Code Changes] ... [End] format.")
+        if dups:
+            lines = "\n".join(f"- '{p.title}': {p.dropped_reason}" for p in dups)
+            problems.append(f"These were dropped because they repeat ideas that were already "
+                            f"proposed:\n{lines}")
+        return render(self.prompts.get("followup"), problem="\n\n".join(problems), n=missing).strip()
+

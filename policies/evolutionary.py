@@ -1,0 +1,126 @@
+"""The paper's evolutionary search: seed ideas, then each epoch a growing share of exploitation.
+
+Epoch 0 asks for `ideas_per_epoch` seed ideas in batches of `batch`, each batch shown the titles
+already proposed in the epoch. A later epoch splits into exploit batches first, then explore
+batches, by `schedule()`: the exploit share is min(0.5 + 0.1 * (epoch // 2), 0.8), rounded down to
+whole batches.
+
+- exploit: up to `max_parents` parents sampled uniformly from the ideas that beat the measured
+  baseline (promoted/confirmed ones first, demoted ones never); with no baseline yet, the best
+  measured ideas. The model combines and refines them. Parents = the shown ids the idea cites,
+  else the shown ones (at most MAX_PARENT_IDS); it branches off the baseline, except when it cites
+  exactly one parent: then it builds on that parent's commit.
+- explore: up to `max_parents` ideas sampled from the whole measured history, failures included
+  with their reason; the model is asked for new directions that avoid what failed.
+An exploit batch with nothing to exploit (no idea beats the baseline yet) runs as an explore batch.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..notes import Status
+from .common import BatchPlan, LLMPolicy
+from .prompting import ParsedIdea, describe_ideas
+
+MAX_PARENT_IDS = 3
+PREFERRED = ("promoted", "confirmed")
+
+
+def exploit_share_tenths(epoch: int) -> int:
+    """The paper's min(0.5 + 0.1 * (epoch // 2), 0.8), in tenths (integers: no float rounding)."""
+    return min(5 + epoch // 2, 8)
+
+
+def schedule(epoch: int, ideas_per_epoch: int, batch: int) -> tuple[int, int]:
+    """(n_exploit, n_explore) for one epoch. Epoch 0 is all seed ideas: (0, ideas_per_epoch)."""
+    if epoch <= 0:
+        return 0, ideas_per_epoch
+    batch = max(1, batch)
+    n_exploit = ideas_per_epoch * exploit_share_tenths(epoch) // 10
+    n_exploit = n_exploit // batch * batch
+    return n_exploit, ideas_per_epoch - n_exploit
+
+
+def exploit_candidates(population, env) -> tuple[list, list]:
+    """(preferred, others): ideas worth building on. Preferred = promoted/confirmed by the noise-aware
+    loop. With a measured baseline, only ideas that beat it; without one, all measured ideas."""
+    ok = [i for i in population.succeeded() if not (i.note and i.note.decision == "demoted")]
+    base = population.baseline_value
+    if base is not None:
+        ok = [i for i in ok if env.better(i.value, base)]
+    ok.sort(key=lambda i: (i.value if env.goal == "min" else -i.value, i.idea_id))
+    preferred = [i for i in ok if i.note.decision in PREFERRED]
+    return preferred, [i for i in ok if i.note.decision not in PREFERRED]
+
+
+def history(population) -> list:
+    """Every idea with a final result, failures included (duplicates say nothing new)."""
+    return sorted((i for i in population.ideas if i.note is not None and i.status != Status.DUPLICATE),
+                  key=lambda i: i.idea_id)
+
+
+def cited_parents(idea: ParsedIdea, shown: dict) -> list[str]:
+    """Ids of shown ideas that the model cites in its text, in the order cited."""
+    found = []
+    for m in re.finditer(r"[A-Za-z0-9][A-Za-z0-9-]{3,}", idea.text):
+        w = m.group(0)
+        if w in shown and w not in found:
+            found.append(w)
+    return found
+
+
+class EvolutionaryPolicy(LLMPolicy):
+    name = "evolutionary"
+
+    def plan(self, population, env, epoch: int, done: int) -> BatchPlan:
+        cfg = self.cfg
+        bs = max(1, cfg.batch)
+        batch_no = done // bs
+        rng = self.rng(epoch, done)
+        avoid = self.prompts.avoid(self.epoch_titles(population, epoch) + self.pending_titles(population))
+        if epoch == 0:
+            k = min(bs, cfg.ideas_per_epoch - done)
+            prompt = self.prompts.page("seed", population, env, k, avoid=avoid)
+            return BatchPlan("seed", epoch, batch_no, k, prompt, self.prompts.system(),
+                             self.prompts.hash("system", "seed", "task", "format", "avoid"))
+        n_exploit, _ = schedule(epoch, cfg.ideas_per_epoch, bs)
+        if done < n_exploit:
+            k = min(bs, n_exploit - done)
+            plan = self._exploit(population, env, epoch, batch_no, k, rng, avoid)
+            if plan is not None:
+                return plan
+        else:
+            k = min(bs, cfg.ideas_per_epoch - done)
+        return self._explore(population, env, epoch, batch_no, k, rng, avoid)
+
+    def _exploit(self, population, env, epoch, batch_no, k, rng, avoid) -> BatchPlan | None:
+        preferred, others = exploit_candidates(population, env)
+        if not preferred and not others:
+            return None
+        m = max(1, self.cfg.max_parents)
+        if population.baseline_value is None:
+            shown = (preferred + others)[:m]          # no baseline: the best measured ideas
+        else:
+            shown = rng.sample(preferred, min(m, len(preferred)))
+            shown += rng.sample(others, min(m - len(shown), len(others)))
+        prompt = self.prompts.page("exploit", population, env, k, avoid=avoid,
+                                   parents=describe_ideas(shown, population, env))
+        by_id = {i.idea_id: i for i in shown}
+
+        def lineage(idea: ParsedIdea):
+            cited = cited_parents(idea, by_id)[:MAX_PARENT_IDS]
+            if len(cited) == 1:
+                return cited, by_id[cited[0]].commit
+            return cited or list(by_id)[:MAX_PARENT_IDS], None
+
+        return BatchPlan("exploit", epoch, batch_no, k, prompt, self.prompts.system(),
+                         self.prompts.hash("system", "exploit", "task", "format", "avoid"), lineage)
+
+    def _explore(self, population, env, epoch, batch_no, k, rng, avoid) -> BatchPlan:
+        hist = history(population)
+        shown = rng.sample(hist, min(max(1, self.cfg.max_parents), len(hist)))
+        prompt = self.prompts.page("explore", population, env, k, avoid=avoid,
+                                   history=describe_ideas(shown, population, env))
+        return BatchPlan("explore", epoch, batch_no, k, prompt, self.prompts.system(),
+                         self.prompts.hash("system", "explore", "task", "format", "avoid"))

@@ -1,0 +1,67 @@
+"""Config: discovery, validation with one-line errors and did-you-mean, env overrides, no secrets."""
+
+import subprocess
+import sys
+
+import pytest
+
+from autoresearchd.config import ConfigError, find_config, load_config
+
+from conftest import REPO_ROOT
+
+
+def run_cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "autoresearchd.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_repo_default_config_is_valid():
+    cfg = load_config(REPO_ROOT / ".autoresearch.toml")
+    assert cfg.research.env == "envs/tinygpt" and cfg.runner.kind == "local" and cfg.llm.provider == "auto"
+
+
+def test_walks_up(tmp_path, monkeypatch):
+    (tmp_path / ".autoresearch.toml").write_text("[runner]\nslots = 3\n")
+    sub = tmp_path / "a" / "b"
+    sub.mkdir(parents=True)
+    monkeypatch.chdir(sub)
+    assert find_config() == tmp_path / ".autoresearch.toml"
+    assert load_config().runner.slots == 3
+
+
+@pytest.mark.parametrize("text,expect", [
+    ("[runner]\nslot = 2\n", "unknown key 'runner.slot' (did you mean 'slots'?)"),
+    ("[runer]\nslots = 2\n", "unknown key 'runer' (did you mean 'runner'?)"),
+    ("[runner]\nslots = 'many'\n", "runner.slots: Input should be a valid integer"),
+    ("[daemon]\ntick_s = [1]\n", "daemon.tick_s"),
+    ("[llm]\napi_key = 'sk-123'\n", "secrets are read from the environment only"),
+    ("[llm]\nprovider = 'gemini'\n", "llm.provider"),
+    ("[runner\n", "invalid TOML"),
+])
+def test_bad_config_one_line_exit_2(tmp_path, text, expect):
+    (tmp_path / ".autoresearch.toml").write_text(text)
+    p = run_cli("status", cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert expect in p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert "sk-123" not in p.stderr
+
+
+def test_missing_config_file(tmp_path):
+    p = run_cli("--config", str(tmp_path / "nope.toml"), "status", cwd=tmp_path)
+    assert p.returncode == 2 and "config file not found" in p.stderr
+
+
+def test_debug_shows_traceback(tmp_path):
+    (tmp_path / ".autoresearch.toml").write_text("[runner]\nslot = 2\n")
+    p = run_cli("--debug", "status", cwd=tmp_path)
+    assert p.returncode != 0 and "Traceback" in p.stderr
+
+
+def test_env_overrides(tmp_path):
+    (tmp_path / "c.toml").write_text("[llm]\nprovider = 'replay'\n")
+    cfg = load_config(tmp_path / "c.toml", environ={"AUTORESEARCHD_LLM__PROVIDER": "openai",
+                                                     "AUTORESEARCHD_RUNNER__SLOTS": "4"})
+    assert cfg.llm.provider == "openai" and cfg.runner.slots == 4
+    with pytest.raises(ConfigError, match="unknown key 'runner.slotz'"):
+        load_config(tmp_path / "c.toml", environ={"AUTORESEARCHD_RUNNER__SLOTZ": "4"})

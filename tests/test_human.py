@@ -1,0 +1,115 @@
+"""Human ideas: branches pushed from a clone (file://), force-pushes, bursts, and the watcher being
+optional. Real git CLI, real daemon loop, local runner."""
+
+import threading
+import time
+
+from autoresearchd.app import build_daemon
+from autoresearchd.config import load_config
+from autoresearchd.loop import settled
+from autoresearchd.notes import Status
+from autoresearchd.population import read_population
+
+from conftest import git, write_config
+
+
+def clone(src, dst):
+    git(dst.parent, "clone", "-q", f"file://{src}", str(dst))
+    return dst
+
+
+def push_idea(cl, name, message, edit):
+    git(cl, "checkout", "-q", "-B", f"work-{name.replace('/', '-')}", "origin/main")
+    edit(cl)
+    git(cl, "commit", "-qam", message)
+    git(cl, "push", "-q", "origin", f"HEAD:refs/heads/idea/{name}")
+    return git(cl, "rev-parse", "HEAD").strip()
+
+
+def set_x(value):
+    def edit(cl):
+        p = cl / "run.py"
+        p.write_text(p.read_text().replace("x = 1.0", f"x = {value}"))
+    return edit
+
+
+def run_daemon(cfg, timeout=120, watcher=True):
+    d = build_daemon(load_config(cfg), with_llm=False)
+    if not watcher:
+        import autoresearchd.watch as w
+        w_start, w.start_watcher = w.start_watcher, lambda repo, poke: None
+    t0 = time.time()
+    try:
+        d.run_forever(install_signals=False, until=lambda pop: settled(pop) or time.time() - t0 > timeout)
+    finally:
+        if not watcher:
+            w.start_watcher = w_start
+    return read_population(d.repo, d.research.baseline_ref)
+
+
+def test_push_from_clone_runs_and_result_is_fetchable(toy_env, tmp_path):
+    cfg = write_config(tmp_path, toy_env)
+    cl = clone(toy_env, tmp_path / "clone")
+    sha = push_idea(cl, "alice/half", "Halve x\n\nA person's idea, pushed.", set_x(0.5))
+    pop = run_daemon(cfg)
+    idea = pop.by_commit[sha]
+    assert idea.origin == "human" and idea.title == "Halve x" and idea.text == "A person's idea, pushed."
+    assert idea.note.status == Status.SUCCEEDED and idea.note.value < 0.52
+    git(cl, "fetch", "-q", "origin", "refs/notes/*:refs/notes/*")
+    out = git(cl, "log", "--notes=autoresearch", "-1", sha)
+    assert "succeeded score=" in out
+
+
+def test_force_push_queues_new_tip_old_result_stays(toy_env, tmp_path):
+    cfg = write_config(tmp_path, toy_env)
+    cl = clone(toy_env, tmp_path / "clone")
+    old = push_idea(cl, "bob/x", "x 0.8", set_x(0.8))
+    run_daemon(cfg)
+    git(cl, "commit", "-q", "--amend", "-m", "x 0.6 instead")
+    (cl / "run.py").write_text((cl / "run.py").read_text().replace("x = 0.8", "x = 0.6"))
+    git(cl, "commit", "-qam", "x 0.6")
+    git(cl, "push", "-q", "-f", "origin", "HEAD:refs/heads/idea/bob/x")
+    new = git(cl, "rev-parse", "HEAD").strip()
+    pop = run_daemon(cfg)
+    assert pop.by_commit[new].note.value < 0.62
+    # the old commit is no longer on a branch, but its note is still there
+    from autoresearchd.gitrepo import GitRepo
+    from autoresearchd.notes import parse_note
+    old_note = parse_note(GitRepo(toy_env).note_read("refs/notes/autoresearch", old))
+    assert 0.8 <= old_note.value < 0.82
+
+
+def test_burst_of_50_pushes_without_watcher(toy_env, tmp_path):
+    cfg = write_config(tmp_path, toy_env)
+    cl = clone(toy_env, tmp_path / "clone")
+    shas = set()
+    for k in range(50):
+        shas.add(push_idea(cl, f"burst/i{k:02d}", f"burst idea {k}", set_x(round(0.5 + k / 100, 2))))
+    pop = run_daemon(cfg, timeout=240, watcher=False)   # the clock alone finds every branch
+    got = {i.commit for i in pop.ideas if i.note is not None and i.note.status == Status.SUCCEEDED}
+    assert shas <= got
+
+
+def test_watcher_pokes_the_loop(toy_env, tmp_path):
+    """With a long tick, a pushed branch is still dispatched promptly: the watcher (or hook) pokes."""
+    cfg = write_config(tmp_path, toy_env, "")
+    text = cfg.read_text().replace("tick_s = 0.3", "tick_s = 8")
+    cfg.write_text(text)
+    d = build_daemon(load_config(cfg), with_llm=False)
+    t = threading.Thread(target=d.run_forever, kwargs={"install_signals": False}, daemon=True)
+    t.start()
+    deadline = time.time() + 60
+    while time.time() < deadline and read_population(d.repo, d.research.baseline_ref).baseline_note is None:
+        time.sleep(0.2)
+    cl = clone(toy_env, tmp_path / "clone")
+    t0 = time.time()
+    sha = push_idea(cl, "carol/fast", "fast", set_x(0.4))
+    while time.time() - t0 < 20:
+        pop = read_population(d.repo, d.research.baseline_ref)
+        if sha in pop.by_commit and pop.by_commit[sha].status != Status.QUEUED:
+            break
+        time.sleep(0.05)
+    latency = time.time() - t0
+    d._stopped.set()
+    t.join(30)
+    assert latency < 4, f"dispatch took {latency:.1f}s with an 8s tick"

@@ -1,0 +1,63 @@
+"""The note schema round-trips exactly, parses tolerantly, and shows in plain `git log`."""
+
+from autoresearchd import defaults
+from autoresearchd.gitrepo import GitRepo
+from autoresearchd.notes import Lease, Note, Status, Trial, format_leases, format_note, parse_leases, parse_note
+from autoresearchd.research import configure
+
+from conftest import git
+
+
+def full_note() -> Note:
+    t = Trial(trial_id="e001-ab-s0", seed=0, status=Status.SUCCEEDED, value=3.2412, metrics={"val_loss": 3.2412},
+              exit_code=0, host="gpu03", wall_s=1453.2, gpus=8, log="a" * 40, tamper=["> x"], harness="h1",
+              accelerator="8 x H100", software="py3.11 torch2.4")
+    return Note(status=Status.SUCCEEDED, idea_id="e001-abcdef12", metric="val_loss", goal="min", value=3.2412,
+                std=0.0021, seeds=[0, 1], values=[3.2412, 3.2431], baseline=3.255, baseline_std=0.003,
+                delta=-0.0138, parent_delta=0.001, decision="promoted", host="gpu03", wall_s=1453.2, gpu_s=11625.6,
+                exit_code=0, seed=0, error="line one\nline two: with colon", log="b" * 40, duplicate_of="e000-1",
+                linked="c" * 40, accelerator="8 x H100", software="py3.11", harness="h1", tamper=["> evaluate.py"],
+                tokens=1234, cost_usd=0.0123, cost={"ideation": 0.002, "implementation": 0.0103}, trials=[t],
+                finished_at=1795375410.25)
+
+
+def test_every_field_round_trips():
+    n = full_note()
+    text = format_note(n)
+    back = parse_note(text)
+    assert back == n
+    assert format_note(back) == text
+
+
+def test_summary_line():
+    first = format_note(full_note()).splitlines()[0]
+    assert first.startswith("succeeded val_loss=3.2412±0.0021 (-0.0138 vs baseline) [promoted] gpu03 24m13s")
+
+
+def test_tolerant_parsing_skips_unknown_and_garbage():
+    text = format_note(Note(status=Status.FAILED, error="boom")) + "future_key: 42\nnot a field line\n: x\n"
+    n = parse_note(text)
+    assert n.status == Status.FAILED and n.error == "boom"
+    assert n.model_extra.get("future_key") == "42"
+    assert parse_note("just prose\n\nno status here\n") is None
+    # a newer schema with a wrong-typed known field still yields what we understand
+    assert parse_note("x\n\nstatus: failed\nvalue: not-a-number\n").status == Status.FAILED
+
+
+def test_leases_round_trip():
+    leases = [Lease(trial_id="t1", seed=0, runner="ssh", host="h1", slot="0,1", handle={"dir": "/x", "pid": 4}),
+              Lease(trial_id="t2", seed=1, runner="ssh", host="h2", slot="0", state="done",
+                    result=Trial(trial_id="t2", seed=1, status=Status.FAILED, error="x"))]
+    assert parse_leases(format_leases(leases)) == leases
+
+
+def test_plain_git_log_shows_the_summary(make_repo):
+    d = make_repo({"a.txt": "x"})
+    repo = GitRepo(d)
+    configure(repo)
+    head = repo.rev_parse("HEAD")
+    repo.note_write(defaults.NOTES_REF, head, format_note(full_note()))
+    out = git(d, "log", "-1")
+    assert "Notes (autoresearch):" in out
+    assert "succeeded val_loss=3.2412" in out
+    assert "succeeded val_loss=3.2412" in git(d, "log", "--notes", "-1")

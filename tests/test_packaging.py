@@ -1,0 +1,58 @@
+"""Both an editable install and a wheel install into a fresh venv work, expose the `autoresearchd`
+console script, and put no generic top-level module (daemon, runners, ...) into site-packages."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+
+GENERIC = {"daemon", "runners", "policies", "envs", "tests", "bench"}
+
+
+def make_venv(path: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    site = next(path.glob("lib/python*/site-packages"))
+    # reuse this interpreter's installed dependencies; the package itself is installed fresh
+    (site / "deps.pth").write_text("\n".join(p for p in sys.path if p.endswith("site-packages")) + "\n")
+    return site
+
+
+def check_install(venv: Path, site: Path):
+    py = venv / "bin" / "python"
+    out = subprocess.run([str(venv / "bin" / "autoresearchd"), "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "init" in out.stdout and "start" in out.stdout
+    code = ("import autoresearchd, autoresearchd.runners.local, autoresearchd.policies, autoresearchd.llm, "
+            "autoresearchd.envs as e; print(e.template_dir('tinygpt'))")
+    p = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd="/")
+    assert p.returncode == 0, p.stderr
+    assert Path(p.stdout.strip(), "train.py").is_file()
+    top = {x.name.split(".")[0] for x in site.iterdir()}
+    assert not (top & GENERIC), top & GENERIC
+
+
+@pytest.mark.skipif(not (REPO_ROOT / "envs" / "tinygpt" / "train.py").exists(), reason="tinygpt not present")
+def test_wheel_install(tmp_path):
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(dist), str(REPO_ROOT)], check=True, capture_output=True)
+    wheel = next(dist.glob("autoresearchd-*.whl"))
+    venv = tmp_path / "venv"
+    site = make_venv(venv)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
+                   check=True, capture_output=True)
+    check_install(venv, site)
+    import zipfile
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "autoresearchd/runners/trial.sh" in names and "autoresearchd/prompts/implement.md" in names
+
+
+@pytest.mark.skipif(not (REPO_ROOT / "envs" / "tinygpt" / "train.py").exists(), reason="tinygpt not present")
+def test_editable_install(tmp_path):
+    venv = tmp_path / "venv"
+    site = make_venv(venv)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
+                    "--no-build-isolation", "-e", str(REPO_ROOT)], check=True, capture_output=True)
+    check_install(venv, site)
