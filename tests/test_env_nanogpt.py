@@ -28,7 +28,7 @@ PY = sys.executable
 SMALL_VOCAB = 512
 # What a tiny CPU configuration needs; a real trial's environment has none of these.
 TINY = {"NANOGPT_SMOKE": "1", "NANOGPT_SMOKE_VOCAB": str(SMALL_VOCAB), "TORCHDYNAMO_DISABLE": "1",
-        "NANOGPT_EVAL_SEQ_LEN": "64", "NANOGPT_VAL_TOKENS": "4096", "NANOGPT_EVAL_VOCAB": str(SMALL_VOCAB),
+        "NANOGPT_EVAL_SEQ_LEN": "64", "NANOGPT_EVAL_SIZE": "4096", "NANOGPT_EVAL_VOCAB": str(SMALL_VOCAB),
         "NANOGPT_EVAL_BATCH": "8", "OMP_NUM_THREADS": "1"}
 
 sys.path.insert(0, str(ENV))
@@ -157,15 +157,21 @@ def test_train_that_ignores_the_stop_is_killed_and_fails(tmp_path):
     (code / shards.ARTIFACT).write_text("stale model from an earlier run")
     (code / "train.py").write_text(
         "import os, time\nopen('pid', 'w').write(str(os.getpid()))\nwhile True:\n    time.sleep(0.1)\n")
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", NANOGPT_TRAIN_BUDGET_S="1", NANOGPT_SAVE_GRACE_S="1")
-    t0 = time.time()
-    p = run([PY, "launch.py"], code, env, timeout=60)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", NANOGPT_TRAIN_BUDGET_S="1", NANOGPT_SAVE_GRACE_S="5")
+    p = run([PY, "launch.py"], code, env, timeout=120)
     assert p.returncode == 3 and "no model saved" in p.stdout, p.stdout + p.stderr
-    assert time.time() - t0 < 40
-    pid = int((code / "pid").read_text())
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)                      # the worker is gone, not orphaned
-    assert not (code / shards.ARTIFACT).exists()
+    assert not (code / shards.ARTIFACT).exists()          # the stale model does not count
+    if (code / "pid").exists():                           # the worker started (it may not, on a busy CPU)
+        with pytest.raises(ProcessLookupError):
+            os.kill(int((code / "pid").read_text()), 0)   # ... and is gone, not orphaned
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_has(pid, str(code))]
+
+
+def _cmdline_has(pid: str, text: str) -> bool:
+    try:
+        return text in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
 
 
 LEAKY = """

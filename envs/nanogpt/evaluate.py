@@ -9,7 +9,7 @@ numbers to $AUTORESEARCH_RESULT when set).
 
 Inputs: the artifact at $AUTORESEARCH_ARTIFACTS/out/model.pt2 (or --artifact), the shards under
 $NANOGPT_DATA. Test-only overrides (a real trial's clean environment has none of them):
-NANOGPT_VAL_TOKENS, NANOGPT_EVAL_SEQ_LEN, NANOGPT_EVAL_BATCH, NANOGPT_EVAL_VOCAB. The model runs on the device it
+NANOGPT_EVAL_SIZE, NANOGPT_EVAL_SEQ_LEN, NANOGPT_EVAL_BATCH, NANOGPT_EVAL_VOCAB. The model runs on the device it
 was exported on.
 """
 
@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     env = os.environ
     path = a.artifact or os.path.join(env.get("AUTORESEARCH_ARTIFACTS", "."), shards.ARTIFACT)
-    n_tokens = int(env.get("NANOGPT_VAL_TOKENS", shards.VAL_TOKENS))
+    n_tokens = int(env.get("NANOGPT_EVAL_SIZE", shards.VAL_TOKENS))
     T = int(env.get("NANOGPT_EVAL_SEQ_LEN", 1024))
     batch = int(env.get("NANOGPT_EVAL_BATCH", 16))
     vocab = int(env.get("NANOGPT_EVAL_VOCAB", shards.VOCAB_SIZE))

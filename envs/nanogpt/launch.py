@@ -130,7 +130,7 @@ def smoke(env: dict[str, str]) -> int:
                     int(env.get("NANOGPT_NPROC", 1)), env, art, Path.cwd())
         if rc != 0:
             return rc
-        ev = dict(env, AUTORESEARCH_ARTIFACTS=str(tmp), NANOGPT_VAL_TOKENS="4096", NANOGPT_EVAL_SEQ_LEN="64",
+        ev = dict(env, AUTORESEARCH_ARTIFACTS=str(tmp), NANOGPT_EVAL_SIZE="4096", NANOGPT_EVAL_SEQ_LEN="64",
                   NANOGPT_EVAL_BATCH="8", NANOGPT_EVAL_VOCAB=vocab)
         ev.pop("AUTORESEARCH_RESULT", None)    # the check's numbers are not a result
         return subprocess.run([sys.executable, str(HERE / "evaluate.py")], env=ev).returncode
