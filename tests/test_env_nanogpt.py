@@ -99,7 +99,7 @@ def test_loader_splits_windows_between_ranks(data):
     stream = np.asarray(shards.load_shard(a.paths[0]), dtype=np.int64)
     (xa, ya), (xb, yb) = a.next_batch(), b.next_batch()
     assert xa.flatten().tolist() == stream[:16].tolist() and xb.flatten().tolist() == stream[16:32].tolist()
-    assert ya.flatten().tolist() == stream[1:17].tolist()
+    assert ya.flatten().tolist() == stream[1:17].tolist() and yb.flatten().tolist() == stream[17:33].tolist()
     assert a.next_batch()[0].flatten().tolist() == stream[32:48].tolist()
     x, y = next(shards.val_sequences(8, 64, 4, root=str(data)))
     assert x.shape == (4, 8) and (x[:, 1:] == y[:, :-1]).all()
