@@ -231,6 +231,10 @@ def _metric_cell(r: dict) -> str:
     return f"{r['value']:.4f} ± {r['std']:.4f}" if r["seeds"] > 1 and r["std"] is not None else f"{r['value']:.4f}"
 
 
+COLUMNS = ("#", "idea", "title", "metric", "Δ baseline", "decision", "status", "origin", "parents", "epoch")
+RICH_ROWS = 300
+
+
 def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=False, limit=None) -> int:
     known = {s.value for s in Status}
     if status and status not in known:
@@ -242,13 +246,20 @@ def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=Fals
     if as_json:
         console.file.write(json.dumps(rows) + "\n")
         return 0
+    cells = [(str(k), r["idea"], r["title"][:60], _metric_cell(r), _delta(r["delta"]), r["decision"] or "",
+              r["status"], r["origin"], ",".join(r["parents"])[:30], str(r["epoch"])) for k, r in enumerate(rows, 1)]
+    if len(rows) > RICH_ROWS:   # rich lays out big tables slowly (seconds per thousand rows): plain columns
+        w = [max([len(h)] + [len(c[j]) for c in cells]) for j, h in enumerate(COLUMNS)]
+        fmt = "  ".join(f"{{:<{x}}}" for x in w)
+        console.file.write("\n".join([fmt.format(*COLUMNS)] + [fmt.format(*c).rstrip() for c in cells]) + "\n")
+        console.print(f"{len(rows)} idea(s)")
+        return 0
     t = Table(show_lines=False)
-    for col in ("#", "idea", "title", "metric", "Δ baseline", "decision", "status", "origin", "parents", "epoch"):
+    for col in COLUMNS:
         t.add_column(col, overflow="fold" if col == "title" else "ellipsis", no_wrap=col != "title",
                      min_width={"idea": 13, "title": 24, "metric": 8}.get(col))
-    for k, r in enumerate(rows, 1):
-        t.add_row(str(k), r["idea"], r["title"][:60], _metric_cell(r), _delta(r["delta"]), r["decision"] or "",
-                  r["status"], r["origin"], ",".join(r["parents"])[:30], str(r["epoch"]))
+    for c in cells:
+        t.add_row(*c)
     # piped into a file or a pager: do not squeeze the table into 80 columns
     out = console if console.is_terminal else Console(file=console.file, width=max(console.width, 180))
     out.print(t)
