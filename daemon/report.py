@@ -160,9 +160,9 @@ def plot_execution(s: dict, out: Path) -> str:
     return _save(fig, out / "execution_rate.png")
 
 
-def plot_cost(s: dict, out: Path) -> str:
-    fig = Figure(figsize=(7, 3.6))
-    ax = fig.subplots()
+def plot_cost(pop, s: dict, metric: str, out: Path) -> str:
+    fig = Figure(figsize=(11, 3.8))
+    ax, ax3 = fig.subplots(1, 2)
     t = s["by_time"]
     ax.plot(t["n"], t["usd"], color="#2ca02c", label="LLM USD")
     ax.set_xlabel("ideas finished")
@@ -172,6 +172,21 @@ def plot_cost(s: dict, out: Path) -> str:
     ax2.set_ylabel("cumulative GPU-hours", color="#9467bd")
     ax.set_title("cumulative spend")
     ax.grid(alpha=0.3)
+    # cost per unit of improvement: spend so far / |confirmed best - baseline|, once there is one
+    b = pop.baseline_value
+    pts = [(n, usd, gh, abs(c - b)) for n, usd, gh, c in zip(t["n"], t["usd"], t["gpu_hours"], t["confirmed"])
+           if b is not None and c is not None and c != b]
+    if pts:
+        ax3.plot([p[0] for p in pts], [p[1] / p[3] for p in pts], color="#2ca02c", label="USD per unit")
+        ax4 = ax3.twinx()
+        ax4.plot([p[0] for p in pts], [p[2] / p[3] for p in pts], color="#9467bd", label="GPU-hours per unit")
+        ax4.set_ylabel("GPU-hours per unit", color="#9467bd")
+    else:
+        ax3.text(0.5, 0.5, "no confirmed improvement yet", ha="center", va="center", transform=ax3.transAxes)
+    ax3.set_xlabel("ideas finished")
+    ax3.set_ylabel(f"USD per 1.0 {metric}", color="#2ca02c")
+    ax3.set_title("cost per unit of improvement (confirmed best)")
+    ax3.grid(alpha=0.3)
     return _save(fig, out / "cost.png")
 
 
@@ -252,7 +267,7 @@ def write_report(cfg, out_dir: Path) -> Path:
     summ = summary(cfg, research, pop)
     s = series(pop, m.goal)
     images = [plot_best(pop, s, m.metric, out), plot_scatter(pop, m.metric, out), plot_execution(s, out),
-              plot_cost(s, out)]
+              plot_cost(pop, s, m.metric, out)]
     rows = [r for r in leaderboard(cfg, research=research, pop=pop) if r["value"] is not None][:TOP_K]
     index = out / "index.html"
     index.write_text(_html(cfg, research, summ, rows, images, s))
