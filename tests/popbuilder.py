@@ -149,7 +149,8 @@ def build_population(repo_path, n: int, seed: int = 0, with_failures: bool = Tru
         epoch = k // per_epoch
         ts = T0 + 10 + k * 60
         origin = _origin(k, epoch, rng)
-        title = special.get(k) or f"Idea {k}: change lr to {rng.uniform(1e-4, 1e-2):.5f} and width {rng.choice([128, 256, 384, 512])}"
+        lr, width = rng.uniform(1e-4, 1e-2), rng.choice([128, 256, 384, 512])
+        title = special.get(k) or f"Idea {k}: change lr to {lr:.5f} and width {width}"
         body = f"Hypothesis {k}: {title.lower()} improves {rng.choice(['stability', 'speed', 'loss'])}.\n\nDetails {k}."
         idea_id = make_idea_id(body, epoch, origin)
         prev = by_epoch.get(epoch - 1) or []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -46,15 +47,29 @@ def wandb_records(path: Path):
             buf += frag
 
 
+def wait_written(wdir: Path, n: int, timeout: float = 60.0) -> None:
+    """wandb-core finishes writing a run file shortly after run.finish() returns: wait for n runs
+    that each end with their exit record."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        files = list(wdir.rglob("offline-run-*/run-*.wandb"))
+        if len(files) >= n and all(any(r.WhichOneof("record_type") == "exit" for r in wandb_records(f))
+                                   for f in files):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"W&B did not finish writing {n} runs under {wdir} in {timeout}s")
+
+
 def runs(wdir: Path) -> list[dict]:
     out = []
-    for f in sorted(wdir.rglob("run-*.wandb")):
+    for f in sorted(wdir.rglob("offline-run-*/run-*.wandb")):
         r = {"summary": {}, "config": {}, "group": None, "job_type": None, "tags": [], "name": None}
         for rec in wandb_records(f):
             kind = rec.WhichOneof("record_type")
             if kind == "run":
-                r.update(group=rec.run.run_group, job_type=rec.run.job_type, tags=list(rec.run.tags),
-                         name=rec.run.display_name)
+                seen = dict(group=rec.run.run_group, job_type=rec.run.job_type, tags=list(rec.run.tags),
+                            name=rec.run.display_name)
+                r.update({k: v for k, v in seen.items() if v})    # a later run record may be partial
                 r["config"].update({u.key: json.loads(u.value_json) for u in rec.run.config.update})
             elif kind == "summary":
                 r["summary"].update({u.key: json.loads(u.value_json) for u in rec.summary.update if u.key})
@@ -108,9 +123,11 @@ def test_offline_runs_through_dispatcher_hold_results_and_no_secret(pop_repo, tm
         daemon.dispatcher._noted(i.commit, i, i.note)       # the real observer path
     daemon.dispatcher._noted(pop.baseline_commit, None, pop.baseline_note)
     assert mirror.flush(120) and mirror.failed == 0 and mirror.logged == 5
+    wait_written(wdir, 5)
     got = runs(wdir)
     assert len(got) == 5
     by_name = {r["name"]: r for r in got}
+    assert len(by_name) == 5, [(r["name"], r["group"]) for r in got]
     for i in picked:
         r = by_name[i.idea_id]
         for k in ("value", "values", "delta", "decision", "status", "wall_s", "gpu_s", "cost_usd"):
