@@ -236,6 +236,26 @@ class GitRepo:
             args.append("--stat")
         return self.git(*args, a, b)
 
+    def diffs_first_parent(self, commits: list[str]) -> dict[str, str]:
+        """commit -> unified diff against its first parent, for many commits in one process
+        (export and reports read thousands of ideas; a root commit maps to "")."""
+        if not commits:
+            return {}
+        uniq = list(dict.fromkeys(commits))
+        out = self.git("diff-tree", "--stdin", "-p", "--diff-merges=first-parent", "--no-color", "--no-ext-diff",
+                       "--always", "--format=%x00%H", input=("\n".join(uniq) + "\n").encode(),
+                       binary=True).decode(errors="replace")
+        res = {c: "" for c in uniq}
+        for chunk in out.split("\0")[1:]:
+            sha, _, diff = chunk.partition("\n")
+            res[sha.strip()] = diff.lstrip("\n")
+        return res
+
+    def fast_import(self, stream: bytes) -> None:
+        """Feed a `git fast-import` stream (bulk creation of commits, refs and notes: benchmarks,
+        test populations, imports). Refs are only moved forward unless the stream says otherwise."""
+        self.git("fast-import", "--quiet", "--done", input=stream, env=_IDENTITY)
+
     def changed_paths(self, a: str, b: str) -> list[tuple[str, str]]:
         """(status, path) pairs between two commits; renames report both sides."""
         out = self.git("diff", "--name-status", "--no-renames", "-z", a, b, binary=True).decode(
