@@ -189,9 +189,9 @@ class Dispatcher:
             return False
         changed = False
         for idea in pop.ideas:
-            n = idea.note
-            if n is None or n.baseline is not None or n.status not in MEASURED:
+            if idea.note is None or idea.note.baseline is not None or idea.note.status not in MEASURED:
                 continue
+            n = idea.note.model_copy(deep=True)    # population notes are shared, parsed once per blob
             if fill_baseline(n, idea, pop, self.research.manifest, self.cfg.policy):
                 self.ledger.write_note(idea.commit, n)
                 changed = True
