@@ -1,0 +1,251 @@
+"""Place diff hunks in a file when `git apply` cannot, and explain precisely when they cannot be placed.
+
+The idea follows aider's unified-diff applier: match a hunk's "before" text (context and removed
+lines) against the file, first exactly, then ignoring trailing whitespace, then ignoring all
+whitespace, then with some outer context dropped, then tolerating a few drifted context lines and
+blank-line differences. Two rules keep it from ever applying a change in the wrong place:
+- every removed line must be in the file (compared ignoring whitespace only), in order;
+- a hunk that fits two places equally well is refused, unless its @@ line number names one of them.
+Context lines keep the file's version; added lines are re-indented when the model's indentation
+differed from the file's in a consistent way (tabs for spaces, one level too few).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rapidfuzz import fuzz
+
+from .diffparse import Hunk
+
+_LEVELS = ("exact", "rstrip", "whitespace")
+
+
+def _key(s: str, level: str) -> str:
+    if level == "exact":
+        return s
+    if level == "rstrip":
+        return s.rstrip()
+    return " ".join(s.split())
+
+
+@dataclass
+class Placement:
+    mapping: list[int | None]     # per hunk line: the file line it stands for (None: '+', dropped)
+    level: str
+    lo: int                       # first file line the hunk covers
+    hi: int                       # one past the last
+
+
+class HunkError(Exception):
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _match_at(file_keys: list[str], start: int, hunk_keys: list[tuple[str, str, int]],
+              slack: int) -> tuple[list[tuple[int, int | None]], int] | None:
+    """Walk the hunk's before-lines from file line `start`. Blank lines may be skipped on either
+    side and up to `slack` context lines may differ; removed lines must match. Returns the
+    (hunk line, file line) pairs and the number of mismatched context lines."""
+    pairs: list[tuple[int, int | None]] = []
+    fi, misses = start, 0
+    n = len(file_keys)
+    for idx, (tag, key, hpos) in enumerate(hunk_keys):
+        if fi < n and file_keys[fi] == key:
+            pairs.append((hpos, fi))
+            fi += 1
+            continue
+        if slack < 0:
+            return None
+        if key == "" and tag == " ":
+            pairs.append((hpos, None))      # a blank line the file does not have here
+            continue
+        skip = fi
+        while skip < n and file_keys[skip] == "" and skip - fi < 2:
+            skip += 1
+        if skip < n and skip != fi and file_keys[skip] == key:
+            pairs.append((hpos, skip))       # the file has extra blank lines here
+            fi = skip + 1
+            continue
+        if tag == "-" or fi >= n:
+            return None
+        misses += 1
+        if misses > slack:
+            return None
+        pairs.append((hpos, fi))             # a drifted context line: keep the file's version
+        fi += 1
+    return pairs, misses
+
+
+def _candidates(file_keys, hunk_keys, slack):
+    if not hunk_keys:
+        return []
+    anchors = [(off, k) for off, (t, k, _) in enumerate(hunk_keys) if k and (t == "-" or slack < 0)]
+    if not anchors:
+        anchors = [(off, k) for off, (_, k, _) in enumerate(hunk_keys) if k]
+    starts: set[int] = set()
+    index: dict[str, list[int]] = {}
+    for i, k in enumerate(file_keys):
+        index.setdefault(k, []).append(i)
+    for off, k in anchors[:1] if slack < 0 else anchors:
+        for i in index.get(k, []):
+            for d in range(-2, 3) if slack >= 0 else (0,):
+                s = i - off + d
+                if 0 <= s < len(file_keys):
+                    starts.add(s)
+    out = []
+    for s in sorted(starts):
+        r = _match_at(file_keys, s, hunk_keys, slack)
+        if r:
+            out.append(r)
+    return out
+
+
+def locate(lines: list[str], hunk: Hunk) -> Placement:
+    before = [(i, t, s) for i, (t, s) in enumerate(hunk.lines) if t != "+"]
+    stated = hunk.old_start - 1
+    if not before:
+        if hunk.old_start == 0 and lines:
+            raise HunkError("not_found", "it has no context lines and no line number, so there is no way "
+                            "to tell where to add its lines; include 2-3 unchanged lines around the change")
+        at = min(max(hunk.old_start, 0), len(lines))
+        return Placement([None] * len(hunk.lines), "exact", at, at)
+    n_ctx = sum(1 for _, t, _ in before if t == " ")
+    removed = [k for k, (_, t, _) in enumerate(before) if t == "-"]
+    # (level, lead trimmed, trail trimmed, slack) in order of trust; slack -1 = strict window
+    plans = [(lv, 0, 0, -1) for lv in _LEVELS]
+    lead_max = removed[0] if removed else len(before)
+    trail_max = len(before) - 1 - removed[-1] if removed else len(before)
+    for total in range(1, n_ctx + 1):
+        for lead in range(0, total + 1):
+            trail = total - lead
+            if lead <= lead_max and trail <= trail_max and lead + trail < len(before):
+                plans.append(("whitespace", lead, trail, -1))
+    plans.append(("whitespace", 0, 0, max(1, n_ctx // 3)))
+    keys_by_level: dict[str, list[str]] = {}
+    for level, lead, trail, slack in plans:
+        part = before[lead:len(before) - trail]
+        if not removed:
+            if sum(1 for _, _, s in part if s.strip()) < 2:
+                continue
+        if level not in keys_by_level:
+            keys_by_level[level] = [_key(s, level) for s in lines]
+        file_keys = keys_by_level[level]
+        hunk_keys = [(t, _key(s, level), i) for i, t, s in part]
+        found = _candidates(file_keys, hunk_keys, slack)
+        if not found:
+            continue
+        best = min(m for _, m in found)
+        found = {tuple(p): p for p, m in found if m == best}
+        uniq = list(found.values())
+        if len(uniq) > 1:
+            at_stated = [p for p in uniq if _first(p) - lead == stated]
+            if len(at_stated) != 1:
+                where = ", ".join(str(_first(p) + 1) for p in uniq[:6])
+                raise HunkError("ambiguous", f"its lines match {len(uniq)} places equally well (starting at "
+                                f"lines {where}), so it was not applied. Include more unchanged lines around "
+                                "the change so that it matches exactly one place, or give the exact line "
+                                "number in the @@ header")
+            uniq = at_stated
+        mapping: list[int | None] = [None] * len(hunk.lines)
+        for hpos, fi in uniq[0]:
+            mapping[hpos] = fi
+        used = [fi for fi in mapping if fi is not None]
+        return Placement(mapping, level if slack < 0 else "drift", min(used), max(used) + 1)
+    raise HunkError("removed_missing" if removed else "not_found", "")
+
+
+def _first(pairs) -> int:
+    return next(fi for _, fi in pairs if fi is not None)
+
+
+def _indent(s: str) -> str:
+    return s[:len(s) - len(s.lstrip(" \t"))]
+
+
+def _reindent(pairs: list[tuple[str, str]]):
+    """A function fixing an added line's indentation, learnt from (hunk line, file line) pairs."""
+    pairs = [(_indent(h), _indent(f)) for h, f in pairs if h.strip()]
+    if all(h == f for h, f in pairs):
+        return lambda s: s
+    transforms = []
+    for w in (4, 8, 2):
+        transforms.append(lambda ind, w=w: ind.replace(" " * w, "\t"))
+        transforms.append(lambda ind, w=w: ind.replace("\t", " " * w))
+    if pairs and all(" " not in h + f or "\t" not in h + f for h, f in pairs):
+        d = len(pairs[0][1]) - len(pairs[0][0])
+        ch = (pairs[0][1] or pairs[0][0] or " ")[0]
+        transforms.append(lambda ind, d=d, ch=ch: ch * max(0, len(ind) + d))
+    for t in transforms:
+        if all(t(h) == f for h, f in pairs):
+            return lambda s, t=t: t(_indent(s)) + s[len(_indent(s)):] if s.strip() else s
+    table = dict(pairs)
+    return lambda s: table.get(_indent(s), _indent(s)) + s[len(_indent(s)):] if s.strip() else s
+
+
+def apply_hunks(text: str, hunks: list[Hunk]) -> tuple[str, list[str]]:
+    """New file text, and a note per hunk on how it was placed. Raises HunkError (with .hunk set)."""
+    lines = text.split("\n")
+    eol = text.endswith("\n")
+    if eol:
+        lines.pop()
+    placed: list[tuple[Placement, Hunk, int]] = []
+    first_error: HunkError | None = None
+    for k, h in enumerate(hunks):
+        try:
+            placed.append((locate(lines, h), h, k))
+        except HunkError as e:
+            e.hunk = k
+            first_error = first_error or e
+    if first_error:
+        first_error.fits = [k for _, _, k in placed]
+        raise first_error
+    placed.sort(key=lambda x: (x[0].lo, x[2]))
+    for (a, _, ka), (b, _, kb) in zip(placed, placed[1:]):
+        if b.lo < a.hi:
+            e = HunkError("overlap", f"it overlaps hunk {ka + 1} (both change lines {b.lo + 1}-{a.hi}); "
+                          "merge them into one hunk")
+            e.hunk, e.fits = kb, []
+            raise e
+    out: list[str] = []
+    pos, ends_added, last_hunk = 0, False, None
+    for p, h, _ in placed:
+        out += lines[pos:p.lo]
+        fix = _reindent([(h.lines[i][1], lines[fi]) for i, fi in enumerate(p.mapping) if fi is not None])
+        cur = p.lo
+        for (tag, s), fi in zip(h.lines, p.mapping):
+            if tag == "+":
+                out.append(fix(s) if p.level not in ("exact", "rstrip") else s)
+                continue
+            if fi is None:
+                continue
+            out += lines[cur:fi]
+            if tag == " ":
+                out.append(lines[fi])
+            cur = fi + 1
+        out += lines[cur:p.hi]
+        pos, last_hunk = p.hi, h
+        ends_added = pos >= len(lines) and bool(h.lines) and h.lines[-1][0] == "+"
+    out += lines[pos:]
+    if ends_added:
+        eol = not last_hunk.no_eol_new
+    notes = [p.level for p, _, _ in sorted(placed, key=lambda x: x[2])]
+    return "\n".join(out) + ("\n" if eol and out else ""), notes
+
+
+def closest_lines(lines: list[str], hunk: Hunk, around: int = 2) -> str:
+    """The file lines most like the hunk's before-text, numbered, for the error message."""
+    before = [s for t, s in hunk.lines if t != "+"]
+    if not lines or not before:
+        return ""
+    keys = [" ".join(s.split()) for s in lines]
+    want = [" ".join(s.split()) for s in before]
+    width = len(want)
+    best, best_i = -1.0, 0
+    for i in range(0, max(1, len(lines) - width + 1)):
+        score = sum(fuzz.ratio(a, b) for a, b in zip(want, keys[i:i + width]))
+        if score > best:
+            best, best_i = score, i
+    lo, hi = max(0, best_i - around), min(len(lines), best_i + width + around)
+    return "\n".join(f"{n + 1:>5}| {lines[n]}" for n in range(lo, hi))
