@@ -18,7 +18,19 @@ from typing import Callable
 from unidiff import PatchSet
 
 _FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+.-]*)[^`]*$")
-_HUNK = re.compile(r"^@@+\s*(?:-(\d+)(?:,(\d+))?)?\s*(?:\+(\d+)(?:,(\d+))?)?\s*@@+")
+_HUNK = re.compile(r"^@@(?!@)([^@]*)(?:@@|$)")
+_OLD_RANGE = re.compile(r"-(\d+)(?:,(\d+))?")
+_NEW_RANGE = re.compile(r"\+(\d+)(?:,(\d+))?")
+
+
+def _hunk_numbers(line: str) -> tuple[int, int | None, int | None] | None:
+    """(old start, old count, new count) of an @@ line (0/None where absent); None if not one."""
+    m = _HUNK.match(line)
+    if not m:
+        return None
+    o, n = _OLD_RANGE.search(m.group(1)), _NEW_RANGE.search(m.group(1))
+    return (int(o.group(1)) if o else 0, int(o.group(2) or 1) if o else None,
+            int(n.group(2) or 1) if n else None)
 _NUM = re.compile(r"^\s*(\d+)\s*(?:\||:|\t|│)")
 _EXT = re.compile(r"^(old mode|new mode|deleted file mode|new file mode|similarity index|"
                   r"dissimilarity index|rename from|rename to|copy from|copy to|index)\b ?(.*)$")
@@ -259,16 +271,14 @@ def parse_diff(text: str, paths: set[str], read: Callable[[str], str | None]) ->
             cur.old, cur.new = _strip_path(ln[4:]), _strip_path(lines[i + 1][4:])
             i += 2
             continue
-        m = _HUNK.match(ln)
-        if m:
+        nums = _hunk_numbers(ln)
+        if nums:
             if cur is None:
                 problems.append("a hunk (@@ line) comes before any file header: start each file with "
                                 "'--- a/PATH' and '+++ b/PATH' lines")
                 cur = _Block()
                 blocks.append(cur)
-            old_start = int(m.group(1)) if m.group(1) else 0
-            decl = (int(m.group(2) or 1) if m.group(1) else None,
-                    int(m.group(4) or 1) if m.group(3) else None)
+            old_start, decl = nums[0], nums[1:]
             target = res.resolve(cur.old if cur.old != "/dev/null" else cur.new, True)
             known = {s.strip() for s in (res.lines(target) or [])} - {""}
             body, i = _read_body(lines, i + 1, decl, known)
@@ -330,10 +340,9 @@ def parse_diff(text: str, paths: set[str], read: Callable[[str], str | None]) ->
             last = bi == len(blocks) - 1 and hi == len(b.hunks) - 1
             if last and at_end:
                 short_o, short_n = (decl[0] or 0) - n_old, (decl[1] or 0) - n_new
-                # A cut-off answer, or missing '+'/'-' lines (unequal shortfalls), means lost changes;
-                # equal small shortfalls are miscounted or missing trailing context, which is harmless.
-                if (cut_off and (max(short_o, short_n) > 0 or decl[0] is None)) \
-                        or (short_o != short_n and max(short_o, short_n) > 0) or min(short_o, short_n) >= 3:
+                # In a cut-off answer any shortfall may be lost changes. Otherwise models miscount
+                # so often that only a large shortfall on both sides is read as truncation.
+                if (cut_off and (max(short_o, short_n) > 0 or decl[0] is None)) or min(short_o, short_n) >= 3:
                     problems.append(f"the diff looks truncated: {where} declares {decl[0]} old and "
                                     f"{decl[1]} new lines but only {n_old} and {n_new} are present")
             if any(x[1:].strip() in _ELLIPSIS for x in body):

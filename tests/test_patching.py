@@ -1,0 +1,161 @@
+"""The diff corpus (tests/data/diffs) against a real git repo of its base codebase: every case that
+should apply gives exactly the expected files; every unsafe case is refused; every broken case fails
+with an error that names the hunk and shows the file's real lines. The user's work tree, index and
+HEAD stay byte-identical throughout."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from autoresearchd.gitrepo import GitRepo
+from autoresearchd.manifest import _match
+from autoresearchd.patching import apply_diff, extract_diff
+from autoresearchd.safety import SafetyRules
+
+DATA = Path(__file__).parent / "data" / "diffs"
+SPEC = json.loads((DATA / "cases.json").read_text())
+CASES = SPEC["cases"]
+
+
+def _git(cwd, *args):
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd,
+                          check=True, capture_output=True).stdout
+
+
+def base_files() -> dict[str, bytes]:
+    root = DATA / "base"
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def expected_files(spec: dict) -> dict[str, bytes]:
+    """Base files with the case's intended edits (exact, unique string replacements)."""
+    files = {k: v.decode() for k, v in base_files().items()}
+    for path, edits in spec.get("edits", {}).items():
+        for old, new in edits:
+            assert files[path].count(old) == 1, f"bad expectation: {old!r} not unique in {path}"
+            files[path] = files[path].replace(old, new)
+    for path in spec.get("delete", []):
+        del files[path]
+    files.update(spec.get("create", {}))
+    return {k: v.encode() for k, v in files.items()}
+
+
+def rules() -> SafetyRules:
+    r = SPEC["rules"]
+    return SafetyRules(is_frozen=lambda p: _match(p, r["frozen"]), max_file_bytes=r["max_file_bytes"],
+                       max_diff_bytes=r["max_diff_bytes"])
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    d = tmp_path_factory.mktemp("env") / "repo"
+    shutil.copytree(DATA / "base", d)
+    _git(d, "init", "-q", "-b", "main")
+    _git(d, "add", "-A")
+    _git(d, "commit", "-q", "-m", "base")
+    # a user mid-work: a staged change and an unstaged one
+    (d / "README.md").write_text("# staged edit\n")
+    _git(d, "add", "README.md")
+    (d / "train.py").write_text((d / "train.py").read_text() + "# local edit\n")
+    return GitRepo(d)
+
+
+def snapshot(repo: GitRepo) -> str:
+    h = hashlib.sha256()
+    for p in sorted(repo.path.rglob("*")):
+        if p.is_file() and ".git/objects" not in p.as_posix():
+            h.update(p.as_posix().encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def run_case(repo: GitRepo, name: str):
+    response = (DATA / name).read_bytes().decode()
+    return apply_diff(repo, "main", extract_diff(response) or "", rules())
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_corpus_case(repo, name):
+    spec = CASES[name]
+    before = snapshot(repo)
+    res = run_case(repo, name)
+    assert snapshot(repo) == before, "the user's work tree, index or HEAD changed"
+    if spec["expect"] == "applied":
+        assert res.ok, f"{name} did not apply: {res.error}"
+        got = repo.read_files(res.tree)
+        want = expected_files(spec)
+        assert sorted(got) == sorted(want)
+        for path in want:
+            assert got[path] == want[path], f"{name}: {path} differs from the expected content"
+        assert res.method in ("git-apply", "normalized", "fuzzy")
+        assert res.changed == sorted(set(spec.get("edits", {})) | set(spec.get("create", {}))
+                                     | set(spec.get("delete", [])))
+    elif spec["expect"] == "rejected":
+        assert not res.ok and res.rejected, f"{name} was not rejected: {res}"
+        assert spec["reason"] in res.reason, res.reason
+        assert res.error
+    else:
+        assert not res.ok and not res.rejected, f"{name}: {res}"
+        for piece in spec["error"]:
+            assert piece in res.error, f"{name}: {piece!r} not in error:\n{res.error}"
+
+
+def test_corpus_size_and_coverage():
+    kinds = [c["expect"] for c in CASES.values()]
+    assert len(CASES) >= 45
+    assert kinds.count("applied") >= 35 and kinds.count("rejected") >= 8 and kinds.count("failed") >= 6
+
+
+def test_error_names_hunk_and_shows_real_lines(repo):
+    res = run_case(repo, "case_46_removed_line_not_present.txt")
+    assert "hunk 1 of 1 in train.py" in res.error
+    base = (DATA / "base" / "train.py").read_text().splitlines()
+    for n in (40, 41, 42):                       # the real lines around where the hunk was meant to go
+        assert f"{n:>5}| {base[n - 1]}" in res.error
+    assert "SGD" in res.error                    # and the hunk's own lines, to compare
+
+
+def test_error_lists_parts_that_apply(repo):
+    diff = (
+        "--- a/data.py\n+++ b/data.py\n@@ -5,3 +5,3 @@\n \n-def load_text(path, split=0.9):\n"
+        "+def load_text(path, split=0.8):\n     with open(path) as f:\n"
+        "--- a/train.py\n+++ b/train.py\n@@ -13,2 +13,3 @@\n LEARNING_RATE = 3e-3\n-MAX_STEPS = 5000\n"
+        "+MAX_STEPS = 800\n"
+        "@@ -16,1 +16,1 @@\n-WARMUP_STEPS = 0\n+WARMUP_STEPS = 10\n")
+    res = apply_diff(repo, "main", diff, rules())
+    assert not res.ok and not res.rejected
+    assert "hunk 1 of 2 in train.py" in res.error
+    assert "Hunks 2 of train.py fit" in res.error
+    assert "data.py (1 hunk)" in res.error
+    assert "   14| MAX_STEPS = 500" in res.error
+
+
+def test_ambiguous_refused_even_where_git_apply_would_guess(repo):
+    """git apply takes the match nearest the stated line; we refuse to guess."""
+    diff = ("--- a/model.py\n+++ b/model.py\n@@ -30,3 +30,4 @@\n         x = self.proj(x)\n"
+            "         x = self.drop(x)\n+        x = x + 1\n         return x\n")
+    assert repo.apply_to_tree("main", diff.encode())      # git alone would apply it somewhere
+    res = apply_diff(repo, "main", diff, rules())
+    assert not res.ok and "match 2 places" in res.error
+
+
+def test_extract_diff_variants():
+    assert extract_diff("") is None and extract_diff("no diff here\n") is None
+    two = "a\n```diff\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n```\ntext\n```diff\n--- a/y\n+++ b/y\n```\n"
+    assert extract_diff(two) == "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n--- a/y\n+++ b/y\n"
+    cut = "```diff\n--- a/x\n+++ b/x\n@@ -1,3 +1,3 @@\n-a\n+b"
+    assert extract_diff(cut) == "--- a/x\n+++ b/x\n@@ -1,3 +1,3 @@\n-a\n+b"   # no final newline: cut off
+    assert extract_diff("x\r\n--- a/x\r\n+++ b/x\r\n@@ -1 +1 @@\r\n-a\r\n+b\r\n") == \
+        "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"
+
+
+def test_result_tree_is_committable(repo):
+    res = run_case(repo, "case_18_multi_file_git.txt")
+    commit = repo.commit_tree(res.tree, [repo.rev_parse("main")], "idea")
+    assert repo.read_files(commit, ["data.py"])["data.py"].count(b"split=0.95") == 1
+    assert repo.git("fsck", "--no-progress", check=False) is not None
