@@ -337,6 +337,9 @@ def parse_diff(text: str, paths: set[str], read: Callable[[str], str | None]) ->
             if not any(x[:1] in "+-" for x in body):
                 problems.append(f"{where} changes nothing (no '+' or '-' lines)")
                 continue
+            if any(x[1:].strip() in _ELLIPSIS for x in body):
+                problems.append(f"{where} elides lines with '...'; a diff must show every line it "
+                                "keeps or removes between its first and last line")
             last = bi == len(blocks) - 1 and hi == len(b.hunks) - 1
             if last and at_end:
                 short_o, short_n = (decl[0] or 0) - n_old, (decl[1] or 0) - n_new
@@ -345,9 +348,6 @@ def parse_diff(text: str, paths: set[str], read: Callable[[str], str | None]) ->
                 if (cut_off and (max(short_o, short_n) > 0 or decl[0] is None)) or min(short_o, short_n) >= 3:
                     problems.append(f"the diff looks truncated: {where} declares {decl[0]} old and "
                                     f"{decl[1]} new lines but only {n_old} and {n_new} are present")
-            if any(x[1:].strip() in _ELLIPSIS for x in body):
-                problems.append(f"{where} elides lines with '...'; a diff must show every line it "
-                                "keeps or removes between its first and last line")
             o = 0 if is_new else max(old_start, 1 if n_old else 0)
             n_start = 1 if is_new else 0 if is_del else (o + delta if o else 0)
             chunk.append(f"@@ -{o},{n_old} +{n_start},{n_new} @@")

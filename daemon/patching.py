@@ -173,9 +173,11 @@ def apply_diff(repo: GitRepo, base_commit: str, diff_text: str, rules: SafetyRul
         return plan
     expected = _expected_paths(parsed.files)
     tree, method = None, ""
-    for method, patch in (("git-apply", text), ("normalized", parsed.clean)):
+    # --unidiff-zero for the repaired diff: models leave out trailing context without meaning
+    # "at the end of the file", which is how git reads a hunk with none.
+    for method, patch, extra in (("git-apply", text, ()), ("normalized", parsed.clean, ("--unidiff-zero",))):
         try:
-            cand = repo.apply_to_tree(base_tree, patch.encode())
+            cand = repo.apply_to_tree(base_tree, patch.encode(), extra)
         except GitError:
             continue
         if {p for _, p in repo.changed_paths(base_tree, cand)} == expected:
