@@ -6,62 +6,20 @@ HEAD stay byte-identical throughout."""
 from __future__ import annotations
 
 import hashlib
-import json
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 
 from autoresearchd.gitrepo import GitRepo
-from autoresearchd.manifest import _match
 from autoresearchd.patching import apply_diff, extract_diff
-from autoresearchd.safety import SafetyRules
-
-DATA = Path(__file__).parent / "data" / "diffs"
-SPEC = json.loads((DATA / "cases.json").read_text())
-CASES = SPEC["cases"]
-
-
-def _git(cwd, *args):
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd,
-                          check=True, capture_output=True).stdout
-
-
-def base_files() -> dict[str, bytes]:
-    root = DATA / "base"
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def expected_files(spec: dict) -> dict[str, bytes]:
-    """Base files with the case's intended edits (exact, unique string replacements)."""
-    files = {k: v.decode() for k, v in base_files().items()}
-    for path, edits in spec.get("edits", {}).items():
-        for old, new in edits:
-            assert files[path].count(old) == 1, f"bad expectation: {old!r} not unique in {path}"
-            files[path] = files[path].replace(old, new)
-    for path in spec.get("delete", []):
-        del files[path]
-    files.update(spec.get("create", {}))
-    return {k: v.encode() for k, v in files.items()}
-
-
-def rules() -> SafetyRules:
-    r = SPEC["rules"]
-    return SafetyRules(is_frozen=lambda p: _match(p, r["frozen"]), max_file_bytes=r["max_file_bytes"],
-                       max_diff_bytes=r["max_diff_bytes"])
+from fixtures_patching import CASES, DATA, expected_files, git, make_base_repo, response, rules
 
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
-    d = tmp_path_factory.mktemp("env") / "repo"
-    shutil.copytree(DATA / "base", d)
-    _git(d, "init", "-q", "-b", "main")
-    _git(d, "add", "-A")
-    _git(d, "commit", "-q", "-m", "base")
+    d = make_base_repo(tmp_path_factory.mktemp("env") / "repo")
     # a user mid-work: a staged change and an unstaged one
     (d / "README.md").write_text("# staged edit\n")
-    _git(d, "add", "README.md")
+    git(d, "add", "README.md")
     (d / "train.py").write_text((d / "train.py").read_text() + "# local edit\n")
     return GitRepo(d)
 
@@ -75,8 +33,7 @@ def snapshot(repo: GitRepo) -> str:
 
 
 def run_case(repo: GitRepo, name: str):
-    response = (DATA / name).read_bytes().decode()
-    return apply_diff(repo, "main", extract_diff(response) or "", rules())
+    return apply_diff(repo, "main", extract_diff(response(name)) or "", rules())
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
