@@ -242,10 +242,18 @@ def parse_diff(text: str, paths: set[str], read: Callable[[str], str | None]) ->
     """Repair and parse `text` against a base tree (`paths`, and `read(path)` for file text).
     A text that does not end with a newline is taken as possibly cut off (see extract_diff)."""
     res = _Resolver(paths, read)
-    cut_off = not text.endswith("\n")
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    blocks, binary, problems = _scan(lines, res)
+    parsed = Parsed([], [], [], binary, problems, "")
+    _render(blocks, res, parsed, cut_off=not text.endswith("\n"))
+    _fill_hunks(parsed.clean, parsed.files)
+    return parsed
+
+
+def _scan(lines: list[str], res: _Resolver) -> tuple[list[_Block], bool, list[str]]:
+    """Cut the text into per-file blocks of git headers and hunk bodies; skip prose."""
     blocks: list[_Block] = []
-    binary, problems, raw_paths, modes = False, [], [], []
+    binary, problems = False, []
     cur: _Block | None = None
     in_ext, i = False, 0
     while i < len(lines):
@@ -292,41 +300,48 @@ def parse_diff(text: str, paths: set[str], read: Callable[[str], str | None]) ->
             problems.append(f"line {i + 1} of the diff ({ln[:60]!r}) is a diff line outside any hunk; "
                             "check the @@ headers and do not split hunks with prose")
         i += 1
+    return blocks, binary, problems
 
-    files: list[FileDiff] = []
-    out: list[str] = []
+
+def _render(blocks: list[_Block], res: _Resolver, parsed: Parsed, cut_off: bool) -> None:
+    """Resolve paths, strip line numbers, recount, check for truncation; write parsed.clean.
+    Several sections for the same file become one."""
+    sections: dict[tuple, tuple[FileDiff, list[str], list[str], list[int]]] = {}
     for bi, b in enumerate(blocks):
         old_raw = b.ext.get("rename from") or b.ext.get("copy from") or b.old
         new_raw = b.ext.get("rename to") or b.ext.get("copy to") or b.new
         for k in ("new file mode", "deleted file mode", "old mode", "new mode"):
             if k in b.ext:
-                modes.append(b.ext[k])
+                parsed.modes.append(b.ext[k])
         is_new = "new file mode" in b.ext or old_raw == "/dev/null"
         is_del = "deleted file mode" in b.ext or new_raw == "/dev/null"
         for p in (old_raw, new_raw):
             if p and p != "/dev/null":
-                raw_paths.append(p[2:] if p[:2] in ("a/", "b/") and not p.startswith(("a//", "b//")) else p)
+                parsed.raw_paths.append(p[2:] if p[:2] in ("a/", "b/") else p)
         old = None if is_new else res.resolve(old_raw, True)
         new = None if is_del else res.resolve(new_raw, not is_new)
         rename = bool(b.ext.get("rename from") or b.ext.get("copy from")) and old != new
         if old and new and old != new and not rename:
-            new = old if old in paths else new       # '--- a/x +++ b/y' without rename lines: edit x
-            old = old if old in paths else new
+            new = old if old in res.paths else new       # '--- a/x +++ b/y' without rename lines: edit x
+            old = old if old in res.paths else new
         if old is None and new is None:
             continue
-        header = [f"diff --git a/{old or new} b/{new or old}"]
-        if is_new:
-            header.append(f"new file mode {b.ext.get('new file mode', '100644')}")
-        if is_del:
-            header.append(f"deleted file mode {b.ext.get('deleted file mode', '100644')}")
-        if rename:
-            header += [f"rename from {old}", f"rename to {new}"]
-        for k in ("old mode", "new mode"):
-            if k in b.ext:
-                header.append(f"{k} {b.ext[k]}")
-        chunk: list[str] = []
-        hunk_headers: list[str] = []
-        delta = 0
+        if (old, new) not in sections:
+            header = [f"diff --git a/{old or new} b/{new or old}"]
+            if is_new:
+                header.append(f"new file mode {b.ext.get('new file mode', '100644')}")
+            if is_del:
+                header.append(f"deleted file mode {b.ext.get('deleted file mode', '100644')}")
+            if rename:
+                header += [f"rename from {old}", f"rename to {new}"]
+            header += [f"{k} {b.ext[k]}" for k in ("old mode", "new mode") if k in b.ext]
+            if b.hunks or is_new or is_del:
+                header += [f"--- {'/dev/null' if is_new else 'a/' + old}",
+                           f"+++ {'/dev/null' if is_del else 'b/' + new}"]
+            f = FileDiff(old, new, [], rename, b.ext.get("new file mode") or b.ext.get("new mode"))
+            sections[(old, new)] = (f, header, [], [0])
+            parsed.files.append(f)
+        f, _, chunk, delta = sections[(old, new)]
         for hi, (old_start, decl, body, at_end, hline) in enumerate(b.hunks):
             body, num_start = _strip_numbers(body, res.lines(old))
             if num_start:
@@ -335,34 +350,30 @@ def parse_diff(text: str, paths: set[str], read: Callable[[str], str | None]) ->
             n_new = sum(1 for x in body if x[:1] in " +")
             where = f"hunk {hi + 1} of {new or old} ({hline.strip()[:60]})"
             if not any(x[:1] in "+-" for x in body):
-                problems.append(f"{where} changes nothing (no '+' or '-' lines)")
+                parsed.problems.append(f"{where} changes nothing (no '+' or '-' lines)")
                 continue
             if any(x[1:].strip() in _ELLIPSIS for x in body):
-                problems.append(f"{where} elides lines with '...'; a diff must show every line it "
-                                "keeps or removes between its first and last line")
-            last = bi == len(blocks) - 1 and hi == len(b.hunks) - 1
-            if last and at_end:
+                parsed.problems.append(f"{where} elides lines with '...'; a diff must show every line it "
+                                       "keeps or removes between its first and last line")
+            if bi == len(blocks) - 1 and hi == len(b.hunks) - 1 and at_end:
                 short_o, short_n = (decl[0] or 0) - n_old, (decl[1] or 0) - n_new
                 # In a cut-off answer any shortfall may be lost changes. Otherwise models miscount
                 # so often that only a large shortfall on both sides is read as truncation.
                 if (cut_off and (max(short_o, short_n) > 0 or decl[0] is None)) or min(short_o, short_n) >= 3:
-                    problems.append(f"the diff looks truncated: {where} declares {decl[0]} old and "
-                                    f"{decl[1]} new lines but only {n_old} and {n_new} are present")
+                    parsed.problems.append(f"the diff looks truncated: {where} declares {decl[0]} old and "
+                                           f"{decl[1]} new lines but only {n_old} and {n_new} are present")
             o = 0 if is_new else max(old_start, 1 if n_old else 0)
-            n_start = 1 if is_new else 0 if is_del else (o + delta if o else 0)
+            n_start = 1 if is_new else 0 if is_del else (o + delta[0] if o else 0)
             chunk.append(f"@@ -{o},{n_old} +{n_start},{n_new} @@")
-            hunk_headers.append(hline.strip())
+            f.headers.append(hline.strip())
             chunk += body
-            delta += n_new - n_old
-        out += header
-        if chunk or is_new or is_del:
-            out += [f"--- {'/dev/null' if is_new else 'a/' + old}", f"+++ {'/dev/null' if is_del else 'b/' + new}"]
-        out += chunk
-        files.append(FileDiff(old, new, [], rename, b.ext.get("new file mode") or b.ext.get("new mode"),
-                              hunk_headers))
-    clean = "\n".join(out) + "\n" if out else ""
-    _fill_hunks(clean, files)
-    return Parsed(files, raw_paths, modes, binary, problems, clean)
+            delta[0] += n_new - n_old
+    out = []
+    for f, header, chunk, _ in sections.values():
+        if chunk and not any(h.startswith("--- ") for h in header):
+            header += [f"--- a/{f.old}", f"+++ b/{f.new}"]
+        out += header + chunk
+    parsed.clean = "\n".join(out) + "\n" if out else ""
 
 
 def _fill_hunks(clean: str, files: list[FileDiff]) -> None:

@@ -78,16 +78,13 @@ def _match_at(file_keys: list[str], start: int, hunk_keys: list[tuple[str, str, 
     return pairs, misses
 
 
-def _candidates(file_keys, hunk_keys, slack):
+def _candidates(file_keys, index, hunk_keys, slack):
     if not hunk_keys:
         return []
     anchors = [(off, k) for off, (t, k, _) in enumerate(hunk_keys) if k and (t == "-" or slack < 0)]
     if not anchors:
         anchors = [(off, k) for off, (_, k, _) in enumerate(hunk_keys) if k]
     starts: set[int] = set()
-    index: dict[str, list[int]] = {}
-    for i, k in enumerate(file_keys):
-        index.setdefault(k, []).append(i)
     for off, k in anchors[:1] if slack < 0 else anchors:
         for i in index.get(k, []):
             for d in range(-2, 3) if slack >= 0 else (0,):
@@ -123,17 +120,21 @@ def locate(lines: list[str], hunk: Hunk) -> Placement:
             if lead <= lead_max and trail <= trail_max and lead + trail < len(before):
                 plans.append(("whitespace", lead, trail, -1))
     plans.append(("whitespace", 0, 0, max(1, n_ctx // 3)))
-    keys_by_level: dict[str, list[str]] = {}
+    keys_by_level: dict[str, tuple[list[str], dict[str, list[int]]]] = {}
     for level, lead, trail, slack in plans:
         part = before[lead:len(before) - trail]
         if not removed:
             if sum(1 for _, _, s in part if s.strip()) < 2:
                 continue
         if level not in keys_by_level:
-            keys_by_level[level] = [_key(s, level) for s in lines]
-        file_keys = keys_by_level[level]
+            keys = [_key(s, level) for s in lines]
+            index: dict[str, list[int]] = {}
+            for i, k in enumerate(keys):
+                index.setdefault(k, []).append(i)
+            keys_by_level[level] = keys, index
+        file_keys, index = keys_by_level[level]
         hunk_keys = [(t, _key(s, level), i) for i, t, s in part]
-        found = _candidates(file_keys, hunk_keys, slack)
+        found = _candidates(file_keys, index, hunk_keys, slack)
         if not found:
             continue
         best = min(m for _, m in found)
@@ -190,6 +191,8 @@ def apply_hunks(text: str, hunks: list[Hunk]) -> tuple[str, list[str]]:
     eol = text.endswith("\n")
     if eol:
         lines.pop()
+    # keep a CRLF file CRLF: the model's lines come without the carriage returns
+    cr = "\r" if lines and sum(s.endswith("\r") for s in lines) > len(lines) // 2 else ""
     placed: list[tuple[Placement, Hunk, int]] = []
     first_error: HunkError | None = None
     for k, h in enumerate(hunks):
@@ -216,7 +219,7 @@ def apply_hunks(text: str, hunks: list[Hunk]) -> tuple[str, list[str]]:
         cur = p.lo
         for (tag, s), fi in zip(h.lines, p.mapping):
             if tag == "+":
-                out.append(fix(s) if p.level not in ("exact", "rstrip") else s)
+                out.append((fix(s) if p.level not in ("exact", "rstrip") else s) + cr)
                 continue
             if fi is None:
                 continue

@@ -109,6 +109,9 @@ def _plan(repo: GitRepo, base: str, parsed: Parsed, paths: set[str]):
             done.append(f"{f.old} (deleted)")
             continue
         if f.rename:
+            if f.new in paths:
+                return _fail(f"{f.new} already exists", f"The diff renames {f.old} to {f.new}, but {f.new} "
+                             "already exists.\n" + _done(done))
             new_files[f.old] = None
         new_files[f.new] = new_text.encode()
         done.append(f"{f.path} ({len(f.hunks)} hunk{'s' * (len(f.hunks) != 1)})")
@@ -132,6 +135,11 @@ def _hunk_failure(f: FileDiff, e: HunkError, text: str, done: list[str]) -> Appl
     if e.kind == "overlap":
         return _fail(f"overlapping hunks in {path}", f"The diff did not apply: {where}: {e}.\n" + _done(done))
     want = "\n".join(f"{t}{s}" for t, s in h.lines if t != "+")
+    if e.kind == "removed_missing" and _contains(lines, [s for t, s in h.lines if t != "-"]):
+        return _fail(f"hunk {e.hunk + 1} of {path} seems applied already",
+                     f"The diff did not apply: {where}: the file already contains the hunk's result "
+                     "(its context and '+' lines), so the change seems to be there already. Leave this "
+                     "hunk out.\n" + _done(done))
     what = ("the lines it removes are not in the file" if e.kind == "removed_missing"
             else "its context lines were not found in the file")
     applied_here = [str(k + 1) for k in getattr(e, "fits", [])]
@@ -143,6 +151,12 @@ def _hunk_failure(f: FileDiff, e: HunkError, text: str, done: list[str]) -> Appl
         msg.append(f"Hunks {', '.join(applied_here)} of {path} fit the file as they are.")
     msg += [_done(done), _FIX_HINT]
     return _fail(f"hunk {e.hunk + 1} of {path} does not match the file", "\n".join(msg))
+
+
+def _contains(lines: list[str], block: list[str]) -> bool:
+    keys = [" ".join(s.split()) for s in lines]
+    want = [" ".join(s.split()) for s in block]
+    return bool(want) and any(keys[i:i + len(want)] == want for i in range(len(keys) - len(want) + 1))
 
 
 def apply_diff(repo: GitRepo, base_commit: str, diff_text: str, rules: SafetyRules) -> ApplyResult:
@@ -169,8 +183,8 @@ def apply_diff(repo: GitRepo, base_commit: str, diff_text: str, rules: SafetyRul
         return _fail(parsed.problems[0], "The diff cannot be applied safely: " + "; ".join(parsed.problems)
                      + ".\n" + _FIX_HINT)
     plan = _plan(repo, base_tree, parsed, paths)
-    if isinstance(plan, ApplyResult):
-        return plan
+    if isinstance(plan, ApplyResult) and plan.reason.startswith("ambiguous"):
+        return plan          # git apply would pick one of the places; we do not guess
     expected = _expected_paths(parsed.files)
     tree, method = None, ""
     # --unidiff-zero for the repaired diff: models leave out trailing context without meaning
@@ -184,6 +198,8 @@ def apply_diff(repo: GitRepo, base_commit: str, diff_text: str, rules: SafetyRul
             tree = cand
             break
     if tree is None:
+        if isinstance(plan, ApplyResult):
+            return plan
         tree, method = repo.tree_with_files(base_tree, plan), "fuzzy"
     reason = check_tree_change(repo, base_commit, tree, rules)
     if reason:

@@ -116,3 +116,42 @@ def test_result_tree_is_committable(repo):
     commit = repo.commit_tree(res.tree, [repo.rev_parse("main")], "idea")
     assert repo.read_files(commit, ["data.py"])["data.py"].count(b"split=0.95") == 1
     assert repo.git("fsck", "--no-progress", check=False) is not None
+
+
+def test_already_applied_hunk_is_named(repo):
+    diff = ("--- a/train.py\n+++ b/train.py\n@@ -14,3 +14,3 @@\n MAX_STEPS = 500\n-EVAL_EVERY = 50\n"
+            "+EVAL_EVERY = 100\n WARMUP_STEPS = 0\n")
+    res = apply_diff(repo, "main", diff, rules())
+    assert not res.ok and "already" in res.error and "hunk 1 of 1 in train.py" in res.error
+
+
+def test_same_file_in_two_sections_keeps_both_changes(repo):
+    diff = ("--- a/train.py\n+++ b/train.py\n@@ -11,1 +11,1 @@\n-BATCH_SIZE = 32\n+BATCH_SIZE = 16\n"
+            "--- a/model.py\n+++ b/model.py\n@@ -46,1 +46,1 @@\n-        self.pos = nn.Embedding(256, n_embd)\n"
+            "+        self.pos = nn.Embedding(128, n_embd)\n"
+            "--- a/train.py\n+++ b/train.py\n@@ -16,1 +16,1 @@\n-WARMUP_STEPS = 0\n+WARMUP_STEPS = 5\n")
+    res = apply_diff(repo, "main", diff, rules())
+    assert res.ok, res.error
+    train = repo.read_files(res.tree, ["train.py"])["train.py"].decode()
+    assert "BATCH_SIZE = 16\n" in train and "WARMUP_STEPS = 5\n" in train
+    assert res.changed == ["model.py", "train.py"]
+
+
+def test_crlf_file_stays_crlf(tmp_path):
+    d = tmp_path / "crlf"
+    d.mkdir()
+    git(d, "init", "-q", "-b", "main")
+    (d / "cfg.py").write_bytes(b"A = 1\r\nB = 2\r\nC = 3\r\n")
+    git(d, "add", "-A")
+    git(d, "commit", "-q", "-m", "b")
+    r = GitRepo(d)
+    res = apply_diff(r, "main", "--- a/cfg.py\n+++ b/cfg.py\n@@ -1,3 +1,3 @@\n A = 1\n-B = 2\n+B = 20\n C = 3\n",
+                     rules())
+    assert res.ok, res.error
+    assert r.read_files(res.tree)["cfg.py"] == b"A = 1\r\nB = 20\r\nC = 3\r\n"
+
+
+def test_rename_onto_existing_file_fails(repo):
+    diff = "diff --git a/utils.py b/data.py\nsimilarity index 100%\nrename from utils.py\nrename to data.py\n"
+    res = apply_diff(repo, "main", diff, rules())
+    assert not res.ok and "already exists" in res.error
