@@ -166,7 +166,9 @@ def _indent(s: str) -> str:
 
 
 def _reindent(pairs: list[tuple[str, str]]):
-    """A function fixing an added line's indentation, learnt from (hunk line, file line) pairs."""
+    """A function fixing an added line's indentation, learnt from (hunk line, file line) pairs:
+    tabs for spaces, a constant shift, or a scale (2-space code for 4-space code). An indentation
+    that none of these explains raises HunkError: a guess there would be a wrong apply."""
     pairs = [(_indent(h), _indent(f)) for h, f in pairs if h.strip()]
     if all(h == f for h, f in pairs):
         return lambda s: s
@@ -174,19 +176,39 @@ def _reindent(pairs: list[tuple[str, str]]):
     for w in (4, 8, 2):
         transforms.append(lambda ind, w=w: ind.replace(" " * w, "\t"))
         transforms.append(lambda ind, w=w: ind.replace("\t", " " * w))
-    if pairs and all(" " not in h + f or "\t" not in h + f for h, f in pairs):
-        d = len(pairs[0][1]) - len(pairs[0][0])
-        ch = (pairs[0][1] or pairs[0][0] or " ")[0]
-        transforms.append(lambda ind, d=d, ch=ch: ch * max(0, len(ind) + d))
+    if all(" " not in h + f or "\t" not in h + f for h, f in pairs):
+        ch = next((f[0] for _, f in pairs if f), " ")
+        for h, f in pairs:
+            d = len(f) - len(h)
+            transforms.append(lambda ind, d=d, ch=ch: ch * (len(ind) + d) if len(ind) + d >= 0 else None)
+            if h and f and len(f) != len(h):
+                k = len(f) / len(h)
+                transforms.append(lambda ind, k=k, ch=ch: ch * int(len(ind) * k)
+                                  if float(len(ind) * k).is_integer() else None)
+                break
+    table = dict(pairs)
     for t in transforms:
         if all(t(h) == f for h, f in pairs):
-            return lambda s, t=t: t(_indent(s)) + s[len(_indent(s)):] if s.strip() else s
-    table = dict(pairs)
-    return lambda s: table.get(_indent(s), _indent(s)) + s[len(_indent(s)):] if s.strip() else s
+            table = None
+            break
+
+    def fix(s: str) -> str:
+        if not s.strip():
+            return s
+        ind = _indent(s)
+        new = table.get(ind) if table is not None else t(ind)
+        if new is None:
+            raise HunkError("indent", f"its indentation differs from the file's and the added line {s!r} "
+                            "cannot be re-indented safely; copy the context lines with their exact "
+                            "indentation")
+        return new + s[len(ind):]
+    return fix
 
 
 def apply_hunks(text: str, hunks: list[Hunk]) -> tuple[str, list[str]]:
-    """New file text, and a note per hunk on how it was placed. Raises HunkError (with .hunk set)."""
+    """New file text, and how each hunk was placed. Raises HunkError (with .hunk and .fits set).
+    Each hunk becomes edits on the original lines (delete these, insert those before that line),
+    so hunks whose context overlaps still combine; two hunks removing the same line do not."""
     lines = text.split("\n")
     eol = text.endswith("\n")
     if eol:
@@ -204,35 +226,34 @@ def apply_hunks(text: str, hunks: list[Hunk]) -> tuple[str, list[str]]:
     if first_error:
         first_error.fits = [k for _, _, k in placed]
         raise first_error
-    placed.sort(key=lambda x: (x[0].lo, x[2]))
-    for (a, _, ka), (b, _, kb) in zip(placed, placed[1:]):
-        if b.lo < a.hi:
-            e = HunkError("overlap", f"it overlaps hunk {ka + 1} (both change lines {b.lo + 1}-{a.hi}); "
-                          "merge them into one hunk")
-            e.hunk, e.fits = kb, []
-            raise e
+    deleted: dict[int, int] = {}
+    inserts: dict[int, list[tuple[int, str, Hunk]]] = {}
+    for p, h, k in sorted(placed, key=lambda x: (x[0].lo, x[2])):
+        try:
+            fix = _reindent([(h.lines[i][1], lines[fi]) for i, fi in enumerate(p.mapping) if fi is not None])
+            at = p.lo
+            for (tag, s), fi in zip(h.lines, p.mapping):
+                if tag == "+":
+                    inserts.setdefault(at, []).append((k, (fix(s) if p.level not in ("exact", "rstrip")
+                                                           else s) + cr, h))
+                elif fi is not None:
+                    if tag == "-":
+                        if fi in deleted:
+                            raise HunkError("overlap", f"it removes line {fi + 1}, which hunk "
+                                            f"{deleted[fi] + 1} removes too; merge the two hunks into one")
+                        deleted[fi] = k
+                    at = fi + 1
+        except HunkError as e:
+            e.hunk, e.fits = k, [j for _, _, j in placed if j != k]
+            raise
     out: list[str] = []
-    pos, ends_added, last_hunk = 0, False, None
-    for p, h, _ in placed:
-        out += lines[pos:p.lo]
-        fix = _reindent([(h.lines[i][1], lines[fi]) for i, fi in enumerate(p.mapping) if fi is not None])
-        cur = p.lo
-        for (tag, s), fi in zip(h.lines, p.mapping):
-            if tag == "+":
-                out.append((fix(s) if p.level not in ("exact", "rstrip") else s) + cr)
-                continue
-            if fi is None:
-                continue
-            out += lines[cur:fi]
-            if tag == " ":
-                out.append(lines[fi])
-            cur = fi + 1
-        out += lines[cur:p.hi]
-        pos, last_hunk = p.hi, h
-        ends_added = pos >= len(lines) and bool(h.lines) and h.lines[-1][0] == "+"
-    out += lines[pos:]
-    if ends_added:
-        eol = not last_hunk.no_eol_new
+    for i in range(len(lines) + 1):
+        out += [s for _, s, _ in sorted(inserts.get(i, []), key=lambda x: x[0])]
+        if i < len(lines) and i not in deleted:
+            out.append(lines[i])
+    tail = inserts.get(len(lines))
+    if tail:
+        eol = not max(tail, key=lambda x: x[0])[2].no_eol_new
     notes = [p.level for p, _, _ in sorted(placed, key=lambda x: x[2])]
     return "\n".join(out) + ("\n" if eol and out else ""), notes
 
