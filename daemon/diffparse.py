@@ -102,6 +102,7 @@ class FileDiff:
     rename: bool = False
     new_mode: str | None = None          # mode named by new file mode / new mode
     headers: list[str] = field(default_factory=list)   # each hunk's @@ line as the model wrote it
+    starts: list[int] = field(default_factory=list)    # each hunk's stated first line (0: none)
 
     @property
     def path(self) -> str:
@@ -247,6 +248,9 @@ def parse_diff(text: str, paths: set[str], read: Callable[[str], str | None]) ->
     parsed = Parsed([], [], [], binary, problems, "")
     _render(blocks, res, parsed, cut_off=not text.endswith("\n"))
     _fill_hunks(parsed.clean, parsed.files)
+    for f in parsed.files:
+        if len(f.hunks) != len(f.headers):     # never drop a hunk silently
+            parsed.problems.append(f"could not read every hunk of {f.path}; check its @@ lines")
     return parsed
 
 
@@ -363,9 +367,10 @@ def _render(blocks: list[_Block], res: _Resolver, parsed: Parsed, cut_off: bool)
                     parsed.problems.append(f"the diff looks truncated: {where} declares {decl[0]} old and "
                                            f"{decl[1]} new lines but only {n_old} and {n_new} are present")
             o = 0 if is_new else max(old_start, 1 if n_old else 0)
-            n_start = 1 if is_new else 0 if is_del else (o + delta[0] if o else 0)
+            n_start = 1 if is_new else 0 if is_del else max(o + delta[0], 1 if n_new else 0)
             chunk.append(f"@@ -{o},{n_old} +{n_start},{n_new} @@")
             f.headers.append(hline.strip())
+            f.starts.append(old_start)          # 0 = the model gave no line number
             chunk += body
             delta[0] += n_new - n_old
     out = []
@@ -382,8 +387,8 @@ def _fill_hunks(clean: str, files: list[FileDiff]) -> None:
         return
     by_key = {(f.old, f.new): f for f in files}
     for pf in PatchSet(clean):
-        src = None if pf.is_added_file else pf.source_file[2:]
-        dst = None if pf.is_removed_file else pf.target_file[2:]
+        src = None if pf.source_file == "/dev/null" else pf.source_file[2:]
+        dst = None if pf.target_file == "/dev/null" else pf.target_file[2:]
         f = by_key.get((src, dst))
         if f is None:
             continue
@@ -397,4 +402,4 @@ def _fill_hunks(clean: str, files: list[FileDiff]) -> None:
                     continue
                 hl.append((ln.line_type, ln.value[:-1] if ln.value.endswith("\n") else ln.value))
             k = len(f.hunks)
-            f.hunks.append(Hunk(h.source_start, hl, f.headers[k] if k < len(f.headers) else "@@", no_eol_new))
+            f.hunks.append(Hunk(f.starts[k], hl, f.headers[k], no_eol_new))

@@ -112,8 +112,11 @@ def locate(lines: list[str], hunk: Hunk) -> Placement:
     removed = [k for k, (_, t, _) in enumerate(before) if t == "-"]
     # (level, lead trimmed, trail trimmed, slack) in order of trust; slack -1 = strict window
     plans = [(lv, 0, 0, -1) for lv in _LEVELS]
-    lead_max = removed[0] if removed else len(before)
-    trail_max = len(before) - 1 - removed[-1] if removed else len(before)
+    # Only context outside the outermost changed lines may be dropped: context between changes
+    # anchors the added lines.
+    changes = [i for i, (t, _) in enumerate(hunk.lines) if t != " "]
+    lead_max = sum(1 for i, _, _ in before if i < changes[0]) if changes else 0
+    trail_max = sum(1 for i, _, _ in before if i > changes[-1]) if changes else 0
     for total in range(1, n_ctx + 1):
         for lead in range(0, total + 1):
             trail = total - lead

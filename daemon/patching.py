@@ -4,10 +4,11 @@ apply_diff(repo, base, diff, rules):
 1. repair and parse the diff (diffparse); refuse, before anything is applied, any path that is
    absolute, has '..', is under .git/ or frozen, any symlink/submodule mode, any binary patch, and
    any diff over the size limit (rejected=True: retrying the same idea blindly will not help);
-2. place every hunk with our own locator (fuzzy) - this also catches ambiguous hunks, which
-   are refused even where `git apply` would pick one of the places;
+2. place every hunk with our own locator (fuzzy); a hunk it cannot place, or that fits two
+   places, fails here, even where `git apply` would pick one of the places;
 3. apply with plain `git apply` (method "git-apply"), else with the repaired diff ("normalized"),
-   else build the tree from the located hunks ("fuzzy");
+   keeping git's tree only where its files equal our placement's; else build the tree from our
+   placement ("fuzzy");
 4. gate the resulting tree with safety.check_tree_change.
 Nothing here touches the user's working tree, index or HEAD: trees are built in temporary indexes.
 """
@@ -159,6 +160,27 @@ def _contains(lines: list[str], block: list[str]) -> bool:
     return bool(want) and any(keys[i:i + len(want)] == want for i in range(len(keys) - len(want) + 1))
 
 
+def _git_tree_agreeing(repo: GitRepo, base_tree: str, text: str, parsed: Parsed,
+                       plan: dict[str, bytes | None]) -> tuple[str | None, str]:
+    """`git apply` on the diff as written, then on the repaired diff; its tree is used (it keeps
+    file modes) only when its files equal our own placement's. git puts an unclear hunk at the
+    match nearest the @@ line number, which models often invent; our locator refuses to guess."""
+    expected = _expected_paths(parsed.files)
+    # --unidiff-zero for the repaired diff: models leave out trailing context without meaning
+    # "at the end of the file", which is how git reads a hunk with none.
+    for method, patch, extra in (("git-apply", text, ()), ("normalized", parsed.clean, ("--unidiff-zero",))):
+        try:
+            cand = repo.apply_to_tree(base_tree, patch.encode(), extra)
+        except GitError:
+            continue
+        if {p for _, p in repo.changed_paths(base_tree, cand)} != expected:
+            continue
+        got = repo.read_files(cand, sorted(expected))
+        if all(got.get(p) == data for p, data in plan.items()):
+            return cand, method
+    return None, ""
+
+
 def apply_diff(repo: GitRepo, base_commit: str, diff_text: str, rules: SafetyRules) -> ApplyResult:
     if not diff_text or not diff_text.strip():
         return _fail("no diff", "No diff was found in the answer. " + _FIX_HINT)
@@ -183,23 +205,10 @@ def apply_diff(repo: GitRepo, base_commit: str, diff_text: str, rules: SafetyRul
         return _fail(parsed.problems[0], "The diff cannot be applied safely: " + "; ".join(parsed.problems)
                      + ".\n" + _FIX_HINT)
     plan = _plan(repo, base_tree, parsed, paths)
-    if isinstance(plan, ApplyResult) and plan.reason.startswith("ambiguous"):
-        return plan          # git apply would pick one of the places; we do not guess
-    expected = _expected_paths(parsed.files)
-    tree, method = None, ""
-    # --unidiff-zero for the repaired diff: models leave out trailing context without meaning
-    # "at the end of the file", which is how git reads a hunk with none.
-    for method, patch, extra in (("git-apply", text, ()), ("normalized", parsed.clean, ("--unidiff-zero",))):
-        try:
-            cand = repo.apply_to_tree(base_tree, patch.encode(), extra)
-        except GitError:
-            continue
-        if {p for _, p in repo.changed_paths(base_tree, cand)} == expected:
-            tree = cand
-            break
+    if isinstance(plan, ApplyResult):
+        return plan
+    tree, method = _git_tree_agreeing(repo, base_tree, text, parsed, plan)
     if tree is None:
-        if isinstance(plan, ApplyResult):
-            return plan
         tree, method = repo.tree_with_files(base_tree, plan), "fuzzy"
     reason = check_tree_change(repo, base_commit, tree, rules)
     if reason:
