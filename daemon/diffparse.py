@@ -188,7 +188,7 @@ def _read_body(lines: list[str], j: int, decl: tuple, known: set[str]) -> tuple[
         if _is_header(lines, j) or _FENCE.match(ln):
             break
         satisfied = decl[0] is not None and n_old >= decl[0] and n_new >= (decl[1] or 0)
-        if ln.strip() == "":
+        if ln == "" or (ln.strip() == "" and ln[0] != " "):
             nxt = next((x for x in lines[j + 1:] if x.strip()), None)
             if nxt is None or (satisfied and nxt[:1] not in "+- "):
                 break

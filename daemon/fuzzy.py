@@ -103,11 +103,10 @@ def locate(lines: list[str], hunk: Hunk) -> Placement:
     before = [(i, t, s) for i, (t, s) in enumerate(hunk.lines) if t != "+"]
     stated = hunk.old_start - 1
     if not before:
-        if hunk.old_start == 0 and lines:
-            raise HunkError("not_found", "it has no context lines and no line number, so there is no way "
-                            "to tell where to add its lines; include 2-3 unchanged lines around the change")
-        at = min(max(hunk.old_start, 0), len(lines))
-        return Placement([None] * len(hunk.lines), "exact", at, at)
+        if lines:      # line numbers alone are too often invented to place lines by
+            raise HunkError("thin", "it has no context lines, so there is no way to tell where its lines "
+                            "go; include 2-3 unchanged lines around the change")
+        return Placement([None] * len(hunk.lines), "exact", 0, 0)
     n_ctx = sum(1 for _, t, _ in before if t == " ")
     removed = [k for k, (_, t, _) in enumerate(before) if t == "-"]
     # (level, lead trimmed, trail trimmed, slack) in order of trust; slack -1 = strict window
@@ -123,12 +122,14 @@ def locate(lines: list[str], hunk: Hunk) -> Placement:
             if lead <= lead_max and trail <= trail_max and lead + trail < len(before):
                 plans.append(("whitespace", lead, trail, -1))
     plans.append(("whitespace", 0, 0, max(1, n_ctx // 3)))
+    thin = False
     keys_by_level: dict[str, tuple[list[str], dict[str, list[int]]]] = {}
     for level, lead, trail, slack in plans:
         part = before[lead:len(before) - trail]
-        if not removed:
-            if sum(1 for _, _, s in part if s.strip()) < 2:
-                continue
+        if not removed and sum(1 for _, _, s in part if s.strip()) < 2:
+            if lead == trail == 0 and slack < 0 and level == "exact":
+                thin = True
+            continue
         if level not in keys_by_level:
             keys = [_key(s, level) for s in lines]
             index: dict[str, list[int]] = {}
@@ -157,6 +158,9 @@ def locate(lines: list[str], hunk: Hunk) -> Placement:
             mapping[hpos] = fi
         used = [fi for fi in mapping if fi is not None]
         return Placement(mapping, level if slack < 0 else "drift", min(used), max(used) + 1)
+    if not removed and thin:
+        raise HunkError("thin", "its only context is blank or a single line, which does not tell where "
+                        "its lines go; include 2-3 non-blank unchanged lines around the change")
     raise HunkError("removed_missing" if removed else "not_found", "")
 
 
@@ -190,16 +194,17 @@ def _reindent(pairs: list[tuple[str, str]]):
                                   if float(len(ind) * k).is_integer() else None)
                 break
     table = dict(pairs)
-    for t in transforms:
-        if all(t(h) == f for h, f in pairs):
-            table = None
-            break
+    fits = [t for t in transforms if all(t(h) == f for h, f in pairs)]
 
     def fix(s: str) -> str:
         if not s.strip():
             return s
         ind = _indent(s)
-        new = table.get(ind) if table is not None else t(ind)
+        if fits:       # every explanation of the context must agree on this line
+            options = {t(ind) for t in fits}
+            new = options.pop() if len(options) == 1 else None
+        else:
+            new = table.get(ind)
         if new is None:
             raise HunkError("indent", f"its indentation differs from the file's and the added line {s!r} "
                             "cannot be re-indented safely; copy the context lines with their exact "

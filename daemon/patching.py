@@ -133,6 +133,9 @@ def _hunk_failure(f: FileDiff, e: HunkError, text: str, done: list[str]) -> Appl
     where = f"hunk {e.hunk + 1} of {len(f.hunks)} in {path} ({h.header})"
     if e.kind == "ambiguous":
         return _fail(f"ambiguous hunk in {path}", f"The diff did not apply: {where}: {e}.\n" + _done(done))
+    if e.kind in ("thin", "indent"):
+        return _fail(f"hunk {e.hunk + 1} of {path} cannot be placed safely",
+                     f"The diff did not apply: {where}: {e}.\n" + _done(done))
     if e.kind == "overlap":
         return _fail(f"overlapping hunks in {path}", f"The diff did not apply: {where}: {e}.\n" + _done(done))
     want = "\n".join(f"{t}{s}" for t, s in h.lines if t != "+")
