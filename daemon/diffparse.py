@@ -179,10 +179,12 @@ def _more_diff_follows(lines: list[str], j: int) -> bool:
     return False
 
 
-def _read_body(lines: list[str], j: int, decl: tuple, known: set[str]) -> tuple[list[str], int]:
+def _read_body(lines: list[str], j: int, decl: tuple, file_lines: list[str]) -> tuple[list[str], int]:
     body: list[str] = []
     synthetic: set[int] = set()             # blank lines we read as blank context
     n_old = n_new = 0
+    exact = set(file_lines)
+    known = {s.strip() for s in file_lines} - {""}
     while j < len(lines):
         ln = lines[j]
         if _is_header(lines, j) or _FENCE.match(ln):
@@ -194,11 +196,13 @@ def _read_body(lines: list[str], j: int, decl: tuple, known: set[str]) -> tuple[
                 break
             synthetic.add(len(body))
             body.append(" ")
+        elif ln[0] == " " and ln[1:] not in exact and ln in exact:
+            body.append(" " + ln)           # an indented context line that lost its marker
         elif ln[0] in " +-\\":
             body.append(ln)
         elif ln.strip() in _ELLIPSIS or _NUM.match(ln):
             body.append(" " + ln)
-        elif not satisfied and ln.strip() in known and _more_diff_follows(lines, j):
+        elif ln.strip() in known and _more_diff_follows(lines, j):
             body.append(" " + ln)           # a context line that lost its leading space
         else:
             break
@@ -292,8 +296,12 @@ def _scan(lines: list[str], res: _Resolver) -> tuple[list[_Block], bool, list[st
                 blocks.append(cur)
             old_start, decl = nums[0], nums[1:]
             target = res.resolve(cur.old if cur.old != "/dev/null" else cur.new, True)
-            known = {s.strip() for s in (res.lines(target) or [])} - {""}
-            body, i = _read_body(lines, i + 1, decl, known)
+            body, i = _read_body(lines, i + 1, decl, res.lines(target) or [])
+            if i < len(lines) and lines[i].strip() and not _is_header(lines, i) and not _FENCE.match(lines[i]):
+                nxt = next((x for x in lines[i + 1:i + 4] if not x.strip() or x[:1] in "+-"), "")
+                if nxt[:1] in "+-" and not nxt.startswith(("--- ", "+++ ")):
+                    problems.append(f"line {i + 1} of the diff ({lines[i][:60]!r}) has no diff marker (' ', "
+                                    "'+' or '-') and is not in the file, yet diff lines follow it")
             at_end = all(not x.strip() or _FENCE.match(x) for x in lines[i:])
             cur.hunks.append([old_start, decl, body, at_end, ln])
             continue

@@ -35,6 +35,7 @@ class Placement:
     level: str
     lo: int                       # first file line the hunk covers
     hi: int                       # one past the last
+    by_number: bool = False       # chosen among equal matches by the @@ line number
 
 
 class HunkError(Exception):
@@ -122,11 +123,13 @@ def locate(lines: list[str], hunk: Hunk) -> Placement:
             if lead <= lead_max and trail <= trail_max and lead + trail < len(before):
                 plans.append(("whitespace", lead, trail, -1))
     plans.append(("whitespace", 0, 0, max(1, n_ctx // 3)))
-    thin = False
+    thin = by_number = False
     keys_by_level: dict[str, tuple[list[str], dict[str, list[int]]]] = {}
     for level, lead, trail, slack in plans:
         part = before[lead:len(before) - trail]
-        if not removed and sum(1 for _, _, s in part if s.strip()) < 2:
+        # a pure insertion needs anchors: one non-blank line matched as written, else two
+        need = 1 if (lead == trail == 0 and slack < 0) else 2
+        if not removed and sum(1 for _, _, s in part if s.strip()) < need:
             if lead == trail == 0 and slack < 0 and level == "exact":
                 thin = True
             continue
@@ -153,11 +156,12 @@ def locate(lines: list[str], hunk: Hunk) -> Placement:
                                 "the change so that it matches exactly one place, or give the exact line "
                                 "number in the @@ header")
             uniq = at_stated
+            by_number = True
         mapping: list[int | None] = [None] * len(hunk.lines)
         for hpos, fi in uniq[0]:
             mapping[hpos] = fi
         used = [fi for fi in mapping if fi is not None]
-        return Placement(mapping, level if slack < 0 else "drift", min(used), max(used) + 1)
+        return Placement(mapping, level if slack < 0 else "drift", min(used), max(used) + 1, by_number)
     if not removed and thin:
         raise HunkError("thin", "its only context is blank or a single line, which does not tell where "
                         "its lines go; include 2-3 non-blank unchanged lines around the change")
@@ -187,6 +191,8 @@ def _reindent(pairs: list[tuple[str, str]]):
         ch = next((f[0] for _, f in pairs if f), " ")
         for h, f in pairs:
             d = len(f) - len(h)
+            if d % 2:      # an odd shift is a lost diff marker, not a re-indentation
+                continue
             transforms.append(lambda ind, d=d, ch=ch: ch * (len(ind) + d) if len(ind) + d >= 0 else None)
             if h and f and len(f) != len(h):
                 k = len(f) / len(h)
@@ -213,6 +219,27 @@ def _reindent(pairs: list[tuple[str, str]]):
     return fix
 
 
+def _check_numbers(placed: list[tuple[Placement, Hunk, int]]) -> None:
+    """A line number may settle between equal matches only if the file's other hunks sit exactly
+    at their stated lines: a model whose numbers are off elsewhere has no credible numbers."""
+    if not any(p.by_number for p, _, _ in placed):
+        return
+    for p, h, _ in placed:
+        first = next((fi for (t, _), fi in zip(h.lines, p.mapping) if t != "+"), None)
+        if not p.by_number and h.old_start and first != h.old_start - 1:
+            k = next(k for q, _, k in placed if q.by_number)
+            e = HunkError("ambiguous", "its lines match more than one place; its @@ line number names one of "
+                          f"them, but hunk {hunks_index(placed, h) + 1}'s line number is wrong, so the numbers "
+                          "cannot be trusted. Include more unchanged lines around the change so that it "
+                          "matches exactly one place")
+            e.hunk, e.fits = k, [j for _, _, j in placed if j != k]
+            raise e
+
+
+def hunks_index(placed, h) -> int:
+    return next(k for _, x, k in placed if x is h)
+
+
 def apply_hunks(text: str, hunks: list[Hunk]) -> tuple[str, list[str]]:
     """New file text, and how each hunk was placed. Raises HunkError (with .hunk and .fits set).
     Each hunk becomes edits on the original lines (delete these, insert those before that line),
@@ -234,6 +261,7 @@ def apply_hunks(text: str, hunks: list[Hunk]) -> tuple[str, list[str]]:
     if first_error:
         first_error.fits = [k for _, _, k in placed]
         raise first_error
+    _check_numbers(placed)
     deleted: dict[int, int] = {}
     inserts: dict[int, list[tuple[int, str, Hunk]]] = {}
     for p, h, k in sorted(placed, key=lambda x: (x[0].lo, x[2])):
