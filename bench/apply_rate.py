@@ -7,7 +7,7 @@ Runs the corpus in tests/data/diffs through three appliers, each given the same 
   patch -p1  GNU patch (default fuzz 2) in a fresh checkout
 "recovered" = the result equals the expected files exactly; "wrong" = it applied but the files differ.
 Cases that must NOT apply (unsafe, ambiguous, truncated, broken) are counted separately: applying one
-of them is a wrong apply too.
+of them is a wrong apply too. A second table does the same for randomly mangled diffs of random edits.
 
     .venv/bin/python bench/apply_rate.py
 """
@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fixtures_patching import (CASES, expected_files, make_base_repo, response, rules,  # noqa: E402
-                               work_files)
+from fixtures_patching import (CASES, DATA, expected_files, make_base_repo, mangled_cases,  # noqa: E402
+                               response, rules, work_files)
 
 from autoresearchd.gitrepo import GitRepo  # noqa: E402
 from autoresearchd.patching import apply_diff, extract_diff  # noqa: E402
@@ -35,10 +35,11 @@ def run_ours(repo: GitRepo, diff: str) -> dict[str, bytes] | None:
     return repo.read_files(res.tree) if res.ok else None
 
 
-def run_tool(template: Path, argv: list[str], diff: str) -> dict[str, bytes] | None:
+def run_tool(argv: list[str], diff: str) -> dict[str, bytes] | None:
+    """Run a baseline applier in a fresh plain copy of the base codebase (outside any repo)."""
     with tempfile.TemporaryDirectory(prefix="ard-bench-") as d:
         work = Path(d) / "w"
-        shutil.copytree(template, work, symlinks=True)
+        shutil.copytree(DATA / "base", work)
         p = subprocess.run(argv, cwd=work, input=diff.encode(), capture_output=True)
         if p.returncode != 0:
             return None
@@ -46,13 +47,17 @@ def run_tool(template: Path, argv: list[str], diff: str) -> dict[str, bytes] | N
         return {k: v for k, v in files.items() if not k.endswith((".orig", ".rej"))}
 
 
-def main() -> int:
-    have_patch = shutil.which("patch") is not None
-    tools = {"ours": None, "git apply": ["git", "apply", "-"]}
-    if have_patch:
-        tools["patch -p1"] = ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "-s"]
-    stats = {t: {"ok": 0, "wrong": 0, "fail": 0, "unsafe_applied": 0} for t in tools}
-    wrong_names: dict[str, list[str]] = {t: [] for t in tools}
+def tools() -> dict[str, list[str] | None]:
+    t = {"ours": None, "git apply": ["git", "apply", "-"]}
+    if shutil.which("patch"):
+        t["patch -p1"] = ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "-s"]
+    return t
+
+
+def corpus_table() -> int:
+    tools_ = tools()
+    stats = {t: {"ok": 0, "wrong": 0, "fail": 0, "unsafe_applied": 0} for t in tools_}
+    wrong_names: dict[str, list[str]] = {t: [] for t in tools_}
     with tempfile.TemporaryDirectory(prefix="ard-bench-") as d:
         template = make_base_repo(Path(d) / "base")
         repo = GitRepo(template)
@@ -63,11 +68,11 @@ def main() -> int:
             want = expected_files(spec) if spec["expect"] == "applied" else None
             n_apply += want is not None
             n_refuse += want is None
-            for tool, argv in tools.items():
-                got = run_ours(repo, diff) if argv is None else run_tool(template, argv, diff)
+            for tool, argv in tools_.items():
+                got = run_ours(repo, diff) if argv is None else run_tool(argv, diff)
                 s = stats[tool]
                 if want is None:
-                    if got is not None and got != work_files(template):
+                    if got is not None and got != work_files(DATA / "base"):
                         s["unsafe_applied"] += 1
                         wrong_names[tool].append(name)
                 elif got is None:
@@ -84,12 +89,48 @@ def main() -> int:
         pct = 100.0 * s["ok"] / max(1, n_apply)
         print(f"{tool:<11} {s['ok']:>4}/{n_apply:<3} {pct:5.1f}% {s['wrong']:>12} {s['fail']:>7} "
               f"{s['unsafe_applied']:>15}/{n_refuse}")
-    if not have_patch:
+    if "patch -p1" not in tools_:
         print("\n(GNU patch not installed: apt-get install -y patch)")
     for tool, names in wrong_names.items():
         if names:
             print(f"\n{tool} applied wrongly: {', '.join(n.removesuffix('.txt') for n in names)}")
-    return 0 if stats["ours"]["wrong"] == 0 and stats["ours"]["unsafe_applied"] == 0 else 1
+    return stats["ours"]["wrong"] + stats["ours"]["unsafe_applied"]
+
+
+def mangled_table(n: int, seed: int) -> int:
+    """Random edits written as diffs with random LLM slips (fixtures_patching.mangle)."""
+    tools_ = tools()
+    cases = mangled_cases(seed, n)
+    stats = {t: [0, 0] for t in tools_}               # recovered, wrong
+    with tempfile.TemporaryDirectory(prefix="ard-bench-") as d:
+        repo = GitRepo(make_base_repo(Path(d) / "base"))
+        base = work_files(DATA / "base")
+        for text, path, new, _ in cases:
+            diff = extract_diff(text) or ""
+            want = dict(base, **{path: new.encode()})
+            for tool, argv in tools_.items():
+                got = run_ours(repo, diff) if argv is None else run_tool(argv, diff)
+                if got is not None and got != base:
+                    stats[tool][0 if got == want else 1] += 1
+    print(f"\nrandomly mangled diffs: {n} (seed {seed}; slips: no a/ b/, wrong or missing @@ numbers, "
+          "line-number prefixes, lost context markers, 2-space re-indent, dropped or drifted context, "
+          "trailing spaces, fences)\n")
+    print(f"{'applier':<11} {'recovered':>15} {'wrong apply':>12}")
+    for tool, (ok, wrong) in stats.items():
+        print(f"{tool:<11} {ok:>4}/{n:<3} {100.0 * ok / n:5.1f}% {wrong:>12}")
+    return stats["ours"][1]
+
+
+def main() -> int:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mangled", type=int, default=200, help="random mangled diffs to add (0: none)")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    bad = corpus_table()
+    if args.mangled:
+        bad += mangled_table(args.mangled, args.seed)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

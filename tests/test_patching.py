@@ -155,3 +155,16 @@ def test_rename_onto_existing_file_fails(repo):
     diff = "diff --git a/utils.py b/data.py\nsimilarity index 100%\nrename from utils.py\nrename to data.py\n"
     res = apply_diff(repo, "main", diff, rules())
     assert not res.ok and "already exists" in res.error
+
+
+def test_mangled_diffs_never_apply_wrong(repo):
+    """Random edits, written as diffs with random LLM slips: each applies exactly or fails."""
+    from fixtures_patching import mangled_cases
+    ok = 0
+    for text, path, new, slips in mangled_cases(seed=7, n=120):
+        res = apply_diff(repo, "main", extract_diff(text) or "", rules())
+        if res.ok:
+            got = repo.read_files(res.tree, [path])[path].decode()
+            assert got == new, f"wrong apply with slips {slips}:\n{text}"
+            ok += 1
+    assert ok >= 0.8 * 120
