@@ -23,11 +23,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fixtures_patching import (CASES, DATA, expected_files, make_base_repo, mangled_cases,  # noqa: E402
-                               response, rules, work_files)
-
-from autoresearchd.gitrepo import GitRepo  # noqa: E402
-from autoresearchd.patching import apply_diff, extract_diff  # noqa: E402
+from autoresearchd.gitrepo import GitRepo
+from autoresearchd.patching import apply_diff, extract_diff
+from fixtures_patching import (
+    CASES,
+    DATA,
+    expected_files,
+    make_base_repo,
+    mangled_cases,
+    response,
+    rules,
+    work_files,
+)
 
 
 def run_ours(repo: GitRepo, diff: str) -> dict[str, bytes] | None:
@@ -40,7 +47,7 @@ def run_tool(argv: list[str], diff: str) -> dict[str, bytes] | None:
     with tempfile.TemporaryDirectory(prefix="ard-bench-") as d:
         work = Path(d) / "w"
         shutil.copytree(DATA / "base", work)
-        p = subprocess.run(argv, cwd=work, input=diff.encode(), capture_output=True)
+        p = subprocess.run(argv, cwd=work, input=diff.encode(), capture_output=True, check=False)
         if p.returncode != 0:
             return None
         files = work_files(work)

@@ -11,9 +11,10 @@ a truncated last hunk, elided lines (`...`) and stray diff lines are reported as
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from unidiff import PatchSet
 
@@ -39,7 +40,7 @@ _ELLIPSIS = {"...", "…", "# ...", "// ...", "# ... rest unchanged ...", "[...]
 
 def _is_header(lines: list[str], i: int) -> bool:
     ln = lines[i]
-    return (ln.startswith("diff --git ") or ln.startswith("@@")
+    return (ln.startswith(("diff --git ", "@@"))
             or (ln.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ ")))
 
 
@@ -67,7 +68,7 @@ def extract_diff(response: str) -> str | None:
                     or (ln.startswith(indent + fence) and ln.strip() == fence):
                 closed = True
                 break
-            body.append(ln[len(indent):] if ln.startswith(indent) else ln)
+            body.append(ln.removeprefix(indent))
             i += 1
         i += 1
         if _looks_like_diff(body):
@@ -223,7 +224,7 @@ def _strip_numbers(body: list[str], file_lines: list[str] | None) -> tuple[list[
     if not hits or len(hits) < 0.6 * len(before):
         return body, None
     values = [int(m.group(1)) for _, m in hits]
-    if any(b <= a for a, b in zip(values, values[1:])):
+    if any(b <= a for a, b in itertools.pairwise(values)):
         return body, None
     known = set(file_lines or [])
     variants = [(sum(1 for ln in body if ln[:1] in " -" and ln[1:] in known), -1, body)]
@@ -408,6 +409,6 @@ def _fill_hunks(clean: str, files: list[FileDiff]) -> None:
                     if hl and hl[-1][0] in " +":
                         no_eol_new = True
                     continue
-                hl.append((ln.line_type, ln.value[:-1] if ln.value.endswith("\n") else ln.value))
+                hl.append((ln.line_type, ln.value.removesuffix("\n")))
             k = len(f.hunks)
             f.hunks.append(Hunk(f.starts[k], hl, f.headers[k], no_eol_new))

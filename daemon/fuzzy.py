@@ -118,7 +118,7 @@ def locate(lines: list[str], hunk: Hunk) -> Placement:
     lead_max = sum(1 for i, _, _ in before if i < changes[0]) if changes else 0
     trail_max = sum(1 for i, _, _ in before if i > changes[-1]) if changes else 0
     for total in range(1, n_ctx + 1):
-        for lead in range(0, total + 1):
+        for lead in range(total + 1):
             trail = total - lead
             if lead <= lead_max and trail <= trail_max and lead + trail < len(before):
                 plans.append(("whitespace", lead, trail, -1))
@@ -303,7 +303,7 @@ def closest_lines(lines: list[str], hunk: Hunk, around: int = 2) -> str:
     want = [" ".join(s.split()) for s in before]
     width = len(want)
     best, best_i = -1.0, 0
-    for i in range(0, max(1, len(lines) - width + 1)):
+    for i in range(max(1, len(lines) - width + 1)):
         score = sum(fuzz.ratio(a, b) for a, b in zip(want, keys[i:i + width]))
         if score > best:
             best, best_i = score, i

@@ -22,7 +22,7 @@ from .fuzzy import HunkError, apply_hunks, closest_lines
 from .gitrepo import GitError, GitRepo
 from .safety import GITLINK_MODE, SYMLINK_MODE, SafetyRules, check_path, check_tree_change
 
-__all__ = ["ApplyResult", "extract_diff", "apply_diff"]
+__all__ = ["ApplyResult", "apply_diff", "extract_diff"]
 
 _FIX_HINT = ("Send a corrected unified diff of the whole change: '--- a/PATH' and '+++ b/PATH' headers, "
              "then @@ hunks whose context (' ') and removed ('-') lines are copied exactly from the "

@@ -10,8 +10,8 @@ Each returns one clear reason (a sentence for the note and for the LLM) or None 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from . import defaults
 from .gitrepo import GitRepo

@@ -8,7 +8,6 @@ import os
 import subprocess
 
 import pytest
-
 from autoresearchd.gitrepo import GitRepo
 from autoresearchd.safety import SafetyRules, check_path, check_tree_change
 
@@ -19,7 +18,7 @@ RULES = SafetyRules(is_frozen=lambda p: p in ("prepare.py", ".autoresearch.toml"
 def git(repo: GitRepo, *args, input: bytes | None = None, env: dict | None = None) -> str:
     e = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
              GIT_COMMITTER_EMAIL="t@t", **(env or {}))
-    p = subprocess.run(["git", *args], cwd=repo.path, input=input, capture_output=True, env=e)
+    p = subprocess.run(["git", *args], cwd=repo.path, input=input, capture_output=True, env=e, check=False)
     assert p.returncode == 0, p.stderr.decode()
     return p.stdout.decode().strip()
 
