@@ -373,7 +373,8 @@ def _render(blocks: list[_Block], res: _Resolver, parsed: Parsed, cut_off: bool)
                 # In a cut-off answer any shortfall may be lost changes. Otherwise models miscount
                 # so often that only a large shortfall on both sides is read as truncation.
                 if (cut_off and (max(short_o, short_n) > 0 or decl[0] is None)) or min(short_o, short_n) >= 3:
-                    parsed.problems.append(f"the diff looks truncated: {where} declares {decl[0]} old and "
+                    parsed.problems.append(f"the diff looks truncated (the answer may have hit its length "
+                                           f"limit; send a shorter diff): {where} declares {decl[0]} old and "
                                            f"{decl[1]} new lines but only {n_old} and {n_new} are present")
             o = 0 if is_new else max(old_start, 1 if n_old else 0)
             n_start = 1 if is_new else 0 if is_del else max(o + delta[0], 1 if n_new else 0)
