@@ -167,7 +167,9 @@ class ShellRunner:
     def launch(self, sh: Shell, tdir: str, spec: TrialSpec, slot: Slot) -> dict[str, Any]:
         """Start trial.sh detached; return extra handle fields."""
         q = shlex.quote(tdir)
-        rc, out, err = sh.run(f"cd {q} && setsid nohup bash trial.sh > wrapper.log 2>&1 < /dev/null & echo $!")
+        # `&` must apply to the setsid command alone: backgrounding `cd && setsid ...` forks a subshell that
+        # keeps our stdout pipe open until the trial ends, so this call would block for the whole run.
+        rc, out, err = sh.run(f"cd {q} || exit 1; setsid nohup bash trial.sh > wrapper.log 2>&1 < /dev/null & echo $!")
         if rc != 0:
             raise RuntimeError(f"could not start the trial on {sh.name}: {err.decode(errors='replace')[-500:]}")
         return {"pid": int(out.split()[-1])}

@@ -29,7 +29,7 @@ PY = sys.executable
 
 # What each special replay record is meant to exercise (titles as in the replay file).
 NEEDS_REVISION = {"Rotary position embeddings", "QK-LayerNorm in attention", "Squared ReLU activation"}
-NO_PREFIX = {"Remove dropout"}                                  # applies with -p0 only
+NO_PREFIX = {"Remove dropout"}       # `--- train.py` without a/ b/: git apply still places it
 BREAKS_CHECK_THEN_FIXED = {"Multi-query attention"}
 NEVER_PASSES = {"Auxiliary multi-token prediction head"}
 
@@ -132,6 +132,8 @@ CHEATS = {
     "next_token": "torch.nn.functional.one_hot(torch.roll(x, -1, 1), 256).float() * 20.0",
     # rows see each other (a leak across the batch)
     "cross_row": "torch.nn.functional.one_hot(x, 256).float() + torch.roll(x, 1, 0)[..., None].float()",
+    # a permutation-invariant leak: every row sees the batch mean
+    "batch_mean": "torch.nn.functional.one_hot(x, 256).float() + x.float().mean(0, keepdim=True)[..., None]",
 }
 
 
@@ -151,7 +153,7 @@ import os; os.makedirs({str(art / 'out')!r}, exist_ok=True); m.save({str(art / '
     q = run_py(["evaluate.py"], ev, {"AUTORESEARCH_ARTIFACTS": str(art), "PYTHONSAFEPATH": "1"}, clean=True)
     assert q.returncode != 0
     assert "val_loss" not in q.stdout
-    assert ("not causal" if kind == "next_token" else "not independent") in q.stderr
+    assert ("not causal" if kind == "next_token" else "not independent") in q.stderr, q.stderr
 
 
 def test_evaluate_explains_a_missing_artifact(tmp_path):
@@ -185,8 +187,7 @@ def test_replay_diffs_apply_as_intended(template_repo):
                 assert git_apply(repo.path, diff, "--check", p).returncode != 0, title
             assert git_apply(repo.path, r["revisions"][0], "--check").returncode == 0, title
         elif title in NO_PREFIX:
-            assert git_apply(repo.path, diff, "--check").returncode != 0, title
-            assert git_apply(repo.path, diff, "--check", "-p0").returncode == 0, title
+            assert "--- a/" not in diff and git_apply(repo.path, diff, "--check").returncode == 0, title
         else:
             p = git_apply(repo.path, diff, "--check")
             assert p.returncode == 0, f"{title}: {p.stderr}"
