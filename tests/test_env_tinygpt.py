@@ -98,14 +98,12 @@ def test_manifest_parses_and_names_real_files():
 
 
 # -- (b) check mode ----------------------------------------------------------------------------
-def test_check_mode_runs_quickly(tmp_path):
+def test_check_mode_runs(tmp_path):
     code = copy_template(tmp_path / "code")
-    t0 = time.monotonic()
     p = run_py(["train.py", "--check"], code)
     assert p.returncode == 0, p.stderr
     assert "check ok" in p.stdout and (code / "out" / "model.pt").is_file()
     assert last_block(p.stdout)["steps"] == 3
-    assert time.monotonic() - t0 < 60
 
 
 # -- (c) short training, scored by the frozen evaluate.py from a directory of frozen files --------
