@@ -40,7 +40,7 @@ class Model:
     """Answers propose and implement requests like a (very predictable) model would."""
 
     def __init__(self):
-        self.proposals = 0
+        self.proposals = self.followups = 0
 
     def __call__(self, req):
         text = req.body["messages"][-1]["content"]
@@ -48,8 +48,12 @@ class Model:
             first = next(m["content"] for m in req.body["messages"] if m["role"] == "user")
             title = first.split("# The idea\n", 1)[1].splitlines()[0]
             return Reply(diff_for(title), 200, 100)
-        k = self.proposals
-        self.proposals += 1
+        if "more experiments, different from all the experiments above" in text:
+            self.followups += 1
+            k = 100 + self.followups          # replacements for dropped duplicates: always fresh
+        else:
+            k = self.proposals
+            self.proposals += 1
         if k < len(SCRIPT):
             ideas = SCRIPT[k]
         else:  # fresh, distinct ideas from here on
@@ -86,7 +90,6 @@ def test_search_loop_end_to_end(toy_env, tmp_path):
     dups = [i for i in pop.ideas if i.status == Status.DUPLICATE]
     assert dups and all(i.note.error for i in dups)
     assert len([i for i in by_title["Lower x to 0.41"] if i.branch]) == 1
-    print([(i.title, i.status.value, i.epoch, i.origin) for i in pop.ideas])
     crash = [i for i in by_title["Crash on purpose"]]
     assert len([i for i in crash if i.branch]) == 1 and any(i.status == Status.DUPLICATE and i.epoch == 1
                                                            for i in crash)
@@ -102,3 +105,59 @@ def test_search_loop_end_to_end(toy_env, tmp_path):
         assert abs(i.note.cost_usd - i.cost_usd) < 1e-12
         assert abs(sum(i.note.cost.values()) - i.cost_usd) < 1e-9
     assert len({i.idea_id for i in pop.ideas}) == len(pop.ideas)
+
+
+class FreshModel(Model):
+    """Every proposal call gets new, distinct ideas (no duplicates), each taking a moment to run."""
+
+    def __call__(self, req):
+        text = req.body["messages"][-1]["content"]
+        if "Implement the research idea below" in text or "could not be used" in text:
+            return super().__call__(req)
+        self.proposals += 1
+        k = self.proposals
+        ideas = [(f"Lower x to 0.{10 + 2 * k + j}", f"{WORDS[k % 15]} {WORDS[(k + 5 + j) % 15]} {k} {j} distinct")
+                 for j in range(2)]
+        return Reply("".join(idea_block(t, b) for t, b in ideas), 300, 200)
+
+
+def test_restart_mid_epoch_neither_repeats_nor_skips_and_slots_stay_busy(toy_env, tmp_path):
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    slow = TOY_RUN.replace("x = 1.0", "import time; time.sleep(1.5)\nx = 1.0")
+    (toy_env / "run.py").write_text(slow)
+    from conftest import git
+    git(toy_env, "commit", "-qam", "slower runs")
+    fake = FakeLLM()
+    fake.script(*([FreshModel()] * 300))
+    cfg = config(tmp_path, toy_env, fake)
+    state = toy_env / ".git" / "autoresearch" / "daemon.json"
+    try:
+        p = subprocess.Popen([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), "start"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        busy_max, t0 = 0, time.time()
+        while time.time() - t0 < 60:
+            try:
+                slots = json.loads(state.read_text())["slots"]
+                busy_max = max(busy_max, sum(s["state"] == "busy" for s in slots))
+            except (OSError, ValueError, KeyError):
+                pass
+            branches = git(toy_env, "for-each-ref", "refs/heads/idea/").splitlines()
+            if len(branches) >= 3:
+                break
+            time.sleep(0.1)
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        pop = run_until_settled(cfg, timeout=240, with_llm=True)
+    finally:
+        fake.close()
+    real = [i for i in pop.ideas if i.status != Status.DUPLICATE]
+    per_epoch = {e: len([i for i in real if i.epoch == e]) for e in (0, 1)}
+    assert per_epoch == {0: 4, 1: 4}, per_epoch               # whole epochs: nothing repeated or skipped
+    assert len({i.title for i in real}) == len(real)
+    assert all(i.note is not None and i.note.status == Status.SUCCEEDED for i in real)
+    assert busy_max == 2                                        # both slots were busy at once
