@@ -219,7 +219,7 @@ def _html(cfg, research, summ: dict, rows: list[dict], images: list[str], s: dic
         f"<code>{e(research.baseline_ref)}</code>; generated {e(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>",
         "<ul>",
         f"<li>goal: {e(summ['goal'])} {e(m)}; ideas: {summ['total']} ({counts}); last epoch {summ['epoch']}</li>",
-        f"<li>baseline: " + (f"{b['value']:.4f} ± {b['std'] or 0:.4f} over {b['seeds']} seeds"
+        "<li>baseline: " + (f"{b['value']:.4f} ± {b['std'] or 0:.4f} over {b['seeds']} seeds"
                              if b["value"] is not None else "not measured yet") + "</li>",
         f"<li>best confirmed: {result(summ['best'])}</li>",
     ]
@@ -249,7 +249,7 @@ def _html(cfg, research, summ: dict, rows: list[dict], images: list[str], s: dic
     lines.append("</table>")
     e_ = s["by_epoch"]
     lines.append("<h2>per epoch</h2><table><tr><th>epoch</th><th>executed / attempted</th>"
-                 f"<th>best confirmed</th><th>best (any)</th></tr>")
+                 "<th>best confirmed</th><th>best (any)</th></tr>")
     for ep, ex, at, c, r in zip(e_["epoch"], e_["executed"], e_["attempted"], e_["confirmed"], e_["raw"]):
         lines.append(f"<tr><td>{ep}</td><td>{ex} / {at}</td><td>{_num(c)}</td><td>{_num(r)}</td></tr>")
     lines.append("</table><p>Execution rate: ideas that produced a metric over ideas that were attempted "
