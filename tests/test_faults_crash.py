@@ -25,7 +25,8 @@ from fixtures_reliability import (Daemon, ToyLLM, idea_refs, invariants, llm_con
                                   write_cfg)
 
 FULL = os.environ.get("ARD_FULL") == "1"
-CYCLES = 24 if FULL else 10
+CYCLES = 24 if FULL else 10          # kill/restart cycles of the dispatch test
+LLM_CYCLES = 16 if FULL else 6       # of the implement test (16 kills in CI in all)
 SHIM = """#!/bin/bash
 # slows note writes so that a kill -9 lands while git writes one
 case " $* " in *" notes "*" add "*) sleep {delay};; esac
@@ -127,23 +128,27 @@ def test_kill9_during_implement_and_proposals(toy_env, tmp_path):
     pytest.importorskip("autoresearchd.patching", reason="needs daemon/patching.py (diff apply)")
     rng = random.Random(99)
     with FakeLLM() as fake:
-        toy = ToyLLM(propose_delay=0.3, implement_delay=0.8)
+        toy = ToyLLM(propose_delay=0.3, implement_delay=1.5)
         fake.script(*[toy] * 400)
-        cfg = write_cfg(tmp_path / "cfg", toy_env, llm=llm_config(fake.openai_url, max_ideas=6),
+        cfg = write_cfg(tmp_path / "cfg", toy_env, llm=llm_config(fake.openai_url, max_ideas=9),
                         rest="")
         repo = GitRepo(toy_env)
         seen: dict[str, set] = {"branch": set(), "proposal": set(), "record": set()}
         branch_commits: dict[str, str] = {}
         hits = []
-        for cycle in range(CYCLES):
+        for cycle in range(LLM_CYCLES):
             d = Daemon(cfg)
             if cycle % 2 == 0:
-                # inside an implementation: the fake server holds an implement request
-                wait_for(lambda: d.p.poll() is not None or any(
-                    "Implement the research idea" in str(r.body) for r in fake.requests[-3:])
-                    and fake.in_flight > 0, 20, what="an implement call in flight")
-                time.sleep(rng.uniform(0, 0.8))
-                hits.append("implement")
+                # inside an implementation: the fake server holds an implement request (none is left once
+                # every idea is implemented: then the kill lands at a random point)
+                try:
+                    wait_for(lambda: d.p.poll() is None and fake.in_flight > 0 and any(
+                        "Implement the research idea" in str(r.body) for r in fake.requests[-3:]), 8,
+                        what="an implement call in flight")
+                    time.sleep(rng.uniform(0, 0.6))
+                    hits.append("implement")
+                except AssertionError:
+                    hits.append("random")
                 d.kill9(group=rng.random() < 0.5)
             else:
                 hits.append(kill_at(d, rng, ("dispatch", "random", "note")[cycle % 3]))
@@ -153,6 +158,7 @@ def test_kill9_during_implement_and_proposals(toy_env, tmp_path):
             for ref, sha in repo.refs("refs/heads/idea/").items():
                 assert branch_commits.setdefault(ref, sha) == sha, f"{ref} moved after a restart"
         assert seen["proposal"], "no kill ever found a recorded proposal"
+        assert hits.count("implement") >= 2, hits
         run_until_idle(cfg, timeout=180)
         refs = idea_refs(repo)
         final = set(refs["branch"]) | set(refs["record"])
@@ -160,7 +166,7 @@ def test_kill9_during_implement_and_proposals(toy_env, tmp_path):
         assert not lost, f"ideas lost across restarts: {lost}"
         assert seen["proposal"] <= final, "a proposal recorded before a kill was not implemented after it"
         notes = invariants(repo)
-        assert len(refs["branch"]) >= 6
+        assert len(refs["branch"]) >= 9
         for sha, n in notes.items():
             assert len(n.trials) == 1
         # each idea implemented into exactly one branch: ids are unique (checked by idea_refs), and no two

@@ -2,7 +2,7 @@
 
 - N ideas (branches made in one fast-import) on 16 local slots with a `run` that only prints its value:
   all finish, every note holds the right value, and the daemon's memory stays flat (VmRSS sampled at a
-  quarter, half and all of the notes). CI runs N = 150; ARD_FULL=1 runs the full 1,000.
+  quarter, half and all of the notes). CI runs N = 100; ARD_FULL=1 runs the full 1,000.
 - 10,000 ideas with notes: a population read (the policies' view), `status` and `ideas` stay within
   their targets (read <= 2 s on a quiet machine; asserted loosely, CI machines are shared).
 Figures are printed (pytest -s shows them); bench/run_all.py reports the same ones.
@@ -46,7 +46,7 @@ def note_count(repo) -> int:
 
 @pytest.mark.slow
 def test_many_queued_ideas_on_16_slots_memory_flat(load_env, tmp_path):
-    n = 1000 if FULL else 150
+    n = 1000 if FULL else 100
     refs = build_population(load_env, n)
     cfg = write_cfg(tmp_path / "cfg", load_env, runner='kind = "local"\nslots = 16',
                     rest="[daemon]\ntick_s = 0.5\n[policy]\nbaseline_seeds = 1\nconfirm_seeds = 0\n")
