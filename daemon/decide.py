@@ -106,26 +106,53 @@ def improvement(value: float, ref: float, goal: str) -> float:
     return (ref - value) if goal == "min" else (value - ref)
 
 
+# Student t 0.975 quantiles by degrees of freedom: with 2-3 seeds a sample std is itself noisy, so a
+# fixed "2 sigma" margin promotes no-op ideas far more often than 5% of the time (bench/promotion.py).
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042]
+
+
+def t975(dof: int) -> float:
+    return _T975[dof - 1] if 1 <= dof <= len(_T975) else 1.96
+
+
+def pooled_std(a: list[float], b: list[float]) -> float | None:
+    """Pooled sample std of two groups (None with fewer than 2 degrees of freedom... of 1)."""
+    dof = len(a) - 1 + len(b) - 1
+    if dof < 1:
+        return None
+    ss = sum((x - statistics.fmean(a)) ** 2 for x in a) if len(a) > 1 else 0.0
+    ss += sum((x - statistics.fmean(b)) ** 2 for x in b) if len(b) > 1 else 0.0
+    return (ss / dof) ** 0.5
+
+
 def decide(value: float, goal: str, baseline: float | None, baseline_std: float | None,
-           best: float | None, noise_mult: float, confirm_enabled: bool, confirmed: bool = False) -> str | None:
-    """The decision for a value; `best` is the best confirmed/promoted value so far (or None)."""
+           best: float | None, noise_mult: float, confirm_enabled: bool, confirmed: bool = False,
+           n: int = 1, k: int = 1, std: float | None = None) -> str | None:
+    """The decision for `value` (a mean over n seeds) against the baseline (a mean over k seeds) and
+    `best`, the best confirmed/promoted value so far. A margin is a noise multiple (at least the
+    t quantile for the degrees of freedom) times the standard error of the difference: a single
+    run against sqrt(1 + 1/k) baseline stds; a confirmed mean against the pooled std (`std`)."""
     if baseline is None:
         return None
-    margin = noise_mult * (baseline_std or 0.0)
+    s = baseline_std or 0.0
+    single = max(noise_mult, t975(k - 1) if k > 1 else noise_mult) * s * (1 + 1 / max(1, k)) ** 0.5
     vs_base = improvement(value, baseline, goal)
     reference = best if best is not None and improvement(best, baseline, goal) > 0 else baseline
     vs_best = improvement(value, reference, goal)
+    if confirmed:
+        dof = n - 1 + k - 1
+        sp = std if std is not None else s
+        margin = max(noise_mult, t975(dof)) * sp * (1 / max(1, n) + 1 / max(1, k)) ** 0.5
+        return "confirmed" if vs_best > 0 and vs_base > margin else "demoted"
     if vs_best > 0:
-        if confirmed:
-            return "confirmed" if vs_base > margin or margin == 0 else "demoted"
-        if vs_best <= margin and confirm_enabled:
+        if vs_best <= single and confirm_enabled:
             return "pending"
         return "promoted"
-    if confirmed:
-        return "demoted"
-    if vs_base > margin:
+    if vs_base > single:
         return "improved"
-    if vs_base < -margin:
+    if vs_base < -single:
         return "worse"
     return "within_noise"
 

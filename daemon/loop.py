@@ -26,6 +26,7 @@ from .notes import Status
 from .population import Population, read_population
 
 log = logging.getLogger("autoresearchd")
+logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: max instances" is by design
 
 
 class Daemon:
@@ -111,7 +112,7 @@ class Daemon:
 
     def _resume_proposals(self, pop: Population) -> None:
         """Proposals recorded in git but not implemented (e.g. after a crash) are implemented now."""
-        if self.implementer is None:
+        if self.implementer is None or (self.llm is not None and self.llm.budget.exhausted):
             return
         for idea in pop.implementing():
             if idea.idea_id not in self._implementing:
@@ -121,8 +122,12 @@ class Daemon:
         self._implementing.add(idea_id)
 
         def work():
+            from .llm import BudgetExhausted
             try:
                 self.implementer.implement(idea_id)
+            except BudgetExhausted as e:  # the proposal stays recorded; raise the budget to resume
+                self._stop_reason = str(e)
+                log.info("%s: %s stays proposed", e, idea_id)
             except Exception:  # noqa: BLE001 - a failed implementation must never kill the daemon
                 log.exception("implementing %s failed", idea_id)
             finally:

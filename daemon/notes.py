@@ -93,6 +93,7 @@ class Note(BaseModel):
     software: str | None = None
     harness: str | None = None
     tamper: list[str] = Field(default_factory=list)
+    flags: list[str] = Field(default_factory=list)   # e.g. cross_accelerator: compared across hardware
     tokens: int | None = None
     cost_usd: float | None = None
     cost: dict[str, float] = Field(default_factory=dict)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from . import defaults
-from .decide import GOOD_DECISIONS, BEST_DECISIONS, aggregate, decide, improvement
+from .decide import BEST_DECISIONS, GOOD_DECISIONS, aggregate, decide, improvement, pooled_std
 from .gitrepo import GitRepo
 from .ideas import Idea
 from .notes import Lease, Note, Status, Trial, format_leases, format_note, parse_leases, parse_note
@@ -95,14 +95,28 @@ def fill_baseline(note: Note, idea: Idea | None, pop: Population, manifest, poli
     paired = [(t.value - per_seed[t.seed]) for t in note.trials if t.value is not None and t.seed in per_seed]
     note.baseline, note.baseline_std = b.value, b.std
     note.delta = sum(paired) / len(paired) if paired else note.value - b.value
+    if b.accelerator and note.accelerator and _accel_class(b.accelerator) != _accel_class(note.accelerator):
+        flag = f"cross_accelerator: {note.accelerator} vs baseline {b.accelerator}"
+        note.flags = sorted(set(note.flags) | {flag})
     parent = pop.by_id.get(idea.parents[0]) if idea.parents else None
     if parent is not None and parent.value is not None:
         note.parent_delta = note.value - parent.value
     if note.decision in ("confirmed", "demoted") and not confirmed:
         return True
-    note.decision = decide(note.value, manifest.goal, b.value, b.std, best_value(pop, manifest.goal, idea.commit),
-                           policy_cfg.noise_mult, policy_cfg.confirm_seeds > 0, confirmed)
+    vals = note.values
+    if confirmed:
+        # judge on the fresh seeds alone: the first seed was selected for looking good
+        vals = [t.value for t in note.trials if t.seed != 0 and t.value is not None] or vals
+    note.decision = decide(sum(vals) / len(vals), manifest.goal, b.value, b.std,
+                           best_value(pop, manifest.goal, idea.commit), policy_cfg.noise_mult,
+                           policy_cfg.confirm_seeds > 0, confirmed, n=len(vals), k=len(b.values),
+                           std=pooled_std(vals, b.values))
     return True
+
+
+def _accel_class(acc: str) -> str:
+    """'8 x NVIDIA H100 80GB HBM3' -> 'NVIDIA H100 80GB HBM3': the count may differ, the model may not."""
+    return acc.split(" x ", 1)[-1].strip()
 
 
 def beats_baseline(idea: Idea, pop: Population, goal: str) -> bool:
