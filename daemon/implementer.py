@@ -185,7 +185,8 @@ class Implementer:
             return None
         with tempfile.TemporaryDirectory(prefix="ard-check-") as d:
             tarfile.open(fileobj=io.BytesIO(self.repo.archive(tree))).extractall(d, filter="data")
-            env = dict(os.environ, AUTORESEARCH_CHECK="1", AUTORESEARCH_SEED="0",
+            from autoresearchd.runners.base import scrubbed_env  # the check runs untrusted code too
+            env = dict(scrubbed_env(), AUTORESEARCH_CHECK="1", AUTORESEARCH_SEED="0",
                        PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
                        **self.research.manifest.data)
             try:

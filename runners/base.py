@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shlex
 import tarfile
@@ -99,6 +100,16 @@ class Runner(Protocol):
     def close(self) -> None: ...
 
 
+# Trials run untrusted code (LLM-written or pushed): variables that look like secrets stay behind.
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.I)
+
+
+def scrubbed_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The daemon's environment minus every variable whose name looks like a secret."""
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in env.items() if not SECRET_NAME.search(k)}
+
+
 def trial_script() -> bytes:
     return resources.files("autoresearchd.runners").joinpath("trial.sh").read_bytes()
 
@@ -119,8 +130,10 @@ echo "accelerator: $acc"; echo "software: $sw"
 
 
 def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_tail: int,
-              data_env: dict[str, str], slot_lock: str = "", events: str = "") -> str:
-    """The quoted variables file that trial.sh sources. Every value goes through shlex.quote."""
+              data_env: dict[str, str], scheduler_gpus: bool = False, slot_lock: str = "",
+              events: str = "") -> str:
+    """The quoted variables file that trial.sh sources. Every value goes through shlex.quote.
+    With `scheduler_gpus` (Slurm --gres), CUDA_VISIBLE_DEVICES is left as the job got it."""
     m = spec.manifest
     q = shlex.quote
 
@@ -146,7 +159,7 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
     out.append("AR_ARTIFACTS=(" + " ".join(q(p) for p in m.artifacts) + ")")
     exports = {"AUTORESEARCH_SEED": str(spec.seed), "AUTORESEARCH_TRIAL": spec.trial_id,
                "AUTORESEARCH_TIME_BUDGET_S": str(int(m.time_budget_s)),
-               "CUDA_VISIBLE_DEVICES": ",".join(map(str, slot.gpus)) if slot.gpus else "",
+               **({} if scheduler_gpus else {"CUDA_VISIBLE_DEVICES": ",".join(map(str, slot.gpus))}),
                "PATH": path_prefix, **data_env}
     out += [f"export {k}={qpath(v) if k == 'PATH' else q(v)}" for k, v in exports.items()]
     return "\n".join(out) + "\n"
@@ -204,6 +217,7 @@ class ShellRunner:
     budget clock, so the next trial is already on the host when the running one ends."""
 
     name: ClassVar[str] = "shell"
+    scheduler_gpus: bool = False     # True: the scheduler sets CUDA_VISIBLE_DEVICES (Slurm --gres)
     PRESTAGE: ClassVar[int] = 2          # trials per slot: one running, one waiting for the slot lock
     REDERIVABLE: ClassVar[tuple[str, ...]] = ("pid", "submitted")   # handle keys poll() can do without
     MAX_PARALLEL: ClassVar[int] = 8      # hosts polled / fetched / cleaned at once
@@ -211,7 +225,9 @@ class ShellRunner:
     def __init__(self, cfg, manifest: EnvManifest):
         self.cfg = cfg
         self.manifest = manifest
-        self.prestage = max(1, int(getattr(cfg, "prestage", None) or self.PRESTAGE))
+        # pre-staging needs the detached launch (a scheduler such as Slurm queues jobs itself)
+        detached = type(self).launch is ShellRunner.launch
+        self.prestage = max(1, int(getattr(cfg, "prestage", None) or self.PRESTAGE)) if detached else 1
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -279,7 +295,8 @@ class ShellRunner:
         q = shlex.quote
         lock = f"{root}/.slots/{_slot_file(slot.slot)}.lock" if self.prestage > 1 else ""
         env_text = trial_env(spec, slot, self.path_prefix(slot.host), self.cfg.log_head_bytes,
-                             self.cfg.log_tail_bytes, self.data_env(slot.host), lock, f"{root}/.events")
+                             self.cfg.log_tail_bytes, self.data_env(slot.host), self.scheduler_gpus, lock,
+                             f"{root}/.events")
         fused = type(self).launch is ShellRunner.launch
         # Fresh directory: a retry of the same trial id starts clean.
         cmd = (f"rm -rf {q(tdir)} && mkdir -p {q(tdir)} {q(root)}/.slots && cd {q(tdir)} && "
@@ -295,10 +312,16 @@ class ShellRunner:
         return {"host": slot.host, "slot": slot.slot, "dir": tdir, "submitted": submitted, **extra}
 
     def poll(self, handle: dict[str, Any]) -> PollState:
-        return self.poll_many([handle])[0]
+        return self._poll_batched([handle])[0]
 
     def poll_many(self, handles: list[dict[str, Any]]) -> list[PollState]:
-        """The state of many trials: one command per host, hosts at the same time."""
+        """The state of many trials: one command per host, hosts at the same time (a subclass with
+        its own poll() gets it called per trial, still hosts at once)."""
+        if type(self).poll is not ShellRunner.poll:
+            return [PollState.UNREACHABLE if isinstance(x, Exception) else x for x in self.map(self.poll, handles)]
+        return self._poll_batched(handles)
+
+    def _poll_batched(self, handles: list[dict[str, Any]]) -> list[PollState]:
         out = [PollState.UNREACHABLE] * len(handles)
         groups = self._by_host(handles)
 
@@ -331,7 +354,7 @@ class ShellRunner:
                                   "eval.head", "eval.tail", "wrapper.log"]
 
     def fetch(self, handle: dict[str, Any]) -> TrialOutcome:
-        out = self.fetch_many([handle])[0]
+        out = self._fetch_batched([handle])[0]
         if isinstance(out, Exception):
             raise out
         return out
@@ -339,6 +362,11 @@ class ShellRunner:
     def fetch_many(self, handles: list[dict[str, Any]]) -> list[TrialOutcome | Exception]:
         """Outcomes of finished trials: one command per host, hosts at the same time. A host that
         fails gives its exception in place of each of its outcomes."""
+        if type(self).fetch is not ShellRunner.fetch:
+            return self.map(self.fetch, handles)
+        return self._fetch_batched(handles)
+
+    def _fetch_batched(self, handles: list[dict[str, Any]]) -> list[TrialOutcome | Exception]:
         out: list[TrialOutcome | Exception] = [RuntimeError("not fetched")] * len(handles)
         groups = self._by_host(handles)
 
@@ -347,15 +375,19 @@ class ShellRunner:
             try:
                 sh = self.shell_for(host)
                 files = self._read_files_many(sh, [handles[i]["dir"] for i in idx], self.FILES)
-                probe = self._probe(sh, host)
+                probes = [self.probe(sh, handles[i]) for i in idx]
             except Exception as e:  # noqa: BLE001 - reported per trial
                 for i in idx:
                     out[i] = e
                 return
-            for i, got in zip(idx, files):
+            for i, got, probe in zip(idx, files, probes):
                 out[i] = outcome_from_files(got, self.manifest, probe)
         self.map(one, list(groups))
         return out
+
+    def probe(self, sh: Shell, handle: dict[str, Any]) -> str:
+        """`accelerator:`/`software:` lines for a trial's outcome: by default the host's, cached."""
+        return self._probe(sh, handle["host"])
 
     PROBE_TTL_S: ClassVar[float] = 600.0
 
@@ -399,9 +431,15 @@ class ShellRunner:
                f"kill -KILL -- -$(cat \"$f\") 2>/dev/null; done; true", timeout=60)
 
     def cleanup(self, handle: dict[str, Any]) -> None:
-        self.cleanup_many([handle])
+        self._cleanup_batched([handle])
 
     def cleanup_many(self, handles: list[dict[str, Any]]) -> None:
+        if type(self).cleanup is not ShellRunner.cleanup:
+            self.map(self.cleanup, handles)
+        else:
+            self._cleanup_batched(handles)
+
+    def _cleanup_batched(self, handles: list[dict[str, Any]]) -> None:
         groups = self._by_host(handles)
         self.map(lambda host: self.shell_for(host).run(
             "rm -rf " + " ".join(shlex.quote(handles[i]["dir"]) for i in groups[host]), timeout=120), list(groups))

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from autoresearchd.manifest import EnvManifest
 
-from .base import ShellRunner, Slot
+from .base import ShellRunner, Slot, scrubbed_env
 
 
 class LocalShell:
@@ -22,7 +22,7 @@ class LocalShell:
 
     def run(self, cmd: str, stdin: bytes | None = None, timeout: float = 60.0) -> tuple[int, bytes, bytes]:
         p = subprocess.run(["bash", "-c", cmd], input=stdin if stdin is not None else b"",
-                           capture_output=True, timeout=timeout)
+                           capture_output=True, timeout=timeout, env=scrubbed_env())
         return p.returncode, p.stdout, p.stderr
 
     def close(self) -> None:

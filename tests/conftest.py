@@ -96,3 +96,17 @@ def branch_idea(repo: Path, name: str, message: str, edits: dict[str, str], base
     sha = git(wt, "rev-parse", "HEAD").strip()
     git(repo, "worktree", "remove", "--force", str(wt))
     return sha
+
+
+def run_until_settled(cfg_path, timeout=120, with_llm=False):
+    """Run the real daemon in-process until nothing is queued, implementing or running."""
+    import time
+
+    from autoresearchd.app import build_daemon
+    from autoresearchd.config import load_config
+    from autoresearchd.loop import settled
+    from autoresearchd.population import read_population
+    d = build_daemon(load_config(cfg_path), with_llm=with_llm)
+    t0 = time.time()
+    d.run_forever(install_signals=False, until=lambda pop: settled(pop) or time.time() - t0 > timeout)
+    return read_population(d.repo, d.research.baseline_ref)

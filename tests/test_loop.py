@@ -7,21 +7,11 @@ import subprocess
 import sys
 import time
 
-from autoresearchd.app import build_daemon
-from autoresearchd.config import load_config
 from autoresearchd.gitrepo import GitRepo
-from autoresearchd.loop import settled
 from autoresearchd.notes import Status
-from autoresearchd.population import read_population
 
-from conftest import branch_idea, git, write_config
+from conftest import branch_idea, git, run_until_settled, write_config
 
-
-def run_until_settled(cfg_path, timeout=90):
-    d = build_daemon(load_config(cfg_path), with_llm=False)
-    t0 = time.time()
-    d.run_forever(install_signals=False, until=lambda pop: settled(pop) or time.time() - t0 > timeout)
-    return read_population(d.repo, d.research.baseline_ref)
 
 
 def test_human_branches_end_to_end(toy_env, tmp_path):

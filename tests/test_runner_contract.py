@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from fixtures_sshd import ssh_fleet  # noqa: F401  (fixture, started only when an ssh case runs)
+from fixtures_slurm import make_slurm, slurm_cluster  # noqa: F401  (fixture, started only for slurm cases)
 
 from autoresearchd.config import RunnerCfg
 from autoresearchd.gitrepo import GitRepo
@@ -35,7 +36,7 @@ def make_ssh(request, tmp_path, manifest, gpus=0, **cfg):
     return SSHRunner(RunnerCfg(kind="ssh", hosts=hosts, **cfg), manifest, ssh_config=os.devnull)
 
 
-RUNNERS = {"local": make_local, "ssh": make_ssh}
+RUNNERS = {"local": make_local, "ssh": make_ssh, "slurm": make_slurm}
 
 
 @pytest.fixture(params=sorted(RUNNERS))
@@ -198,6 +199,9 @@ def test_seed_and_trial_reach_the_env(make_runner, code):
 def test_cuda_visible_devices_per_slot(make_runner, code):
     m = manifest('echo "CVD=[$CUDA_VISIBLE_DEVICES]"; echo ---; echo "score: 1"', gpus=2)
     r = make_runner(m, gpus=4)
+    if r.scheduler_gpus:        # slurm: slots are queue places; --gres picks the (2 fake) GPUs
+        assert b"CVD=[0,1]" in run_trial(r, m, code(TRAIN)[0])[1].log
+        return
     slots = r.slots()
     assert [s.gpus for s in slots] == [[0, 1], [2, 3]]
     assert len({s.key for s in slots}) == 2

@@ -1,15 +1,9 @@
 """Trustworthy results: confirmation runs demote a lucky single seed, and a run that tampers with
 its own evaluation cannot change the metric of record (the note flags what it can detect)."""
 
-import time
-
-from autoresearchd.app import build_daemon
-from autoresearchd.config import load_config
-from autoresearchd.loop import settled
 from autoresearchd.notes import Status
-from autoresearchd.population import read_population
 
-from conftest import branch_idea, write_config
+from conftest import branch_idea, run_until_settled, write_config
 
 NOISY = """import os
 seed = int(os.environ["AUTORESEARCH_SEED"])
@@ -31,12 +25,6 @@ open("out.txt", "w").write(str(x))
 """
 
 
-def run(cfg, timeout=120):
-    d = build_daemon(load_config(cfg), with_llm=False)
-    t0 = time.time()
-    d.run_forever(install_signals=False, until=lambda p: settled(p) or time.time() - t0 > timeout)
-    return read_population(d.repo, d.research.baseline_ref)
-
 
 def test_confirmation_demotes_a_lucky_seed_and_confirms_a_real_gain(make_repo, tmp_path):
     from conftest import TOY_EVAL, TOY_MANIFEST
@@ -44,7 +32,7 @@ def test_confirmation_demotes_a_lucky_seed_and_confirms_a_real_gain(make_repo, t
     lucky = branch_idea(env, "x/lucky", "Lucky", {"run.py": LUCKY})
     cfg = write_config(tmp_path, env, "")
     cfg.write_text(cfg.read_text().replace("baseline_seeds = 2", "baseline_seeds = 3\nconfirm_seeds = 2"))
-    pop = run(cfg)
+    pop = run_until_settled(cfg)
     b = pop.baseline_note
     assert b.values == [1.0, 1.02, 0.98] and abs(b.std - 0.02) < 1e-9
     n = pop.by_commit[lucky].note
@@ -52,7 +40,7 @@ def test_confirmation_demotes_a_lucky_seed_and_confirms_a_real_gain(make_repo, t
     assert n.decision == "demoted"
     assert pop.best("min", confirmed_only=True) is None       # the lucky run never counts as best
     real = branch_idea(env, "x/real", "Real", {"run.py": REAL})
-    pop = run(cfg)
+    pop = run_until_settled(cfg)
     r = pop.by_commit[real].note
     assert r.seeds == [0, 1, 2] and r.decision == "confirmed", (r.values, r.decision)
     assert abs(r.delta - (0.93 - 1.0)) < 1e-9                # paired by seed against the baseline
@@ -71,7 +59,7 @@ def test_tampering_never_changes_the_metric_of_record(toy_env, tmp_path):
     base_run = (toy_env / "run.py").read_text().replace("x = 1.0", "x = 0.8")
     commits = {name: branch_idea(toy_env, f"t/{name}", f"tamper {name}", {"run.py": base_run + code})
                for name, code in TAMPERS.items()}
-    pop = run(write_config(tmp_path, toy_env))
+    pop = run_until_settled(write_config(tmp_path, toy_env))
     for name, c in commits.items():
         n = pop.by_commit[c].note
         assert n.status == Status.SUCCEEDED, (name, n.error)

@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import importlib
 import os
+
+from autoresearchd.registry import Registry
 
 from .base import Budget, BudgetExhausted, Completion, LLMError, Provider, ReplayExhausted  # noqa: F401
 
-_REGISTRY = {
+_REGISTRY = Registry('LLM provider', 'providers', {
     "anthropic": "autoresearchd.llm.anthropic_provider:AnthropicProvider",
     "openai": "autoresearchd.llm.openai_provider:OpenAIProvider",
     "replay": "autoresearchd.llm.replay:ReplayProvider",
-}
-
-
-def names() -> list[str]:
-    return sorted(_REGISTRY)
-
-
-def get(name: str):
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown LLM provider '{name}'; valid providers: {', '.join(names())}")
-    mod, _, cls = _REGISTRY[name].partition(":")
-    return getattr(importlib.import_module(mod), cls)
+})
+names, get, register = _REGISTRY.names, _REGISTRY.get, _REGISTRY.register
 
 
 def resolve_provider_name(cfg) -> tuple[str, str | None]:

@@ -1,0 +1,73 @@
+"""The CLI as a user runs it: init from a template, start/stop with signals (graceful then
+immediate), status without a daemon, show and ideas on a real research repo."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from autoresearchd.gitrepo import GitRepo
+
+from conftest import branch_idea, git, write_config
+
+
+def cli(*args, cwd=None, **kw):
+    return subprocess.run([sys.executable, "-m", "autoresearchd.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=120, **kw)
+
+
+def test_init_from_template_sets_display_ref(tmp_path):
+    p = cli("init", "--env", "tinygpt", str(tmp_path / "r"), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    repo = GitRepo(tmp_path / "r")
+    assert repo.config_get("notes.displayRef") == "refs/notes/autoresearch"
+    assert "train.py" in git(tmp_path / "r", "ls-files")
+    assert (tmp_path / "r" / ".git" / "hooks" / "reference-transaction").is_file()
+    bad = cli("init", "--env", "nosuchenv", str(tmp_path / "r2"), cwd=tmp_path)
+    assert bad.returncode == 2 and "valid envs:" in bad.stderr and "tinygpt" in bad.stderr
+
+
+def test_graceful_stop_leaves_detached_runs_then_restart_harvests(toy_env, tmp_path):
+    marker = tmp_path / "started"
+    slow = (toy_env / "run.py").read_text().replace(
+        "x = 1.0", f"open({str(marker)!r}, 'w').write('1')\nimport time; time.sleep(3)\nx = 0.7")
+    sha = branch_idea(toy_env, "s/slow", "slow", {"run.py": slow})
+    cfg = write_config(tmp_path, toy_env)
+    p = subprocess.Popen([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), "start"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 60
+    while not marker.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert marker.exists()
+    stop = cli("--config", str(cfg), "stop")
+    assert stop.returncode == 0 and "graceful" in stop.stdout
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 0, out
+    st = cli("--config", str(cfg), "status")
+    assert st.returncode == 0 and "daemon not running" in st.stdout
+    time.sleep(3.5)                                    # the detached trial finishes on its own
+    p2 = cli("--config", str(cfg), "start", "--until", "idle")
+    assert p2.returncode == 0, p2.stderr
+    shown = cli("--config", str(cfg), "show", sha[:10])
+    assert shown.returncode == 0 and "succeeded score=0.7" in shown.stdout and "slow" in shown.stdout
+
+
+def test_second_signal_exits_at_once(toy_env, tmp_path):
+    cfg = write_config(tmp_path, toy_env)
+    p = subprocess.Popen([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), "start"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(2.0)
+    p.send_signal(signal.SIGINT)
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=15) == 130
+
+
+def test_status_and_ideas_without_daemon(toy_env, tmp_path):
+    branch_idea(toy_env, "q/one", "Queued idea", {"run.py": "print(1)\n"})
+    cfg = write_config(tmp_path, toy_env)
+    st = cli("--config", str(cfg), "status")
+    assert st.returncode == 0 and "daemon not running" in st.stdout and "queued 1" in st.stdout
+    ideas = cli("--config", str(cfg), "ideas", "--json")
+    assert ideas.returncode == 0 and '"Queued idea"' in ideas.stdout
+    assert os.path.exists(toy_env)
