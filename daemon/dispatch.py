@@ -102,13 +102,14 @@ class Dispatcher:
         states = dict(zip(map(id, live), self._poll_states(live)))
         done = [lz for lz in live if states[id(lz)] == PollState.DONE]
         outcomes = dict(zip(map(id, done), self._fetch_outcomes(done)))
-        for commit, idea, note, leases in units:
-            updated = [self._poll_one(lz, states.get(id(lz)), outcomes.get(id(lz))) for lz in leases]
-            moved = any(a.model_dump() != b.model_dump() for a, b in zip(updated, leases))
-            finished = self._maybe_finish(commit, idea, note, updated, pop)
-            if moved and not finished:     # a finished unit's note holds the results, its leases are rewritten
-                self.ledger.write_leases(commit, updated)
-            changed |= moved or finished
+        with self.repo.notes_batch():      # every note and lease of this harvest: one commit per ref
+            for commit, idea, note, leases in units:
+                updated = [self._poll_one(lz, states.get(id(lz)), outcomes.get(id(lz))) for lz in leases]
+                moved = any(a.model_dump() != b.model_dump() for a, b in zip(updated, leases))
+                finished = self._maybe_finish(commit, idea, note, updated, pop)
+                if moved and not finished:     # a finished unit's note holds the results; its leases are rewritten
+                    self.ledger.write_leases(commit, updated)
+                changed |= moved or finished
         self._flush_cleanups()
         return changed
 
@@ -337,45 +338,49 @@ class Dispatcher:
         return started
 
     def _start_many(self, batch: list, pop: Population) -> None:
-        """Write each lease, then submit on the pool: a trial's upload overlaps the next lease write."""
+        """Write every lease (one git commit), then submit them all on the pool."""
         if not batch:
             return
         tar, digest = self.harness()
         frozen = self._harness[3]
         predict = getattr(self.runner, "predict_handle", None)
         current: dict[str, list[Lease]] = {}     # commit -> its leases as written (several seeds, one tick)
-        started = []
-        for job, slot in batch:
-            lease = Lease(trial_id=job.trial_id, seed=job.seed, runner=self.runner.name, host=slot.host,
-                          slot=slot.slot, retries=job.retries, purpose=job.purpose, harness=digest)
-            if predict is not None:
-                lease.handle = predict(job.trial_id, slot)
-            have = current.get(job.commit)
-            if have is None:
-                have = list(job.idea.leases) if job.idea is not None and job.idea.commit == job.commit else \
-                    list(pop.baseline_leases) if job.commit == pop.baseline_commit else self.ledger.leases(job.commit)
-            have = current[job.commit] = [lz for lz in have if lz.seed != job.seed or lz.state == "done"] + [lease]
-            self.ledger.write_leases(job.commit, have)     # lease first: crash-safe
-            started.append((job, slot, lease, dict(lease.handle),
-                            self._pool.submit(self._submit, job, slot, tar, frozen)))
+        staged = []
+        with self.repo.notes_batch():                  # all of this round's leases in one commit ...
+            for job, slot in batch:
+                lease = Lease(trial_id=job.trial_id, seed=job.seed, runner=self.runner.name, host=slot.host,
+                              slot=slot.slot, retries=job.retries, purpose=job.purpose, harness=digest)
+                if predict is not None:
+                    lease.handle = predict(job.trial_id, slot)
+                have = current.get(job.commit)
+                if have is None:
+                    have = list(job.idea.leases) if job.idea is not None and job.idea.commit == job.commit else \
+                        list(pop.baseline_leases) if job.commit == pop.baseline_commit else \
+                        self.ledger.leases(job.commit)
+                have = current[job.commit] = [lz for lz in have if lz.seed != job.seed or lz.state == "done"] + [lease]
+                self.ledger.write_leases(job.commit, have)
+                staged.append((job, slot, lease, dict(lease.handle)))
+        # ... written before any trial starts: crash-safe
+        futures = [self._pool.submit(self._submit, job, slot, tar, frozen) for job, slot, _, _ in staged]
         keep = set(getattr(self.runner, "REDERIVABLE", ()))
-        for job, slot, lease, predicted, fut in started:
-            try:
-                lease.handle = fut.result()
-            except Exception as e:  # noqa: BLE001 - a host failing at submit is a lost attempt
-                log.warning("submit %s to %s failed: %s", job.trial_id, slot.key, e)
-                self._lost(lease, f"submit to {slot.key} failed: {e}")
-                self._slots_cache = (0.0, [])
-                if job.trial_id in self._busy.get(slot.key, []):
-                    self._busy[slot.key].remove(job.trial_id)
-                lease.heartbeat = time.time()
-                self.ledger.write_leases(job.commit, current[job.commit])
-                continue
-            # the lease already names the trial dir; rewrite it only for what a poll could not re-derive
-            if {k: v for k, v in lease.handle.items() if k not in keep} != \
-                    {k: v for k, v in predicted.items() if k not in keep}:
-                self.ledger.write_leases(job.commit, current[job.commit])
-            log.info("dispatched %s to %s", job.trial_id, slot.key)
+        with self.repo.notes_batch():
+            for (job, slot, lease, predicted), fut in zip(staged, futures):
+                try:
+                    lease.handle = fut.result()
+                except Exception as e:  # noqa: BLE001 - a host failing at submit is a lost attempt
+                    log.warning("submit %s to %s failed: %s", job.trial_id, slot.key, e)
+                    self._lost(lease, f"submit to {slot.key} failed: {e}")
+                    self._slots_cache = (0.0, [])
+                    if job.trial_id in self._busy.get(slot.key, []):
+                        self._busy[slot.key].remove(job.trial_id)
+                    lease.heartbeat = time.time()
+                    self.ledger.write_leases(job.commit, current[job.commit])
+                    continue
+                # the lease already names the trial dir; rewrite it only for what a poll cannot re-derive
+                if {k: v for k, v in lease.handle.items() if k not in keep} != \
+                        {k: v for k, v in predicted.items() if k not in keep}:
+                    self.ledger.write_leases(job.commit, current[job.commit])
+                log.info("dispatched %s to %s", job.trial_id, slot.key)
 
     def _submit(self, job: Job, slot, tar, frozen) -> dict:
         from autoresearchd.runners.base import TrialSpec

@@ -40,6 +40,7 @@ class Daemon:
         self.started = time.time()
         self.state_dir = gitrepo.state_dir(self.repo)
         self._tick_lock = threading.Lock()
+        self._passes = 0                  # reconcile passes so far (run_forever re-reads git after one)
         self._dirty = threading.Event()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
@@ -66,6 +67,7 @@ class Daemon:
                     self._resume_proposals(pop)
                     self._maybe_refill(pop)
                 self._write_state(pop)
+                self._passes += 1
                 if not self._dirty.is_set() or self._stopping.is_set():
                     return pop
 
@@ -253,9 +255,11 @@ class Daemon:
         self.scheduler.start()
         self._start_event_waiters()
         try:
+            seen, pop = -1, None
             while not self._stopped.wait(0.5):
                 if until is not None:
-                    pop = read_population(self.repo, self.research.baseline_ref)
+                    if seen != self._passes:        # git changes only through a pass (or pokes one)
+                        seen, pop = self._passes, read_population(self.repo, self.research.baseline_ref)
                     if until(pop) and not self._proposing and not self._implementing:
                         break
         finally:
