@@ -165,12 +165,21 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
     return "\n".join(out) + "\n"
 
 
-_POLL_FN = r"""st() {
+# Is process $2 this trial's ($1)? PIDs wrap quickly on a busy host, so a pid file alone can name a
+# stranger. The wrapper and its groups work in the trial dir, code/ or eval/ (test builtins, no fork).
+_MINE_FN = r"""mine() {
+  [ -d /proc/1 ] || return 0
+  [ /proc/$2/cwd -ef "$1" ] || [ /proc/$2/cwd -ef "$1/code" ] || [ /proc/$2/cwd -ef "$1/eval" ] ||
+    { tr '\0' '\n' < /proc/$2/environ | grep -qF "=$1/"; } 2>/dev/null
+}
+"""
+_POLL_FN = _MINE_FN + r"""st() {
   if [ -e "$1/done" ]; then echo done; return; fi
   if [ ! -d "$1" ]; then echo missing; return; fi
   p=$2; [ -n "$p" ] || { read -r p < "$1/pgid"; } 2>/dev/null || p=
   case $p in ''|*[!0-9]*) echo nopid; return;; esac
   s=; if [ -d /proc/1 ]; then { read -r s < "/proc/$p/stat"; } 2>/dev/null; s=${s##*) }; s=${s%% *}
+    mine "$1" "$p" || s=
   else s=$(ps -o stat= -p "$p" 2>/dev/null); fi
   if [ -e "$1/done" ]; then echo done; elif [ -z "$s" ] || [ "${s#Z}" != "$s" ]; then echo dead; else echo running; fi
 }
@@ -422,340 +431,14 @@ class ShellRunner:
                     res[where[d]][name] = tf.extractfile(m).read()
         return res
 
-    def cancel(self, handle: dict[str, Any]) -> None: ...
-    def cleanup(self, handle: dict[str, Any]) -> None: ...
-    def close(self) -> None: ...
-
-
-# Trials run untrusted code (LLM-written or pushed): variables that look like secrets stay behind.
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.I)
-
-
-def scrubbed_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The daemon's environment minus every variable whose name looks like a secret."""
-    env = os.environ if environ is None else environ
-    return {k: v for k, v in env.items() if not SECRET_NAME.search(k)}
-
-
-def trial_script() -> bytes:
-    return resources.files("autoresearchd.runners").joinpath("trial.sh").read_bytes()
-
-
-_PROBE = r"""
-acc=cpu
-if command -v nvidia-smi >/dev/null 2>&1; then
-  n=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
-  c=$(nvidia-smi -L 2>/dev/null | wc -l); [ -n "$n" ] && acc="$c x $n"
-fi
-sw=$(cd / && python3 -c 'import sys,platform;v="py"+platform.python_version()
-try:
-  import torch;v+=" torch"+torch.__version__+(" cuda"+torch.version.cuda if torch.version.cuda else "")
-except Exception: pass
-print(v)' 2>/dev/null || echo unknown)
-echo "accelerator: $acc"; echo "software: $sw"
-"""
-
-
-def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_tail: int,
-              data_env: dict[str, str], scheduler_gpus: bool = False, slot_lock: str = "",
-              events: str = "") -> str:
-    """The quoted variables file that trial.sh sources. Every value goes through shlex.quote.
-    With `scheduler_gpus` (Slurm --gres), CUDA_VISIBLE_DEVICES is left as the job got it."""
-    m = spec.manifest
-    q = shlex.quote
-
-    def qpath(v: str) -> str:
-        # `$PATH` inside path_prefix (the ssh default) must expand on the host, the rest stays literal
-        return '"$PATH"'.join(q(part) for part in v.split("$PATH"))
-    lines = {
-        "AR_RUN": m.run,
-        "AR_EVALUATE": m.evaluate or "",
-        "AR_SETUP": m.setup or "",
-        "AR_BUDGET": str(int(m.time_budget_s)),
-        "AR_EVAL_BUDGET": str(int(m.eval_budget_s)),
-        "AR_KILL_GRACE": str(defaults.KILL_GRACE_S),
-        "AR_LOG_HEAD": str(cfg_head),
-        "AR_LOG_TAIL": str(cfg_tail),
-        "AR_PATH": path_prefix,
-        "AR_DATA_ENV": " ".join(f"{k}={q(v)}" for k, v in data_env.items()),
-        "AR_SLOT_LOCK": slot_lock,     # trial.sh waits for this lock before its clock starts
-        "AR_EVENTS": events,           # trial.sh appends a line here when it is done
-    }
-    out = [f"{k}={qpath(v) if k == 'AR_PATH' else q(v)}" for k, v in lines.items()]
-    out.append("AR_FROZEN=(" + " ".join(q(p) for p in spec.frozen_paths) + ")")
-    out.append("AR_ARTIFACTS=(" + " ".join(q(p) for p in m.artifacts) + ")")
-    exports = {"AUTORESEARCH_SEED": str(spec.seed), "AUTORESEARCH_TRIAL": spec.trial_id,
-               "AUTORESEARCH_TIME_BUDGET_S": str(int(m.time_budget_s)),
-               **({} if scheduler_gpus else {"CUDA_VISIBLE_DEVICES": ",".join(map(str, slot.gpus))}),
-               "PATH": path_prefix, **data_env}
-    out += [f"export {k}={qpath(v) if k == 'PATH' else q(v)}" for k, v in exports.items()]
-    return "\n".join(out) + "\n"
-
-
-_POLL_FN = r"""st() {
-  if [ -e "$1/done" ]; then echo done; return; fi
-  if [ ! -d "$1" ]; then echo missing; return; fi
-  p=$2; [ -n "$p" ] || { read -r p < "$1/pgid"; } 2>/dev/null || p=
-  case $p in ''|*[!0-9]*) echo nopid; return;; esac
-  s=; if [ -d /proc/1 ]; then { read -r s < "/proc/$p/stat"; } 2>/dev/null; s=${s##*) }; s=${s%% *}
-  else s=$(ps -o stat= -p "$p" 2>/dev/null); fi
-  if [ -e "$1/done" ]; then echo done; elif [ -z "$s" ] || [ "${s#Z}" != "$s" ]; then echo dead; else echo running; fi
-}
-"""
-# A trial whose wrapper has not written its pid file yet (crash between lease and submit) counts as
-# starting for this long after submit, then as lost.
-STARTING_GRACE_S = 60.0
-
-
-def _slot_file(slot: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.,-]", "_", slot) or "_"
-
-
-def bundle(spec: TrialSpec, env_text: str) -> bytes:
-    """One tar holding code/ (the commit), eval/ (the harness), trial.sh and trial.env, so a trial
-    directory is placed with a single upload."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as out:
-        for prefix, data in (("code", spec.code_tar), ("eval", spec.eval_tar)):
-            d = tarfile.TarInfo(prefix)
-            d.type, d.mode = tarfile.DIRTYPE, 0o755
-            out.addfile(d)
-            if not data:
-                continue
-            with tarfile.open(fileobj=io.BytesIO(data)) as src:
-                for m in src:
-                    m.name = f"{prefix}/{m.name}"
-                    if m.islnk():        # hard links name a member of the same archive
-                        m.linkname = f"{prefix}/{m.linkname}"
-                    out.addfile(m, src.extractfile(m) if m.isreg() else None)
-        for name, data, mode in (("trial.sh", trial_script(), 0o755), ("trial.env", env_text.encode(), 0o644)):
-            ti = tarfile.TarInfo(name)
-            ti.size, ti.mode, ti.mtime = len(data), mode, int(time.time())
-            out.addfile(ti, io.BytesIO(data))
-    return buf.getvalue()
-
-
-class ShellRunner:
-    """Shared implementation: a trial directory under a work root, reached through a Shell.
-    Subclasses say which shells exist (hosts) and how to start the wrapper (detached or sbatch).
-
-    Pre-staging: the dispatcher may place up to `prestage` trials on one slot. Each trial's wrapper
-    takes the slot's lock (<work_root>/.slots/<slot>.lock) before it stamps `started` and starts its
-    budget clock, so the next trial is already on the host when the running one ends."""
-
-    name: ClassVar[str] = "shell"
-    scheduler_gpus: bool = False     # True: the scheduler sets CUDA_VISIBLE_DEVICES (Slurm --gres)
-    PRESTAGE: ClassVar[int] = 2          # trials per slot: one running, one waiting for the slot lock
-    REDERIVABLE: ClassVar[tuple[str, ...]] = ("pid", "submitted")   # handle keys poll() can do without
-    MAX_PARALLEL: ClassVar[int] = 8      # hosts polled / fetched / cleaned at once
-
-    def __init__(self, cfg, manifest: EnvManifest):
-        self.cfg = cfg
-        self.manifest = manifest
-        # pre-staging needs the detached launch (a scheduler such as Slurm queues jobs itself)
-        detached = type(self).launch is ShellRunner.launch
-        self.prestage = max(1, int(getattr(cfg, "prestage", None) or self.PRESTAGE)) if detached else 1
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
-
-    # -- subclass hooks ------------------------------------------------------------------------
-    def shell_for(self, host: str) -> Shell:
-        raise NotImplementedError
-
-    def work_root(self, host: str) -> str:
-        raise NotImplementedError
-
-    def path_prefix(self, host: str) -> str:
-        return "$PATH"
-
-    def data_env(self, host: str) -> dict[str, str]:
-        return dict(self.manifest.data)
-
-    # Braces: only the wrapper goes to the background. Without them `&` backgrounds the whole
-    # `cd && setsid ...` list in a subshell that keeps our stdout open until the trial ends.
-    LAUNCH = "{ setsid nohup bash trial.sh > wrapper.log 2>&1 < /dev/null & echo $!; }"
-
-    def launch(self, sh: Shell, tdir: str, spec: TrialSpec, slot: Slot) -> dict[str, Any]:
-        """Start trial.sh detached; return extra handle fields. (A subclass that overrides this, e.g.
-        with sbatch, gets a separate upload round trip; the default is fused into submit's.)"""
-        rc, out, err = sh.run(f"cd {shlex.quote(tdir)} && {self.LAUNCH}")
-        return self._launched(sh, rc, out, err)
-
-    def _launched(self, sh: Shell, rc: int, out: bytes, err: bytes) -> dict[str, Any]:
-        if rc != 0 or not out.split() or not out.split()[-1].isdigit():
-            raise RuntimeError(f"could not start the trial on {sh.name}: {err.decode(errors='replace')[-500:]}")
-        return {"pid": int(out.split()[-1])}
-
-    # -- helpers -----------------------------------------------------------------------------------
-    def map(self, fn, items: list) -> list:
-        """fn over items on a small shared pool (one host's slowness does not stall the others);
-        exceptions are returned in place of results."""
-        def safe(x):
-            try:
-                return fn(x)
-            except Exception as e:  # noqa: BLE001 - the caller decides per item
-                return e
-        if len(items) <= 1:
-            return [safe(x) for x in items]
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.MAX_PARALLEL, thread_name_prefix=f"{self.name}-runner")
-        return list(self._pool.map(safe, items))
-
-    def _by_host(self, handles: list[dict[str, Any]]) -> dict[str, list[int]]:
-        groups: dict[str, list[int]] = {}
-        for i, h in enumerate(handles):
-            groups.setdefault(h["host"], []).append(i)
-        return groups
-
-    # -- protocol --------------------------------------------------------------------------------
-    def predict_handle(self, trial_id: str, slot: Slot) -> dict[str, Any]:
-        """The handle known before submit: enough to find the trial again after a crash mid-submit."""
-        return {"host": slot.host, "slot": slot.slot, "dir": f"{self.work_root(slot.host).rstrip('/')}/{trial_id}",
-                "submitted": time.time()}
-
-    def submit(self, spec: TrialSpec, slot: Slot) -> dict[str, Any]:
-        """Place the trial directory and start the wrapper: one round trip (a single tar through stdin)."""
-        sh = self.shell_for(slot.host)
-        root = self.work_root(slot.host).rstrip("/")
-        tdir = f"{root}/{spec.trial_id}"
-        q = shlex.quote
-        lock = f"{root}/.slots/{_slot_file(slot.slot)}.lock" if self.prestage > 1 else ""
-        env_text = trial_env(spec, slot, self.path_prefix(slot.host), self.cfg.log_head_bytes,
-                             self.cfg.log_tail_bytes, self.data_env(slot.host), self.scheduler_gpus, lock,
-                             f"{root}/.events")
-        fused = type(self).launch is ShellRunner.launch
-        # Fresh directory: a retry of the same trial id starts clean.
-        cmd = (f"rm -rf {q(tdir)} && mkdir -p {q(tdir)} {q(root)}/.slots && cd {q(tdir)} && "
-               f"tar -x --no-same-owner -f - && mkdir -p code eval" + (f" && {self.LAUNCH}" if fused else ""))
-        submitted = time.time()
-        rc, out, err = sh.run(cmd, stdin=bundle(spec, env_text), timeout=300)
-        if fused:
-            extra = self._launched(sh, rc, out, err)
-        elif rc != 0:
-            raise RuntimeError(f"copying the trial to {slot.host} failed: {err.decode(errors='replace')[-300:]}")
-        else:
-            extra = self.launch(sh, tdir, spec, slot)
-        return {"host": slot.host, "slot": slot.slot, "dir": tdir, "submitted": submitted, **extra}
-
-    def poll(self, handle: dict[str, Any]) -> PollState:
-        return self._poll_batched([handle])[0]
-
-    def poll_many(self, handles: list[dict[str, Any]]) -> list[PollState]:
-        """The state of many trials: one command per host, hosts at the same time (a subclass with
-        its own poll() gets it called per trial, still hosts at once)."""
-        if type(self).poll is not ShellRunner.poll:
-            return [PollState.UNREACHABLE if isinstance(x, Exception) else x for x in self.map(self.poll, handles)]
-        return self._poll_batched(handles)
-
-    def _poll_batched(self, handles: list[dict[str, Any]]) -> list[PollState]:
-        out = [PollState.UNREACHABLE] * len(handles)
-        groups = self._by_host(handles)
-
-        def one(host: str) -> None:
-            idx = groups[host]
-            calls = "".join(f"st {shlex.quote(handles[i]['dir'])} {int(handles[i].get('pid') or 0) or ''}\n"
-                            for i in idx)
-            try:
-                rc, res, _ = self.shell_for(host).run(_POLL_FN + calls, timeout=30)
-            except HostUnreachable:
-                return
-            words = res.decode(errors="replace").split()
-            if rc != 0 or len(words) != len(idx):
-                return
-            for i, w in zip(idx, words):
-                out[i] = self._state(w, handles[i])
-        self.map(one, list(groups))
-        return out
-
-    @staticmethod
-    def _state(word: str, handle: dict[str, Any]) -> PollState:
-        if word == "nopid":     # crashed between lease and submit, or the wrapper is just starting
-            fresh = time.time() - handle.get("submitted", 0) < STARTING_GRACE_S
-            return PollState.RUNNING if fresh else PollState.LOST
-        return {"done": PollState.DONE, "missing": PollState.MISSING, "running": PollState.RUNNING,
-                "dead": PollState.LOST}.get(word, PollState.UNREACHABLE)
-
-    FILES: ClassVar[list[str]] = ["run.rc", "run.timed_out", "started", "done", "tamper.txt", "run_result.json",
-                                  "eval.rc", "eval.timed_out", "eval_result.json", "run.head", "run.tail",
-                                  "eval.head", "eval.tail", "wrapper.log"]
-
-    def fetch(self, handle: dict[str, Any]) -> TrialOutcome:
-        out = self._fetch_batched([handle])[0]
-        if isinstance(out, Exception):
-            raise out
-        return out
-
-    def fetch_many(self, handles: list[dict[str, Any]]) -> list[TrialOutcome | Exception]:
-        """Outcomes of finished trials: one command per host, hosts at the same time. A host that
-        fails gives its exception in place of each of its outcomes."""
-        if type(self).fetch is not ShellRunner.fetch:
-            return self.map(self.fetch, handles)
-        return self._fetch_batched(handles)
-
-    def _fetch_batched(self, handles: list[dict[str, Any]]) -> list[TrialOutcome | Exception]:
-        out: list[TrialOutcome | Exception] = [RuntimeError("not fetched")] * len(handles)
-        groups = self._by_host(handles)
-
-        def one(host: str) -> None:
-            idx = groups[host]
-            try:
-                sh = self.shell_for(host)
-                files = self._read_files_many(sh, [handles[i]["dir"] for i in idx], self.FILES)
-                probes = [self.probe(sh, handles[i]) for i in idx]
-            except Exception as e:  # noqa: BLE001 - reported per trial
-                for i in idx:
-                    out[i] = e
-                return
-            for i, got, probe in zip(idx, files, probes):
-                out[i] = outcome_from_files(got, self.manifest, probe)
-        self.map(one, list(groups))
-        return out
-
-    def probe(self, sh: Shell, handle: dict[str, Any]) -> str:
-        """`accelerator:`/`software:` lines for a trial's outcome: by default the host's, cached."""
-        return self._probe(sh, handle["host"])
-
-    PROBE_TTL_S: ClassVar[float] = 600.0
-
-    def _probe(self, sh: Shell, host: str) -> str:
-        """accelerator/software of a host, cached a while: the probe starts python (and imports torch,
-        seconds on a GPU host), too slow to repeat for every fetch."""
-        cache = self.__dict__.setdefault("_probes", {})
-        hit = cache.get(host)
-        if hit is None or time.monotonic() - hit[0] > self.PROBE_TTL_S:
-            hit = cache[host] = (time.monotonic(), sh.run(_PROBE, timeout=60)[1].decode(errors="replace"))
-        return hit[1]
-
-    def _read_files(self, sh: Shell, d: str, names: list[str]) -> dict[str, bytes]:
-        return self._read_files_many(sh, [d], names)[0]
-
-    def _read_files_many(self, sh: Shell, dirs: list[str], names: list[str]) -> list[dict[str, bytes]]:
-        """Read small files of several trial directories in one round trip, each framed by the
-        directory's index, its name and its length."""
-        q = shlex.quote
-        script = "rd() { if [ -f \"$2/$3\" ]; then printf '%s %s %s\\n' \"$1\" \"$3\" $(wc -c < \"$2/$3\"); " \
-                 "cat \"$2/$3\"; fi; }\n" + "".join(f"rd {k} {q(d)} {q(n)}\n" for k, d in enumerate(dirs)
-                                                    for n in names)
-        rc, out, err = sh.run(script, timeout=120)
-        if rc != 0:
-            raise RuntimeError(f"reading trial files on {sh.name} failed: {err.decode(errors='replace')[-300:]}")
-        res: list[dict[str, bytes]] = [{} for _ in dirs]
-        pos = 0
-        while pos < len(out):
-            nl = out.index(b"\n", pos)
-            k, name, size = out[pos:nl].decode().rsplit(" ", 2)
-            pos = nl + 1
-            res[int(k)][name] = out[pos:pos + int(size)]
-            pos += int(size)
-        return res
-
     def cancel(self, handle: dict[str, Any]) -> None:
         sh = self.shell_for(handle["host"])
         q = shlex.quote(handle["dir"])
-        sh.run(f"for f in {q}/run.pid {q}/eval.pid {q}/pgid; do [ -f \"$f\" ] && kill -TERM -- -$(cat \"$f\") "
-               f"2>/dev/null; done; sleep 1; for f in {q}/run.pid {q}/eval.pid {q}/pgid; do [ -f \"$f\" ] && "
-               f"kill -KILL -- -$(cat \"$f\") 2>/dev/null; done; true", timeout=60)
+        # only groups whose leader is still this trial's: a pid from a file may be reused by now
+        sh.run(_MINE_FN + f"g=; for f in {q}/run.pid {q}/eval.pid {q}/pgid; do read -r p < \"$f\" && "
+               f"mine {q} \"$p\" && g=\"$g $p\"; done 2>/dev/null; [ -n \"$g\" ] || exit 0; "
+               f"for p in $g; do kill -TERM -- -$p; done 2>/dev/null; sleep 1; "
+               f"for p in $g; do kill -KILL -- -$p; done 2>/dev/null; true", timeout=60)
 
     def cleanup(self, handle: dict[str, Any]) -> None:
         self._cleanup_batched([handle])

@@ -327,3 +327,23 @@ def test_an_idle_daemon_does_not_tick_itself(make_repo, tmp_path):
     t0 = time.time()
     d.run_forever(install_signals=False, until=lambda pop: time.time() - t0 > 4)
     assert len(passes) < 20, f"{len(passes)} reconcile passes in 4 s with a 5 s clock"
+
+
+def test_a_reused_pid_is_not_this_trial(tmp_path):
+    """A pid file can name a process that is not the trial's any more (pids wrap on a busy host):
+    poll must not call the trial alive, and cancel must not kill the stranger."""
+    m = manifest("echo ---; echo score: 1")
+    r = LocalRunner(RunnerCfg(kind="local", slots=1), m, tmp_path / "work")
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True, cwd=tmp_path)
+    try:
+        d = tmp_path / "work" / "t-stale"
+        d.mkdir(parents=True)
+        for name in ("pgid", "run.pid"):
+            (d / name).write_text(f"{stranger.pid}\n")
+        handle = {"host": "local", "slot": "0", "dir": str(d), "submitted": time.time() - 3600}
+        assert r.poll(handle) == PollState.LOST
+        r.cancel(handle)
+        assert stranger.poll() is None, "cancel killed a process that was not the trial's"
+    finally:
+        stranger.kill()
+        stranger.wait()
