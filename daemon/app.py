@@ -85,4 +85,7 @@ def build_daemon(cfg: Config, with_llm: bool = True):
         llm, note = make_llm(cfg, research)
         policy = make_policy(cfg)
         implementer = Implementer(research, llm, cfg)
-    return Daemon(cfg, research, runner, llm, policy, implementer, llm_note=note)
+    daemon = Daemon(cfg, research, runner, llm, policy, implementer, llm_note=note)
+    from .wandb_mirror import attach
+    attach(daemon, cfg)
+    return daemon

@@ -83,7 +83,22 @@ def cmd_start(args, cfg) -> int:
     elif args.until == "first-note":
         def until(pop):
             return any(i.note is not None for i in pop.ideas) or pop.baseline_note is not None
-    daemon.run_forever(until=until)
+    live = progress = None
+    if not args.detach and console.is_terminal:
+        from rich.live import Live
+
+        from .progress import render_progress
+        live = Live(console=console, refresh_per_second=1, transient=True)
+        live.start()
+
+        def progress(pop, state):
+            live.update(render_progress(state, pop, time_budget_s=daemon.research.manifest.time_budget_s,
+                                        ideas_per_epoch=cfg.policy.ideas_per_epoch))
+    try:
+        daemon.run_forever(until=until, progress=progress)
+    finally:
+        if live is not None:
+            live.stop()
     return 0
 
 

@@ -229,6 +229,9 @@ class Dispatcher:
         if harness and digest and harness != digest:
             status, error = Status.REFUSED, "evaluation harness differs from the current baseline's"
         log_sha = self.ledger.store_log(lz.trial_id, out.log) if out.log else None
+        if lz.purpose == "baseline" and status != Status.SUCCEEDED and lz.retries < self.cfg.daemon.max_retries:
+            # every idea is measured against the baseline: a failed baseline seed is run again
+            return self._lost(lz, f"baseline seed {lz.seed} {status.value}: {error}")
         lz.state = "done"
         lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, status=status, value=value,
                           metrics=out.metrics, exit_code=out.exit_code, host=lz.host, wall_s=out.wall_s,
@@ -261,9 +264,9 @@ class Dispatcher:
             return False
         changed = False
         for idea in pop.ideas:
-            n = idea.note
-            if n is None or n.baseline is not None or n.status not in MEASURED:
+            if idea.note is None or idea.note.baseline is not None or idea.note.status not in MEASURED:
                 continue
+            n = idea.note.model_copy(deep=True)    # population notes are shared, parsed once per blob
             if fill_baseline(n, idea, pop, self.research.manifest, self.cfg.policy):
                 self.ledger.write_note(idea.commit, n)
                 changed = True

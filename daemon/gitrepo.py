@@ -29,6 +29,17 @@ class GitError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class RawChange:
+    """One line of `git diff-tree -r --raw`: modes are strings such as "100644", "120000", "000000"."""
+    old_mode: str
+    new_mode: str
+    old_sha: str
+    new_sha: str
+    status: str
+    path: str
+
+
+@dataclass(frozen=True)
 class TreeEntry:
     mode: str
     type: str
@@ -211,6 +222,26 @@ class GitRepo:
             args.append("--stat")
         return self.git(*args, a, b)
 
+    def diffs_first_parent(self, commits: list[str]) -> dict[str, str]:
+        """commit -> unified diff against its first parent, for many commits in one process
+        (export and reports read thousands of ideas; a root commit maps to "")."""
+        if not commits:
+            return {}
+        uniq = list(dict.fromkeys(commits))
+        out = self.git("diff-tree", "--stdin", "-p", "--diff-merges=first-parent", "--no-color", "--no-ext-diff",
+                       "--always", "--format=%x00%H", input=("\n".join(uniq) + "\n").encode(),
+                       binary=True).decode(errors="replace")
+        res = {c: "" for c in uniq}
+        for chunk in out.split("\0")[1:]:
+            sha, _, diff = chunk.partition("\n")
+            res[sha.strip()] = diff.lstrip("\n")
+        return res
+
+    def fast_import(self, stream: bytes) -> None:
+        """Feed a `git fast-import` stream (bulk creation of commits, refs and notes: benchmarks,
+        test populations, imports). Refs are only moved forward unless the stream says otherwise."""
+        self.git("fast-import", "--quiet", "--done", input=stream, env=_IDENTITY)
+
     def changed_paths(self, a: str, b: str) -> list[tuple[str, str]]:
         """(status, path) pairs between two commits; renames report both sides."""
         out = self.git("diff", "--name-status", "--no-renames", "-z", a, b, binary=True).decode(
@@ -229,7 +260,9 @@ class GitRepo:
             return self.git("write-tree", env=env).strip()
 
     def tree_with_files(self, base: str, files: dict[str, bytes | None]) -> str:
-        """A new tree = base's tree with whole files replaced (None deletes). Temporary index only."""
+        """A new tree = base's tree with whole files replaced (None deletes). Temporary index only.
+        A replaced file keeps its mode in base (an executable stays executable); new files are 100644."""
+        modes = {e.path: e.mode for e in self.ls_tree(base)} if files else {}
         with tempfile.TemporaryDirectory(prefix="ard-idx-") as d:
             env = {"GIT_INDEX_FILE": os.path.join(d, "index")}
             self.git("read-tree", base, env=env)
@@ -238,8 +271,35 @@ class GitRepo:
                     self.git("update-index", "--force-remove", "--", path, env=env)
                 else:
                     sha = self.hash_blob(data)
-                    self.git("update-index", "--add", "--cacheinfo", f"100644,{sha},{path}", env=env)
+                    mode = modes.get(path, "100644")
+                    mode = mode if mode in ("100644", "100755") else "100644"
+                    self.git("update-index", "--add", "--cacheinfo", f"{mode},{sha},{path}", env=env)
             return self.git("write-tree", env=env).strip()
+
+    def diff_tree_raw(self, a: str, b: str) -> list["RawChange"]:
+        """Every changed blob between two commits or trees, with modes and ids (no rename detection)."""
+        out = self.git("diff-tree", "-r", "-z", "--no-renames", "--no-commit-id", a, b, binary=True)
+        parts = out.split(b"\0")
+        res, i = [], 0
+        while i + 1 < len(parts) and parts[i].startswith(b":"):
+            om, nm, osha, nsha, status = parts[i][1:].decode().split()
+            res.append(RawChange(om, nm, osha, nsha, status, parts[i + 1].decode(errors="surrogateescape")))
+            i += 2
+        return res
+
+    def object_sizes(self, shas: list[str]) -> dict[str, int]:
+        """sha -> size in bytes, without reading the contents (one `cat-file --batch-check`)."""
+        uniq = list(dict.fromkeys(shas))
+        if not uniq:
+            return {}
+        out = self.git("cat-file", "--batch-check=%(objectname) %(objectsize)",
+                       input=("\n".join(uniq) + "\n").encode())
+        res = {}
+        for line in out.splitlines():
+            sha, _, size = line.partition(" ")
+            if size.isdigit():
+                res[sha] = int(size)
+        return res
 
     # -- notes -------------------------------------------------------------------------------
     def notes_list(self, ref: str) -> dict[str, str]:

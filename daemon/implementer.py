@@ -70,10 +70,10 @@ class Implementer:
     def record_proposal(self, prop) -> str | None:
         """Write the proposal to git before spending anything on it. Returns its idea id (None if it
         already exists). A proposal the policy dropped (a duplicate) becomes a record with a note."""
-        idea_id = make_idea_id(prop.text, prop.epoch, prop.origin)
-        for prefix in (PROPOSALS_PREFIX, RECORDS_PREFIX):
-            if self.repo.rev_parse(prefix + idea_id):
-                return None
+        salt = prop.origin + (f"\0duplicate\0{prop.dropped_reason}" if prop.dropped_reason else "")
+        idea_id = make_idea_id(prop.text, prop.epoch, salt)
+        if self._id_taken(idea_id):
+            return None
         base = prop.base_commit or self.research.baseline_commit
         trailers = {"Idea-Id": idea_id, "Origin": prop.origin, "Parents": prop.parents, "Epoch": prop.epoch,
                     "Model": prop.model, "Idea-Cost-USD": f"{prop.cost_usd:.6f}" if prop.cost_usd else None,
@@ -89,6 +89,12 @@ class Implementer:
             return idea_id
         self.repo.update_ref(PROPOSALS_PREFIX + idea_id, commit)
         return idea_id
+
+    def _id_taken(self, idea_id: str) -> bool:
+        if any(self.repo.rev_parse(prefix + idea_id) for prefix in (PROPOSALS_PREFIX, RECORDS_PREFIX)):
+            return True
+        tail = "-" + idea_id.split("-")[-1]
+        return any(ref.endswith(tail) for ref in self.repo.refs("refs/heads/idea/"))
 
     # -- implementation ------------------------------------------------------------------------------
     def implement(self, idea_id: str) -> str | None:

@@ -51,6 +51,8 @@ class Daemon:
         self._stop_reason: str | None = None
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1})
         self.watcher = None
+        self.last_pop: Population | None = None       # the latest tick's view, for the progress display
+        self.last_state: dict = {}
 
     # -- the reconcile -----------------------------------------------------------------------------
     def tick(self) -> Population:
@@ -228,6 +230,7 @@ class Daemon:
                  "budget": ({"usd": self.llm.budget.usd, "calls": self.llm.budget.calls,
                              "tokens": self.llm.budget.input_tokens + self.llm.budget.output_tokens,
                              "max_usd": self.llm.budget.max_usd} if self.llm else None)}
+        self.last_pop, self.last_state = pop, state
         tmp = self.state_dir / "daemon.json.tmp"
         tmp.write_text(json.dumps(state))
         os.replace(tmp, self.state_dir / "daemon.json")
@@ -241,8 +244,9 @@ class Daemon:
         self._stopping.set()
         self._stopped.set()
 
-    def run_forever(self, install_signals: bool = True, until=None) -> None:
-        """Foreground loop. `until(pop)` (tests, `--until-notes`) ends it when it returns True."""
+    def run_forever(self, install_signals: bool = True, until=None, progress=None) -> None:
+        """Foreground loop. `until(pop)` (tests, `--until`) ends it when it returns True;
+        `progress(pop, state)` is called about every second (the rich progress display)."""
         pidfile = self.state_dir / "daemon.pid"
         pidfile.write_text(str(os.getpid()))
         if install_signals:
@@ -257,6 +261,8 @@ class Daemon:
         try:
             seen, pop = -1, None
             while not self._stopped.wait(0.5):
+                if progress is not None and self.last_pop is not None:
+                    progress(self.last_pop, self.last_state)
                 if until is not None:
                     if seen != self._passes:        # git changes only through a pass (or pokes one)
                         seen, pop = self._passes, read_population(self.repo, self.research.baseline_ref)

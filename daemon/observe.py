@@ -1,5 +1,10 @@
 """Read-only views of the search, straight from git: `status`, `ideas` (the leaderboard) and `show`.
-They work whether or not the daemon runs; the daemon's heartbeat file only adds liveness and slots.
+
+They work whether or not the daemon runs: git holds every idea and result; the daemon's heartbeat
+file (daemon.json in the state dir) only adds liveness, slots and the live LLM budget. The population
+is read once, in one batch, whatever its size. "Best" always means the best *confirmed* result
+(decision promoted or confirmed), shown with its spread over seeds; the best unconfirmed value is
+reported separately and labelled, because one lucky seed is not a result.
 """
 
 from __future__ import annotations
@@ -9,9 +14,11 @@ import os
 import time
 from collections import Counter
 
+from rich.console import Console
 from rich.table import Table
 
 from . import defaults
+from .decide import BEST_DECISIONS
 from .gitrepo import state_dir
 from .notes import Status
 from .population import read_population
@@ -19,18 +26,27 @@ from .research import open_research
 
 
 def daemon_state(repo) -> dict | None:
-    """The daemon's heartbeat file, if the daemon is alive (pid exists and heartbeat is fresh)."""
+    """The daemon's heartbeat file, with `alive` (its pid exists) and `fresh` (recent heartbeat)."""
     p = state_dir(repo) / "daemon.json"
     try:
         st = json.loads(p.read_text())
     except (OSError, ValueError):
         return None
     try:
-        os.kill(st["pid"], 0)
-    except (OSError, KeyError):
-        return None
-    st["fresh"] = time.time() - st.get("heartbeat", 0) < max(60.0, 10 * defaults.TICK_S)
+        os.kill(int(st["pid"]), 0)
+        st["alive"] = True
+    except PermissionError:
+        st["alive"] = True          # exists, owned by another user
+    except (OSError, KeyError, TypeError, ValueError):
+        st["alive"] = False
+    st["fresh"] = st["alive"] and time.time() - st.get("heartbeat", 0) < max(60.0, 10 * defaults.TICK_S)
     return st
+
+
+def load(cfg):
+    """(research, population): the one batch read every view starts from."""
+    research = open_research(cfg, create=False)
+    return research, read_population(research.repo, research.baseline_ref)
 
 
 def _fmt(v: float | None, nd: int = 4) -> str:
@@ -41,71 +57,156 @@ def _delta(v: float | None) -> str:
     return "" if v is None else f"{v:+.4f}"
 
 
-def summary(cfg) -> dict:
-    research = open_research(cfg, create=False)
-    pop = read_population(research.repo, research.baseline_ref)
+def _branch(idea) -> str:
+    return (idea.branch or "").removeprefix("refs/heads/")
+
+
+def idea_usd(i) -> float:
+    """LLM spend on one idea: the note's figure, else the commit's (implemented or only proposed)."""
+    if i.note and i.note.cost_usd is not None:
+        return i.note.cost_usd
+    if i.cost_usd is not None:
+        return i.cost_usd
+    try:
+        return float(i.trailers.get("Idea-Cost-USD") or 0)
+    except ValueError:
+        return 0.0
+
+
+def idea_tokens(i) -> int:
+    if i.note and i.note.tokens is not None:
+        return i.note.tokens
+    if i.tokens is not None:
+        return i.tokens
+    try:
+        return int(i.trailers.get("Idea-Tokens") or 0)
+    except ValueError:
+        return 0
+
+
+def is_confirmed(i) -> bool:
+    return i.value is not None and i.note is not None and i.note.decision in BEST_DECISIONS
+
+
+def result_entry(i) -> dict:
+    n = i.note
+    return {"idea": i.idea_id, "title": i.title, "branch": _branch(i), "commit": i.commit, "value": i.value,
+            "std": n.std, "seeds": len(n.values), "values": n.values, "decision": n.decision,
+            "delta": n.delta, "origin": i.origin, "epoch": i.epoch}
+
+
+def best_of(pop, goal: str, confirmed: bool | None):
+    """Best measured idea; confirmed=True only promoted/confirmed, False only the others, None any."""
+    cands = [i for i in pop.succeeded() if confirmed is None or is_confirmed(i) == confirmed]
+    if not cands:
+        return None
+    return (min if goal == "min" else max)(cands, key=lambda i: i.value)
+
+
+def summary(cfg, research=None, pop=None) -> dict:
+    if pop is None:
+        research, pop = load(cfg)
     m = research.manifest
     counts = Counter(i.status.value for i in pop.ideas)
-    best = pop.best(m.goal, confirmed_only=True) or pop.best(m.goal)
     st = daemon_state(research.repo)
-    usd = sum((i.note.cost_usd if i.note and i.note.cost_usd is not None else (i.cost_usd or 0)) for i in pop.ideas)
-    tokens = sum((i.note.tokens if i.note and i.note.tokens is not None else (i.tokens or 0)) for i in pop.ideas)
+    alive = bool(st and st["alive"])
+    best = best_of(pop, m.goal, True)
+    lucky = best_of(pop, m.goal, False)
+    if lucky is not None and best is not None and not m.better(lucky.value, best.value):
+        lucky = None                 # only worth showing when it beats the confirmed best
+    usd = sum(idea_usd(i) for i in pop.ideas)
+    tokens = sum(idea_tokens(i) for i in pop.ideas)
     gpu_s = sum((i.note.gpu_s or 0) for i in pop.ideas if i.note) + \
         ((pop.baseline_note.gpu_s or 0) if pop.baseline_note else 0)
+    budget = (st or {}).get("budget") or {}
+    slots = st.get("slots", []) if alive else []
+    improvement = abs(best.note.delta) if best is not None and best.note.delta else None
     return {
-        "daemon": {"alive": bool(st), "pid": st.get("pid") if st else None,
-                   "uptime_s": time.time() - st["started"] if st else None,
-                   "llm": st.get("llm") if st else None, "stop_reason": st.get("stop_reason") if st else None},
-        "slots": st.get("slots", []) if st else [],
+        "daemon": {"alive": alive, "fresh": bool(st and st.get("fresh")), "pid": st.get("pid") if st else None,
+                   "uptime_s": time.time() - st["started"] if alive and st.get("started") else None,
+                   "last_heartbeat_s": time.time() - st["heartbeat"] if st and st.get("heartbeat") else None,
+                   "llm": st.get("llm") if st else None, "stop_reason": st.get("stop_reason") if st else None,
+                   "implementing": st.get("implementing", []) if alive else []},
+        "slots": slots,
+        "slot_counts": dict(Counter(x.get("state", "?") for x in slots)),
         "counts": dict(counts),
+        "total": len(pop.ideas),
         "epoch": pop.max_epoch(),
         "baseline": {"commit": pop.baseline_commit, "value": pop.baseline_value, "std": pop.baseline_std,
                      "seeds": len(pop.baseline_note.values) if pop.baseline_note else 0},
-        "best": None if best is None else {
-            "idea": best.idea_id, "branch": (best.branch or "").removeprefix("refs/heads/"), "value": best.value,
-            "std": best.note.std, "seeds": len(best.note.values), "decision": best.note.decision,
-            "delta": best.note.delta, "title": best.title},
+        "best": result_entry(best) if best is not None else None,
+        "best_unconfirmed": result_entry(lucky) if lucky is not None else None,
         "spend": {"usd": usd, "tokens": tokens, "gpu_hours": gpu_s / 3600,
-                  "budget_usd": cfg.llm.budget_usd},
+                  "budget_usd": budget.get("max_usd") or cfg.llm.budget_usd,
+                  "live_usd": budget.get("usd"), "max_gpu_hours": cfg.daemon.max_gpu_hours},
+        "cost_per_improvement": {"usd": usd / improvement if improvement else None,
+                                 "gpu_hours": gpu_s / 3600 / improvement if improvement else None},
         "metric": m.metric, "goal": m.goal,
     }
+
+
+def _result_line(r: dict, metric: str) -> str:
+    spread = f" ± {r['std']:.4f} over {r['seeds']} seeds" if r["seeds"] > 1 and r["std"] is not None \
+        else f" ({r['seeds']} seed)"
+    return (f"{metric} = {r['value']:.4f}{spread}, {_delta(r['delta'])} vs baseline [{r['decision']}]  "
+            f"{r['idea']} {r['branch']}  “{r['title'][:60]}”")
+
+
+def _fmt_uptime(s: float) -> str:
+    s = int(s)
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h" if s >= 86400 else f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s"
 
 
 def status(cfg, console, as_json: bool = False) -> int:
     s = summary(cfg)
     if as_json:
-        console.print_json(json.dumps(s))
+        console.file.write(json.dumps(s) + "\n")
         return 0
     d = s["daemon"]
     if d["alive"]:
-        console.print(f"[bold green]daemon running[/] pid {d['pid']}, up {int(d['uptime_s'])}s; LLM: {d['llm']}")
+        stale = "" if d["fresh"] else f" [yellow](no heartbeat for {int(d['last_heartbeat_s'])}s)[/]"
+        console.print(f"[bold green]daemon running[/] pid {d['pid']}, up {_fmt_uptime(d['uptime_s'] or 0)}; "
+                      f"LLM: {d['llm']}{stale}")
     else:
         console.print("[bold]daemon not running[/] (status read from git)")
-    if s["slots"]:
-        c = Counter(x["state"] for x in s["slots"])
+    if d["alive"]:
+        c = s["slot_counts"]
         console.print(f"slots: {c.get('busy', 0)} busy, {c.get('free', 0)} free, {c.get('unreachable', 0)} unreachable")
     order = [st.value for st in Status]
-    console.print("ideas: " + (", ".join(f"{k} {s['counts'][k]}" for k in order if k in s["counts"]) or "none yet"))
-    console.print(f"epoch: {s['epoch']}")
+    counts = s["counts"]
+    extra = sorted(k for k in counts if k not in order)
+    console.print(f"ideas: {s['total']} — " + (", ".join(f"{k} {counts[k]}" for k in order + extra if k in counts)
+                                                or "none yet"))
+    console.print(f"epoch: {s['epoch'] if s['epoch'] >= 0 else '-'}")
     b = s["baseline"]
-    console.print(f"baseline {s['metric']}: " + (f"{b['value']:.4f} ± {b['std'] or 0:.4f} ({b['seeds']} seeds)"
-                                                 if b["value"] is not None else "not measured yet"))
+    console.print(f"baseline {s['metric']} ({s['goal']}): " +
+                  (f"{b['value']:.4f} ± {b['std'] or 0:.4f} over {b['seeds']} seeds"
+                   if b["value"] is not None else "not measured yet"))
     if s["best"]:
-        bb = s["best"]
-        console.print(f"best ({bb['decision'] or 'unconfirmed'}): {s['metric']}={bb['value']:.4f}"
-                      f" ± {bb['std'] or 0:.4f} over {bb['seeds']} seed(s) ({_delta(bb['delta'])} vs baseline) "
-                      f"{bb['idea']} {bb['branch']}")
+        console.print("[bold]best confirmed[/]: " + _result_line(s["best"], s["metric"]), highlight=False)
+    else:
+        console.print("best confirmed: none yet")
+    if s["best_unconfirmed"]:
+        console.print("[yellow]best unconfirmed[/] (not yet confirmed by fresh seeds): " +
+                      _result_line(s["best_unconfirmed"], s["metric"]), highlight=False)
     sp = s["spend"]
     budget = f" of ${sp['budget_usd']:.2f}" if sp["budget_usd"] else ""
-    console.print(f"spend: ${sp['usd']:.4f}{budget} LLM, {sp['tokens']} tokens, {sp['gpu_hours']:.3f} GPU-hours")
+    gpu_budget = f" of {sp['max_gpu_hours']:.1f}" if sp["max_gpu_hours"] else ""
+    console.print(f"spend: ${sp['usd']:.4f}{budget} LLM, {sp['tokens']:,} tokens, "
+                  f"{sp['gpu_hours']:.2f}{gpu_budget} GPU-hours")
+    cpi = s["cost_per_improvement"]
+    if cpi["usd"] is not None:
+        console.print(f"cost per unit of improvement: ${cpi['usd']:.2f} and {cpi['gpu_hours']:.2f} GPU-hours "
+                      f"per 1.0 {s['metric']}")
     if d.get("stop_reason"):
         console.print(f"not proposing: {d['stop_reason']}")
     return 0
 
 
-def leaderboard(cfg, status=None, origin=None, epoch=None) -> list[dict]:
-    research = open_research(cfg, create=False)
-    pop = read_population(research.repo, research.baseline_ref)
+def leaderboard(cfg, status=None, origin=None, epoch=None, research=None, pop=None) -> list[dict]:
+    """Every idea as a row, best first under the env's goal; unmeasured ideas last, newest first."""
+    if pop is None:
+        research, pop = load(cfg)
     goal = research.manifest.goal
     rows = []
     for i in pop.ideas:
@@ -114,60 +215,128 @@ def leaderboard(cfg, status=None, origin=None, epoch=None) -> list[dict]:
             continue
         n = i.note
         rows.append({"idea": i.idea_id, "title": i.title, "status": i.status.value, "value": i.value,
-                     "std": n.std if n else None, "seeds": len(n.values) if n else 0,
+                     "std": n.std if n and i.value is not None else None,
+                     "seeds": len(n.values) if n else 0, "values": n.values if n else [],
                      "delta": n.delta if n else None, "decision": n.decision if n else None, "origin": i.origin,
-                     "parents": i.parents, "epoch": i.epoch,
-                     "branch": (i.branch or "").removeprefix("refs/heads/"), "commit": i.commit,
+                     "parents": i.parents, "epoch": i.epoch, "branch": _branch(i), "commit": i.commit,
                      "error": n.error if n else None})
     sign = 1 if goal == "min" else -1
     rows.sort(key=lambda r: (r["value"] is None, sign * (r["value"] or 0), r["idea"]))
     return rows
 
 
+def _metric_cell(r: dict) -> str:
+    if r["value"] is None:
+        return ""
+    return f"{r['value']:.4f} ± {r['std']:.4f}" if r["seeds"] > 1 and r["std"] is not None else f"{r['value']:.4f}"
+
+
+COLUMNS = ("#", "idea", "title", "metric", "Δ baseline", "decision", "status", "origin", "parents", "epoch")
+RICH_ROWS = 300
+
+
 def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=False, limit=None) -> int:
+    known = {s.value for s in Status}
+    if status and status not in known:
+        console.print(f"unknown status '{status}'; valid: {', '.join(sorted(known))}")
+        return 2
     rows = leaderboard(cfg, status, origin, epoch)
     if limit:
         rows = rows[:limit]
     if as_json:
-        console.print_json(json.dumps(rows))
+        console.file.write(json.dumps(rows) + "\n")
+        return 0
+    cells = [(str(k), r["idea"], r["title"][:60], _metric_cell(r), _delta(r["delta"]), r["decision"] or "",
+              r["status"], r["origin"], ",".join(r["parents"])[:30], str(r["epoch"])) for k, r in enumerate(rows, 1)]
+    if len(rows) > RICH_ROWS:   # rich lays out big tables slowly (seconds per thousand rows): plain columns
+        w = [max([len(h)] + [len(c[j]) for c in cells]) for j, h in enumerate(COLUMNS)]
+        fmt = "  ".join(f"{{:<{x}}}" for x in w)
+        console.file.write("\n".join([fmt.format(*COLUMNS)] + [fmt.format(*c).rstrip() for c in cells]) + "\n")
+        console.print(f"{len(rows)} idea(s)")
         return 0
     t = Table(show_lines=False)
-    for col in ("#", "idea", "title", "status", "metric", "Δ baseline", "decision", "origin", "parents", "epoch"):
-        t.add_column(col, overflow="fold" if col == "title" else "ellipsis")
-    for k, r in enumerate(rows, 1):
-        t.add_row(str(k), r["idea"], r["title"][:60], r["status"], _fmt(r["value"]), _delta(r["delta"]),
-                  r["decision"] or "", r["origin"], ",".join(r["parents"])[:30], str(r["epoch"]))
-    console.print(t)
+    for col in COLUMNS:
+        t.add_column(col, overflow="fold" if col == "title" else "ellipsis", no_wrap=col != "title",
+                     min_width={"idea": 13, "title": 24, "metric": 8}.get(col))
+    for c in cells:
+        t.add_row(*c)
+    # piped into a file or a pager: do not squeeze the table into 80 columns
+    out = console if console.is_terminal else Console(file=console.file, width=max(console.width, 180))
+    out.print(t)
+    console.print(f"{len(rows)} idea(s)")
     return 0
 
 
+def _plain(console, text: str) -> None:
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
 def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> int:
-    research = open_research(cfg, create=False)
+    research, pop = load(cfg)
     repo = research.repo
-    pop = read_population(repo, research.baseline_ref)
     idea = pop.resolve(ref)
     if idea is None:
         console.print(f"no idea matches '{ref}' (try an idea id, a branch name or a commit prefix)")
         return 1
-    console.print(f"[bold]{idea.title}[/]  ({idea.idea_id}, {idea.origin}, epoch {idea.epoch})")
-    console.print(f"branch: {idea.branch or '(none: never became runnable)'}  commit: {idea.commit}")
-    console.print(idea.text, markup=False, highlight=False)
-    if idea.base_commit and idea.commit:
-        console.print(repo.diff(idea.base_commit, idea.commit, stat=not diff), markup=False, highlight=False)
+    console.print(f"[bold]{idea.title}[/]  ({idea.idea_id}, {idea.origin}, epoch {idea.epoch}, "
+                  f"{idea.status.value})", highlight=False)
+    console.print(f"branch: {_branch(idea) or '(none: never became runnable)'}  commit: {idea.commit}",
+                  highlight=False)
+    if idea.parents:
+        console.print(f"parents: {', '.join(idea.parents)}", highlight=False)
+    if idea.model:
+        console.print(f"model: {idea.model}; attempts: {idea.attempts}; tokens: {idea_tokens(idea)}; "
+                      f"cost: ${idea_usd(idea):.4f}", highlight=False)
+    console.print()
+    _plain(console, idea.text)
+    console.print()
+    if idea.base_commit and idea.commit and idea.branch:
+        console.print("[bold]diff[/]" if diff else "[bold]diffstat[/] (--diff for the full diff)")
+        _plain(console, repo.diff(idea.base_commit, idea.commit, stat=not diff) or "(no change)")
     text = repo.note_read(defaults.NOTES_REF, idea.commit) if idea.commit else None
-    console.print("[bold]note[/]" if text else "[bold]no result yet[/]: " + idea.status.value)
     if text:
-        console.print(text, markup=False, highlight=False)
-    tr = idea.trailers.get("Transcript")
-    if tr:
-        blob = repo.read_blob(tr)
-        if blob:
-            for a in json.loads(blob):
-                console.print(f"attempt {a.get('attempt')}: {a.get('method') or ''} {(a.get('error') or 'ok')[:500]}",
-                              markup=False, highlight=False)
-    log_sha = idea.note.log if idea.note else None
-    if log_sha:
-        data = repo.read_blob(log_sha) or b""
-        console.print("[bold]log[/]" + ("" if full_log else " (tail; --log for all)"))
-        console.print((data if full_log else data[-4000:]).decode(errors="replace"), markup=False, highlight=False)
+        console.print("[bold]note[/]")
+        _plain(console, "\n".join(ln for ln in text.splitlines() if not ln.startswith("trials: ")))
+        for t in idea.note.trials if idea.note else []:
+            v = f"{t.value:.4f}" if t.value is not None else (t.error or "")[:200]
+            _plain(console, f"  seed {t.seed}: {t.status.value} {v} on {t.host or '?'}"
+                            + (f" in {t.wall_s:.0f}s" if t.wall_s else ""))
+    else:
+        console.print(f"[bold]no result yet[/]: {idea.status.value}")
+    # The implementer's attempts: the Transcript trailer; for a record, the note's log holds it too.
+    transcript = idea.trailers.get("Transcript") or (idea.note.log if idea.note and not idea.branch else None)
+    _attempts(console, repo, transcript)
+    if idea.note and idea.branch:
+        _logs(console, repo, idea.note, full_log)
     return 0
+
+
+def _attempts(console, repo, sha: str | None) -> None:
+    if not sha:
+        return
+    blob = repo.read_blob(sha)
+    try:
+        attempts = json.loads(blob) if blob else []
+    except ValueError:
+        attempts = []
+    if not isinstance(attempts, list) or not attempts:
+        return
+    console.print(f"[bold]implementer attempts[/] ({len(attempts)})")
+    for a in attempts:
+        err = a.get("error")
+        line = f"  attempt {a.get('attempt')}: " + (f"via {a['method']}: " if a.get("method") else "")
+        _plain(console, line + ("ok" if not err else err.strip()[:1500]))
+
+
+def _logs(console, repo, note, full: bool) -> None:
+    """The log of each trial (tail unless full); trials without their own log use the note's."""
+    logs = [(t.trial_id, t.log) for t in note.trials if t.log] or ([("log", note.log)] if note.log else [])
+    seen = set()
+    for name, sha in logs:
+        if sha in seen:
+            continue
+        seen.add(sha)
+        data = repo.read_blob(sha) or b""
+        tail = len(data) > 4000 and not full
+        console.print(f"[bold]log {name}[/]" + (" (tail; --log for all)" if tail else ""), highlight=False)
+        _plain(console, (data[-4000:] if tail else data).decode(errors="replace"))

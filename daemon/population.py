@@ -7,6 +7,8 @@ became runnable under refs/autoresearch/records/), the baseline, their result no
 
 from __future__ import annotations
 
+import dataclasses
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from . import defaults
@@ -79,6 +81,33 @@ class Population:
         return matches[0] if len(matches) == 1 else None
 
 
+class _LRU(OrderedDict):
+    """Parsed objects by object id. Git objects never change, so a hit is always valid; the daemon
+    re-reads the population every tick and most of that time is parsing."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def get_or(self, key: str, make):
+        if key in self:
+            self.move_to_end(key)
+            return self[key]
+        val = self[key] = make()
+        if len(self) > self.size:
+            self.popitem(last=False)
+        return val
+
+
+_NOTES = _LRU(50_000)
+_IDEAS = _LRU(50_000)
+
+
+def _note(blob: str, objs: dict[str, bytes]) -> Note | None:
+    """The parsed note for a blob; callers that modify a note must copy it first."""
+    return _NOTES.get_or(blob, lambda: parse_note(objs[blob].decode(errors="replace")))
+
+
 def _parse_commit(raw: bytes) -> tuple[str, list[str], str, int]:
     """(tree, parents, message, committer time) from a raw commit object."""
     head, _, msg = raw.partition(b"\n\n")
@@ -109,26 +138,31 @@ def read_population(repo: GitRepo, baseline_ref: str) -> Population:
         [lease_list[c] for c in commits if c in lease_list]
     if baseline:
         wanted += [m[baseline] for m in (note_list, lease_list) if baseline in m]
+    # what the caches already hold need not be read from git at all
+    wanted = [w for w in wanted if w not in _NOTES and w not in _IDEAS]
     objs = repo.cat_file_batch(wanted)
     ideas: list[Idea] = []
     seen: set[str] = set()
     for ref, sha in sorted(refs.items()):
-        if sha in seen or sha not in objs:
+        if sha in seen or (sha not in objs and sha not in _IDEAS):
             continue  # two branches on one commit are one idea
         seen.add(sha)
-        tree, parents, msg, ts = _parse_commit(objs[sha])
-        branch = ref if ref.startswith(BRANCH_PREFIX) else None
-        idea = idea_from_commit(sha, tree, parents[0] if parents else None, msg, branch, ts)
+
+        def make(sha=sha):
+            tree, parents, msg, ts = _parse_commit(objs[sha])
+            return idea_from_commit(sha, tree, parents[0] if parents else None, msg, None, ts)
+        idea = dataclasses.replace(_IDEAS.get_or(sha, make))
+        idea.branch = ref if ref.startswith(BRANCH_PREFIX) else None
         idea.proposal = ref.startswith(PROPOSALS_PREFIX)
-        if sha in note_list and note_list[sha] in objs:
-            idea.note = parse_note(objs[note_list[sha]].decode(errors="replace"))
+        if sha in note_list and (note_list[sha] in objs or note_list[sha] in _NOTES):
+            idea.note = _note(note_list[sha], objs)
         if sha in lease_list and lease_list[sha] in objs:
             idea.leases = parse_leases(objs[lease_list[sha]].decode(errors="replace"))
         ideas.append(idea)
     ideas.sort(key=lambda i: (i.committed_at, i.idea_id))
     bnote, bleases = None, []
-    if baseline and baseline in note_list and note_list[baseline] in objs:
-        bnote = parse_note(objs[note_list[baseline]].decode(errors="replace"))
+    if baseline and baseline in note_list and (note_list[baseline] in objs or note_list[baseline] in _NOTES):
+        bnote = _note(note_list[baseline], objs)
     if baseline and baseline in lease_list and lease_list[baseline] in objs:
         bleases = parse_leases(objs[lease_list[baseline]].decode(errors="replace"))
     return Population(ideas, baseline, bnote, bleases)

@@ -1,0 +1,77 @@
+"""`report` as a real subprocess: index.html plus decodable, non-trivial PNG figures; the curves
+behind them (best-so-far confirmed vs raw, execution rate) are right for a known population."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from matplotlib import image as mpimg
+
+from autoresearchd.config import load_config
+from autoresearchd.population import read_population
+from autoresearchd.report import series, write_report
+
+from popbuilder import build_population, write_cfg
+
+FIGURES = ("best_so_far.png", "ideas_by_epoch.png", "execution_rate.png", "cost.png")
+
+
+@pytest.fixture(scope="module")
+def pop(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rep")
+    repo = build_population(d / "research", 200, seed=3)
+    return write_cfg(d, repo.path), repo, d
+
+
+def test_report_cli_writes_html_and_pngs(pop):
+    cfg, repo, d = pop
+    out = d / "report"
+    p = subprocess.run([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), "report", "--out", str(out)],
+                       capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stdout + p.stderr
+    index = out / "index.html"
+    assert str(index) in p.stdout.replace("\n", "")
+    html = index.read_text()
+    for name in FIGURES:
+        f = out / name
+        assert f.stat().st_size > 10_000, name
+        assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        img = mpimg.imread(f)
+        assert img.ndim == 3 and img.shape[0] >= 300 and img.shape[1] >= 600, (name, img.shape)
+        assert img.std() > 0.01, f"{name} is blank"
+        assert f"src='{name}'" in html
+    assert "best confirmed" in html and "Best confirmed idea" in html
+    assert "best unconfirmed" in html and "Lucky single run" in html
+    assert "git show " in html and "idea/e" in html and "cost per unit of improvement" in html
+    assert "<script" not in html
+
+
+def test_series_confirmed_vs_raw_and_execution_rate(pop):
+    _, repo, _ = pop
+    p = read_population(repo, "refs/heads/main")
+    s = series(p, "min")
+    e = s["by_epoch"]
+    assert e["epoch"] == list(range(10))
+    # raw best is never worse than confirmed best, and both only improve
+    for raw, conf in zip(e["raw"], e["confirmed"]):
+        assert conf is None or raw <= conf
+    assert all(a >= b for a, b in zip(e["raw"], e["raw"][1:]))
+    assert e["raw"][-1] == pytest.approx(p.baseline_value - 0.35)          # the lucky single run
+    best = next(i for i in p.ideas if i.title == "Best confirmed idea")
+    assert e["confirmed"][-1] == pytest.approx(best.value)
+    for ep, ex, at, rate in zip(e["epoch"], e["executed"], e["attempted"], e["rate"]):
+        here = [i for i in p.ideas if i.epoch == ep and i.note is not None and i.status.value not in ("duplicate",)]
+        assert at == len(here) and ex == sum(1 for i in here if i.value is not None)
+        assert rate == pytest.approx(ex / at)
+    t = s["by_time"]
+    assert t["n"][-1] == sum(1 for i in p.ideas if i.note is not None)
+    assert all(a <= b for a, b in zip(t["gpu_hours"], t["gpu_hours"][1:]))
+
+
+def test_report_of_an_empty_search(tmp_path):
+    repo = build_population(tmp_path / "research", 0)
+    index = write_report(load_config(write_cfg(tmp_path, repo.path)), tmp_path / "r")
+    assert index.is_file() and "none yet" in index.read_text()
+    assert all((tmp_path / "r" / f).stat().st_size > 1000 for f in FIGURES)
