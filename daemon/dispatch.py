@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from .decide import Job, seeds_needed
 from .ideas import Idea
 from .notes import Lease, Note, Status, Trial
 from .population import Population
 from .trials import Ledger, build_note, fill_baseline
+from autoresearchd.runners.base import PollState
 
 log = logging.getLogger("autoresearchd")
 
 MEASURED = (Status.SUCCEEDED, Status.FAILED, Status.TIMED_OUT)
 # After a failed submit, a host's slots are not offered again for this long. Without it, one dead host
 # (whose reachability the runner caches for a few seconds) took an attempt from every queued idea in
-# a single tick, until all of them were given up as lost.
+# a few ticks, until all of them were given up as lost.
 SUBMIT_BACKOFF_S = 10.0
 
 
@@ -32,12 +34,15 @@ class Dispatcher:
         self.ledger = Ledger(self.repo)
         self.started = time.time()
         self._last_seen: dict[str, float] = {}
-        self._busy: dict[str, str] = {}          # slot key -> trial id
+        self._busy: dict[str, list[str]] = {}    # slot key -> trial ids placed there (running first)
         self._backoff: dict[str, float] = {}     # host -> time before which it gets no new trial
         self._slots_cache: tuple[float, list] = (0.0, [])
-        self._harness: tuple[str, bytes | None, str | None] | None = None
+        self._harness: tuple[str, bytes | None, str | None, list[str]] | None = None
+        self._base: str | None = None            # the baseline commit of the population being worked on
+        self._cleanups: list[dict] = []          # handles whose notes are written: remove their dirs
         self._validated: dict[str, str | None] = {}
         self.on_note: list = []                  # callbacks(commit, idea | None, note), e.g. the W&B mirror
+        self._pool = ThreadPoolExecutor(8, thread_name_prefix="dispatch")   # submits and clean-ups
 
     def _noted(self, commit: str, idea, note: Note) -> None:
         self.ledger.write_note(commit, note)
@@ -55,22 +60,36 @@ class Dispatcher:
             self._slots_cache = (time.time(), cached)
         return cached
 
+    @property
+    def depth(self) -> int:
+        """Trials one slot may hold: 1 running, the rest pre-staged (waiting on the host for the slot)."""
+        return max(1, int(getattr(self.runner, "prestage", 1)))
+
     def free_slots(self):
+        """Slots that can take a trial now: idle ones first, then pre-staging room, spread over hosts."""
         now = time.time()
-        return [s for s in self.slots() if s.reachable and s.key not in self._busy
-                and self._backoff.get(s.host, 0.0) <= now]
+        slots = [s for s in self.slots() if s.reachable and len(self._busy.get(s.key, ())) < self.depth
+                 and self._backoff.get(s.host, 0.0) <= now]
+        per_host: dict[str, int] = {}
+        for k, v in self._busy.items():
+            per_host[k.split("/", 1)[0]] = per_host.get(k.split("/", 1)[0], 0) + len(v)
+        return sorted(slots, key=lambda s: (len(self._busy.get(s.key, ())), per_host.get(s.host, 0)))
+
+    def _occupy(self, key: str, trial_id: str) -> None:
+        self._busy.setdefault(key, []).append(trial_id)
 
     def slot_table(self) -> list[dict]:
         now = time.time()
         return [{"slot": s.key, "state": "unreachable" if not s.reachable or self._backoff.get(s.host, 0.0) > now else
-                 ("busy" if s.key in self._busy else "free"), "trial": self._busy.get(s.key)}
+                 ("busy" if self._busy.get(s.key) else "free"),
+                 "trial": (self._busy.get(s.key) or [None])[0], "staged": (self._busy.get(s.key) or [])[1:]}
                 for s in self.slots()]
 
     def harness(self) -> tuple[bytes | None, str | None]:
-        base = self.research.baseline_commit
+        base = self._base or self.research.baseline_commit
         if self._harness is None or self._harness[0] != base:
             tar, digest = self.research.harness()
-            self._harness = (base, tar, digest)
+            self._harness = (base, tar, digest, self.research.frozen_files())
         return self._harness[1], self._harness[2]
 
     # -- harvest -------------------------------------------------------------------------------------
@@ -82,47 +101,102 @@ class Dispatcher:
                 yield idea.commit, idea, idea.note, idea.leases
 
     def harvest(self, pop: Population) -> bool:
+        """Poll every live trial (one batched call per host), fetch the finished ones, write notes."""
         changed = False
         self._busy = {}
-        for commit, idea, note, leases in self._units(pop):
-            if not leases:
-                continue
-            try:
-                updated = [self._poll_one(lz) for lz in leases]
-                if any(a.model_dump() != b.model_dump() for a, b in zip(updated, leases)):
-                    self.ledger.write_leases(commit, updated)
-                    changed = True
-                changed |= self._maybe_finish(commit, idea, note, updated, pop)
-            except Exception:  # noqa: BLE001 - one stuck trial must not stop the others' harvest
-                log.exception("harvesting %s failed; retrying on the next tick", commit[:10])
-                for lz in leases:
-                    if lz.state == "running":
-                        self._busy[f"{lz.host}/{lz.slot}"] = lz.trial_id
+        self._base = pop.baseline_commit
+        units = [u for u in self._units(pop) if u[3]]
+        live = [lz for u in units for lz in u[3] if lz.state == "running"]
+        states = dict(zip(map(id, live), self._poll_states(live)))
+        done = [lz for lz in live if states[id(lz)] == PollState.DONE]
+        outcomes = dict(zip(map(id, done), self._fetch_outcomes(done)))
+        with self.repo.notes_batch():      # every note and lease of this harvest: one commit per ref
+            for commit, idea, note, leases in units:
+                try:
+                    updated = [self._poll_one(lz, states.get(id(lz)), outcomes.get(id(lz))) for lz in leases]
+                    moved = any(a.model_dump() != b.model_dump() for a, b in zip(updated, leases))
+                    finished = self._maybe_finish(commit, idea, note, updated, pop)
+                    if moved and not finished:     # a finished unit's note holds the results; its leases are rewritten
+                        self.ledger.write_leases(commit, updated)
+                    changed |= moved or finished
+                except Exception:  # noqa: BLE001 - one stuck commit must not stop the others' harvest
+                    log.exception("harvesting %s failed; retrying on the next tick", commit[:10])
+                    for lz in leases:
+                        if lz.state == "running" and lz.trial_id not in self._busy.get(f"{lz.host}/{lz.slot}", []):
+                            self._occupy(f"{lz.host}/{lz.slot}", lz.trial_id)
+        self._flush_cleanups()
         return changed
 
-    def _poll_one(self, lease: Lease) -> Lease:
-        from autoresearchd.runners.base import PollState
+    def _poll_states(self, live: list[Lease]) -> list:
+        many = getattr(self.runner, "poll_many", None)
+        if many is not None and live:
+            try:
+                return many([lz.handle for lz in live])
+            except Exception as e:  # noqa: BLE001 - an unexpected runner error counts as unreachable
+                log.warning("polling failed: %s", e)
+                return [PollState.UNREACHABLE] * len(live)
+        out = []
+        for lz in live:
+            try:
+                out.append(self.runner.poll(lz.handle))
+            except Exception as e:  # noqa: BLE001
+                log.warning("poll %s failed: %s", lz.trial_id, e)
+                out.append(PollState.UNREACHABLE)
+        return out
+
+    def _fetch_outcomes(self, done: list[Lease]) -> list:
+        """Outcomes (or the exception that stopped a fetch) of finished trials, hosts at once."""
+        many = getattr(self.runner, "fetch_many", None)
+        if many is not None and done:
+            try:
+                return many([lz.handle for lz in done])
+            except Exception as e:  # noqa: BLE001
+                return [e] * len(done)
+        out = []
+        for lz in done:
+            try:
+                out.append(self.runner.fetch(lz.handle))
+            except Exception as e:  # noqa: BLE001
+                out.append(e)
+        return out
+
+    def _flush_cleanups(self) -> None:
+        """Remove the directories of trials whose notes are written, off the tick's path."""
+        handles, self._cleanups = self._cleanups, []
+        if not handles:
+            return
+
+        def work():
+            try:
+                many = getattr(self.runner, "cleanup_many", None)
+                if many is not None:
+                    many(handles)
+                else:
+                    for h in handles:
+                        self.runner.cleanup(h)
+            except Exception:  # noqa: BLE001 - a leftover dir is harmless
+                pass
+        self._pool.submit(work)
+
+    def _poll_one(self, lease: Lease, state=None, outcome=None) -> Lease:
         if lease.state != "running":
             return lease
         lz = lease.model_copy(deep=True)
         now = time.time()
-        try:
-            state = self.runner.poll(lz.handle)
-        except Exception as e:  # noqa: BLE001 - an unexpected runner error counts as unreachable
-            log.warning("poll %s failed: %s", lz.trial_id, e)
-            state = PollState.UNREACHABLE
+        if state is None:
+            state = self._poll_states([lz])[0]
         if state == PollState.RUNNING:
-            self._busy[f"{lz.host}/{lz.slot}"] = lz.trial_id
+            self._occupy(f"{lz.host}/{lz.slot}", lz.trial_id)
             self._last_seen[lz.trial_id] = now
             if now - lz.heartbeat > self.cfg.daemon.heartbeat_s:
                 lz.heartbeat = now
             return lz
         if state == PollState.DONE:
-            return self._collect(lz)
+            return self._collect(lz, outcome)
         if state == PollState.UNREACHABLE:
             seen = self._last_seen.setdefault(lz.trial_id, max(lz.heartbeat, self.started))
             if now - seen <= self.cfg.daemon.lease_ttl_s:
-                self._busy[f"{lz.host}/{lz.slot}"] = lz.trial_id
+                self._occupy(f"{lz.host}/{lz.slot}", lz.trial_id)
                 return lz
             why = f"host {lz.host} unreachable for more than {self.cfg.daemon.lease_ttl_s:.0f}s"
         else:
@@ -144,9 +218,12 @@ class Dispatcher:
             lz.state = "lost"
         return lz
 
-    def _collect(self, lz: Lease) -> Lease:
+    def _collect(self, lz: Lease, out=None) -> Lease:
         try:
-            out = self.runner.fetch(lz.handle)
+            if out is None:
+                out = self.runner.fetch(lz.handle)
+            elif isinstance(out, Exception):
+                raise out
         except Exception as e:  # noqa: BLE001
             log.warning("fetch %s failed: %s", lz.trial_id, e)
             return lz  # try again next tick
@@ -191,12 +268,7 @@ class Dispatcher:
         confirming = note is not None and note.decision == "pending"
         new = build_note(list(results.values()), idea, pop, self.research.manifest, p, confirmed=confirming)
         self._noted(commit, idea, new)
-        for lz in leases:
-            if lz.state == "done":
-                try:
-                    self.runner.cleanup(lz.handle)
-                except Exception:  # noqa: BLE001 - a leftover dir is harmless
-                    pass
+        self._cleanups += [lz.handle for lz in leases if lz.state == "done"]   # removed after this harvest
         self.ledger.write_leases(commit, [lz for lz in leases if lz.state == "running"])
         return True
 
@@ -258,6 +330,8 @@ class Dispatcher:
     def dispatch(self, pop: Population, jobs: list[Job]) -> int:
         started = 0
         trees = None
+        self._base = pop.baseline_commit
+        batch = []
         for job in jobs:
             free = self.free_slots()
             if not free:
@@ -274,32 +348,60 @@ class Dispatcher:
                 if idea.tree in trees and trees[idea.tree] != idea.commit:
                     self._link(idea, trees[idea.tree], pop)
                     continue
-            self._start(job, free[0])
+            self._occupy(free[0].key, job.trial_id)
+            batch.append((job, free[0]))
             started += 1
+        self._start_many(batch, pop)
         return started
 
-    def _start(self, job: Job, slot) -> None:
-        from autoresearchd.runners.base import TrialSpec
+    def _start_many(self, batch: list, pop: Population) -> None:
+        """Write every lease (one git commit), then submit them all on the pool."""
+        if not batch:
+            return
         tar, digest = self.harness()
-        m = self.research.manifest
-        lease = Lease(trial_id=job.trial_id, seed=job.seed, runner=self.runner.name, host=slot.host,
-                      slot=slot.slot, retries=job.retries, purpose=job.purpose, harness=digest)
+        frozen = self._harness[3]
         predict = getattr(self.runner, "predict_handle", None)
-        if predict is not None:
-            lease.handle = predict(job.trial_id, slot)
-        leases = [lz for lz in self.ledger.leases(job.commit) if lz.seed != job.seed or lz.state == "done"]
-        self.ledger.write_leases(job.commit, leases + [lease])     # lease first: crash-safe
-        self._busy[slot.key] = job.trial_id
-        try:
-            spec = TrialSpec(job.trial_id, job.commit, job.seed, m, self.repo.archive(job.commit), tar,
-                             self.research.frozen_files(), job.purpose)
-            lease.handle = self.runner.submit(spec, slot)
-        except Exception as e:  # noqa: BLE001 - a host failing at submit is a lost attempt
-            log.warning("submit %s to %s failed: %s", job.trial_id, slot.key, e)
-            lease = self._lost(lease, f"submit to {slot.key} failed: {e}")
-            self._slots_cache = (0.0, [])
-            self._busy.pop(slot.key, None)
-            self._backoff[slot.host] = time.time() + SUBMIT_BACKOFF_S
-        lease.heartbeat = time.time()
-        self.ledger.upsert_lease(job.commit, lease)
-        log.info("dispatched %s to %s", job.trial_id, slot.key)
+        current: dict[str, list[Lease]] = {}     # commit -> its leases as written (several seeds, one tick)
+        staged = []
+        with self.repo.notes_batch():                  # all of this round's leases in one commit ...
+            for job, slot in batch:
+                lease = Lease(trial_id=job.trial_id, seed=job.seed, runner=self.runner.name, host=slot.host,
+                              slot=slot.slot, retries=job.retries, purpose=job.purpose, harness=digest)
+                if predict is not None:
+                    lease.handle = predict(job.trial_id, slot)
+                have = current.get(job.commit)
+                if have is None:
+                    have = list(job.idea.leases) if job.idea is not None and job.idea.commit == job.commit else \
+                        list(pop.baseline_leases) if job.commit == pop.baseline_commit else \
+                        self.ledger.leases(job.commit)
+                have = current[job.commit] = [lz for lz in have if lz.seed != job.seed or lz.state == "done"] + [lease]
+                self.ledger.write_leases(job.commit, have)
+                staged.append((job, slot, lease, dict(lease.handle)))
+        # ... written before any trial starts: crash-safe
+        futures = [self._pool.submit(self._submit, job, slot, tar, frozen) for job, slot, _, _ in staged]
+        keep = set(getattr(self.runner, "REDERIVABLE", ()))
+        with self.repo.notes_batch():
+            for (job, slot, lease, predicted), fut in zip(staged, futures):
+                try:
+                    lease.handle = fut.result()
+                except Exception as e:  # noqa: BLE001 - a host failing at submit is a lost attempt
+                    log.warning("submit %s to %s failed: %s", job.trial_id, slot.key, e)
+                    self._lost(lease, f"submit to {slot.key} failed: {e}")
+                    self._slots_cache = (0.0, [])
+                    self._backoff[slot.host] = time.time() + SUBMIT_BACKOFF_S
+                    if job.trial_id in self._busy.get(slot.key, []):
+                        self._busy[slot.key].remove(job.trial_id)
+                    lease.heartbeat = time.time()
+                    self.ledger.write_leases(job.commit, current[job.commit])
+                    continue
+                # the lease already names the trial dir; rewrite it only for what a poll cannot re-derive
+                if {k: v for k, v in lease.handle.items() if k not in keep} != \
+                        {k: v for k, v in predicted.items() if k not in keep}:
+                    self.ledger.write_leases(job.commit, current[job.commit])
+                log.info("dispatched %s to %s", job.trial_id, slot.key)
+
+    def _submit(self, job: Job, slot, tar, frozen) -> dict:
+        from autoresearchd.runners.base import TrialSpec
+        spec = TrialSpec(job.trial_id, job.commit, job.seed, self.research.manifest, self.repo.archive(job.commit),
+                         tar, frozen, job.purpose)
+        return self.runner.submit(spec, slot)

@@ -40,6 +40,7 @@ class Daemon:
         self.started = time.time()
         self.state_dir = gitrepo.state_dir(self.repo)
         self._tick_lock = threading.Lock()
+        self._passes = 0                  # reconcile passes so far (run_forever re-reads git after one)
         self._dirty = threading.Event()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
@@ -68,6 +69,7 @@ class Daemon:
                     self._resume_proposals(pop)
                     self._maybe_refill(pop)
                 self._write_state(pop)
+                self._passes += 1
                 if not self._dirty.is_set() or self._stopping.is_set():
                     return pop
 
@@ -187,6 +189,32 @@ class Daemon:
             except Exception:  # noqa: BLE001 - the interval tick is the safety net
                 pass
 
+    def _start_event_waiters(self) -> None:
+        """One thread per host blocks in the runner until a trial there finishes, then pokes: a freed
+        slot is refilled at once instead of at the next clock tick."""
+        if getattr(self.runner, "wait_event", None) is None:
+            return
+        try:
+            hosts = self.runner.event_hosts()
+        except Exception as e:  # noqa: BLE001 - events only make things faster
+            log.warning("no trial events (%s); relying on the clock", e)
+            return
+        for host in hosts:
+            threading.Thread(target=self._wait_events, args=(host,), daemon=True,
+                             name=f"events-{host}").start()
+
+    def _wait_events(self, host: str) -> None:
+        while not self._stopping.is_set():
+            t = time.monotonic()
+            try:
+                if self.runner.wait_event(host, 10.0):
+                    self.poke()
+                    continue
+            except Exception as e:  # noqa: BLE001 - host down: the clock and the lease TTL handle it
+                log.debug("events from %s: %s", host, e)
+            if time.monotonic() - t < 1.0:          # failing fast: do not spin
+                self._stopping.wait(self.cfg.daemon.tick_s)
+
     def _safe_tick(self) -> None:
         try:
             self.tick()
@@ -229,12 +257,15 @@ class Daemon:
         self.scheduler.add_job(self._safe_tick, "interval", seconds=self.cfg.daemon.tick_s, id="reconcile",
                                next_run_time=datetime.now())
         self.scheduler.start()
+        self._start_event_waiters()
         try:
+            seen, pop = -1, None
             while not self._stopped.wait(0.5):
                 if progress is not None and self.last_pop is not None:
                     progress(self.last_pop, self.last_state)
                 if until is not None:
-                    pop = read_population(self.repo, self.research.baseline_ref)
+                    if seen != self._passes:        # git changes only through a pass (or pokes one)
+                        seen, pop = self._passes, read_population(self.repo, self.research.baseline_ref)
                     if until(pop) and not self._proposing and not self._implementing:
                         break
         finally:

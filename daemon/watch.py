@@ -27,6 +27,8 @@ def start_watcher(repo: GitRepo, poke):
 
     class Handler(FileSystemEventHandler):
         def on_any_event(self, event):
+            if event.event_type in ("opened", "closed_no_write"):   # git reading refs, e.g. our own tick
+                return
             paths = [getattr(event, "src_path", ""), getattr(event, "dest_path", "")]
             if any(_relevant(str(p)) for p in paths if p):
                 poke()

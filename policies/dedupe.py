@@ -89,15 +89,7 @@ class DuplicateIndex:
         return m
 
     def add(self, key: str, text: str) -> None:
-        if key in self._texts:
-            return
-        words = normalize(text)
-        norm = " ".join(words)
-        self._texts[key] = norm
-        self._exact.setdefault(norm, key)
-        sh = shingles(words, self.shingle)
-        if sh:
-            self._lsh.insert(key, self._minhash(sh))
+        self.add_many([(key, text)])
 
     def add_many(self, items: list[tuple[str, str]]) -> None:
         """Bulk insert (index build): one MinHash.bulk call and one LSH insertion session."""

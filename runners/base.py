@@ -8,11 +8,15 @@ which the loop stores in the lease note. Only this package talks to hosts.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import shlex
+import tarfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
 from importlib import resources
@@ -126,7 +130,8 @@ echo "accelerator: $acc"; echo "software: $sw"
 
 
 def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_tail: int,
-              data_env: dict[str, str], scheduler_gpus: bool = False) -> str:
+              data_env: dict[str, str], scheduler_gpus: bool = False, slot_lock: str = "",
+              events: str = "") -> str:
     """The quoted variables file that trial.sh sources. Every value goes through shlex.quote.
     With `scheduler_gpus` (Slurm --gres), CUDA_VISIBLE_DEVICES is left as the job got it."""
     m = spec.manifest
@@ -146,6 +151,8 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
         "AR_LOG_TAIL": str(cfg_tail),
         "AR_PATH": path_prefix,
         "AR_DATA_ENV": " ".join(f"{k}={q(v)}" for k, v in data_env.items()),
+        "AR_SLOT_LOCK": slot_lock,     # trial.sh waits for this lock before its clock starts
+        "AR_EVENTS": events,           # trial.sh appends a line here when it is done
     }
     out = [f"{k}={qpath(v) if k == 'AR_PATH' else q(v)}" for k, v in lines.items()]
     out.append("AR_FROZEN=(" + " ".join(q(p) for p in spec.frozen_paths) + ")")
@@ -158,16 +165,80 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
     return "\n".join(out) + "\n"
 
 
+# Is process $2 this trial's ($1)? PIDs wrap quickly on a busy host, so a pid file alone can name a
+# stranger. The wrapper and its groups work in the trial dir, code/ or eval/ (test builtins, no fork).
+_MINE_FN = r"""mine() {
+  [ -d /proc/1 ] || return 0
+  [ /proc/$2/cwd -ef "$1" ] || [ /proc/$2/cwd -ef "$1/code" ] || [ /proc/$2/cwd -ef "$1/eval" ] ||
+    { tr '\0' '\n' < /proc/$2/environ | grep -qF "=$1/"; } 2>/dev/null
+}
+"""
+_POLL_FN = _MINE_FN + r"""st() {
+  if [ -e "$1/done" ]; then echo done; return; fi
+  if [ ! -d "$1" ]; then echo missing; return; fi
+  p=$2; [ -n "$p" ] || { read -r p < "$1/pgid"; } 2>/dev/null || p=
+  case $p in ''|*[!0-9]*) echo nopid; return;; esac
+  s=; if [ -d /proc/1 ]; then { read -r s < "/proc/$p/stat"; } 2>/dev/null; s=${s##*) }; s=${s%% *}
+    mine "$1" "$p" || s=
+  else s=$(ps -o stat= -p "$p" 2>/dev/null); fi
+  if [ -e "$1/done" ]; then echo done; elif [ -z "$s" ] || [ "${s#Z}" != "$s" ]; then echo dead; else echo running; fi
+}
+"""
+# A trial whose wrapper has not written its pid file yet (crash between lease and submit) counts as
+# starting for this long after submit, then as lost.
+STARTING_GRACE_S = 60.0
+
+
+def _slot_file(slot: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.,-]", "_", slot) or "_"
+
+
+def bundle(spec: TrialSpec, env_text: str) -> bytes:
+    """One tar holding code/ (the commit), eval/ (the harness), trial.sh and trial.env, so a trial
+    directory is placed with a single upload."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as out:
+        for prefix, data in (("code", spec.code_tar), ("eval", spec.eval_tar)):
+            d = tarfile.TarInfo(prefix)
+            d.type, d.mode = tarfile.DIRTYPE, 0o755
+            out.addfile(d)
+            if not data:
+                continue
+            with tarfile.open(fileobj=io.BytesIO(data)) as src:
+                for m in src:
+                    m.name = f"{prefix}/{m.name}"
+                    if m.islnk():        # hard links name a member of the same archive
+                        m.linkname = f"{prefix}/{m.linkname}"
+                    out.addfile(m, src.extractfile(m) if m.isreg() else None)
+        for name, data, mode in (("trial.sh", trial_script(), 0o755), ("trial.env", env_text.encode(), 0o644)):
+            ti = tarfile.TarInfo(name)
+            ti.size, ti.mode, ti.mtime = len(data), mode, int(time.time())
+            out.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
 class ShellRunner:
     """Shared implementation: a trial directory under a work root, reached through a Shell.
-    Subclasses say which shells exist (hosts) and how to start the wrapper (detached or sbatch)."""
+    Subclasses say which shells exist (hosts) and how to start the wrapper (detached or sbatch).
+
+    Pre-staging: the dispatcher may place up to `prestage` trials on one slot. Each trial's wrapper
+    takes the slot's lock (<work_root>/.slots/<slot>.lock) before it stamps `started` and starts its
+    budget clock, so the next trial is already on the host when the running one ends."""
 
     name: ClassVar[str] = "shell"
     scheduler_gpus: bool = False     # True: the scheduler sets CUDA_VISIBLE_DEVICES (Slurm --gres)
+    PRESTAGE: ClassVar[int] = 2          # trials per slot: one running, one waiting for the slot lock
+    REDERIVABLE: ClassVar[tuple[str, ...]] = ("pid", "submitted")   # handle keys poll() can do without
+    MAX_PARALLEL: ClassVar[int] = 8      # hosts polled / fetched / cleaned at once
 
     def __init__(self, cfg, manifest: EnvManifest):
         self.cfg = cfg
         self.manifest = manifest
+        # pre-staging needs the detached launch (a scheduler such as Slurm queues jobs itself)
+        detached = type(self).launch is ShellRunner.launch
+        self.prestage = max(1, int(getattr(cfg, "prestage", None) or self.PRESTAGE)) if detached else 1
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     # -- subclass hooks ------------------------------------------------------------------------
     def shell_for(self, host: str) -> Shell:
@@ -182,87 +253,147 @@ class ShellRunner:
     def data_env(self, host: str) -> dict[str, str]:
         return dict(self.manifest.data)
 
+    # Braces: only the wrapper goes to the background. Without them `&` backgrounds the whole
+    # `cd && setsid ...` list in a subshell that keeps our stdout open until the trial ends.
+    LAUNCH = "{ setsid nohup bash trial.sh > wrapper.log 2>&1 < /dev/null & echo $!; }"
+
     def launch(self, sh: Shell, tdir: str, spec: TrialSpec, slot: Slot) -> dict[str, Any]:
-        """Start trial.sh detached; return extra handle fields."""
-        q = shlex.quote(tdir)
-        # Braces: only the wrapper goes to the background. Without them `&` backgrounds the whole
-        # `cd && setsid ...` list in a subshell that keeps our stdout open until the trial ends.
-        rc, out, err = sh.run(f"cd {q} && {{ setsid nohup bash trial.sh > wrapper.log 2>&1 < /dev/null & echo $!; }}")
-        if rc != 0:
+        """Start trial.sh detached; return extra handle fields. (A subclass that overrides this, e.g.
+        with sbatch, gets a separate upload round trip; the default is fused into submit's.)"""
+        rc, out, err = sh.run(f"cd {shlex.quote(tdir)} && {self.LAUNCH}")
+        return self._launched(sh, rc, out, err)
+
+    def _launched(self, sh: Shell, rc: int, out: bytes, err: bytes) -> dict[str, Any]:
+        if rc != 0 or not out.split() or not out.split()[-1].isdigit():
             raise RuntimeError(f"could not start the trial on {sh.name}: {err.decode(errors='replace')[-500:]}")
         return {"pid": int(out.split()[-1])}
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def map(self, fn, items: list) -> list:
+        """fn over items on a small shared pool (one host's slowness does not stall the others);
+        exceptions are returned in place of results."""
+        def safe(x):
+            try:
+                return fn(x)
+            except Exception as e:  # noqa: BLE001 - the caller decides per item
+                return e
+        if len(items) <= 1:
+            return [safe(x) for x in items]
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.MAX_PARALLEL, thread_name_prefix=f"{self.name}-runner")
+        return list(self._pool.map(safe, items))
+
+    def _by_host(self, handles: list[dict[str, Any]]) -> dict[str, list[int]]:
+        groups: dict[str, list[int]] = {}
+        for i, h in enumerate(handles):
+            groups.setdefault(h["host"], []).append(i)
+        return groups
 
     # -- protocol --------------------------------------------------------------------------------
     def predict_handle(self, trial_id: str, slot: Slot) -> dict[str, Any]:
         """The handle known before submit: enough to find the trial again after a crash mid-submit."""
-        return {"host": slot.host, "slot": slot.slot, "dir": f"{self.work_root(slot.host).rstrip('/')}/{trial_id}"}
+        return {"host": slot.host, "slot": slot.slot, "dir": f"{self.work_root(slot.host).rstrip('/')}/{trial_id}",
+                "submitted": time.time()}
 
     def submit(self, spec: TrialSpec, slot: Slot) -> dict[str, Any]:
+        """Place the trial directory and start the wrapper: one round trip (a single tar through stdin)."""
         sh = self.shell_for(slot.host)
-        tdir = self.predict_handle(spec.trial_id, slot)["dir"]
+        root = self.work_root(slot.host).rstrip("/")
+        tdir = f"{root}/{spec.trial_id}"
         q = shlex.quote
+        lock = f"{root}/.slots/{_slot_file(slot.slot)}.lock" if self.prestage > 1 else ""
         env_text = trial_env(spec, slot, self.path_prefix(slot.host), self.cfg.log_head_bytes,
-                             self.cfg.log_tail_bytes, self.data_env(slot.host), self.scheduler_gpus)
+                             self.cfg.log_tail_bytes, self.data_env(slot.host), self.scheduler_gpus, lock,
+                             f"{root}/.events")
+        fused = type(self).launch is ShellRunner.launch
         # Fresh directory: a retry of the same trial id starts clean.
-        rc, _, err = sh.run(f"rm -rf {q(tdir)} && mkdir -p {q(tdir)}/code {q(tdir)}/eval")
-        if rc != 0:
-            raise RuntimeError(f"mkdir on {slot.host} failed: {err.decode(errors='replace')[-300:]}")
-        for name, data, cmd in (
-            ("code", spec.code_tar, f"tar -x -C {q(tdir)}/code"),
-            ("eval", spec.eval_tar, f"tar -x -C {q(tdir)}/eval"),
-            ("trial.sh", trial_script(), f"cat > {q(tdir)}/trial.sh"),
-            ("trial.env", env_text.encode(), f"cat > {q(tdir)}/trial.env"),
-        ):
-            if data is None:
-                continue
-            rc, _, err = sh.run(cmd, stdin=data, timeout=300)
-            if rc != 0:
-                raise RuntimeError(f"copying {name} to {slot.host} failed: {err.decode(errors='replace')[-300:]}")
-        extra = self.launch(sh, tdir, spec, slot)
-        return {"host": slot.host, "slot": slot.slot, "dir": tdir, "submitted": time.time(), **extra}
+        cmd = (f"rm -rf {q(tdir)} && mkdir -p {q(tdir)} {q(root)}/.slots && cd {q(tdir)} && "
+               f"tar -x --no-same-owner -f - && mkdir -p code eval" + (f" && {self.LAUNCH}" if fused else ""))
+        submitted = time.time()
+        rc, out, err = sh.run(cmd, stdin=bundle(spec, env_text), timeout=300)
+        if fused:
+            extra = self._launched(sh, rc, out, err)
+        elif rc != 0:
+            raise RuntimeError(f"copying the trial to {slot.host} failed: {err.decode(errors='replace')[-300:]}")
+        else:
+            extra = self.launch(sh, tdir, spec, slot)
+        return {"host": slot.host, "slot": slot.slot, "dir": tdir, "submitted": submitted, **extra}
 
     def poll(self, handle: dict[str, Any]) -> PollState:
-        sh = self.shell_for(handle["host"])
-        q = shlex.quote(handle["dir"])
-        try:
-            rc, out, _ = sh.run(f"if [ -e {q}/done ]; then echo done; elif [ -d {q} ]; then echo running; "
-                                f"else echo missing; fi", timeout=30)
-        except HostUnreachable:
-            return PollState.UNREACHABLE
-        word = out.decode().strip()
-        if rc != 0 or word not in ("done", "running", "missing"):
-            return PollState.UNREACHABLE
-        if word == "running" and not self._alive(sh, handle):
-            return PollState.LOST
-        return PollState(word)
+        return self._poll_batched([handle])[0]
 
-    def _alive(self, sh: Shell, handle: dict[str, Any]) -> bool:
-        """A running trial whose wrapper died without `done` (host rebooted, killed) is lost."""
-        q = shlex.quote(handle["dir"])
-        pid = handle.get("pid")
-        if not pid:  # crashed between lease and submit: the wrapper's own pid file tells
-            rc, out, _ = sh.run(f"cat {q}/pgid 2>/dev/null", timeout=30)
-            if not out.strip().isdigit():
-                return time.time() - handle.get("submitted", 0) < 60 if "submitted" in handle else False
-            pid = int(out.strip())
-        # /proc via builtins (no fork: `ps` costs ~12 ms a call); ps where there is no /proc
-        rc, out, _ = sh.run(f"s=; if [ -d /proc/1 ]; then read -r s 2>/dev/null < /proc/{int(pid)}/stat; "
-                            f"s=${{s##*) }}; s=${{s%% *}}; else s=$(ps -o stat= -p {int(pid)} 2>/dev/null); fi; "
-                            f"if [ -e {q}/done ]; then echo yes; elif [ -z \"$s\" ] || [ \"${{s#Z}}\" != \"$s\" ]; "
-                            f"then echo no; else echo yes; fi", timeout=30)
-        return out.decode().strip() != "no"
+    def poll_many(self, handles: list[dict[str, Any]]) -> list[PollState]:
+        """The state of many trials: one command per host, hosts at the same time (a subclass with
+        its own poll() gets it called per trial, still hosts at once)."""
+        if type(self).poll is not ShellRunner.poll:
+            return [PollState.UNREACHABLE if isinstance(x, Exception) else x for x in self.map(self.poll, handles)]
+        return self._poll_batched(handles)
+
+    def _poll_batched(self, handles: list[dict[str, Any]]) -> list[PollState]:
+        out = [PollState.UNREACHABLE] * len(handles)
+        groups = self._by_host(handles)
+
+        def one(host: str) -> None:
+            idx = groups[host]
+            calls = "".join(f"st {shlex.quote(handles[i]['dir'])} {int(handles[i].get('pid') or 0) or ''}\n"
+                            for i in idx)
+            try:
+                rc, res, _ = self.shell_for(host).run(_POLL_FN + calls, timeout=30)
+            except HostUnreachable:
+                return
+            words = res.decode(errors="replace").split()
+            if rc != 0 or len(words) != len(idx):
+                return
+            for i, w in zip(idx, words):
+                out[i] = self._state(w, handles[i])
+        self.map(one, list(groups))
+        return out
+
+    @staticmethod
+    def _state(word: str, handle: dict[str, Any]) -> PollState:
+        if word == "nopid":     # crashed between lease and submit, or the wrapper is just starting
+            fresh = time.time() - handle.get("submitted", 0) < STARTING_GRACE_S
+            return PollState.RUNNING if fresh else PollState.LOST
+        return {"done": PollState.DONE, "missing": PollState.MISSING, "running": PollState.RUNNING,
+                "dead": PollState.LOST}.get(word, PollState.UNREACHABLE)
+
+    FILES: ClassVar[list[str]] = ["run.rc", "run.timed_out", "started", "done", "tamper.txt", "run_result.json",
+                                  "eval.rc", "eval.timed_out", "eval_result.json", "run.head", "run.tail",
+                                  "eval.head", "eval.tail", "wrapper.log"]
 
     def fetch(self, handle: dict[str, Any]) -> TrialOutcome:
-        sh = self.shell_for(handle["host"])
-        d = handle["dir"]
-        files = ["run.rc", "run.timed_out", "started", "done", "tamper.txt", "run_result.json",
-                 "eval.rc", "eval.timed_out", "eval_result.json", "run.head", "run.tail", "eval.head",
-                 "eval.tail", "wrapper.log"]
-        got = self._read_files(sh, d, files)
-        out = outcome_from_files(got, self.manifest, self.probe(sh, handle))
-        if out.exit_code is None and not out.timed_out:
-            hint = self._disk_hint(sh, d)
-            out.error = f"{out.error}; {hint}" if hint else out.error
+        out = self._fetch_batched([handle])[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    def fetch_many(self, handles: list[dict[str, Any]]) -> list[TrialOutcome | Exception]:
+        """Outcomes of finished trials: one command per host, hosts at the same time. A host that
+        fails gives its exception in place of each of its outcomes."""
+        if type(self).fetch is not ShellRunner.fetch:
+            return self.map(self.fetch, handles)
+        return self._fetch_batched(handles)
+
+    def _fetch_batched(self, handles: list[dict[str, Any]]) -> list[TrialOutcome | Exception]:
+        out: list[TrialOutcome | Exception] = [RuntimeError("not fetched")] * len(handles)
+        groups = self._by_host(handles)
+
+        def one(host: str) -> None:
+            idx = groups[host]
+            try:
+                sh = self.shell_for(host)
+                files = self._read_files_many(sh, [handles[i]["dir"] for i in idx], self.FILES)
+                probes = [self.probe(sh, handles[i]) for i in idx]
+            except Exception as e:  # noqa: BLE001 - reported per trial
+                for i in idx:
+                    out[i] = e
+                return
+            for i, got, probe in zip(idx, files, probes):
+                o = out[i] = outcome_from_files(got, self.manifest, probe)
+                if o.exit_code is None and not o.timed_out and (hint := self._disk_hint(sh, handles[i]["dir"])):
+                    o.error = f"{o.error}; {hint}"
+        self.map(one, list(groups))
         return out
 
     def _disk_hint(self, sh: Shell, d: str) -> str | None:
@@ -292,34 +423,73 @@ class ShellRunner:
         return hit[1]
 
     def _read_files(self, sh: Shell, d: str, names: list[str]) -> dict[str, bytes]:
-        """Read several small files in one round trip, each framed by its name and length."""
+        return self._read_files_many(sh, [d], names)[0]
+
+    def _read_files_many(self, sh: Shell, dirs: list[str], names: list[str]) -> list[dict[str, bytes]]:
+        """Read small files of several trial directories in one round trip: the shell picks the ones
+        that exist (builtins only) and one `tar` streams them all back."""
         q = shlex.quote
-        script = "; ".join(
-            f"if [ -f {q(d)}/{n} ]; then printf '%s %s\\n' {q(n)} $(wc -c < {q(d)}/{n}); cat {q(d)}/{n}; fi"
-            for n in names)
-        rc, out, _ = sh.run(script, timeout=120)
-        res, pos = {}, 0
-        while pos < len(out):
-            nl = out.index(b"\n", pos)
-            name, size = out[pos:nl].decode().rsplit(" ", 1)
-            pos = nl + 1
-            res[name] = out[pos:pos + int(size)]
-            pos += int(size)
+        rels = [d.strip("/") for d in dirs]
+        script = ("cd / && for f in " + " ".join(q(f"{r}/{n}") for r in rels for n in names) +
+                  "; do [ -f \"$f\" ] && printf '%s\\0' \"$f\"; done | tar -c --null -T - -f -")
+        rc, out, err = sh.run(script, timeout=120)
+        if rc != 0:
+            raise RuntimeError(f"reading trial files on {sh.name} failed: {err.decode(errors='replace')[-300:]}")
+        res: list[dict[str, bytes]] = [{} for _ in dirs]
+        where = {r: k for k, r in enumerate(rels)}
+        with tarfile.open(fileobj=io.BytesIO(out)) as tf:
+            for m in tf:
+                d, _, name = m.name.rpartition("/")
+                if m.isreg() and d in where:
+                    res[where[d]][name] = tf.extractfile(m).read()
         return res
 
     def cancel(self, handle: dict[str, Any]) -> None:
         sh = self.shell_for(handle["host"])
         q = shlex.quote(handle["dir"])
-        sh.run(f"for f in {q}/run.pid {q}/eval.pid {q}/pgid; do [ -f \"$f\" ] && kill -TERM -- -$(cat \"$f\") "
-               f"2>/dev/null; done; sleep 1; for f in {q}/run.pid {q}/eval.pid {q}/pgid; do [ -f \"$f\" ] && "
-               f"kill -KILL -- -$(cat \"$f\") 2>/dev/null; done; true", timeout=60)
+        # only groups whose leader is still this trial's: a pid from a file may be reused by now
+        sh.run(_MINE_FN + f"g=; for f in {q}/run.pid {q}/eval.pid {q}/pgid; do read -r p < \"$f\" && "
+               f"mine {q} \"$p\" && g=\"$g $p\"; done 2>/dev/null; [ -n \"$g\" ] || exit 0; "
+               f"for p in $g; do kill -TERM -- -$p; done 2>/dev/null; sleep 1; "
+               f"for p in $g; do kill -KILL -- -$p; done 2>/dev/null; true", timeout=60)
 
     def cleanup(self, handle: dict[str, Any]) -> None:
-        sh = self.shell_for(handle["host"])
-        sh.run(f"rm -rf {shlex.quote(handle['dir'])}", timeout=120)
+        self._cleanup_batched([handle])
+
+    def cleanup_many(self, handles: list[dict[str, Any]]) -> None:
+        if type(self).cleanup is not ShellRunner.cleanup:
+            self.map(self.cleanup, handles)
+        else:
+            self._cleanup_batched(handles)
+
+    def _cleanup_batched(self, handles: list[dict[str, Any]]) -> None:
+        groups = self._by_host(handles)
+        self.map(lambda host: self.shell_for(host).run(
+            "rm -rf " + " ".join(shlex.quote(handles[i]["dir"]) for i in groups[host]), timeout=120), list(groups))
+
+    # -- events ------------------------------------------------------------------------------------
+    def event_hosts(self) -> list[str]:
+        return sorted({s.host for s in self.slots()})
+
+    def wait_event(self, host: str, timeout: float = 10.0) -> bool:
+        """Block until a trial on `host` finishes (True) or `timeout` passes (False). The wrapper
+        appends to <work_root>/.events when done; `tail -F` waits on it without polling the host."""
+        root = shlex.quote(self.work_root(host).rstrip("/"))
+        # read returns at the first line; the tail behind it ends at its next write or its time-out
+        cmd = (f"mkdir -p {root} && f={root}/.events && touch \"$f\" && "
+               f"if [ \"$(wc -c < \"$f\")\" -gt 1000000 ]; then : > \"$f\"; fi && "
+               f"read -r line < <(exec timeout {int(timeout)} tail -n0 -F \"$f\" 2>/dev/null < /dev/null); "
+               f"[ -n \"$line\" ] && echo event || echo quiet")
+        rc, out, _ = self.shell_for(host).run(cmd, timeout=timeout + 30)
+        if rc != 0 and not out:
+            raise RuntimeError(f"waiting for trial events on {host} failed")
+        return out.strip() == b"event"
 
     def close(self) -> None:
-        pass
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
 
 
 def _int(b: bytes | None) -> int | None:

@@ -2,11 +2,21 @@
 # autoresearchd trial wrapper. Runs detached in its trial directory; needs only bash and coreutils.
 # Layout: code/ (the idea's tree), eval/ (frozen harness from the baseline), trial.env (quoted vars).
 # Writes: run.head/run.tail (capped log), run.bytes, run.rc, timed_out, eval.*, tamper.txt, done.
+# Pre-staged trials wait here for their slot's lock (AR_SLOT_LOCK) before `started` and the budget clock.
 set -u
 cd "$(dirname "$0")" || exit 97
 T=$PWD
 . "$T/trial.env"
 echo $$ > "$T/pgid"
+
+# The slot lock: held on fd 9 until this wrapper exits (however it exits: the kernel drops it), so a
+# trial staged behind the running one starts the moment the slot frees. Children do not inherit it.
+if [ -n "${AR_SLOT_LOCK:-}" ]; then
+  exec 9>> "$AR_SLOT_LOCK" || exit 96
+  if command -v flock > /dev/null 2>&1; then flock 9
+  elif command -v python3 > /dev/null 2>&1; then python3 -c 'import fcntl; fcntl.flock(9, fcntl.LOCK_EX)'
+  fi
+fi
 date +%s.%N > "$T/started"
 
 # capped log: keep the head and the tail, drain the rest so the writer never blocks or dies
@@ -20,11 +30,11 @@ checksum_frozen() {
 
 run_budgeted() {  # $1 budget seconds, $2 log prefix, $3 command string; records rc and time-out
   local budget=$1 log=$2 cmd=$3
-  setsid bash -c "$cmd" > >(cap "$T/$log") 2>&1 < /dev/null &
+  setsid bash -c "$cmd" 9>&- > >(exec 9>&-; cap "$T/$log") 2>&1 < /dev/null &
   local pid=$!
   echo "$pid" > "$T/$log.pid"
   # the watchdog's sleeps are waited on, so killing the watchdog ends them too (no orphan `sleep`)
-  ( trap 'kill "$s" 2>/dev/null; exit 0' TERM
+  ( exec 9>&-; trap 'kill "$s" 2>/dev/null; exit 0' TERM
     sleep "$budget" & s=$!; wait "$s"
     if kill -0 "$pid" 2>/dev/null; then echo 1 > "$T/$log.timed_out";
       kill -TERM -- "-$pid" 2>/dev/null; sleep "$AR_KILL_GRACE" & s=$!; wait "$s"; kill -KILL -- "-$pid" 2>/dev/null; fi ) &
@@ -68,3 +78,6 @@ $AR_DATA_ENV bash -c $(q "$cmd")"
 fi
 date +%s.%N > "$T/finished"
 mv -f "$T/finished" "$T/done"
+# wake the daemon's event waiter for this host (runners.base.ShellRunner.wait_event)
+[ -n "${AR_EVENTS:-}" ] && echo "${T##*/}" >> "$AR_EVENTS" 2>/dev/null
+exit 0
