@@ -44,6 +44,8 @@ def restore_spend(provider, research: Research) -> None:
         cost = i.cost_usd if i.cost_usd is not None else float(i.trailers.get("Idea-Cost-USD") or 0)
         provider.budget.usd += cost
         provider.budget.input_tokens += i.tokens or 0
+    # calls (llm.max_calls) are not in git: the ledger in the state dir counts them across restarts
+    provider.budget.restore(str(gitrepo.state_dir(research.repo) / "llm_calls.jsonl"))
 
 
 def make_llm(cfg: Config, research: Research):

@@ -79,7 +79,10 @@ def cmd_start(args, cfg) -> int:
         log.info("LLM: %s", daemon.llm_note)
     until = None
     if args.until == "idle":
-        until = settled
+        def until(pop):
+            # with a policy, idle also means it will propose nothing more (a stop condition holds);
+            # otherwise a batch whose ideas all failed to implement would end the run early
+            return settled(pop) and (daemon.policy is None or daemon._stop_condition(pop) is not None)
     elif args.until == "first-note":
         def until(pop):
             return any(i.note is not None for i in pop.ideas) or pop.baseline_note is not None

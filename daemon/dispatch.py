@@ -21,6 +21,10 @@ from autoresearchd.runners.base import PollState
 log = logging.getLogger("autoresearchd")
 
 MEASURED = (Status.SUCCEEDED, Status.FAILED, Status.TIMED_OUT)
+# After a failed submit, a host's slots are not offered again for this long. Without it, one dead host
+# (whose reachability the runner caches for a few seconds) took an attempt from every queued idea in
+# a few ticks, until all of them were given up as lost.
+SUBMIT_BACKOFF_S = 10.0
 
 
 class Dispatcher:
@@ -31,6 +35,7 @@ class Dispatcher:
         self.started = time.time()
         self._last_seen: dict[str, float] = {}
         self._busy: dict[str, list[str]] = {}    # slot key -> trial ids placed there (running first)
+        self._backoff: dict[str, float] = {}     # host -> time before which it gets no new trial
         self._slots_cache: tuple[float, list] = (0.0, [])
         self._harness: tuple[str, bytes | None, str | None, list[str]] | None = None
         self._base: str | None = None            # the baseline commit of the population being worked on
@@ -62,7 +67,9 @@ class Dispatcher:
 
     def free_slots(self):
         """Slots that can take a trial now: idle ones first, then pre-staging room, spread over hosts."""
-        slots = [s for s in self.slots() if s.reachable and len(self._busy.get(s.key, ())) < self.depth]
+        now = time.time()
+        slots = [s for s in self.slots() if s.reachable and len(self._busy.get(s.key, ())) < self.depth
+                 and self._backoff.get(s.host, 0.0) <= now]
         per_host: dict[str, int] = {}
         for k, v in self._busy.items():
             per_host[k.split("/", 1)[0]] = per_host.get(k.split("/", 1)[0], 0) + len(v)
@@ -72,7 +79,8 @@ class Dispatcher:
         self._busy.setdefault(key, []).append(trial_id)
 
     def slot_table(self) -> list[dict]:
-        return [{"slot": s.key, "state": "unreachable" if not s.reachable else
+        now = time.time()
+        return [{"slot": s.key, "state": "unreachable" if not s.reachable or self._backoff.get(s.host, 0.0) > now else
                  ("busy" if self._busy.get(s.key) else "free"),
                  "trial": (self._busy.get(s.key) or [None])[0], "staged": (self._busy.get(s.key) or [])[1:]}
                 for s in self.slots()]
@@ -104,12 +112,18 @@ class Dispatcher:
         outcomes = dict(zip(map(id, done), self._fetch_outcomes(done)))
         with self.repo.notes_batch():      # every note and lease of this harvest: one commit per ref
             for commit, idea, note, leases in units:
-                updated = [self._poll_one(lz, states.get(id(lz)), outcomes.get(id(lz))) for lz in leases]
-                moved = any(a.model_dump() != b.model_dump() for a, b in zip(updated, leases))
-                finished = self._maybe_finish(commit, idea, note, updated, pop)
-                if moved and not finished:     # a finished unit's note holds the results; its leases are rewritten
-                    self.ledger.write_leases(commit, updated)
-                changed |= moved or finished
+                try:
+                    updated = [self._poll_one(lz, states.get(id(lz)), outcomes.get(id(lz))) for lz in leases]
+                    moved = any(a.model_dump() != b.model_dump() for a, b in zip(updated, leases))
+                    finished = self._maybe_finish(commit, idea, note, updated, pop)
+                    if moved and not finished:     # a finished unit's note holds the results; its leases are rewritten
+                        self.ledger.write_leases(commit, updated)
+                    changed |= moved or finished
+                except Exception:  # noqa: BLE001 - one stuck commit must not stop the others' harvest
+                    log.exception("harvesting %s failed; retrying on the next tick", commit[:10])
+                    for lz in leases:
+                        if lz.state == "running" and lz.trial_id not in self._busy.get(f"{lz.host}/{lz.slot}", []):
+                            self._occupy(f"{lz.host}/{lz.slot}", lz.trial_id)
         self._flush_cleanups()
         return changed
 
@@ -374,6 +388,7 @@ class Dispatcher:
                     log.warning("submit %s to %s failed: %s", job.trial_id, slot.key, e)
                     self._lost(lease, f"submit to {slot.key} failed: {e}")
                     self._slots_cache = (0.0, [])
+                    self._backoff[slot.host] = time.time() + SUBMIT_BACKOFF_S
                     if job.trial_id in self._busy.get(slot.key, []):
                         self._busy[slot.key].remove(job.trial_id)
                     lease.heartbeat = time.time()

@@ -8,9 +8,9 @@ is read in one `cat-file --batch` process.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
-import re
 import threading
 import time
 from contextlib import contextmanager
@@ -55,6 +55,11 @@ _BASE_ENV = {
     "GIT_PAGER": "cat",
     "LC_ALL": "C",
 }
+# A lock file left by a git process that was killed (kill -9 of the daemon's process group, OOM, power
+# loss) would block that ref forever. Git holds a ref lock for milliseconds, so one this old is stale.
+STALE_LOCK_S = 10.0
+_LOCK_RE = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "autoresearchd",
     "GIT_AUTHOR_EMAIL": "autoresearchd@localhost",
@@ -83,9 +88,31 @@ class GitRepo:
             full_env.update(env)
         p = subprocess.run(["git", *args], input=input, capture_output=True,
                            cwd=cwd or getattr(self, "path", None), env=full_env)
+        if p.returncode != 0 and self._clear_stale_lock(p.stderr):
+            # the command failed to take its lock, so it changed nothing: run it again once
+            p = subprocess.run(["git", *args], input=input, capture_output=True,
+                               cwd=cwd or getattr(self, "path", None), env=full_env)
         if check and p.returncode != 0:
             raise GitError(args, p.returncode, p.stderr.decode(errors="replace"))
         return p.stdout if binary else p.stdout.decode(errors="replace")
+
+    def _clear_stale_lock(self, stderr: bytes) -> bool:
+        """Remove a stale `*.lock` inside our git dir that git named in `stderr`. True if removed."""
+        m = _LOCK_RE.search(stderr.decode(errors="replace"))
+        git_dir = getattr(self, "git_dir", None)
+        if not m or git_dir is None:
+            return False
+        lock = Path(m.group(1))
+        lock = lock if lock.is_absolute() else self.path / lock
+        try:
+            if git_dir not in lock.resolve().parents or time.time() - lock.stat().st_mtime < STALE_LOCK_S:
+                return False
+            lock.unlink()
+        except OSError:
+            return False
+        import logging
+        logging.getLogger("autoresearchd").warning("removed a stale git lock left by a killed process: %s", lock)
+        return True
 
     def git(self, *args: str, input: bytes | None = None, env: dict | None = None,
             check: bool = True, binary: bool = False):

@@ -199,9 +199,22 @@ class ShellRunner:
                     out[i] = e
                 return
             for i, got, probe in zip(idx, files, probes):
-                out[i] = outcome_from_files(got, self.manifest, probe)
+                o = out[i] = outcome_from_files(got, self.manifest, probe)
+                if o.exit_code is None and not o.timed_out and (hint := self._disk_hint(sh, handles[i]["dir"])):
+                    o.error = f"{o.error}; {hint}"
         self.map(one, list(groups))
         return out
+
+    def _disk_hint(self, sh: Shell, d: str) -> str | None:
+        """Why the wrapper could not even write the run's exit code: most often a full disk."""
+        try:
+            _, out, _ = sh.run(f"df -Pk {shlex.quote(d)} | tail -n 1", timeout=30)
+            avail = int(out.split()[3])
+        except Exception:  # noqa: BLE001 - only a hint
+            return None
+        if avail >= 1024:
+            return None
+        return f"the disk holding {d} on {sh.name} is full ({avail} kB free); free space there"
 
     def probe(self, sh: Shell, handle: dict[str, Any]) -> str:
         """`accelerator:`/`software:` lines for a trial's outcome: by default the host's, cached."""

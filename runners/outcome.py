@@ -57,8 +57,8 @@ def outcome_from_files(files: dict[str, bytes], manifest: EnvManifest, probe: st
     if timed_out:
         error = "run exceeded its time budget of %ss" % manifest.time_budget_s
     elif rc is None:
-        error = "run left no exit code (killed, or the wrapper failed): " + \
-            files.get("wrapper.log", b"").decode(errors="replace")[-300:]
+        wrapper = files.get("wrapper.log", b"").decode(errors="replace")[-300:].strip()
+        error = "run left no exit code (killed, or the wrapper failed)" + (f": {wrapper}" if wrapper else "")
     elif rc != 0:
         error = f"run exited {rc}"
     elif manifest.metric not in metrics and error is None:

@@ -7,6 +7,7 @@ accounting, and budget checks, so every provider behaves the same.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ class Budget:
     output_tokens: int = 0
     usd: float = 0.0
     by_purpose: dict[str, float] = field(default_factory=dict)
+    ledger: str | None = None       # a file that gets one line per call, so a restart knows the spend
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def check(self) -> None:
@@ -67,6 +69,33 @@ class Budget:
             self.output_tokens += c.output_tokens
             self.usd += c.cost_usd
             self.by_purpose[purpose] = self.by_purpose.get(purpose, 0.0) + c.cost_usd
+            if self.ledger:
+                with open(self.ledger, "a") as f:
+                    f.write(json.dumps({"purpose": purpose, "usd": c.cost_usd, "in": c.input_tokens,
+                                        "out": c.output_tokens}) + "\n")
+
+    def restore(self, path: str) -> None:
+        """Count the calls (and spend) of earlier runs from the ledger file, then keep appending to it.
+        USD and tokens only grow: they may already have been restored from the commit trailers."""
+        calls, usd, inp, out = 0, 0.0, 0, 0
+        try:
+            with open(path) as f:
+                for line in f:
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue        # a line cut by a crash
+                    calls += 1
+                    usd += float(rec.get("usd") or 0)
+                    inp += int(rec.get("in") or 0)
+                    out += int(rec.get("out") or 0)
+        except FileNotFoundError:
+            pass
+        with self._lock:
+            self.calls = max(self.calls, calls)
+            self.usd = max(self.usd, usd)
+            self.input_tokens, self.output_tokens = max(self.input_tokens, inp), max(self.output_tokens, out)
+            self.ledger = path
 
     @property
     def exhausted(self) -> bool:
