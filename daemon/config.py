@@ -103,6 +103,7 @@ class RunnerCfg(_Strict):
     work_root: str | None = None           # local trial dirs (default: inside the git dir)
     hosts: list[HostCfg] = Field(default_factory=list)
     slurm: SlurmCfg = Field(default_factory=SlurmCfg)
+    prestage: int | None = None            # trials placed per slot (the next waits on the host); default 2
     log_head_bytes: int = defaults.LOG_HEAD_BYTES
     log_tail_bytes: int = defaults.LOG_TAIL_BYTES
 

@@ -162,7 +162,10 @@ class Daemon:
             from .llm import BudgetExhausted, LLMError
             try:
                 proposals = self.policy.propose(pop, n, self.research.manifest, self.llm)
+                cap = self.cfg.daemon.max_epochs
                 for prop in proposals:
+                    if cap is not None and prop.epoch >= cap:
+                        continue      # a batch that ran past the last epoch is not started
                     idea_id = self.implementer.record_proposal(prop)
                     if idea_id and prop.dropped_reason is None:
                         self._submit_implementation(idea_id)

@@ -57,7 +57,10 @@ def test_second_signal_exits_at_once(toy_env, tmp_path):
     cfg = write_config(tmp_path, toy_env)
     p = subprocess.Popen([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), "start"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(2.0)
+    state = toy_env / ".git" / "autoresearch" / "daemon.json"     # written by the first tick,
+    deadline = time.time() + 60                                     # after the handlers are in place
+    while not state.exists() and time.time() < deadline:
+        time.sleep(0.1)
     p.send_signal(signal.SIGINT)
     p.send_signal(signal.SIGINT)
     assert p.wait(timeout=15) == 130

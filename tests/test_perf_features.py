@@ -5,12 +5,10 @@ with exactly one result per trial; a finished trial wakes the daemon before the 
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import subprocess
 import sys
-import tarfile
 import time
 import uuid
 from pathlib import Path

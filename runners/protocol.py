@@ -1,0 +1,82 @@
+"""The runner contract: slots, trial specs, poll states, outcomes, the Shell and Runner protocols.
+Every runner speaks these types; the daemon stores a runner's JSON-able handle in the lease note."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar, Protocol
+
+from autoresearchd.manifest import EnvManifest
+
+
+@dataclass
+class Slot:
+    host: str                # host name (local: "local")
+    slot: str                # slot id within the host, e.g. "0" or "gpu2,3"
+    gpus: list[int] = field(default_factory=list)
+    reachable: bool = True
+
+    @property
+    def key(self) -> str:
+        return f"{self.host}/{self.slot}"
+
+
+@dataclass
+class TrialSpec:
+    trial_id: str
+    commit: str
+    seed: int
+    manifest: EnvManifest
+    code_tar: bytes                  # git archive of the commit
+    eval_tar: bytes | None = None    # git archive of the baseline's frozen files (harness)
+    frozen_paths: list[str] = field(default_factory=list)
+    purpose: str = "idea"
+
+
+class PollState(str, Enum):
+    RUNNING = "running"
+    DONE = "done"
+    UNREACHABLE = "unreachable"      # transient: the host did not answer
+    MISSING = "missing"              # the host answered, the trial directory is gone
+    LOST = "lost"                    # the runner knows the trial died without a result (node fail)
+
+
+@dataclass
+class TrialOutcome:
+    exit_code: int | None
+    timed_out: bool
+    metrics: dict[str, float]
+    metrics_source: str              # "evaluate" | "run" | "none"
+    log: bytes                       # run log (capped head + tail) followed by the eval log
+    wall_s: float | None = None
+    tamper: list[str] = field(default_factory=list)
+    error: str | None = None
+    accelerator: str | None = None
+    software: str | None = None
+    eval_exit_code: int | None = None
+    requeue: bool = False            # e.g. Slurm preemption: run again, not a failure
+
+
+class Shell(Protocol):
+    """How a runner reaches a host. Commands are shell strings; callers quote every value."""
+    name: str
+
+    def run(self, cmd: str, stdin: bytes | None = None, timeout: float = 60.0) -> tuple[int, bytes, bytes]: ...
+    def close(self) -> None: ...
+
+
+class HostUnreachable(Exception):
+    """The host did not answer; the loop treats the trial as unknown until the lease TTL."""
+
+
+class Runner(Protocol):
+    name: ClassVar[str]
+
+    def slots(self) -> list[Slot]: ...
+    def submit(self, spec: TrialSpec, slot: Slot) -> dict[str, Any]: ...
+    def poll(self, handle: dict[str, Any]) -> PollState: ...
+    def fetch(self, handle: dict[str, Any]) -> TrialOutcome: ...
+    def cancel(self, handle: dict[str, Any]) -> None: ...
+    def cleanup(self, handle: dict[str, Any]) -> None: ...
+    def close(self) -> None: ...
