@@ -166,6 +166,9 @@ def attach(daemon, cfg) -> WandbMirror | None:
     import os
     if not cfg.wandb.enabled or cfg.wandb.mode == "disabled":
         return None
+    for cb in daemon.dispatcher.on_note:      # idempotent: build_daemon attaches it already
+        if isinstance(cb, WandbMirror):
+            return cb
     try:
         import wandb  # noqa: F401
     except ImportError:
