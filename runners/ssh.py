@@ -346,6 +346,7 @@ class SSHRunner(ShellRunner):
         return self._roots[host]
 
     def close(self) -> None:
+        super().close()
         for sh in self._shells.values():
             sh.close()
 

@@ -42,6 +42,10 @@ KbdInteractiveAuthentication no
 PubkeyAuthentication yes
 PermitRootLogin prohibit-password
 Subsystem sftp /usr/lib/openssh/sftp-server
+# one session-scoped fleet serves every test module: runners left from earlier tests may still hold
+# channels (completion-event waiters), so allow more than OpenSSH's default of 10 per connection
+MaxSessions 64
+MaxStartups 64
 """
 
 

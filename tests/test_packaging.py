@@ -17,6 +17,9 @@ def make_venv(path: Path) -> Path:
     site = next(path.glob("lib/python*/site-packages"))
     # reuse this interpreter's installed dependencies; the package itself is installed fresh
     (site / "deps.pth").write_text("\n".join(p for p in sys.path if p.endswith("site-packages")) + "\n")
+    # the venv's bundled setuptools may be older than pyproject asks for; use this interpreter's
+    subprocess.run([str(path / "bin" / "python"), "-m", "pip", "uninstall", "-q", "-y", "setuptools"],
+                   capture_output=True)
     return site
 
 
