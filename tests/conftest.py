@@ -110,3 +110,14 @@ def run_until_settled(cfg_path, timeout=120, with_llm=False):
     t0 = time.time()
     d.run_forever(install_signals=False, until=lambda pop: settled(pop) or time.time() - t0 > timeout)
     return read_population(d.repo, d.research.baseline_ref)
+
+
+def wait_file(p: Path, timeout: float = 30.0) -> str:
+    """The stripped text of a file once it exists and is non-empty (a trial's stamp or pid file)."""
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if p.exists() and p.read_text().strip():
+            return p.read_text().strip()
+        time.sleep(0.05)
+    raise AssertionError(f"{p} never appeared")

@@ -24,7 +24,7 @@ from autoresearchd.population import read_population
 from autoresearchd.runners.base import PollState, TrialSpec, trial_script
 from autoresearchd.runners.local import LocalRunner
 
-from conftest import branch_idea, git
+from conftest import branch_idea, git, wait_file
 
 
 def _local(request, tmp_path, m):
@@ -83,15 +83,6 @@ def wait_states(r, handles, want, timeout=60.0):
             return states
         time.sleep(0.05)
     raise AssertionError(f"states never reached {want}: {states}")
-
-
-def wait_file(p: Path, timeout: float = 30.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if p.exists() and p.read_text().strip():
-            return p.read_text().strip()
-        time.sleep(0.05)
-    raise AssertionError(f"{p} never appeared")
 
 
 def stamp(handle, name) -> float:

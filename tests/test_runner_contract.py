@@ -23,6 +23,8 @@ from autoresearchd.manifest import EnvManifest
 from autoresearchd.runners.base import PollState, TrialSpec
 from autoresearchd.runners.local import LocalRunner
 
+from conftest import wait_file
+
 
 def make_local(request, tmp_path, manifest, gpus=0, **cfg):
     rc = RunnerCfg(kind="local", slots=2, gpus=list(range(gpus)), **cfg)
@@ -100,15 +102,6 @@ def wait_gone(pid: int, timeout: float = 15.0) -> bool:
             return True
         time.sleep(0.05)
     return False
-
-
-def wait_file(p: Path, timeout: float = 30.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if p.exists() and p.read_text().strip():
-            return p.read_text().strip()
-        time.sleep(0.05)
-    raise AssertionError(f"{p} never appeared")
 
 
 TRAIN = {"train.sh": "echo training\n"}
