@@ -251,10 +251,10 @@ class Daemon:
         """Foreground loop. `until(pop)` (tests, `--until`) ends it when it returns True;
         `progress(pop, state)` is called about every second (the rich progress display)."""
         pidfile = self.state_dir / "daemon.pid"
-        pidfile.write_text(str(os.getpid()))
         if install_signals:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
+        pidfile.write_text(str(os.getpid()))   # after the handlers: `stop` may signal as soon as it exists
         from .watch import start_watcher
         self.watcher = start_watcher(self.repo, self.poke)
         self.scheduler.add_job(self._safe_tick, "interval", seconds=self.cfg.daemon.tick_s, id="reconcile",

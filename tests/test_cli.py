@@ -54,16 +54,33 @@ def test_graceful_stop_leaves_detached_runs_then_restart_harvests(toy_env, tmp_p
 
 
 def test_second_signal_exits_at_once(toy_env, tmp_path):
+    """A host that accepts TCP and never speaks keeps the first tick busy, so the graceful stop has to
+    wait for it; a second signal must not wait."""
+    import socket
+    import threading
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    held = []
+    threading.Thread(target=lambda: [held.append(srv.accept()) for _ in range(8)], daemon=True).start()
     cfg = write_config(tmp_path, toy_env)
+    cfg.write_text(cfg.read_text().replace('kind = "local"\nslots = 2\n', f'kind = "ssh"\n[[runner.hosts]]\n'
+                   f'name = "hung"\nhost = "127.0.0.1"\nport = {srv.getsockname()[1]}\nuser = "x"\n'
+                   f'known_hosts = "{tmp_path / "kh"}"\nconnect_timeout_s = 60\n'))
     p = subprocess.Popen([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), "start"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    state = toy_env / ".git" / "autoresearch" / "daemon.json"     # written by the first tick,
-    deadline = time.time() + 60                                     # after the handlers are in place
-    while not state.exists() and time.time() < deadline:
+    pidfile = toy_env / ".git" / "autoresearch" / "daemon.pid"    # written once the handlers are in
+    deadline = time.time() + 60
+    while not pidfile.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    while not held and time.time() < deadline:                      # the tick is talking to the host
         time.sleep(0.1)
     p.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    assert p.poll() is None, "the graceful stop should still be waiting for the hung host"
     p.send_signal(signal.SIGINT)
     assert p.wait(timeout=15) == 130
+    srv.close()
 
 
 def test_status_and_ideas_without_daemon(toy_env, tmp_path):
