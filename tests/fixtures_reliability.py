@@ -13,6 +13,7 @@ test_secrets.py, test_load.py) and bench/run_all.py.
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
 import re
@@ -144,6 +145,7 @@ class Daemon:
         self.p = subprocess.Popen([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), "start", *args],
                                   env=e, stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   start_new_session=True)
+        atexit.register(self.kill9)      # a test that fails mid-cycle must not leave a daemon running
 
     @property
     def pid(self) -> int:
