@@ -54,13 +54,27 @@ class Budget:
     by_purpose: dict[str, float] = field(default_factory=dict)
     ledger: str | None = None       # a file that gets one line per call, so a restart knows the spend
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _pending: int = field(default=0, repr=False)   # calls reserved and still in flight
+
+    def _check_locked(self) -> None:
+        if self.max_calls is not None and self.calls + self._pending >= self.max_calls:
+            raise BudgetExhausted(f"LLM call budget reached ({self.calls}/{self.max_calls} calls)")
+        if self.max_usd is not None and self.usd >= self.max_usd:
+            raise BudgetExhausted(f"LLM spend budget reached (${self.usd:.4f} of ${self.max_usd:.2f})")
 
     def check(self) -> None:
         with self._lock:
-            if self.max_calls is not None and self.calls >= self.max_calls:
-                raise BudgetExhausted(f"LLM call budget reached ({self.calls}/{self.max_calls} calls)")
-            if self.max_usd is not None and self.usd >= self.max_usd:
-                raise BudgetExhausted(f"LLM spend budget reached (${self.usd:.4f} of ${self.max_usd:.2f})")
+            self._check_locked()
+
+    def reserve(self) -> None:
+        """Check and take one call slot atomically, so concurrent callers cannot overshoot max_calls."""
+        with self._lock:
+            self._check_locked()
+            self._pending += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._pending = max(0, self._pending - 1)
 
     def record(self, c: Completion, purpose: str) -> None:
         with self._lock:
@@ -135,7 +149,13 @@ class Provider:
         """One logical call with retries. Raises BudgetExhausted before spending, LLMError on failure.
         purpose: "propose" | "implement" | "revise" | other; it keys the cost ledger."""
         meta = dict(meta or {}, purpose=purpose)
-        self.budget.check()
+        self.budget.reserve()
+        try:
+            return self._complete(messages, system, purpose, max_tokens, meta)
+        finally:
+            self.budget.release()
+
+    def _complete(self, messages, system, purpose, max_tokens, meta) -> Completion:
         delay = self.cfg.backoff_s
         last: Exception | None = None
         for attempt in range(1, self.cfg.max_retries + 2):
