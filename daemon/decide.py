@@ -72,7 +72,12 @@ def missing_seeds(needed: list[int], note: Note | None, leases: list[Lease]) -> 
 def aggregate(trials: list[Trial]) -> dict:
     """Summary fields for a note from its trials: mean and std over the successful seeds."""
     ok = [t for t in trials if t.status == Status.SUCCEEDED and t.value is not None]
-    if ok:
+    suspect = sorted((t for t in trials if t.status == Status.SUSPICIOUS), key=lambda t: t.seed)
+    if suspect:
+        # one tampered or implausible seed taints the commit: its numbers stay visible, never trusted
+        vals = [t.value for t in sorted(ok + suspect, key=lambda t: t.seed) if t.value is not None]
+        status = Status.SUSPICIOUS
+    elif ok:
         vals = [t.value for t in sorted(ok, key=lambda t: t.seed)]
         status = Status.SUCCEEDED
     else:
@@ -91,7 +96,8 @@ def aggregate(trials: list[Trial]) -> dict:
         "wall_s": first.wall_s if first else None,
         "exit_code": first.exit_code if first else None,
         "seed": first.seed if first else None,
-        "error": next((t.error for t in sorted(trials, key=lambda t: t.seed) if t.error), None),
+        "error": suspect[0].error if suspect else next((t.error for t in sorted(trials, key=lambda t: t.seed)
+                                                         if t.error), None),
         "log": first.log if first else None,
         "accelerator": first.accelerator if first else None,
         "software": first.software if first else None,

@@ -16,6 +16,7 @@ from .ideas import Idea
 from .notes import Lease, Note, Status, Trial
 from .population import Population
 from .trials import Ledger, build_note, fill_baseline
+from .trust import suspicion
 from autoresearchd.runners.base import PollState
 
 log = logging.getLogger("autoresearchd")
@@ -45,6 +46,9 @@ class Dispatcher:
         self._pool = ThreadPoolExecutor(8, thread_name_prefix="dispatch")   # submits and clean-ups
 
     def _noted(self, commit: str, idea, note: Note) -> None:
+        if idea is not None:
+            # the daemon's record of provenance: for a pushed commit this, not its trailers, is the truth
+            note.origin, note.epoch = idea.origin, idea.epoch
         self.ledger.write_note(commit, note)
         for cb in self.on_note:
             try:
@@ -238,6 +242,10 @@ class Dispatcher:
         else:
             status = Status.SUCCEEDED
         error = out.error
+        if status == Status.SUCCEEDED:
+            why = suspicion(value, out.tamper, m)
+            if why:
+                status, error = Status.SUSPICIOUS, why
         _, digest = self.harness()
         harness = lz.model_extra.get("harness") if lz.model_extra else None
         if harness and digest and harness != digest:
@@ -323,6 +331,7 @@ class Dispatcher:
         src = pop.baseline_note if other == pop.baseline_commit else pop.by_commit[other].note
         note = src.model_copy(deep=True)
         note.idea_id, note.linked, note.decision = idea.idea_id, other, None
+        note.tokens, note.cost_usd, note.cost = idea.tokens, idea.cost_usd, {}   # this idea's spend, not the other's
         note.error = f"identical code (same tree) as {other[:10]}: result linked, not re-run"
         fill_baseline(note, idea, pop, self.research.manifest, self.cfg.policy)
         self._noted(idea.commit, idea, note)

@@ -23,7 +23,7 @@ from importlib import resources
 from .gitrepo import GitRepo
 from .ideas import branch_for, format_message, make_idea_id, parse_message
 from .notes import Note, Status
-from .population import PROPOSALS_PREFIX, RECORDS_PREFIX
+from .population import IDEAS_PREFIX, PROPOSALS_PREFIX, RECORDS_PREFIX
 from .trials import Ledger
 
 log = logging.getLogger("autoresearchd")
@@ -165,6 +165,8 @@ class Implementer:
         if tree is not None:
             commit = self.repo.commit_tree(tree, [base], format_message(title, body, trailers))
             branch = branch_for(idea_id, title, trailers.get("Origin", "seed"))
+            # the mark first: it is what makes the population believe this commit's trailers
+            self.repo.update_ref(IDEAS_PREFIX + idea_id, commit)
             self.repo.update_ref(branch, commit)
             self.repo.delete_ref(PROPOSALS_PREFIX + idea_id)
             log.info("implemented %s in %d attempt(s): %s", idea_id, attempts, branch.removeprefix("refs/heads/"))

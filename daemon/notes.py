@@ -33,6 +33,7 @@ class Status(str, Enum):
     DUPLICATE = "duplicate"                # same idea text or identical tree as an earlier idea
     CANCELLED = "cancelled"
     REFUSED = "refused"                    # evaluation harness differs from the baseline's
+    SUSPICIOUS = "suspicious"              # measured, but tampered with or outside the plausible range
 
     @property
     def terminal(self) -> bool:
@@ -40,7 +41,7 @@ class Status(str, Enum):
 
 
 FAILURES = {Status.FAILED, Status.TIMED_OUT, Status.IMPLEMENT_FAILED, Status.REJECTED,
-            Status.LOST, Status.CANCELLED, Status.REFUSED}
+            Status.LOST, Status.CANCELLED, Status.REFUSED, Status.SUSPICIOUS}
 
 
 class Trial(BaseModel):
@@ -69,6 +70,8 @@ class Note(BaseModel):
     schema_: int = Field(defaults.NOTE_SCHEMA, alias="schema")
     status: Status
     idea_id: str | None = None
+    origin: str | None = None       # provenance as the daemon decided it (never a pushed commit's trailer)
+    epoch: int | None = None
     metric: str | None = None
     goal: str | None = None
     value: float | None = None

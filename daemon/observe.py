@@ -15,7 +15,9 @@ import time
 from collections import Counter
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from . import defaults
 from .decide import BEST_DECISIONS
@@ -149,7 +151,7 @@ def _result_line(r: dict, metric: str) -> str:
     spread = f" ± {r['std']:.4f} over {r['seeds']} seeds" if r["seeds"] > 1 and r["std"] is not None \
         else f" ({r['seeds']} seed)"
     return (f"{metric} = {r['value']:.4f}{spread}, {_delta(r['delta'])} vs baseline [{r['decision']}]  "
-            f"{r['idea']} {r['branch']}  “{r['title'][:60]}”")
+            f"{r['idea']} {escape(r['branch'])}  “{escape(r['title'][:60])}”")
 
 
 def _fmt_uptime(s: float) -> str:
@@ -166,7 +168,7 @@ def status(cfg, console, as_json: bool = False) -> int:
     if d["alive"]:
         stale = "" if d["fresh"] else f" [yellow](no heartbeat for {int(d['last_heartbeat_s'])}s)[/]"
         console.print(f"[bold green]daemon running[/] pid {d['pid']}, up {_fmt_uptime(d['uptime_s'] or 0)}; "
-                      f"LLM: {d['llm']}{stale}")
+                      f"LLM: {escape(str(d['llm']))}{stale}")
     else:
         console.print("[bold]daemon not running[/] (status read from git)")
     if d["alive"]:
@@ -199,7 +201,7 @@ def status(cfg, console, as_json: bool = False) -> int:
         console.print(f"cost per unit of improvement: ${cpi['usd']:.2f} and {cpi['gpu_hours']:.2f} GPU-hours "
                       f"per 1.0 {s['metric']}")
     if d.get("stop_reason"):
-        console.print(f"not proposing: {d['stop_reason']}")
+        _plain(console, f"not proposing: {d['stop_reason']}")
     return 0
 
 
@@ -238,7 +240,7 @@ RICH_ROWS = 300
 def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=False, limit=None) -> int:
     known = {s.value for s in Status}
     if status and status not in known:
-        console.print(f"unknown status '{status}'; valid: {', '.join(sorted(known))}")
+        _plain(console, f"unknown status '{status}'; valid: {', '.join(sorted(known))}")
         return 2
     rows = leaderboard(cfg, status, origin, epoch)
     if limit:
@@ -259,7 +261,7 @@ def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=Fals
         t.add_column(col, overflow="fold" if col == "title" else "ellipsis", no_wrap=col != "title",
                      min_width={"idea": 13, "title": 24, "metric": 8}.get(col))
     for c in cells:
-        t.add_row(*c)
+        t.add_row(*(Text(x) for x in c))    # titles, branches, errors are data, never rich markup
     # piped into a file or a pager: do not squeeze the table into 80 columns
     out = console if console.is_terminal else Console(file=console.file, width=max(console.width, 180))
     out.print(t)
@@ -276,17 +278,16 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
     repo = research.repo
     idea = pop.resolve(ref)
     if idea is None:
-        console.print(f"no idea matches '{ref}' (try an idea id, a branch name or a commit prefix)")
+        _plain(console, f"no idea matches '{ref}' (try an idea id, a branch name or a commit prefix)")
         return 1
-    console.print(f"[bold]{idea.title}[/]  ({idea.idea_id}, {idea.origin}, epoch {idea.epoch}, "
-                  f"{idea.status.value})", highlight=False)
-    console.print(f"branch: {_branch(idea) or '(none: never became runnable)'}  commit: {idea.commit}",
-                  highlight=False)
+    console.print(Text(idea.title, style="bold") + Text(f"  ({idea.idea_id}, {idea.origin}, epoch {idea.epoch}, "
+                                                       f"{idea.status.value})"), highlight=False)
+    _plain(console, f"branch: {_branch(idea) or '(none: never became runnable)'}  commit: {idea.commit}")
     if idea.parents:
-        console.print(f"parents: {', '.join(idea.parents)}", highlight=False)
+        _plain(console, f"parents: {', '.join(idea.parents)}")
     if idea.model:
-        console.print(f"model: {idea.model}; attempts: {idea.attempts}; tokens: {idea_tokens(idea)}; "
-                      f"cost: ${idea_usd(idea):.4f}", highlight=False)
+        _plain(console, f"model: {idea.model}; attempts: {idea.attempts}; tokens: {idea_tokens(idea)}; "
+                        f"cost: ${idea_usd(idea):.4f}")
     console.print()
     _plain(console, idea.text)
     console.print()
@@ -338,5 +339,5 @@ def _logs(console, repo, note, full: bool) -> None:
         seen.add(sha)
         data = repo.read_blob(sha) or b""
         tail = len(data) > 4000 and not full
-        console.print(f"[bold]log {name}[/]" + (" (tail; --log for all)" if tail else ""), highlight=False)
+        console.print(f"[bold]log {escape(name)}[/]" + (" (tail; --log for all)" if tail else ""), highlight=False)
         _plain(console, (data[-4000:] if tail else data).decode(errors="replace"))

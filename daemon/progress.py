@@ -82,7 +82,7 @@ def render_progress(state: dict | None, population, time_budget_s: float | None 
             over = budget and r["elapsed_s"] > budget
             bar = ProgressBar(total=budget or 1, completed=min(r["elapsed_s"], budget) if budget else 0, width=24,
                               complete_style="red" if over else "green")
-            t.add_row(r["trial"], r["title"], r["where"],
+            t.add_row(r["trial"], Text(r["title"]), r["where"],   # Text: a title is never rich markup
                       _mmss(r["elapsed_s"]) + (f" / {_mmss(budget)}" if budget else ""), bar)
         parts.append(t)
     return Group(*parts)

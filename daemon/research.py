@@ -15,14 +15,35 @@ from .config import Config, ConfigError
 from .gitrepo import GitRepo
 from .manifest import MANIFEST_FILE, EnvManifest, ManifestError, parse_manifest
 
-HOOK = """#!/bin/sh
-# installed by autoresearchd init: poke the daemon when an idea branch changes (the clock is the safety net)
+# Every hook the daemon installs first re-executes itself with an empty environment (PATH and the
+# git dir only): a push or a ref update may come from a process that holds secrets.
+_HOOK_HEAD = """#!/bin/sh
+# installed by autoresearchd (rewritten when it changes): %s
+if [ -z "${AR_HOOK_CLEAN:-}" ]; then
+  exec env -i AR_HOOK_CLEAN=1 PATH="$PATH" GIT_DIR="$(git rev-parse --absolute-git-dir)" "$0" "$@"
+fi
+"""
+_POKE = _HOOK_HEAD % "poke the daemon when an idea branch changes (the clock is the safety net)" + """\
 case "$0" in *reference-transaction) [ "$1" = committed ] || exit 0 ;; esac
 grep -q ' refs/heads/idea/' || exit 0
-f="$(git rev-parse --git-dir)/autoresearch/poke"
+f="$GIT_DIR/autoresearch/poke"
 [ -d "$(dirname "$f")" ] && date +%s > "$f"
 exit 0
 """
+# A push may add idea branches (or move the baseline); the daemon's results, leases, logs, records
+# and provenance marks are written by the daemon alone, so a push cannot forge a result or an origin.
+_GUARD = _HOOK_HEAD % "a push may not write the daemon's own refs" + """\
+rc=0
+while read -r old new ref; do
+  case "$ref" in
+    refs/autoresearch/*|refs/notes/autoresearch|refs/notes/autoresearch-*)
+      echo "autoresearchd: refusing to update $ref: only the daemon writes its results and records" >&2; rc=1 ;;
+  esac
+done
+exit $rc
+"""
+HOOKS = {"reference-transaction": _POKE, "post-receive": _POKE, "pre-receive": _GUARD}
+_OURS = "# installed by autoresearchd"
 
 
 def template_path(cfg: Config, name: str) -> Path:
@@ -54,11 +75,16 @@ def configure(repo: GitRepo) -> None:
     repo.config_set("receive.denyCurrentBranch", "updateInstead")
     hooks = repo.git_dir / "hooks"
     hooks.mkdir(exist_ok=True)
-    for name in ("reference-transaction", "post-receive"):
+    for name, text in HOOKS.items():
         h = hooks / name
-        if not h.exists():
-            h.write_text(HOOK)
-            h.chmod(0o755)
+        try:
+            current = h.read_text(errors="replace")
+        except OSError:
+            current = None
+        if current == text or (current is not None and _OURS not in "\n".join(current.splitlines()[:2])):
+            continue            # up to date, or the user's own hook: left alone
+        h.write_text(text)
+        h.chmod(0o755)
 
 
 @dataclass
