@@ -73,6 +73,7 @@ _IDENTITY = {
 # The daemon's own git runs no hooks (a hook planted in the git dir would otherwise run with the
 # daemon's rights on its next ref update) and no fsmonitor command, whatever the repo's config says.
 _GIT = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"]
+_CONFIG_KEY = re.compile(r"GIT_CONFIG_KEY_\d+")
 
 
 def git_env(extra: dict | None = None) -> dict[str, str]:
@@ -80,6 +81,9 @@ def git_env(extra: dict | None = None) -> dict[str, str]:
     fixed plumbing settings and identity fallback."""
     from autoresearchd.runners.trialdir import scrubbed_env
     env = dict(scrubbed_env(), **_BASE_ENV)
+    # GIT_CONFIG_KEY_<n> names a config key (its value is GIT_CONFIG_VALUE_<n>): not a secret, and
+    # dropping it while GIT_CONFIG_COUNT stays would make every git command fail
+    env.update({k: v for k, v in os.environ.items() if _CONFIG_KEY.fullmatch(k)})
     for k, v in _IDENTITY.items():
         env.setdefault(k, v)
     env.update(extra or {})

@@ -75,6 +75,8 @@ def test_one_suspicious_seed_taints_the_commit_and_is_never_promoted():
 # -- the daemon's git: no planted hook, no secret --------------------------------------------------------
 def test_daemon_git_runs_no_planted_hook_and_sees_no_secret(tmp_path, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+    for k, v in {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}.items():
+        monkeypatch.setenv(k, v)        # a config key named in the environment is not a secret: kept
     repo = GitRepo.init(tmp_path / "r")
     (repo.path / "a").write_text("a\n")
     base = repo.commit_all_initial("base")
