@@ -11,7 +11,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from .decide import Job, seeds_needed
+from .decide import Job, baseline_complete, seeds_needed
 from .ideas import Idea
 from .notes import Lease, Note, Status, Trial
 from .population import Population
@@ -243,7 +243,16 @@ class Dispatcher:
         if harness and digest and harness != digest:
             status, error = Status.REFUSED, "evaluation harness differs from the current baseline's"
         log_sha = self.ledger.store_log(lz.trial_id, out.log) if out.log else None
-        if lz.purpose == "baseline" and status != Status.SUCCEEDED and lz.retries < self.cfg.daemon.max_retries:
+        budget = self.research.manifest.time_budget_s
+        if lz.purpose == "baseline" and status == Status.TIMED_OUT:
+            # not retried: on the same machine it would time out again, and silently re-running it
+            # hid the cause for many minutes. The note and the log say it plainly instead.
+            error = (f"the baseline run took longer than the env's time_budget_s ({budget:g} s), so nothing "
+                     f"can be compared with it: the machine is too slow or too loaded for this budget. "
+                     f"Not retried. Raise time_budget_s in the manifest and commit it to the baseline "
+                     f"branch (a new baseline commit is measured afresh), or free the machine")
+            log.warning("baseline seed %d timed out: %s", lz.seed, error)
+        elif lz.purpose == "baseline" and status != Status.SUCCEEDED and lz.retries < self.cfg.daemon.max_retries:
             # every idea is measured against the baseline: a failed baseline seed is run again
             return self._lost(lz, f"baseline seed {lz.seed} {status.value}: {error}")
         lz.state = "done"
@@ -263,10 +272,17 @@ class Dispatcher:
         for lz in leases:
             if lz.state == "done" and lz.result is not None:
                 results.setdefault(lz.seed, lz.result)
-        if not all(s in results for s in needed):
+        if idea is None:
+            # the baseline's note is written as soon as seed 0 is in (the first result a user sees),
+            # then amended as each later seed arrives
+            if 0 not in results or note is not None and set(results) <= {t.seed for t in note.trials}:
+                return False
+        elif not all(s in results for s in needed):
             return False
         confirming = note is not None and note.decision == "pending"
         new = build_note(list(results.values()), idea, pop, self.research.manifest, p, confirmed=confirming)
+        if idea is None:
+            new.seeds_planned = len(needed)
         self._noted(commit, idea, new)
         self._cleanups += [lz.handle for lz in leases if lz.state == "done"]   # removed after this harvest
         self.ledger.write_leases(commit, [lz for lz in leases if lz.state == "running"])
@@ -277,8 +293,13 @@ class Dispatcher:
         if pop.baseline_value is None:
             return False
         changed = False
+        final = baseline_complete(pop.baseline_note)
         for idea in pop.ideas:
-            if idea.note is None or idea.note.baseline is not None or idea.note.status not in MEASURED:
+            if idea.note is None or idea.note.status not in MEASURED:
+                continue
+            # notes measured against the baseline's first seeds get their decision when it is final
+            undecided = final and idea.note.decision is None and idea.note.status == Status.SUCCEEDED
+            if idea.note.baseline is not None and not undecided:
                 continue
             n = idea.note.model_copy(deep=True)    # population notes are shared, parsed once per blob
             if fill_baseline(n, idea, pop, self.research.manifest, self.cfg.policy):
