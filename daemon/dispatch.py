@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from .decide import Job, baseline_complete, seeds_needed
 from .ideas import Idea
 from .notes import Lease, Note, Status, Trial
-from .population import Population
+from .population import ARCHIVE_PREFIX, BRANCH_PREFIX, Population
 from .trials import Ledger, build_note, fill_baseline
 from autoresearchd.runners.base import PollState
 
@@ -46,6 +46,8 @@ class Dispatcher:
 
     def _noted(self, commit: str, idea, note: Note) -> None:
         self.ledger.write_note(commit, note)
+        if idea is not None and idea.branch and idea.branch.startswith(BRANCH_PREFIX):
+            self.repo.update_ref(ARCHIVE_PREFIX + commit, commit)   # survives a force-push of the branch
         for cb in self.on_note:
             try:
                 cb(commit, idea, note)
@@ -331,6 +333,25 @@ class Dispatcher:
         self._validated[idea.commit] = why
         return why
 
+    def _reject(self, idea: Idea, why: str) -> None:
+        log.info("rejected %s: %s", idea.branch or idea.idea_id, why)
+        self._noted(idea.commit, idea, Note(status=Status.REJECTED, idea_id=idea.idea_id,
+                                            metric=self.research.manifest.metric, error=why))
+
+    def reject_on_arrival(self, pop: Population) -> bool:
+        """Validate every new idea branch when it appears (a push wakes the tick at once), not when it
+        reaches the front of the queue: an invalid push gets its note within seconds."""
+        rejected = False
+        with self.repo.notes_batch():
+            for idea in pop.ideas:
+                if not idea.branch or idea.proposal or idea.note is not None or idea.leases:
+                    continue
+                why = self.validate(idea)
+                if why:
+                    self._reject(idea, why)
+                    rejected = True
+        return rejected
+
     def _measured_trees(self, pop: Population) -> dict[str, str]:
         trees = {}
         if pop.baseline_note is not None and pop.baseline_commit:
@@ -361,9 +382,7 @@ class Dispatcher:
             if job.purpose == "idea" and idea is not None:
                 why = self.validate(idea)
                 if why:
-                    log.info("rejected %s: %s", idea.branch or idea.idea_id, why)
-                    self._noted(idea.commit, idea, Note(status=Status.REJECTED, idea_id=idea.idea_id,
-                                                        metric=self.research.manifest.metric, error=why))
+                    self._reject(idea, why)
                     continue
                 trees = trees if trees is not None else self._measured_trees(pop)
                 if idea.tree in trees and trees[idea.tree] != idea.commit:

@@ -64,6 +64,8 @@ class Daemon:
                     pop = read_population(self.repo, self.research.baseline_ref)
                 if self.dispatcher.backfill(pop):
                     pop = read_population(self.repo, self.research.baseline_ref)
+                if self.dispatcher.reject_on_arrival(pop):
+                    pop = read_population(self.repo, self.research.baseline_ref)
                 if not self._stopping.is_set():
                     self.dispatcher.dispatch(pop, self.jobs(pop))
                     self._resume_proposals(pop)

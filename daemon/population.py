@@ -1,8 +1,9 @@
 """Reads the whole population from git in a fixed number of processes, whatever its size:
 one for-each-ref, one notes list per ref, and one `cat-file --batch` for commits and note blobs.
 
-The population is every idea (branches under refs/heads/idea/ plus records of ideas that never
-became runnable under refs/autoresearch/records/), the baseline, their result notes and leases.
+The population is every idea (branches under refs/heads/idea/, measured commits kept under
+refs/autoresearch/archive/ after their branch moved on, plus records of ideas that never became
+runnable under refs/autoresearch/records/), the baseline, their result notes and leases.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from .notes import Note, Status, parse_leases, parse_note
 RECORDS_PREFIX = "refs/autoresearch/records/"
 PROPOSALS_PREFIX = "refs/autoresearch/proposals/"
 LOGS_PREFIX = "refs/autoresearch/logs/"
+# every idea commit that got a note is kept here too, so a force-pushed or deleted branch never takes
+# a measured commit (and its result) out of the population, nor leaves a child's Parents dangling
+ARCHIVE_PREFIX = "refs/autoresearch/archive/"
 BRANCH_PREFIX = "refs/heads/" + defaults.IDEA_PREFIX
 
 
@@ -129,6 +133,7 @@ def read_population(repo: GitRepo, baseline_ref: str) -> Population:
     refs = repo.refs(BRANCH_PREFIX)
     refs.update(repo.refs(RECORDS_PREFIX))
     refs.update(repo.refs(PROPOSALS_PREFIX))
+    refs.update(repo.refs(ARCHIVE_PREFIX))
     baseline = repo.rev_parse(baseline_ref)
     note_list = repo.notes_list(defaults.NOTES_REF)
     lease_list = repo.notes_list(defaults.RUNS_REF)
@@ -143,7 +148,8 @@ def read_population(repo: GitRepo, baseline_ref: str) -> Population:
     objs = repo.cat_file_batch(wanted)
     ideas: list[Idea] = []
     seen: set[str] = set()
-    for ref, sha in sorted(refs.items()):
+    # a commit still on its branch is seen through the branch, not through its archive ref
+    for ref, sha in sorted(refs.items(), key=lambda kv: (not kv[0].startswith(BRANCH_PREFIX), kv[0])):
         if sha in seen or (sha not in objs and sha not in _IDEAS):
             continue  # two branches on one commit are one idea
         seen.add(sha)
@@ -152,7 +158,7 @@ def read_population(repo: GitRepo, baseline_ref: str) -> Population:
             tree, parents, msg, ts = _parse_commit(objs[sha])
             return idea_from_commit(sha, tree, parents[0] if parents else None, msg, None, ts)
         idea = dataclasses.replace(_IDEAS.get_or(sha, make))
-        idea.branch = ref if ref.startswith(BRANCH_PREFIX) else None
+        idea.branch = ref if ref.startswith((BRANCH_PREFIX, ARCHIVE_PREFIX)) else None
         idea.proposal = ref.startswith(PROPOSALS_PREFIX)
         if sha in note_list and (note_list[sha] in objs or note_list[sha] in _NOTES):
             idea.note = _note(note_list[sha], objs)
