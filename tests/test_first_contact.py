@@ -144,3 +144,47 @@ def test_ideas_are_judged_against_the_complete_baseline(toy_env, tmp_path):
     n = Note(status=Status.SUCCEEDED, value=0.5, values=[0.5], seeds=[0], trials=[trial(0, 0.5)])
     fill_baseline(n, pop.by_commit[lower], pop, research.manifest, cfg.policy)
     assert n.decision == "promoted"
+
+
+def test_init_then_start_inside_runs_that_repo_and_pushed_branches(tmp_path, monkeypatch, capsys):
+    """`init DIR` says DIR is the research repo; `cd DIR && start` must use DIR, not a second repo
+    under DIR/.autoresearch/research, so a branch pushed to DIR gets run. Before the first note,
+    `git log --notes` prints no "notes ref ... is invalid" warning; after, the README's command
+    shows the ideas' results."""
+    import subprocess
+
+    from autoresearchd.app import build_daemon
+    from autoresearchd.cli import main
+    from autoresearchd.config import load_config
+    from autoresearchd.loop import settled
+    from autoresearchd.population import read_population
+    from conftest import TOY_EVAL, TOY_RUN
+    template = tmp_path / "toy-template"
+    template.mkdir()
+    for name, text in {".autoresearch.toml": TOY_MANIFEST + "\n[policy]\nbaseline_seeds = 1\n"
+                       "[llm]\nprovider = \"none\"\n[daemon]\ntick_s = 0.3\n",
+                       "run.py": TOY_RUN, "evaluate.py": TOY_EVAL}.items():
+        (template / name).write_text(text)
+    d = tmp_path / "research"
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", "--env", str(template), str(d)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"created research repo {d}" in said and f"cd {d} && autoresearchd start" in said
+    p = subprocess.run(["git", "log", "--oneline", "--notes"], cwd=d, capture_output=True, text=True)
+    assert p.returncode == 0 and "invalid" not in p.stderr and not p.stderr.strip(), p.stderr
+    cl = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(d), str(cl))
+    (cl / "run.py").write_text(TOY_RUN.replace("x = 1.0", "x = 0.5"))
+    git(cl, "commit", "-qam", "Halve x")
+    git(cl, "push", "-q", "origin", "HEAD:refs/heads/idea/me/half")
+    pushed = git(cl, "rev-parse", "HEAD").strip()
+
+    monkeypatch.chdir(d)
+    daemon = build_daemon(load_config(), with_llm=False)
+    assert daemon.repo.path.resolve() == d.resolve() and "[env] manifest" in daemon.research.why
+    daemon.run_forever(install_signals=False, until=settled)
+    pop = read_population(daemon.repo, daemon.research.baseline_ref)
+    assert pop.by_commit[pushed].note.status == Status.SUCCEEDED
+    assert not (d / ".autoresearch").exists()
+    shown = git(d, "log", "--oneline", "--notes", "--branches")
+    assert "Halve x" in shown and "succeeded score=0.5" in shown, shown
