@@ -159,6 +159,11 @@ def cmd_doctor(args, cfg) -> int:
 
 
 def cmd_report(args, cfg) -> int:
+    try:
+        import matplotlib  # noqa: F401 - only to name the missing extra in one line
+    except ImportError:
+        raise ConfigError("report needs matplotlib: pip install 'autoresearchd[report]' "
+                          "(or pip install matplotlib)") from None
     from .report import write_report
     path = write_report(cfg, Path(args.out))
     console.print(f"wrote {path}")

@@ -188,3 +188,24 @@ def test_init_then_start_inside_runs_that_repo_and_pushed_branches(tmp_path, mon
     assert not (d / ".autoresearch").exists()
     shown = git(d, "log", "--oneline", "--notes", "--branches")
     assert "Halve x" in shown and "succeeded score=0.5" in shown, shown
+
+
+def test_report_without_matplotlib_says_what_to_install(toy_env, tmp_path):
+    """The README's install (the tinygpt extra) brings matplotlib; without it `report` says in one
+    line what to install (exit 2) instead of a ModuleNotFoundError traceback."""
+    import subprocess
+    import sys
+    import tomllib
+
+    from conftest import REPO_ROOT
+    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(d.startswith("matplotlib") for d in extras["tinygpt"])
+    cfg = write_config(tmp_path, toy_env)
+    block = ("import sys\nclass B:\n def find_spec(self, name, path=None, target=None):\n"
+             "  if name.split('.')[0] == 'matplotlib': raise ImportError('blocked: ' + name)\n"
+             "sys.meta_path.insert(0, B())\nfrom autoresearchd.cli import main\n"
+             f"sys.exit(main(['--config', {str(cfg)!r}, 'report', '--out', {str(tmp_path / 'r')!r}]))\n")
+    p = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip() == ("autoresearchd: report needs matplotlib: pip install 'autoresearchd[report]' "
+                                "(or pip install matplotlib)"), p.stderr
