@@ -65,6 +65,12 @@ def test_force_push_queues_new_tip_old_result_stays(toy_env, tmp_path):
     cl = clone(toy_env, tmp_path / "clone")
     old = push_idea(cl, "bob/x", "x 0.8", set_x(0.8))
     run_daemon(cfg)
+    # a child built on the old commit names it as its parent
+    git(cl, "checkout", "-q", "-b", "child", old)
+    (cl / "run.py").write_text((cl / "run.py").read_text().replace("x = 0.8", "x = 0.7"))
+    git(cl, "commit", "-qam", f"x 0.7 on top\n\nParents: h-{old[:10]}")
+    git(cl, "push", "-q", "origin", "HEAD:refs/heads/idea/bob/child")
+    git(cl, "checkout", "-q", "work-bob-x")
     git(cl, "commit", "-q", "--amend", "-m", "x 0.6 instead")
     (cl / "run.py").write_text((cl / "run.py").read_text().replace("x = 0.8", "x = 0.6"))
     git(cl, "commit", "-qam", "x 0.6")
@@ -81,6 +87,8 @@ def test_force_push_queues_new_tip_old_result_stays(toy_env, tmp_path):
     assert git(toy_env, "rev-parse", f"refs/autoresearch/archive/{old}").strip() == old
     assert pop.by_commit[old].note.value == old_note.value and pop.by_commit[old].idea_id == f"h-{old[:10]}"
     assert pop.by_commit[new].branch == "refs/heads/idea/bob/x"
+    assert all(p in pop.by_id for i in pop.ideas for p in i.parents)          # no dangling parent ids
+    assert any(i.parents == [f"h-{old[:10]}"] for i in pop.ideas)
     import io
     import json
 
