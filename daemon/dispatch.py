@@ -11,6 +11,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from .arrivals import Gate
 from .decide import Job, baseline_complete, seeds_needed
 from .ideas import Idea
 from .notes import Lease, Note, Status, Trial
@@ -40,7 +41,7 @@ class Dispatcher:
         self._harness: tuple[str, bytes | None, str | None, list[str]] | None = None
         self._base: str | None = None            # the baseline commit of the population being worked on
         self._cleanups: list[dict] = []          # handles whose notes are written: remove their dirs
-        self._validated: dict[str, str | None] = {}
+        self.gate = Gate(cfg, research, self._noted)   # validation, cached per commit
         self.on_note: list = []                  # callbacks(commit, idea | None, note), e.g. the W&B mirror
         self._pool = ThreadPoolExecutor(8, thread_name_prefix="dispatch")   # submits and clean-ups
 
@@ -311,46 +312,10 @@ class Dispatcher:
 
     # -- dispatch ------------------------------------------------------------------------------------
     def validate(self, idea: Idea) -> str | None:
-        """Why this commit may not run (None if it may). Cached per commit."""
-        if idea.commit in self._validated:
-            return self._validated[idea.commit]
-        base = self.research.baseline_commit
-        why = None
-        mb = self.repo.merge_base(idea.commit, base)
-        if mb is None:
-            why = "the branch shares no history with the baseline (no merge-base); rebase it onto " + \
-                  self.research.baseline_ref.removeprefix("refs/heads/")
-        else:
-            try:
-                from .safety import SafetyRules, check_tree_change
-            except ImportError:  # pragma: no cover - safety lands with the implementer
-                check_tree_change = None
-            if check_tree_change is not None:
-                rules = SafetyRules(is_frozen=self.research.manifest.is_frozen,
-                                    max_file_bytes=self.cfg.implementer.max_file_bytes,
-                                    max_diff_bytes=self.cfg.implementer.max_diff_bytes)
-                why = check_tree_change(self.repo, mb, idea.commit, rules)
-        self._validated[idea.commit] = why
-        return why
-
-    def _reject(self, idea: Idea, why: str) -> None:
-        log.info("rejected %s: %s", idea.branch or idea.idea_id, why)
-        self._noted(idea.commit, idea, Note(status=Status.REJECTED, idea_id=idea.idea_id,
-                                            metric=self.research.manifest.metric, error=why))
+        return self.gate.why(idea)
 
     def reject_on_arrival(self, pop: Population) -> bool:
-        """Validate every new idea branch when it appears (a push wakes the tick at once), not when it
-        reaches the front of the queue: an invalid push gets its note within seconds."""
-        rejected = False
-        with self.repo.notes_batch():
-            for idea in pop.ideas:
-                if not idea.branch or idea.proposal or idea.note is not None or idea.leases:
-                    continue
-                why = self.validate(idea)
-                if why:
-                    self._reject(idea, why)
-                    rejected = True
-        return rejected
+        return self.gate.reject_new(pop)
 
     def _measured_trees(self, pop: Population) -> dict[str, str]:
         trees = {}
@@ -382,7 +347,7 @@ class Dispatcher:
             if job.purpose == "idea" and idea is not None:
                 why = self.validate(idea)
                 if why:
-                    self._reject(idea, why)
+                    self.gate.reject(idea, why)
                     continue
                 trees = trees if trees is not None else self._measured_trees(pop)
                 if idea.tree in trees and trees[idea.tree] != idea.commit:
