@@ -344,6 +344,11 @@ class Dispatcher:
             if not free:
                 break
             idea = job.idea
+            if job.purpose == "baseline" and job.seed > 0 and pop.baseline_note is None \
+                    and self._busy.get(free[0].key):
+                # no idle slot: a later baseline seed would be staged behind (or, racing for the
+                # slot lock, ahead of) seed 0, whose result is the first note a user waits for
+                continue
             if job.purpose == "idea" and idea is not None:
                 why = self.validate(idea)
                 if why:

@@ -209,3 +209,23 @@ def test_report_without_matplotlib_says_what_to_install(toy_env, tmp_path):
     assert p.returncode == 2, p.stderr
     assert p.stderr.strip() == ("autoresearchd: report needs matplotlib: pip install 'autoresearchd[report]' "
                                 "(or pip install matplotlib)"), p.stderr
+
+
+def test_one_slot_runs_baseline_seed_0_first(toy_env, tmp_path):
+    """With one slot (the demo's), seed 1 is not pre-staged on it before seed 0 has its result: the
+    two raced for the slot lock, and seed 1 winning doubled the wait for the first note."""
+    from autoresearchd.app import build_daemon
+    from autoresearchd.config import load_config
+    from autoresearchd.loop import settled
+    from autoresearchd.population import read_population
+    cfg = load_config(write_config(tmp_path, toy_env))
+    cfg.runner.slots = 1
+    d = build_daemon(cfg, with_llm=False)
+    try:
+        d.tick()
+        assert [lz.seed for lz in read_population(d.repo, d.research.baseline_ref).baseline_leases] == [0]
+        d.run_forever(install_signals=False, until=settled)
+    finally:
+        d.runner.close()
+    assert [n.seeds for n in _note_history(toy_env, d.research.baseline_commit)] == [[0], [0, 1]]
+    assert read_population(d.repo, d.research.baseline_ref).baseline_note.seeds == [0, 1]
