@@ -60,7 +60,12 @@ def make_llm(cfg: Config, research: Research):
             raise ConfigError("llm: no API key is set and no replay file is configured (llm.replay_file); "
                               "set ANTHROPIC_API_KEY or OPENAI_API_KEY, or point llm.replay_file at a JSONL file")
         provider = cls(cfg.llm, path=str(path))
-        note = (why or "llm.provider = replay") + f" ({path.name})"
+        from .replaypos import load_position, saver
+        done = load_position(research.repo, path)
+        provider.resume(done)
+        provider.on_served = saver(research.repo, path)
+        note = (why or "llm.provider = replay") + f" ({path.name}" + \
+            (f", resuming after {len(done)} of {len(provider.records)} records)" if done else ")")
     else:
         provider = cls(cfg.llm)
         note = f"{name}:{provider.model}"

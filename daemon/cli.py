@@ -38,16 +38,18 @@ def _setup_logging(level: str, logfile: Path | None = None) -> None:
 
 
 def cmd_init(args, cfg) -> int:
-    from .research import configure, create_from_template, template_path
+    from .research import configure, create_from_template, research_path, template_path
     from .gitrepo import GitRepo
-    dest = Path(args.dir).resolve() if args.dir else cfg.resolve(cfg.research.repo)
+    dest = Path(args.dir).resolve() if args.dir else research_path(cfg)[0]
     if (dest / ".git").exists():
         configure(GitRepo(dest))
-        console.print(f"configured existing repo {dest}: `git log` now shows autoresearch notes")
+        console.print(f"configured existing repo {dest}: `git log --notes` now shows autoresearch notes")
         return 0
     repo = create_from_template(template_path(cfg, args.env or cfg.research.env), dest)
     configure(repo)
-    console.print(f"created research repo {dest} from env '{args.env or cfg.research.env}'")
+    console.print(f"created research repo {dest} from env '{args.env or cfg.research.env}'. Run it with "
+                  f"`cd {dest} && autoresearchd start` (this repo is the research repo: push idea/* branches "
+                  f"to it); see results with `git log --oneline --notes --branches`", highlight=False, markup=False)
     return 0
 
 
@@ -69,7 +71,8 @@ def cmd_start(args, cfg) -> int:
         os.dup2(devnull, 0)
         _setup_logging(cfg.daemon.log_level, sd / "daemon.log")
     log = logging.getLogger("autoresearchd")
-    log.info("research repo: %s (baseline %s)", daemon.repo.path, daemon.research.baseline_ref)
+    log.info("research repo: %s (%s; baseline %s)", daemon.repo.path, daemon.research.why,
+             daemon.research.baseline_ref)
     log.info("env: %s — %s %s, budget %ss per run; runner: %s", daemon.research.manifest.name,
              daemon.research.manifest.goal, daemon.research.manifest.metric,
              daemon.research.manifest.time_budget_s, cfg.runner.kind)
@@ -156,6 +159,11 @@ def cmd_doctor(args, cfg) -> int:
 
 
 def cmd_report(args, cfg) -> int:
+    try:
+        import matplotlib  # noqa: F401 - only to name the missing extra in one line
+    except ImportError:
+        raise ConfigError("report needs matplotlib: pip install 'autoresearchd[report]' "
+                          "(or pip install matplotlib)") from None
     from .report import write_report
     path = write_report(cfg, Path(args.out))
     console.print(f"wrote {path}")

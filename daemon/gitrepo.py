@@ -427,6 +427,18 @@ class GitRepo:
         for ref in sorted(per_ref, key=last.get):
             self.notes_write_many(ref, per_ref[ref])
 
+    def ensure_notes_ref(self, ref: str) -> None:
+        """Create `ref` as an empty notes commit if it does not exist: with notes.displayRef set,
+        every `git log --notes` warns "notes ref ... is invalid" until the ref exists."""
+        if self.rev_parse(ref) is not None:
+            return
+        empty = self.git("mktree", input=b"").strip()
+        commit = self.commit_tree(empty, [], "Notes ref created by autoresearchd (no notes yet)")
+        try:
+            self.update_ref(ref, commit, "0" * len(commit))   # only if still absent: never clobber notes
+        except GitError:
+            pass                                               # someone wrote the first note meanwhile
+
     def notes_write_many(self, ref: str, items: dict[str, str | None]) -> None:
         """Write (text) or remove (None) the notes on many objects as one commit on ref. The ref
         moves only if nobody moved it meanwhile (fast-import refuses a non-fast-forward); retried."""

@@ -92,6 +92,7 @@ class Note(BaseModel):
     log: str | None = None
     duplicate_of: str | None = None
     linked: str | None = None       # identical tree measured on this commit
+    seeds_planned: int | None = None  # baseline: seeds it will have (written at seed 0, amended per seed)
     accelerator: str | None = None
     software: str | None = None
     harness: str | None = None
@@ -124,6 +125,8 @@ def summary_line(n: Note) -> str:
         if len(n.values) > 1 and n.std is not None:
             v += f"±{n.std:.4f}"
         parts.append(v)
+        if n.seeds_planned and len(n.seeds) < n.seeds_planned:
+            parts.append(f"({len(n.seeds)} of {n.seeds_planned} seeds so far)")
         if n.delta is not None:
             parts.append(f"({n.delta:+.4f} vs baseline)")
     if n.decision:

@@ -135,7 +135,11 @@ def summary(cfg, research=None, pop=None) -> dict:
         "total": len(pop.ideas),
         "epoch": pop.max_epoch(),
         "baseline": {"commit": pop.baseline_commit, "value": pop.baseline_value, "std": pop.baseline_std,
-                     "seeds": len(pop.baseline_note.values) if pop.baseline_note else 0},
+                     "seeds": len(pop.baseline_note.values) if pop.baseline_note else 0,
+                     "seeds_planned": (pop.baseline_note.seeds_planned if pop.baseline_note else None)
+                     or cfg.policy.baseline_seeds,
+                     "status": pop.baseline_note.status.value if pop.baseline_note else None,
+                     "error": pop.baseline_note.error if pop.baseline_note else None},
         "best": result_entry(best) if best is not None else None,
         "best_unconfirmed": result_entry(lucky) if lucky is not None else None,
         "spend": {"usd": usd, "tokens": tokens, "gpu_hours": gpu_s / 3600,
@@ -157,6 +161,18 @@ def _result_line(r: dict, metric: str) -> str:
 def _fmt_uptime(s: float) -> str:
     s = int(s)
     return f"{s // 86400}d{s % 86400 // 3600:02d}h" if s >= 86400 else f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s"
+
+
+def baseline_text(b: dict) -> str:
+    """The baseline as measured so far: seed 0's value as soon as it exists, then the mean and std."""
+    if b["value"] is None:
+        if b.get("status") and b["status"] != "succeeded":
+            return f"{b['status']}: {b.get('error') or 'no value'}"
+        return "not measured yet (seed 0 is the first result)"
+    if b["seeds"] < (b.get("seeds_planned") or 0):
+        return (f"{b['value']:.4f} from {b['seeds']} of {b['seeds_planned']} seeds (the other seeds are "
+                f"measured next; ideas are judged once all are in)")
+    return f"{b['value']:.4f} ± {b['std'] or 0:.4f} over {b['seeds']} seeds"
 
 
 def status(cfg, console, as_json: bool = False) -> int:
@@ -181,9 +197,7 @@ def status(cfg, console, as_json: bool = False) -> int:
                                                 or "none yet"))
     console.print(f"epoch: {s['epoch'] if s['epoch'] >= 0 else '-'}")
     b = s["baseline"]
-    console.print(f"baseline {s['metric']} ({s['goal']}): " +
-                  (f"{b['value']:.4f} ± {b['std'] or 0:.4f} over {b['seeds']} seeds"
-                   if b["value"] is not None else "not measured yet"))
+    console.print(f"baseline {s['metric']} ({s['goal']}): {baseline_text(b)}", highlight=False, markup=False)
     if s["best"]:
         console.print("[bold]best confirmed[/]: " + _result_line(s["best"], s["metric"]), highlight=False)
     else:

@@ -1,8 +1,9 @@
 """Reads the whole population from git in a fixed number of processes, whatever its size:
 one for-each-ref, one notes list per ref, and one `cat-file --batch` for commits and note blobs.
 
-The population is every idea (branches under refs/heads/idea/ plus records of ideas that never
-became runnable under refs/autoresearch/records/), the baseline, their result notes and leases.
+The population is every idea (branches under refs/heads/idea/, measured commits kept under
+refs/autoresearch/archive/ after their branch moved on, plus records of ideas that never became
+runnable under refs/autoresearch/records/), the baseline, their result notes and leases.
 
 Provenance is the daemon's: a branch commit's trailers count only if the daemon marked that commit
 as its own (refs/autoresearch/ideas/<idea-id>, written by the implementer; records and proposals
@@ -26,6 +27,9 @@ RECORDS_PREFIX = "refs/autoresearch/records/"
 IDEAS_PREFIX = "refs/autoresearch/ideas/"      # commits the daemon wrote: their trailers are believed
 PROPOSALS_PREFIX = "refs/autoresearch/proposals/"
 LOGS_PREFIX = "refs/autoresearch/logs/"
+# every idea commit that got a note is kept here too, so a force-pushed or deleted branch never takes
+# a measured commit (and its result) out of the population, nor leaves a child's Parents dangling
+ARCHIVE_PREFIX = "refs/autoresearch/archive/"
 BRANCH_PREFIX = "refs/heads/" + defaults.IDEA_PREFIX
 
 
@@ -151,6 +155,7 @@ def read_population(repo: GitRepo, baseline_ref: str) -> Population:
     own = set(repo.refs(IDEAS_PREFIX).values())
     refs.update(repo.refs(RECORDS_PREFIX))
     refs.update(repo.refs(PROPOSALS_PREFIX))
+    refs.update(repo.refs(ARCHIVE_PREFIX))
     baseline = repo.rev_parse(baseline_ref)
     note_list = repo.notes_list(defaults.NOTES_REF)
     lease_list = repo.notes_list(defaults.RUNS_REF)
@@ -165,7 +170,8 @@ def read_population(repo: GitRepo, baseline_ref: str) -> Population:
     objs = repo.cat_file_batch(wanted)
     ideas: list[Idea] = []
     seen: set[str] = set()
-    for ref, sha in sorted(refs.items()):
+    # a commit still on its branch is seen through the branch, not through its archive ref
+    for ref, sha in sorted(refs.items(), key=lambda kv: (not kv[0].startswith(BRANCH_PREFIX), kv[0])):
         if sha in seen or (sha not in objs and sha not in _IDEAS):
             continue  # two branches on one commit are one idea
         seen.add(sha)
@@ -174,9 +180,9 @@ def read_population(repo: GitRepo, baseline_ref: str) -> Population:
             tree, parents, msg, ts = _parse_commit(objs[sha])
             return idea_from_commit(sha, tree, parents[0] if parents else None, msg, None, ts)
         idea = dataclasses.replace(_IDEAS.get_or(sha, make))
-        if ref.startswith(BRANCH_PREFIX) and sha not in own:
+        if ref.startswith((BRANCH_PREFIX, ARCHIVE_PREFIX)) and sha not in own:
             idea = as_pushed(idea)
-        idea.branch = ref if ref.startswith(BRANCH_PREFIX) else None
+        idea.branch = ref if ref.startswith((BRANCH_PREFIX, ARCHIVE_PREFIX)) else None
         idea.proposal = ref.startswith(PROPOSALS_PREFIX)
         if sha in note_list and (note_list[sha] in objs or note_list[sha] in _NOTES):
             idea.note = _note(note_list[sha], objs)

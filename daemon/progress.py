@@ -66,6 +66,11 @@ def render_progress(state: dict | None, population, time_budget_s: float | None 
     if b:
         cap = f" of ${b['max_usd']:.2f}" if b.get("max_usd") else ""
         info.append(f"LLM ${b.get('usd', 0):.4f}{cap}, {b.get('tokens', 0):,} tokens")
+    bn = population.baseline_note
+    if bn is not None:
+        shown = bn.status.value if bn.value is None else f"{bn.value:.4f}"
+        planned = f" ({len(bn.seeds)} of {bn.seeds_planned} seeds)" if (bn.seeds_planned or 0) > len(bn.seeds) else ""
+        info.append(f"baseline {bn.metric or ''} {shown}{planned}")
     if state.get("proposing"):
         info.append("proposing…")
     if state.get("stop_reason"):

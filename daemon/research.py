@@ -73,6 +73,7 @@ def configure(repo: GitRepo) -> None:
     """Idempotent: plain `git log` shows result notes; fetches from clones bring notes along."""
     repo.config_set("notes.displayRef", defaults.NOTES_REF, add=True)
     repo.config_set("receive.denyCurrentBranch", "updateInstead")
+    repo.ensure_notes_ref(defaults.NOTES_REF)
     hooks = repo.git_dir / "hooks"
     hooks.mkdir(exist_ok=True)
     for name, text in HOOKS.items():
@@ -92,6 +93,7 @@ class Research:
     repo: GitRepo
     baseline_ref: str
     manifest: EnvManifest
+    why: str = ""          # why this repo is the research repo (start says it)
 
     @property
     def baseline_commit(self) -> str:
@@ -127,14 +129,30 @@ def load_manifest(repo: GitRepo, rev: str, cfg: Config | None = None) -> EnvMani
         raise ConfigError(str(e)) from None
 
 
+def _is_repo(path: Path) -> bool:
+    return (path / ".git").exists() or (path / "HEAD").is_file() and (path / "objects").is_dir()
+
+
+def research_path(cfg: Config) -> tuple[Path, str]:
+    """(the research repo, why that one). A git repo whose own .autoresearch.toml holds the [env]
+    manifest, started from inside, is the research repo itself (what `init DIR` creates), unless
+    research.repo names another; otherwise research.repo, by default created from research.env."""
+    if "repo" in cfg.research.model_fields_set:
+        return cfg.resolve(cfg.research.repo), f"research.repo in {cfg.path or 'the environment'}"
+    if cfg.path is not None and cfg.env is not None and _is_repo(cfg.path.parent):
+        return cfg.path.parent, f"the git repo holding the [env] manifest {cfg.path}"
+    return (cfg.resolve(cfg.research.repo),
+            f"the default research.repo ({cfg.research.repo}), created from env '{cfg.research.env}'")
+
+
 def open_research(cfg: Config, create: bool = True) -> Research:
-    path = cfg.resolve(cfg.research.repo)
-    if (path / ".git").exists() or (path / "HEAD").is_file() and (path / "objects").is_dir():
+    path, why = research_path(cfg)
+    if _is_repo(path):
         repo = GitRepo(path)
     elif create:
         repo = create_from_template(template_path(cfg, cfg.research.env), path)
     else:
-        raise ConfigError(f"research repo {path} does not exist; run `autoresearchd init` or `start`")
+        raise ConfigError(f"research repo {path} ({why}) does not exist; run `autoresearchd init` or `start`")
     configure(repo)
     (repo.git_dir / "autoresearch").mkdir(exist_ok=True)
     head = repo.git("symbolic-ref", "-q", "--short", "HEAD", check=False).strip() or "main"
@@ -144,4 +162,4 @@ def open_research(cfg: Config, create: bool = True) -> Research:
     if repo.rev_parse(ref) is None:
         raise ConfigError(f"baseline branch '{branch}' not found in {path}")
     manifest = load_manifest(repo, ref, cfg)
-    return Research(repo, ref, manifest)
+    return Research(repo, ref, manifest, why)
