@@ -127,6 +127,9 @@ class Implementer:
             except BudgetExhausted:
                 raise
             except LLMError as e:
+                if e.completion is not None:     # an unusable answer still cost money
+                    cost += e.completion.cost_usd
+                    tokens += e.completion.input_tokens + e.completion.output_tokens
                 error = f"LLM call failed: {e}"
                 transcript.append({"attempt": attempt, "error": error})
                 break
