@@ -67,6 +67,9 @@ def make_llm(cfg: Config, research: Research):
     else:
         provider = cls(cfg.llm)
         note = f"{name}:{provider.model}"
+        if cfg.llm.budget_usd is not None and provider.model not in cfg.llm.prices:
+            from .validate import unpriced_message    # an unpriced model would never trip the budget
+            raise ConfigError(unpriced_message(provider.model))
     restore_spend(provider, research)
     return provider, note
 

@@ -187,7 +187,7 @@ def parser() -> argparse.ArgumentParser:
                    help="print the version and exit")
     p.add_argument("--config", help="path to .autoresearch.toml (default: search upward from the cwd)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
-    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", help="one of these (COMMAND --help for its options)")
     s = sub.add_parser("init", help="create a research repo from an env template, or configure an existing one")
     s.add_argument("dir", nargs="?", help="where to create the repo (default: research.repo of the config)")
     s.add_argument("--env", help="template name (tinygpt, nanogpt, grpo) or path")

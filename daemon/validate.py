@@ -210,9 +210,9 @@ def llm_findings(cfg: Config, src: EnvSource | None) -> list[Finding]:
 
 
 def unpriced_message(model: str) -> str:
-    return (f"llm.budget_usd is set but model '{model}' has no price, so its calls would cost $0 and the "
-            f"budget could never stop them; add [llm.prices.\"{model}\"] with input and output "
-            f"(USD per million tokens) to the llm.prices table")
+    return (f"model '{model}' has no price in the llm.prices table while llm.budget_usd is set: its calls "
+            f"would count as $0 and the budget could never stop them; add [llm.prices.\"{model}\"] with "
+            f"input and output (USD per million tokens)")
 
 
 def default_model(provider: str) -> str:
