@@ -204,7 +204,8 @@ class Lease(BaseModel):
     host: str
     slot: str
     handle: dict[str, Any] = Field(default_factory=dict)
-    started: float = Field(default_factory=time.time)
+    started: float = Field(default_factory=time.time)      # dispatched (placed on the host)
+    began: float | None = None      # its run started on the host (None: waiting for its slot, or unknown)
     heartbeat: float = Field(default_factory=time.time)
     retries: int = 0
     purpose: str = "idea"           # idea | baseline | confirm

@@ -47,6 +47,8 @@ class ShellRunner:
         detached = type(self).launch is ShellRunner.launch
         self.prestage = max(1, int(getattr(cfg, "prestage", None) or self.PRESTAGE)) if detached else 1
         self._pool: ThreadPoolExecutor | None = None
+        # trial dir -> when its run started (seen by the last poll); absent while a trial waits for its slot
+        self.started_at: dict[str, float] = {}
         self._pool_lock = threading.Lock()
 
     # -- subclass hooks ------------------------------------------------------------------------
@@ -155,7 +157,13 @@ class ShellRunner:
             if rc != 0 or len(words) != len(idx):
                 return
             for i, w in zip(idx, words):
-                out[i] = self._state(w, handles[i])
+                word, _, began = w.partition("@")
+                out[i] = self._state(word, handles[i])
+                if began:
+                    try:
+                        self.started_at[handles[i]["dir"]] = float(began)
+                    except ValueError:
+                        pass
         self.map(one, list(groups))
         return out
 

@@ -98,9 +98,12 @@ _POLL_FN = _MINE_FN + r"""st() {
   s=; if [ -d /proc/1 ]; then { read -r s < "/proc/$p/stat"; } 2>/dev/null; s=${s##*) }; s=${s%% *}
     mine "$1" "$p" || s=
   else s=$(ps -o stat= -p "$p" 2>/dev/null); fi
-  if [ -e "$1/done" ]; then echo done; elif [ -z "$s" ] || [ "${s#Z}" != "$s" ]; then echo dead; else echo running; fi
+  if [ -e "$1/done" ]; then echo done; elif [ -z "$s" ] || [ "${s#Z}" != "$s" ]; then echo dead
+  else t=; { read -r t < "$1/started"; } 2>/dev/null; case $t in ''|*[!0-9.]*) echo running;; *) echo "running@$t";; esac; fi
 }
 """
+# "running@T": the run started at T (epoch seconds, the wrapper's `started` stamp); plain "running": it
+# is placed on the host and still waits for its slot (pre-staging), so its budget clock has not started.
 # A trial whose wrapper has not written its pid file yet (crash between lease and submit) counts as
 # starting for this long after submit, then as lost.
 STARTING_GRACE_S = 60.0
