@@ -236,7 +236,10 @@ class ShellRunner:
         cache = self.__dict__.setdefault("_probes", {})
         hit = cache.get(host)
         if hit is None or time.monotonic() - hit[0] > self.PROBE_TTL_S:
-            hit = cache[host] = (time.monotonic(), sh.run(_PROBE, timeout=60)[1].decode(errors="replace"))
+            # the trials' PATH, so the fingerprint names the python (and torch) the runs really use
+            prefix = self.path_prefix(host)
+            path = "export PATH=" + '"$PATH"'.join(shlex.quote(part) for part in prefix.split("$PATH")) + "\n"
+            hit = cache[host] = (time.monotonic(), sh.run(path + _PROBE, timeout=60)[1].decode(errors="replace"))
         return hit[1]
 
     def _read_files(self, sh: Shell, d: str, names: list[str]) -> dict[str, bytes]:

@@ -37,7 +37,8 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   n=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
   c=$(nvidia-smi -L 2>/dev/null | wc -l); [ -n "$n" ] && acc="$c x $n"
 fi
-sw=$(cd / && python3 -c 'import sys,platform;v="py"+platform.python_version()
+py=python; command -v python >/dev/null 2>&1 || py=python3   # the interpreter trials' `python` finds
+sw=$(cd / && "$py" -c 'import sys,platform;v="py"+platform.python_version()
 try:
   import torch;v+=" torch"+torch.__version__+(" cuda"+torch.version.cuda if torch.version.cuda else "")
 except Exception: pass
