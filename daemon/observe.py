@@ -87,6 +87,21 @@ def idea_tokens(i) -> int:
         return 0
 
 
+def compute_s(note, gpus: int) -> float:
+    """Compute time a note measured: GPU-seconds for a GPU env; for a CPU env (gpus = 0) its CPU
+    time (`cpu_s` where the note has it, else the run time older notes filed as gpu_s). A result
+    linked from an identical tree cost nothing."""
+    if note is None or note.linked:
+        return 0.0
+    if gpus:
+        return float(note.gpu_s or 0)
+    return float(getattr(note, "cpu_s", None) or note.gpu_s or 0)
+
+
+def compute_unit(gpus: int) -> str:
+    return "GPU-hours" if gpus else "CPU-hours"
+
+
 def is_confirmed(i) -> bool:
     return i.value is not None and i.note is not None and i.note.decision in BEST_DECISIONS
 
@@ -120,10 +135,8 @@ def summary(cfg, research=None, pop=None) -> dict:
     usd = sum(idea_usd(i) for i in pop.ideas)
     tokens = sum(idea_tokens(i) for i in pop.ideas)
     notes = [i.note for i in pop.ideas if i.note] + ([pop.baseline_note] if pop.baseline_note else [])
-    gpu_s = sum((n.gpu_s or 0) for n in notes if not n.linked)
-    # CPU time: a `cpu_s` field where notes have one, else the run time of CPU-only trials
-    cpu_s = sum(float(getattr(n, "cpu_s", None) or (n.gpu_s if not m.gpus else 0) or 0) for n in notes
-                if not n.linked)
+    gpu_s = sum(compute_s(n, m.gpus) for n in notes) if m.gpus else 0.0
+    cpu_s = sum(compute_s(n, 0) for n in notes) if not m.gpus else 0.0
     budget = (st or {}).get("budget") or {}
     slots = st.get("slots", []) if alive else []
     improvement = abs(best.note.delta) if best is not None and best.note.delta else None
