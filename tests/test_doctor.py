@@ -62,6 +62,10 @@ REFUSED = {
     "gpu-env-ssh-host": ('[research]\nrepo = "R"\nenv = "grpo"\n[llm]\nprovider = "none"\n[runner]\nkind = "ssh"\n'
                          '[[runner.hosts]]\nname = "cpu01"\nhost = "127.0.0.1"\ngpus = 0\n',
                          "the env needs 1 GPU(s) per run; host(s) cpu01 declare fewer"),
+    "gpu-ids-beyond-machine": ('[research]\nrepo = "R"\nenv = "grpo"\n[llm]\nprovider = "none"\n[runner]\n'
+                               'gpus = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]\n',
+                               "runner.gpus = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16], but this "
+                               "machine has"),
     "replay-file": ('[research]\nrepo = "R"\nenv = "tinygpt"\n[llm]\nprovider = "replay"\n'
                     'replay_file = "nope.jsonl"\n', "llm.replay_file: DIR/nope.jsonl does not exist"),
     "unpriced": ('[research]\nrepo = "R"\nenv = "tinygpt"\n[llm]\nprovider = "openai"\n'
