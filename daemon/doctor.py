@@ -64,6 +64,9 @@ def _hosts(cfg, src: EnvSource, line) -> None:
     runner = _runner(cfg, src, None)
     try:
         slots = runner.slots()
+    except Exception as e:  # noqa: BLE001 - doctor reports, it does not crash
+        line(ERROR, f"runner '{cfg.runner.kind}': {e}", "check the host entries (docs/hosts.md)")
+        return
     finally:
         runner.close()
     bad = sorted({s.host for s in slots if not s.reachable})

@@ -161,6 +161,8 @@ def runner_findings(cfg: Config, m: EnvManifest | None) -> list[Finding]:
     names = [h.name for h in r.hosts]
     if r.kind == "slurm" and r.slurm.login and r.slurm.login not in names:
         out.append(Finding(ERROR, f"runner.slurm.login = '{r.slurm.login}' is not a [[runner.hosts]] name"))
+    if not out and r.kind != "local":
+        out += _construct(cfg, m)
     if m is None or m.gpus <= 0:
         return out
     need = m.gpus
@@ -178,6 +180,17 @@ def runner_findings(cfg: Config, m: EnvManifest | None) -> list[Finding]:
             out.append(Finding(ERROR, f"the env needs {need} GPU(s) per run; host(s) {', '.join(few)} "
                                       f"declare fewer (gpus = ...) in [[runner.hosts]]"))
     return out
+
+
+def _construct(cfg: Config, m: EnvManifest | None) -> list[Finding]:
+    """Build the runner without connecting: host entries it cannot use (an ssh alias with no ssh
+    config, duplicate names) are refused here rather than as a traceback at start."""
+    from .app import make_runner
+    try:
+        make_runner(cfg, None, manifest=m or EnvManifest(run="true", metric="m")).close()
+    except (ValueError, ConfigError) as e:
+        return [Finding(ERROR, f"runner: {e}")]
+    return []
 
 
 def llm_findings(cfg: Config, src: EnvSource | None) -> list[Finding]:

@@ -66,6 +66,10 @@ REFUSED = {
                                'gpus = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]\n',
                                "runner.gpus = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16], but this "
                                "machine has"),
+    "ssh-alias-without-config": ('[research]\nrepo = "R"\nenv = "tinygpt"\n[runner]\nkind = "ssh"\n'
+                                 '[[runner.hosts]]\nname = "gpu01"\nalias = "gpu01"\n',
+                                 "runner: host gpu01: alias 'gpu01' needs an ssh config file, but "
+                                 "DIR/no-ssh-config does not exist"),
     "replay-file": ('[research]\nrepo = "R"\nenv = "tinygpt"\n[llm]\nprovider = "replay"\n'
                     'replay_file = "nope.jsonl"\n', "llm.replay_file: DIR/nope.jsonl does not exist"),
     "unpriced": ('[research]\nrepo = "R"\nenv = "tinygpt"\n[llm]\nprovider = "openai"\n'
@@ -81,6 +85,7 @@ def test_doctor_flags_what_start_refuses_and_start_creates_nothing(case, tmp_pat
     message = message.replace("ENV", str(tmp_path / "env")).replace("DIR", str(tmp_path))
     for k in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AUTORESEARCHD_SSH_CONFIG", str(tmp_path / "no-ssh-config"))
     rc, out, _ = run_main(capsys, "--config", cfg, "doctor")
     assert rc == 1 and f"FAIL {message}" in out, out
     rc, _, err = run_main(capsys, "--config", cfg, "start")
