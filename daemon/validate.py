@@ -86,7 +86,7 @@ _SCRIPT_SUFFIXES = (".py", ".sh", ".bash")   # scripts; data paths may be made b
 
 
 def _named_files(command: str) -> list[str]:
-    """Relative file paths a command names (`python train.py`, `bash scripts/setup.sh`, `. env/activate`)."""
+    """Relative script paths a command names (`python train.py`, `bash scripts/setup.sh`)."""
     try:
         words = shlex.split(command)
     except ValueError:
@@ -120,7 +120,8 @@ def manifest_findings(src: EnvSource, cfg: Config) -> list[Finding]:
                 words = shlex.split(m.setup)
             except ValueError:
                 words = []
-            gone = [w for w in words if w.startswith("/") and "$" not in w and not Path(w).exists()]
+            gone = [w for w in words if w.startswith(("/", "~/")) and "$" not in w
+                    and not Path(os.path.expanduser(w)).exists()]
             if gone:
                 out.append(Finding(ERROR, f"env.setup names {', '.join(gone)}, which does not exist on this host"))
     for g in m.frozen:
