@@ -137,9 +137,11 @@ class TrialsTable:
             t.add_column("", no_wrap=True, width=bar_w)
         for idea, title, where, tcell, r in rows:
             cells = [Text(idea), Text(title), Text(where), tcell]
-            if bar_w:
-                over = (r["elapsed_s"] or 0) > self.budget_s
-                cells.append(ProgressBar(total=self.budget_s, completed=min(r["elapsed_s"] or 0, self.budget_s),
+            if bar_w and r["elapsed_s"] is None:
+                cells.append(Text(""))           # waiting: its budget clock has not started
+            elif bar_w:
+                over = r["elapsed_s"] > self.budget_s
+                cells.append(ProgressBar(total=self.budget_s, completed=min(r["elapsed_s"], self.budget_s),
                                          width=bar_w, complete_style="red" if over else "green"))
             t.add_row(*cells)
         yield t
