@@ -193,6 +193,9 @@ class Dispatcher:
         if state is None:
             state = self._poll_states([lz])[0]
         if state == PollState.RUNNING:
+            began = getattr(self.runner, "started_at", {}).pop(lz.handle.get("dir"), None)
+            if lz.began is None:     # the run has begun (not just placed): views count elapsed time from here
+                lz.began = began
             self._occupy(f"{lz.host}/{lz.slot}", lz.trial_id)
             self._last_seen[lz.trial_id] = now
             if now - lz.heartbeat > self.cfg.daemon.heartbeat_s:

@@ -9,6 +9,7 @@ fatal, so older daemons can read newer notes and the other way round.
 from __future__ import annotations
 
 import json
+import math
 import time
 from enum import Enum
 from typing import Any
@@ -158,8 +159,23 @@ def _fmt_value(v: Any) -> str:
     return str(v)
 
 
+SIG_DIGITS = 12     # a note keeps 12 significant digits: measurements, never binary float noise
+
+
+def tidy(v: Any) -> Any:
+    """Floats rounded to SIG_DIGITS significant digits (3.1450319999999996 -> 3.145032), in lists
+    and dicts too; non-finite values are left alone."""
+    if isinstance(v, float):
+        return float(f"{v:.{SIG_DIGITS}g}") if math.isfinite(v) else v
+    if isinstance(v, list):
+        return [tidy(x) for x in v]
+    if isinstance(v, dict):
+        return {k: tidy(x) for k, x in v.items()}
+    return v
+
+
 def format_note(n: Note) -> str:
-    data = n.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data = tidy(n.model_dump(mode="json", by_alias=True, exclude_none=True))
     lines = [summary_line(n), ""]
     order = ["schema", "status"] + [k for k in data if k not in ("schema", "status")]
     for k in order:
@@ -210,7 +226,8 @@ class Lease(BaseModel):
     host: str
     slot: str
     handle: dict[str, Any] = Field(default_factory=dict)
-    started: float = Field(default_factory=time.time)
+    started: float = Field(default_factory=time.time)      # dispatched (placed on the host)
+    began: float | None = None      # its run started on the host (None: waiting for its slot, or unknown)
     heartbeat: float = Field(default_factory=time.time)
     retries: int = 0
     purpose: str = "idea"           # idea | baseline | confirm

@@ -24,6 +24,7 @@ from .decide import BEST_DECISIONS
 from .gitrepo import state_dir
 from .notes import Status
 from .population import read_population
+from .progress import running_trials
 from .research import open_research
 
 
@@ -86,6 +87,21 @@ def idea_tokens(i) -> int:
         return 0
 
 
+def compute_s(note, gpus: int) -> float:
+    """Compute time a note measured: GPU-seconds for a GPU env; for a CPU env (gpus = 0) its CPU
+    time (`cpu_s` where the note has it, else the run time older notes filed as gpu_s). A result
+    linked from an identical tree cost nothing."""
+    if note is None or note.linked:
+        return 0.0
+    if gpus:
+        return float(note.gpu_s or 0)
+    return float(getattr(note, "cpu_s", None) or note.gpu_s or 0)
+
+
+def compute_unit(gpus: int) -> str:
+    return "GPU-hours" if gpus else "CPU-hours"
+
+
 def is_confirmed(i) -> bool:
     return i.value is not None and i.note is not None and i.note.decision in BEST_DECISIONS
 
@@ -118,8 +134,9 @@ def summary(cfg, research=None, pop=None) -> dict:
         lucky = None                 # only worth showing when it beats the confirmed best
     usd = sum(idea_usd(i) for i in pop.ideas)
     tokens = sum(idea_tokens(i) for i in pop.ideas)
-    gpu_s = sum((i.note.gpu_s or 0) for i in pop.ideas if i.note) + \
-        ((pop.baseline_note.gpu_s or 0) if pop.baseline_note else 0)
+    notes = [i.note for i in pop.ideas if i.note] + ([pop.baseline_note] if pop.baseline_note else [])
+    gpu_s = sum(compute_s(n, m.gpus) for n in notes) if m.gpus else 0.0
+    cpu_s = sum(compute_s(n, 0) for n in notes) if not m.gpus else 0.0
     budget = (st or {}).get("budget") or {}
     slots = st.get("slots", []) if alive else []
     improvement = abs(best.note.delta) if best is not None and best.note.delta else None
@@ -142,12 +159,14 @@ def summary(cfg, research=None, pop=None) -> dict:
                      "error": pop.baseline_note.error if pop.baseline_note else None},
         "best": result_entry(best) if best is not None else None,
         "best_unconfirmed": result_entry(lucky) if lucky is not None else None,
-        "spend": {"usd": usd, "tokens": tokens, "gpu_hours": gpu_s / 3600,
+        "spend": {"usd": usd, "tokens": tokens, "gpu_hours": gpu_s / 3600 if m.gpus else 0.0,
+                  "cpu_hours": cpu_s / 3600,
                   "budget_usd": budget.get("max_usd") or cfg.llm.budget_usd,
                   "live_usd": budget.get("usd"), "max_gpu_hours": cfg.daemon.max_gpu_hours},
         "cost_per_improvement": {"usd": usd / improvement if improvement else None,
-                                 "gpu_hours": gpu_s / 3600 / improvement if improvement else None},
-        "metric": m.metric, "goal": m.goal,
+                                 "gpu_hours": gpu_s / 3600 / improvement if improvement and m.gpus else None},
+        "metric": m.metric, "goal": m.goal, "gpus": m.gpus, "time_budget_s": m.time_budget_s,
+        "running_trials": running_trials(pop),
     }
 
 
@@ -199,7 +218,10 @@ def status(cfg, console, as_json: bool = False) -> int:
     b = s["baseline"]
     console.print(f"baseline {s['metric']} ({s['goal']}): {baseline_text(b)}", highlight=False, markup=False)
     if s["best"]:
-        console.print("[bold]best confirmed[/]: " + _result_line(s["best"], s["metric"]), highlight=False)
+        # "confirmed" only when more than one seed agrees: a promotion on one seed is not a confirmation
+        label = "[bold]best confirmed[/]" if s["best"]["seeds"] > 1 else \
+            "[bold]best so far[/] (promoted on 1 seed, not confirmed by fresh seeds)"
+        console.print(f"{label}: " + _result_line(s["best"], s["metric"]), highlight=False)
     else:
         console.print("best confirmed: none yet")
     if s["best_unconfirmed"]:
@@ -208,15 +230,28 @@ def status(cfg, console, as_json: bool = False) -> int:
     sp = s["spend"]
     budget = f" of ${sp['budget_usd']:.2f}" if sp["budget_usd"] else ""
     gpu_budget = f" of {sp['max_gpu_hours']:.1f}" if sp["max_gpu_hours"] else ""
-    console.print(f"spend: ${sp['usd']:.4f}{budget} LLM, {sp['tokens']:,} tokens, "
-                  f"{sp['gpu_hours']:.2f}{gpu_budget} GPU-hours")
+    compute = f"{sp['gpu_hours']:.2f}{gpu_budget} GPU-hours" if s["gpus"] else f"{sp['cpu_hours']:.2f} CPU-hours"
+    console.print(f"spend: ${sp['usd']:.4f}{budget} LLM, {sp['tokens']:,} tokens, {compute}")
     cpi = s["cost_per_improvement"]
     if cpi["usd"] is not None:
-        console.print(f"cost per unit of improvement: ${cpi['usd']:.2f} and {cpi['gpu_hours']:.2f} GPU-hours "
-                      f"per 1.0 {s['metric']}")
+        hw = f" and {cpi['gpu_hours']:.2f} GPU-hours" if s["gpus"] else ""
+        console.print(f"cost per unit of improvement: ${cpi['usd']:.2f}{hw} per 1.0 {s['metric']}")
+    _running(console, s, d["alive"])
     if d.get("stop_reason"):
         _plain(console, f"not proposing: {d['stop_reason']}")
     return 0
+
+
+def _running(console, s: dict, alive: bool) -> None:
+    """The trials git records as running: after a stop, detached trials run on and are listed here."""
+    from .progress import trials_table
+    trials = s["running_trials"]
+    if not trials:
+        return
+    why = "" if alive else " (daemon stopped: detached trials run on; `start` collects their results)"
+    console.print(f"[bold]trials running[/]: {len(trials)}{why}", highlight=False)
+    budget = s["time_budget_s"]
+    console.print(trials_table(trials, budget, bar=False))
 
 
 def leaderboard(cfg, status=None, origin=None, epoch=None, research=None, pop=None) -> list[dict]:
@@ -300,8 +335,10 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
     if idea.parents:
         _plain(console, f"parents: {', '.join(idea.parents)}")
     if idea.model:
-        _plain(console, f"model: {idea.model}; attempts: {idea.attempts}; tokens: {idea_tokens(idea)}; "
-                        f"cost: ${idea_usd(idea):.4f}")
+        # only what is known: a proposal not implemented yet (or a pushed branch) has no attempts
+        facts = [f"model: {idea.model}"] + ([f"attempts: {idea.attempts}"] if idea.attempts is not None else [])
+        facts += [f"tokens: {idea_tokens(idea):,}", f"cost: ${idea_usd(idea):.4f}"]
+        console.print("; ".join(facts), markup=False, highlight=False)
     console.print()
     _plain(console, idea.text)
     console.print()

@@ -190,7 +190,7 @@ def build_population(repo_path, n: int, seed: int = 0, with_failures: bool = Tru
             continue
         if status == Status.RUNNING:
             lz = Lease(trial_id=f"{idea_id}-s0", seed=0, runner="local", host="gpu-a", slot="0",
-                       started=time.time() - 120, heartbeat=time.time())
+                       started=time.time() - 150, began=time.time() - 120, heartbeat=time.time())
             leases.append((f":{mark}", format_leases([lz])))
             continue
         logdata = f"run {k}\n".encode() * 50 + b"---\nval_loss: 3.2\n"
