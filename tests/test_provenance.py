@@ -156,9 +156,9 @@ def test_pushed_provenance_hacks_and_titles_end_to_end(make_repo, tmp_path, monk
     # tamper: the run rewrites the frozen evaluator in its own code dir (the runner's evidence)
     tamper = _push(cl, "mallory/tamper", "Scale x to 0.8 [bold]quietly[/]",
                    TOY_RUN.replace("x = 1.0", "x = 0.8") + "open('evaluate.py', 'a').write('# mine\\n')\n")
-    # a push cannot write the daemon's own refs: results, provenance marks
+    # a push cannot write the daemon's own refs, even forced: results, provenance marks
     for ref in ("refs/notes/autoresearch", "refs/autoresearch/ideas/e000-deadbeef"):
-        p = subprocess.run(["git", "push", "origin", f"HEAD:{ref}"], cwd=cl, capture_output=True, text=True)
+        p = subprocess.run(["git", "push", "--force", "origin", f"HEAD:{ref}"], cwd=cl, capture_output=True, text=True)
         assert p.returncode != 0 and "only the daemon writes" in p.stderr, p.stderr
 
     pop = run_until_settled(cfg_path, timeout=240)
