@@ -78,7 +78,9 @@ def make_policy(cfg: Config):
 def build_daemon(cfg: Config, with_llm: bool = True):
     from .implementer import Implementer
     from .loop import Daemon
-    research = open_research(cfg)
+    research = open_research(cfg, configure_repo=True)
+    if research.configured:
+        log.info("%s", research.configured)
     runner = make_runner(cfg, research)
     llm = note = policy = implementer = None
     if cfg.llm.provider == "none":

@@ -38,16 +38,19 @@ def _setup_logging(level: str, logfile: Path | None = None) -> None:
 
 
 def cmd_init(args, cfg) -> int:
-    from .research import configure, create_from_template, template_path
+    from .research import configure, consent_message, create_from_template, template_path
     from .gitrepo import GitRepo
     dest = Path(args.dir).resolve() if args.dir else cfg.resolve(cfg.research.repo)
     if (dest / ".git").exists():
-        configure(GitRepo(dest))
-        console.print(f"configured existing repo {dest}: `git log` now shows autoresearch notes")
+        repo = GitRepo(dest)
+        msg = consent_message(repo, configure(repo))
+        console.print(msg or f"{dest} is already configured: `git log` shows autoresearch notes", markup=False)
         return 0
     repo = create_from_template(template_path(cfg, args.env or cfg.research.env), dest)
-    configure(repo)
-    console.print(f"created research repo {dest} from env '{args.env or cfg.research.env}'")
+    msg = consent_message(repo, configure(repo))
+    console.print(f"created research repo {dest} from env '{args.env or cfg.research.env}'", markup=False)
+    if msg:
+        console.print(msg, markup=False)
     return 0
 
 

@@ -149,11 +149,13 @@ class Implementer:
                 else:
                     error = res.error or res.reason or "the diff did not apply"
                     if res.rejected:
-                        status = Status.REJECTED
+                        # a safety rule (frozen file, `..`, .git/, symlink, size) is final: sending it
+                        # back would only invite the model to try the same path again
+                        entry["error"], status = error, Status.REJECTED
+                        break
             entry["error"] = error
             messages += [{"role": "assistant", "content": c.text},
                          {"role": "user", "content": prompt_template("revise.md").format(error=error)}]
-            status = Status.REJECTED if status == Status.REJECTED else Status.IMPLEMENT_FAILED
         idea_cost = float(trailers.get("Idea-Cost-USD") or 0)
         idea_tokens = int(trailers.get("Idea-Tokens") or 0)
         blob = self.ledger.store_log(f"{idea_id}-implement",

@@ -48,17 +48,43 @@ def create_from_template(template: Path, dest: Path) -> GitRepo:
     return repo
 
 
-def configure(repo: GitRepo) -> None:
-    """Idempotent: plain `git log` shows result notes; fetches from clones bring notes along."""
-    repo.config_set("notes.displayRef", defaults.NOTES_REF, add=True)
-    repo.config_set("receive.denyCurrentBranch", "updateInstead")
+HOOK_NAMES = ("reference-transaction", "post-receive")
+
+
+def configure(repo: GitRepo) -> list[str]:
+    """Idempotent: plain `git log` shows result notes; fetches from clones bring notes along.
+    Returns what it newly wrote into the repo's git config and hooks (empty when nothing). Called
+    only by `init` and `start`: reading commands (status, doctor, ...) write nothing (consent)."""
+    wrote = []
+    if defaults.NOTES_REF not in repo.git("config", "--get-all", "notes.displayRef", check=False).split():
+        repo.config_set("notes.displayRef", defaults.NOTES_REF, add=True)
+        wrote.append(f"notes.displayRef={defaults.NOTES_REF}")
+    if repo.config_get("receive.denyCurrentBranch") != "updateInstead":
+        repo.config_set("receive.denyCurrentBranch", "updateInstead")
+        wrote.append("receive.denyCurrentBranch=updateInstead")
     hooks = repo.git_dir / "hooks"
     hooks.mkdir(exist_ok=True)
-    for name in ("reference-transaction", "post-receive"):
+    for name in HOOK_NAMES:
         h = hooks / name
         if not h.exists():
             h.write_text(HOOK)
             h.chmod(0o755)
+            wrote.append(f"hooks/{name}")
+    (repo.git_dir / "autoresearch").mkdir(exist_ok=True)
+    return wrote
+
+
+def consent_message(repo: GitRepo, wrote: list[str]) -> str | None:
+    """The one line that says what `configure` wrote into a repo and how to take it out again."""
+    if not wrote:
+        return None
+    hooks = [w.removeprefix("hooks/") for w in wrote if w.startswith("hooks/")]
+    keys = [w.split("=", 1)[0] for w in wrote if "=" in w]
+    undo = [f"git config --unset-all {k}" for k in keys]
+    if hooks:
+        undo.append("rm " + " ".join(str(repo.git_dir / "hooks" / h) for h in hooks))
+    return (f"wrote into {repo.git_dir}: {', '.join(wrote)} (so plain `git log` shows results and pushes "
+            f"wake the daemon); to remove: {' && '.join(undo)}")
 
 
 @dataclass
@@ -66,6 +92,7 @@ class Research:
     repo: GitRepo
     baseline_ref: str
     manifest: EnvManifest
+    configured: str | None = None   # what open_research(configure_repo=True) wrote, as one line
 
     @property
     def baseline_commit(self) -> str:
@@ -101,7 +128,9 @@ def load_manifest(repo: GitRepo, rev: str, cfg: Config | None = None) -> EnvMani
         raise ConfigError(str(e)) from None
 
 
-def open_research(cfg: Config, create: bool = True) -> Research:
+def open_research(cfg: Config, create: bool = True, configure_repo: bool = False) -> Research:
+    """Open (or, with `create`, create) the research repo. Only `configure_repo=True` (init, start)
+    writes git config or hooks into it; the message saying so is `Research.configured`."""
     path = cfg.resolve(cfg.research.repo)
     if (path / ".git").exists() or (path / "HEAD").is_file() and (path / "objects").is_dir():
         repo = GitRepo(path)
@@ -109,8 +138,7 @@ def open_research(cfg: Config, create: bool = True) -> Research:
         repo = create_from_template(template_path(cfg, cfg.research.env), path)
     else:
         raise ConfigError(f"research repo {path} does not exist; run `autoresearchd init` or `start`")
-    configure(repo)
-    (repo.git_dir / "autoresearch").mkdir(exist_ok=True)
+    message = consent_message(repo, configure(repo)) if configure_repo else None
     head = repo.git("symbolic-ref", "-q", "--short", "HEAD", check=False).strip() or "main"
     manifest = load_manifest(repo, cfg.research.baseline or head, cfg)
     branch = cfg.research.baseline or manifest.baseline
@@ -118,4 +146,4 @@ def open_research(cfg: Config, create: bool = True) -> Research:
     if repo.rev_parse(ref) is None:
         raise ConfigError(f"baseline branch '{branch}' not found in {path}")
     manifest = load_manifest(repo, ref, cfg)
-    return Research(repo, ref, manifest)
+    return Research(repo, ref, manifest, configured=message)
