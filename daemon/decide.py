@@ -96,7 +96,10 @@ def aggregate(trials: list[Trial]) -> dict:
         "accelerator": first.accelerator if first else None,
         "software": first.software if first else None,
         "harness": first.harness if first else None,
-        "gpu_s": sum((t.wall_s or 0) * max(1, t.gpus) for t in trials) if trials else None,
+        # accelerator time is counted only where the trial had GPUs; a CPU trial is CPU time
+        "gpu_s": sum((t.wall_s or 0) * t.gpus for t in trials if t.gpus > 0)
+        if any(t.gpus > 0 for t in trials) else None,
+        "cpu_s": sum((t.wall_s or 0) for t in trials if t.gpus <= 0) if any(t.gpus <= 0 for t in trials) else None,
         "tamper": sorted({x for t in trials for x in t.tamper}),
     }
 

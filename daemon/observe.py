@@ -103,6 +103,24 @@ def best_of(pop, goal: str, confirmed: bool | None):
     return (min if goal == "min" else max)(cands, key=lambda i: i.value)
 
 
+def compute_s(pop) -> tuple[float, float]:
+    """(GPU seconds, CPU seconds) measured over the baseline and every idea: trials with gpus = 0
+    count as CPU time, never as GPU time."""
+    notes = [i.note for i in pop.ideas if i.note] + ([pop.baseline_note] if pop.baseline_note else [])
+    return sum(n.gpu_s or 0 for n in notes), sum(n.cpu_s or 0 for n in notes)
+
+
+def compute_text(sp: dict) -> str:
+    """'1.25 GPU-hours', '0.03 CPU-hours' or both: what was spent, named as what it was."""
+    parts = []
+    if sp["gpu_hours"] or not sp.get("cpu_hours"):
+        budget = f" of {sp['max_gpu_hours']:.1f}" if sp.get("max_gpu_hours") else ""
+        parts.append(f"{sp['gpu_hours']:.2f}{budget} GPU-hours")
+    if sp.get("cpu_hours"):
+        parts.append(f"{sp['cpu_hours']:.2f} CPU-hours")
+    return ", ".join(parts)
+
+
 def summary(cfg, research=None, pop=None) -> dict:
     if pop is None:
         research, pop = load(cfg)
@@ -116,8 +134,7 @@ def summary(cfg, research=None, pop=None) -> dict:
         lucky = None                 # only worth showing when it beats the confirmed best
     usd = sum(idea_usd(i) for i in pop.ideas)
     tokens = sum(idea_tokens(i) for i in pop.ideas)
-    gpu_s = sum((i.note.gpu_s or 0) for i in pop.ideas if i.note) + \
-        ((pop.baseline_note.gpu_s or 0) if pop.baseline_note else 0)
+    gpu_s, cpu_s = compute_s(pop)
     budget = (st or {}).get("budget") or {}
     slots = st.get("slots", []) if alive else []
     improvement = abs(best.note.delta) if best is not None and best.note.delta else None
@@ -136,11 +153,12 @@ def summary(cfg, research=None, pop=None) -> dict:
                      "seeds": len(pop.baseline_note.values) if pop.baseline_note else 0},
         "best": result_entry(best) if best is not None else None,
         "best_unconfirmed": result_entry(lucky) if lucky is not None else None,
-        "spend": {"usd": usd, "tokens": tokens, "gpu_hours": gpu_s / 3600,
+        "spend": {"usd": usd, "tokens": tokens, "gpu_hours": gpu_s / 3600, "cpu_hours": cpu_s / 3600,
                   "budget_usd": budget.get("max_usd") or cfg.llm.budget_usd,
                   "live_usd": budget.get("usd"), "max_gpu_hours": cfg.daemon.max_gpu_hours},
         "cost_per_improvement": {"usd": usd / improvement if improvement else None,
-                                 "gpu_hours": gpu_s / 3600 / improvement if improvement else None},
+                                 "gpu_hours": gpu_s / 3600 / improvement if improvement else None,
+                                 "cpu_hours": cpu_s / 3600 / improvement if improvement else None},
         "metric": m.metric, "goal": m.goal,
     }
 
@@ -191,12 +209,10 @@ def status(cfg, console, as_json: bool = False) -> int:
                       _result_line(s["best_unconfirmed"], s["metric"]), highlight=False)
     sp = s["spend"]
     budget = f" of ${sp['budget_usd']:.2f}" if sp["budget_usd"] else ""
-    gpu_budget = f" of {sp['max_gpu_hours']:.1f}" if sp["max_gpu_hours"] else ""
-    console.print(f"spend: ${sp['usd']:.4f}{budget} LLM, {sp['tokens']:,} tokens, "
-                  f"{sp['gpu_hours']:.2f}{gpu_budget} GPU-hours")
+    console.print(f"spend: ${sp['usd']:.4f}{budget} LLM, {sp['tokens']:,} tokens, {compute_text(sp)}")
     cpi = s["cost_per_improvement"]
     if cpi["usd"] is not None:
-        console.print(f"cost per unit of improvement: ${cpi['usd']:.2f} and {cpi['gpu_hours']:.2f} GPU-hours "
+        console.print(f"cost per unit of improvement: ${cpi['usd']:.2f} and {compute_text(cpi)} "
                       f"per 1.0 {s['metric']}")
     if d.get("stop_reason"):
         console.print(f"not proposing: {d['stop_reason']}")

@@ -21,7 +21,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .notes import Status
-from .observe import idea_usd, is_confirmed, leaderboard, load, summary
+from .observe import compute_text, idea_usd, is_confirmed, leaderboard, load, summary
 
 ORIGIN_COLORS = {"seed": "#7f7f7f", "exploit": "#d62728", "explore": "#1f77b4", "human": "#2ca02c",
                  "greedy": "#ff7f0e", "best_of_n": "#9467bd"}
@@ -227,9 +227,9 @@ def _html(cfg, research, summ: dict, rows: list[dict], images: list[str], s: dic
         lines.append(f"<li class='unconf'>best unconfirmed (a single measurement, not a result yet): "
                      f"{result(summ['best_unconfirmed'])}</li>")
     lines += [
-        f"<li>spend: ${sp['usd']:.2f} LLM, {sp['tokens']:,} tokens, {sp['gpu_hours']:.2f} GPU-hours</li>",
+        f"<li>spend: ${sp['usd']:.2f} LLM, {sp['tokens']:,} tokens, {e(compute_text(sp))}</li>",
         "<li>cost per unit of improvement over the baseline: " +
-        (f"${cpi['usd']:.2f} and {cpi['gpu_hours']:.2f} GPU-hours per 1.0 {e(m)}" if cpi["usd"] is not None
+        (f"${cpi['usd']:.2f} and {e(compute_text(cpi))} per 1.0 {e(m)}" if cpi["usd"] is not None
          else "n/a (no confirmed improvement yet)") + "</li>",
         "</ul>",
     ]
