@@ -15,7 +15,7 @@ from .decide import Job, seeds_needed
 from .ideas import Idea
 from .notes import Lease, Note, Status, Trial
 from .population import Population
-from .trials import Ledger, build_note, fill_baseline
+from .trials import Ledger, build_note, fill_baseline, seed_warning
 from autoresearchd.runners.base import PollState
 
 log = logging.getLogger("autoresearchd")
@@ -267,6 +267,8 @@ class Dispatcher:
             return False
         confirming = note is not None and note.decision == "pending"
         new = build_note(list(results.values()), idea, pop, self.research.manifest, p, confirmed=confirming)
+        if idea is None and seed_warning(new):
+            log.warning("baseline: %s", seed_warning(new))
         self._noted(commit, idea, new)
         self._cleanups += [lz.handle for lz in leases if lz.state == "done"]   # removed after this harvest
         self.ledger.write_leases(commit, [lz for lz in leases if lz.state == "running"])

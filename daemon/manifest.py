@@ -31,6 +31,7 @@ class EnvManifest(BaseModel):
     hidden: list[str] = Field(default_factory=list)   # globs left out of the LLM's view
     artifacts: list[str] = Field(default_factory=list)  # what run leaves for evaluate
     setup: str | None = None                   # runs on the host before run (e.g. activate a venv)
+    deterministic: bool = False                # run gives the same value for every seed: one baseline seed
     data: dict[str, str] = Field(default_factory=dict)  # env variables such as DATA_DIR
     baseline: str = "main"
     editable: list[str] = Field(default_factory=list)  # globs shown to the LLM (default: all text files)

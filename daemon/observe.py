@@ -15,6 +15,7 @@ import time
 from collections import Counter
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import defaults
@@ -23,6 +24,7 @@ from .gitrepo import state_dir
 from .notes import Status
 from .population import read_population
 from .research import open_research
+from .trials import seed_warning
 
 
 def daemon_state(repo) -> dict | None:
@@ -150,6 +152,7 @@ def summary(cfg, research=None, pop=None) -> dict:
         "total": len(pop.ideas),
         "epoch": pop.max_epoch(),
         "baseline": {"commit": pop.baseline_commit, "value": pop.baseline_value, "std": pop.baseline_std,
+                     "warning": seed_warning(pop.baseline_note),
                      "seeds": len(pop.baseline_note.values) if pop.baseline_note else 0},
         "best": result_entry(best) if best is not None else None,
         "best_unconfirmed": result_entry(lucky) if lucky is not None else None,
@@ -200,6 +203,8 @@ def status(cfg, console, as_json: bool = False) -> int:
     console.print(f"baseline {s['metric']} ({s['goal']}): " +
                   (f"{b['value']:.4f} ± {b['std'] or 0:.4f} over {b['seeds']} seeds"
                    if b["value"] is not None else "not measured yet"))
+    if b.get("warning"):
+        console.print(f"[bold yellow]warning[/]: {escape(b['warning'])}")
     if s["best"]:
         console.print("[bold]best confirmed[/]: " + _result_line(s["best"], s["metric"]), highlight=False)
     else:
