@@ -405,5 +405,5 @@ class Dispatcher:
     def _submit(self, job: Job, slot, tar, frozen) -> dict:
         from autoresearchd.runners.base import TrialSpec
         spec = TrialSpec(job.trial_id, job.commit, job.seed, self.research.manifest, self.repo.archive(job.commit),
-                         tar, frozen, job.purpose)
+                         tar, frozen, job.purpose, self.research.prepare_key())
         return self.runner.submit(spec, slot)

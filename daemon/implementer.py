@@ -19,6 +19,7 @@ import sys
 import tarfile
 import tempfile
 from importlib import resources
+from pathlib import Path
 
 from .gitrepo import GitRepo
 from .ideas import branch_for, format_message, make_idea_id, parse_message
@@ -180,6 +181,26 @@ class Implementer:
         log.info("could not implement %s after %d attempt(s): %s", idea_id, attempts, (error or "")[:200])
         return None
 
+    def _prepare(self, env: dict[str, str]) -> tuple[str | None, str]:
+        """The prepare step on the daemon machine, so `check` sees what trials see. It shares the
+        local runner's cache (<git-dir>/autoresearch/trials/.prepared/<key>): it runs once."""
+        from autoresearchd.runners.prepare import prepared_dir, run_prepare_local
+
+        from .gitrepo import state_dir
+        r = self.cfg.runner
+        root = Path(r.work_root).expanduser().resolve() if r.kind == "local" and r.work_root \
+            else state_dir(self.repo) / "trials"       # where runners/local.py puts trials
+        key = self.research.prepare_key()
+        tar, _ = self.research.harness()
+        with tempfile.TemporaryDirectory(prefix="ard-prep-") as src:
+            if tar:
+                tarfile.open(fileobj=io.BytesIO(tar)).extractall(src, filter="data")
+            rc, tail = run_prepare_local(Path(root), key, Path(src), self.research.manifest, env)
+        if rc != 0:
+            return None, (f"the prepare step `{self.research.manifest.prepare}` failed on the daemon machine "
+                          f"(exit {rc}) before the check could run. Its output ends with:\n{tail}")
+        return str(prepared_dir(root, key)), ""
+
     def _check(self, tree: str, changed: list[str]) -> str | None:
         """Pre-GPU checks: compile the changed Python files, then the env's quick `check`."""
         py = [p for p in changed if p.endswith(".py")]
@@ -197,6 +218,11 @@ class Implementer:
             env = dict(scrubbed_env(), AUTORESEARCH_CHECK="1", AUTORESEARCH_SEED="0",
                        PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
                        **self.research.manifest.data)
+            if self.research.manifest.prepare:
+                prepared, why = self._prepare(env)
+                if prepared is None:
+                    return why
+                env["AUTORESEARCH_PREPARED"] = prepared
             try:
                 p = subprocess.run(["bash", "-c", cmd], cwd=d, env=env, capture_output=True,
                                    timeout=self.cfg.implementer.check_timeout_s, start_new_session=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import defaults
@@ -93,6 +93,7 @@ class Research:
     baseline_ref: str
     manifest: EnvManifest
     configured: str | None = None   # what open_research(configure_repo=True) wrote, as one line
+    _prepare_keys: dict = field(default_factory=dict, repr=False)
 
     @property
     def baseline_commit(self) -> str:
@@ -113,6 +114,24 @@ class Research:
         entries = self.repo.ls_tree(self.baseline_commit, files)
         digest = hashlib.sha256("\n".join(f"{e.sha} {e.path}" for e in entries).encode()).hexdigest()[:16]
         return self.repo.archive(self.baseline_commit, files), digest
+
+
+    def prepare_key(self) -> str:
+        """The cache key of the manifest's prepare step (empty when there is none), from the baseline."""
+        if not self.manifest.prepare:
+            return ""
+        from autoresearchd.runners.prepare import prepare_key
+        base = self.baseline_commit
+        if base not in self._prepare_keys:        # one ls-tree per baseline, not one per dispatch
+            files = [f for f in self.frozen_files(base) if _match_any(f, self.manifest.prepare_inputs)]
+            entries = self.repo.ls_tree(base, files) if files else []
+            self._prepare_keys[base] = prepare_key(self.manifest, [(e.path, e.sha) for e in entries])
+        return self._prepare_keys[base]
+
+
+def _match_any(path: str, globs: list[str]) -> bool:
+    from .manifest import _match
+    return _match(path, globs)
 
 
 def load_manifest(repo: GitRepo, rev: str, cfg: Config | None = None) -> EnvManifest:
