@@ -135,7 +135,10 @@ def _match_any(path: str, globs: list[str]) -> bool:
 
 
 def load_manifest(repo: GitRepo, rev: str, cfg: Config | None = None) -> EnvManifest:
-    if cfg is not None and cfg.env is not None:
+    # A config file that is the repo's own manifest (what `adopt` writes) is read from the baseline
+    # commit like any manifest: an uncommitted edit on disk never changes what the daemon enforces.
+    own = cfg is not None and cfg.path is not None and cfg.path == (repo.path / MANIFEST_FILE).resolve()
+    if cfg is not None and cfg.env is not None and not own:
         return cfg.env
     text = repo.read_blob(f"{rev}:{MANIFEST_FILE}")
     if text is None:
