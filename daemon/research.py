@@ -6,6 +6,7 @@ baseline commit (never from a work tree a trial could edit).
 from __future__ import annotations
 
 import hashlib
+import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,7 +83,7 @@ def consent_message(repo: GitRepo, wrote: list[str]) -> str | None:
     keys = [w.split("=", 1)[0] for w in wrote if "=" in w]
     undo = [f"git config --unset-all {k}" for k in keys]
     if hooks:
-        undo.append("rm " + " ".join(str(repo.git_dir / "hooks" / h) for h in hooks))
+        undo.append("rm " + " ".join(shlex.quote(str(repo.git_dir / "hooks" / h)) for h in hooks))
     return (f"wrote into {repo.git_dir}: {', '.join(wrote)} (so plain `git log` shows results and pushes "
             f"wake the daemon); to remove: {' && '.join(undo)}")
 

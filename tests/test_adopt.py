@@ -253,3 +253,19 @@ def test_adopt_keeps_a_repo_that_prints_its_own_metrics_block(make_repo, tmp_pat
     assert 'run = "python train.py"' in m and 'metric = "val_acc"' in m and 'goal = "max"' in m
     assert "evaluate" not in m.split("[env]")[1].split("# Seeds")[0]
     assert not (repo / "autoresearch_eval.py").exists()
+
+
+def test_init_says_what_it_wrote_and_the_removal_line_removes_it(make_repo, tmp_path):
+    repo = make_repo({"train.py": "print('hi')\n"}, "mine")
+    p = cli("init", str(repo), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    line = p.stdout.strip()
+    assert len(line.splitlines()) == 1 and "notes.displayRef" in line and "hooks/reference-transaction" in line
+    g = GitRepo(repo)
+    assert g.config_get("notes.displayRef") and (g.git_dir / "hooks" / "post-receive").exists()
+    assert "already configured" in cli("init", str(repo), cwd=tmp_path).stdout     # nothing new: says so
+    undo = line.split("to remove: ", 1)[1]
+    subprocess.run(["bash", "-c", undo], cwd=repo, check=True)
+    assert g.config_get("notes.displayRef") is None and g.config_get("receive.denyCurrentBranch") is None
+    assert not (g.git_dir / "hooks" / "post-receive").exists()
+    assert not (g.git_dir / "hooks" / "reference-transaction").exists()
