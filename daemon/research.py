@@ -16,14 +16,35 @@ from .config import Config, ConfigError
 from .gitrepo import GitRepo
 from .manifest import MANIFEST_FILE, EnvManifest, ManifestError, parse_manifest
 
-HOOK = """#!/bin/sh
-# installed by autoresearchd init: poke the daemon when an idea branch changes (the clock is the safety net)
+# Every hook the daemon installs first re-executes itself with an empty environment (PATH and the
+# git dir only): a push or a ref update may come from a process that holds secrets.
+_HOOK_HEAD = """#!/bin/sh
+# installed by autoresearchd (rewritten when it changes): %s
+if [ -z "${AR_HOOK_CLEAN:-}" ]; then
+  exec env -i AR_HOOK_CLEAN=1 PATH="$PATH" GIT_DIR="$(git rev-parse --absolute-git-dir)" "$0" "$@"
+fi
+"""
+_POKE = _HOOK_HEAD % "poke the daemon when an idea branch changes (the clock is the safety net)" + """\
 case "$0" in *reference-transaction) [ "$1" = committed ] || exit 0 ;; esac
 grep -q ' refs/heads/idea/' || exit 0
-f="$(git rev-parse --git-dir)/autoresearch/poke"
+f="$GIT_DIR/autoresearch/poke"
 [ -d "$(dirname "$f")" ] && date +%s > "$f"
 exit 0
 """
+# A push may add idea branches (or move the baseline); the daemon's results, leases, logs, records
+# and provenance marks are written by the daemon alone, so a push cannot forge a result or an origin.
+_GUARD = _HOOK_HEAD % "a push may not write the daemon's own refs" + """\
+rc=0
+while read -r old new ref; do
+  case "$ref" in
+    refs/autoresearch/*|refs/notes/autoresearch|refs/notes/autoresearch-*)
+      echo "autoresearchd: refusing to update $ref: only the daemon writes its results and records" >&2; rc=1 ;;
+  esac
+done
+exit $rc
+"""
+HOOKS = {"reference-transaction": _POKE, "post-receive": _POKE, "pre-receive": _GUARD}
+_OURS = "# installed by autoresearchd"
 
 
 def template_path(cfg: Config, name: str) -> Path:
@@ -49,9 +70,6 @@ def create_from_template(template: Path, dest: Path) -> GitRepo:
     return repo
 
 
-HOOK_NAMES = ("reference-transaction", "post-receive")
-
-
 def configure(repo: GitRepo) -> list[str]:
     """Idempotent: plain `git log` shows result notes; fetches from clones bring notes along.
     Returns what it newly wrote into the repo's git config and hooks (empty when nothing). Called
@@ -63,14 +81,20 @@ def configure(repo: GitRepo) -> list[str]:
     if repo.config_get("receive.denyCurrentBranch") != "updateInstead":
         repo.config_set("receive.denyCurrentBranch", "updateInstead")
         wrote.append("receive.denyCurrentBranch=updateInstead")
+    repo.ensure_notes_ref(defaults.NOTES_REF)
     hooks = repo.git_dir / "hooks"
     hooks.mkdir(exist_ok=True)
-    for name in HOOK_NAMES:
+    for name, text in HOOKS.items():
         h = hooks / name
-        if not h.exists():
-            h.write_text(HOOK)
-            h.chmod(0o755)
-            wrote.append(f"hooks/{name}")
+        try:
+            current = h.read_text(errors="replace")
+        except OSError:
+            current = None
+        if current == text or (current is not None and _OURS not in "\n".join(current.splitlines()[:2])):
+            continue            # up to date, or the user's own hook: left alone
+        h.write_text(text)
+        h.chmod(0o755)
+        wrote.append(f"hooks/{name}")
     (repo.git_dir / "autoresearch").mkdir(exist_ok=True)
     return wrote
 
@@ -93,6 +117,7 @@ class Research:
     repo: GitRepo
     baseline_ref: str
     manifest: EnvManifest
+    why: str = ""          # why this repo is the research repo (start says it)
     configured: str | None = None   # what open_research(configure_repo=True) wrote, as one line
     _prepare_keys: dict = field(default_factory=dict, repr=False)
 
@@ -115,7 +140,6 @@ class Research:
         entries = self.repo.ls_tree(self.baseline_commit, files)
         digest = hashlib.sha256("\n".join(f"{e.sha} {e.path}" for e in entries).encode()).hexdigest()[:16]
         return self.repo.archive(self.baseline_commit, files), digest
-
 
     def prepare_key(self) -> str:
         """The cache key of the manifest's prepare step (empty when there is none), from the baseline."""
@@ -151,16 +175,32 @@ def load_manifest(repo: GitRepo, rev: str, cfg: Config | None = None) -> EnvMani
         raise ConfigError(str(e)) from None
 
 
+def _is_repo(path: Path) -> bool:
+    return (path / ".git").exists() or (path / "HEAD").is_file() and (path / "objects").is_dir()
+
+
+def research_path(cfg: Config) -> tuple[Path, str]:
+    """(the research repo, why that one). A git repo whose own .autoresearch.toml holds the [env]
+    manifest, started from inside, is the research repo itself (what `init DIR` creates), unless
+    research.repo names another; otherwise research.repo, by default created from research.env."""
+    if "repo" in cfg.research.model_fields_set:
+        return cfg.resolve(cfg.research.repo), f"research.repo in {cfg.path or 'the environment'}"
+    if cfg.path is not None and cfg.env is not None and _is_repo(cfg.path.parent):
+        return cfg.path.parent, f"the git repo holding the [env] manifest {cfg.path}"
+    return (cfg.resolve(cfg.research.repo),
+            f"the default research.repo ({cfg.research.repo}), created from env '{cfg.research.env}'")
+
+
 def open_research(cfg: Config, create: bool = True, configure_repo: bool = False) -> Research:
     """Open (or, with `create`, create) the research repo. Only `configure_repo=True` (init, start)
     writes git config or hooks into it; the message saying so is `Research.configured`."""
-    path = cfg.resolve(cfg.research.repo)
-    if (path / ".git").exists() or (path / "HEAD").is_file() and (path / "objects").is_dir():
+    path, why = research_path(cfg)
+    if _is_repo(path):
         repo = GitRepo(path)
     elif create:
         repo = create_from_template(template_path(cfg, cfg.research.env), path)
     else:
-        raise ConfigError(f"research repo {path} does not exist; run `autoresearchd init` or `start`")
+        raise ConfigError(f"research repo {path} ({why}) does not exist; run `autoresearchd init` or `start`")
     message = consent_message(repo, configure(repo)) if configure_repo else None
     head = repo.git("symbolic-ref", "-q", "--short", "HEAD", check=False).strip() or "main"
     manifest = load_manifest(repo, cfg.research.baseline or head, cfg)
@@ -169,4 +209,4 @@ def open_research(cfg: Config, create: bool = True, configure_repo: bool = False
     if repo.rev_parse(ref) is None:
         raise ConfigError(f"baseline branch '{branch}' not found in {path}")
     manifest = load_manifest(repo, ref, cfg)
-    return Research(repo, ref, manifest, configured=message)
+    return Research(repo, ref, manifest, why, configured=message)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 
 from . import defaults
-from .decide import BEST_DECISIONS, GOOD_DECISIONS, aggregate, decide, identical_seeds, improvement, pooled_std
+from .decide import (BEST_DECISIONS, GOOD_DECISIONS, aggregate, baseline_complete, decide, identical_seeds,
+                     improvement, pooled_std)
 from .gitrepo import GitRepo
 from .ideas import Idea
 from .notes import Lease, Note, Status, Trial, format_leases, format_note, parse_leases, parse_note
@@ -77,8 +78,6 @@ def build_note(trials: list[Trial], idea: Idea | None, pop: Population, manifest
         note.tokens, note.cost_usd = idea.tokens, idea.cost_usd
         split = {"ideation": idea.trailers.get("Idea-Cost-USD"), "implementation": idea.trailers.get("Implement-Cost-USD")}
         note.cost = {k: float(v) for k, v in split.items() if v is not None}
-    if idea is None and not manifest.deterministic and identical_seeds(note.values):
-        note.flags = sorted(set(note.flags) | {identical_warning(note.values, manifest.metric)})
     fill_baseline(note, idea, pop, manifest, policy_cfg, confirmed)
     return note
 
@@ -95,6 +94,16 @@ def identical_warning(values: list[float], metric: str) -> str:
             "`run` ignores $AUTORESEARCH_SEED, so the noise is unknown and no idea is promoted. Seed every "
             "RNG from $AUTORESEARCH_SEED (docs/bring-your-own-repo.md), or, if runs really are "
             "deterministic, set `deterministic = true` in [env] (one baseline seed)")
+
+
+def flag_identical(note: Note, manifest) -> str | None:
+    """On a complete baseline note whose seeds all gave one value (and no `deterministic = true`),
+    add the identical-seeds flag. Returns the flag, for the log."""
+    if manifest.deterministic or not baseline_complete(note) or not identical_seeds(note.values):
+        return None
+    flag = identical_warning(note.values, manifest.metric)
+    note.flags = sorted(set(note.flags) | {flag})
+    return flag
 
 
 def seed_warning(note: Note | None) -> str | None:
@@ -123,6 +132,9 @@ def fill_baseline(note: Note, idea: Idea | None, pop: Population, manifest, poli
     if parent is not None and parent.value is not None:
         note.parent_delta = note.value - parent.value
     if note.decision in ("confirmed", "demoted") and not confirmed:
+        return True
+    if not baseline_complete(b):
+        note.decision = None    # decided when the baseline's last seed is in (Dispatcher.backfill)
         return True
     vals = note.values
     if confirmed:

@@ -8,6 +8,7 @@
 # never prepare at once, and a failed or timed-out prepare leaves no .done (the next trial retries).
 set -u
 root=$1 key=$2 src=$3 log=$4
+case $key in ''|*/*|.*) echo "prepare: bad cache key '$key'" > "$log"; exit 94 ;; esac
 d="$root/.prepared/$key"
 mkdir -p "$root/.prepared" || exit 95
 exec 8>> "$d.lock" || exit 95
