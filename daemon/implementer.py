@@ -189,25 +189,11 @@ class Implementer:
     def _prepare(self) -> tuple[str | None, str]:
         """The prepare step on the daemon machine, so `check` sees what trials see. It shares the
         local runner's cache (<git-dir>/autoresearch/trials/.prepared/<key>): it runs once."""
-        from autoresearchd.runners.base import scrubbed_env  # prepare runs with the trials' environment
-        from autoresearchd.runners.prepare import prepared_dir, run_prepare_local
-
         from .gitrepo import state_dir
         r = self.cfg.runner
         root = Path(r.work_root).expanduser().resolve() if r.kind == "local" and r.work_root \
             else state_dir(self.repo) / "trials"       # where runners/local.py puts trials
-        key = self.research.prepare_key()
-        tar, _ = self.research.harness()
-        env = dict(scrubbed_env(), PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
-                   **self.research.manifest.data)
-        with tempfile.TemporaryDirectory(prefix="ard-prep-") as src:
-            if tar:
-                tarfile.open(fileobj=io.BytesIO(tar)).extractall(src, filter="data")
-            rc, tail = run_prepare_local(Path(root), key, Path(src), self.research.manifest, env)
-        if rc != 0:
-            return None, (f"the prepare step `{self.research.manifest.prepare}` failed on the daemon machine "
-                          f"(exit {rc}) before the check could run. Its output ends with:\n{tail}")
-        return str(prepared_dir(root, key)), ""
+        return prepare_here(self.research.manifest, root, self.research.prepare_key(), self.research.harness()[0])
 
     def _check(self, tree: str, changed: list[str]) -> str | None:
         """Pre-GPU checks: compile the changed Python files, then the env's quick `check`."""
@@ -228,21 +214,46 @@ class Implementer:
                          prepared=prepared)
 
 
+def prepare_here(manifest, root: Path, key: str, src_tar: bytes | None) -> tuple[str | None, str]:
+    """Run (or reuse) the prepare step on this machine under `root`, from the files in `src_tar`
+    (the baseline's frozen files). Returns ($AUTORESEARCH_PREPARED, "") or (None, why it failed)."""
+    from autoresearchd.runners.base import scrubbed_env  # prepare runs with the trials' environment
+    from autoresearchd.runners.prepare import prepared_dir, run_prepare_local
+    env = dict(scrubbed_env(), PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+               **manifest.data)
+    with tempfile.TemporaryDirectory(prefix="ard-prep-") as src:
+        if src_tar:
+            tarfile.open(fileobj=io.BytesIO(src_tar)).extractall(src, filter="data")
+        rc, tail = run_prepare_local(root, key, Path(src), manifest, env)
+    if rc != 0:
+        return None, (f"the prepare step `{manifest.prepare}` failed on the daemon machine (exit {rc}) before "
+                      f"the check could run. Its output ends with:\n{tail}")
+    return str(prepared_dir(root, key)), ""
+
+
 def run_check(manifest, code_tar: bytes, timeout_s: float, prepared: str | None = None) -> str | None:
     """The env's quick `check` command in a scratch copy of the code: None, or why it failed.
     `doctor --run` uses it on the baseline, the implementer on every implemented idea. `prepared`:
-    the prepare step's output directory on this machine ($AUTORESEARCH_PREPARED)."""
+    the prepare step's output directory on this machine ($AUTORESEARCH_PREPARED); when the manifest
+    has `prepare` and none is given, prepare runs first in a scratch directory, from `code_tar`."""
     cmd = manifest.check
     if not cmd:
         return None
     with tempfile.TemporaryDirectory(prefix="ard-check-") as d:
-        tarfile.open(fileobj=io.BytesIO(code_tar)).extractall(d, filter="data")
+        if manifest.prepare and prepared is None:
+            from autoresearchd.runners.prepare import prepare_key
+            prepared, why = prepare_here(manifest, Path(d) / "prep", prepare_key(manifest, []), code_tar)
+            if prepared is None:
+                return why
+        code = Path(d) / "code"
+        code.mkdir()
+        tarfile.open(fileobj=io.BytesIO(code_tar)).extractall(code, filter="data")
         from autoresearchd.runners.base import scrubbed_env  # the check runs untrusted code too
         env = dict(scrubbed_env(), AUTORESEARCH_CHECK="1", AUTORESEARCH_SEED="0",
                    PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
                    **manifest.data, **({"AUTORESEARCH_PREPARED": prepared} if prepared else {}))
         try:
-            p = subprocess.run(["bash", "-c", cmd], cwd=d, env=env, capture_output=True,
+            p = subprocess.run(["bash", "-c", cmd], cwd=code, env=env, capture_output=True,
                                timeout=timeout_s, start_new_session=True)
         except subprocess.TimeoutExpired:
             return f"the check command `{cmd}` did not finish within {timeout_s:.0f}s"

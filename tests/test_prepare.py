@@ -109,3 +109,17 @@ def test_check_runs_where_prepare_has_run(make_repo, tmp_path):
             rec = research.repo.rev_parse("refs/autoresearch/records/" + idea_id)
             raise AssertionError(research.repo.note_read("refs/notes/autoresearch", rec))
     assert counter.read_text().splitlines() == ["prepared"]
+
+
+def test_run_check_without_a_cache_prepares_first(make_repo, tmp_path):
+    """`doctor --run` checks the baseline with run_check alone: prepare runs first there too."""
+    from autoresearchd.gitrepo import GitRepo
+    from autoresearchd.implementer import run_check
+    check = 'check = "test -s \\"$AUTORESEARCH_PREPARED/data.txt\\""\n'
+    repo, counter = _env(make_repo, tmp_path, check=check)
+    g = GitRepo(repo)
+    m = parse_manifest(g.read_blob("main:.autoresearch.toml").decode())
+    assert run_check(m, g.archive("main"), 60) is None
+    assert counter.read_text().splitlines() == ["prepared"]
+    bad = m.model_copy(update={"prepare": "exit 4"})
+    assert "prepare step `exit 4` failed" in run_check(bad, g.archive("main"), 60)
