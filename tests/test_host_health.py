@@ -99,7 +99,7 @@ def test_disk_filling_during_the_run_is_requeued_elsewhere(ssh_fleet, toy_env, t
     assert not list((tiny_disk / "trials").glob("*-s0*")), "the full trial's directory was left on gpu0"
 
 
-def _slow_on_gpu0(shared: Path, first_s: float, twin_s: float, other_s: float = 0.3) -> str:
+def _slow_on_gpu0(shared: Path, first_s: float, twin_s: float, value: float, other_s: float = 0.3) -> str:
     """A run that records its pid and start, sleeps `first_s` as a first attempt on gpu0, `twin_s` as a
     re-run (-rN) elsewhere, `other_s` otherwise."""
     return TOY_RUN.replace("x = 1.0", f"""import re, time
@@ -108,7 +108,7 @@ open({str(shared / 'runs.log')!r}, 'a').write(tid + '\\n')
 open({str(shared)!r} + '/pid-' + tid, 'w').write(str(os.getpid()))
 rerun = re.search(r'-s\\d+-r\\d+$', tid) is not None
 time.sleep({first_s} if '/gpu0/' in os.getcwd() and not rerun else {twin_s} if rerun else {other_s})
-x = 0.8""")
+x = {value}""")
 
 
 def _alive(shared: Path, trial: str) -> bool:
@@ -128,8 +128,8 @@ def _victim_on_gpu0(r: Running, counter: Path):
 def test_sshd_back_within_ttl_harvests_without_rerun(ssh_fleet, toy_env, tmp_path, shared_dir):
     counter = shared_dir / "runs.log"
     outage = float(os.environ.get("ARD_OUTAGE_S", "8"))
-    ideas = [branch_idea(toy_env, f"back/i{k}", f"Idea {k}", {"run.py": _slow_on_gpu0(shared_dir, 1.5, 0.3)})
-             for k in range(2)]
+    ideas = [branch_idea(toy_env, f"back/i{k}", f"Idea {k}",
+                         {"run.py": _slow_on_gpu0(shared_dir, 1.5, 0.3, 0.8 + k / 100)}) for k in range(2)]
     cfg = ssh_cfg(tmp_path, toy_env, [host_toml(ssh_fleet, 0), host_toml(ssh_fleet, 1)],
                   runner="prestage = 1\n", daemon="lease_ttl_s = 120\n")
     r = Running(cfg)
@@ -170,8 +170,9 @@ def test_outage_past_ttl_one_result_and_stale_trial_removed(ssh_fleet, toy_env, 
     counter = shared_dir / "runs.log"
     # stale-cancelled: the gpu0 original would run a minute, its re-run on gpu1 is quick;
     # stale-counts: the original finishes in 3 s while its host is away, the re-run would take a minute
-    run = _slow_on_gpu0(shared_dir, 60, 0.3) if first == "stale-cancelled" else _slow_on_gpu0(shared_dir, 3, 60)
-    ideas = [branch_idea(toy_env, f"ttl{first}/i{k}", f"Idea {k}", {"run.py": run}) for k in range(2)]
+    secs = (60, 0.3) if first == "stale-cancelled" else (3, 60)
+    ideas = [branch_idea(toy_env, f"ttl{first}/i{k}", f"Idea {k}",
+                         {"run.py": _slow_on_gpu0(shared_dir, *secs, 0.8 + k / 100)}) for k in range(2)]
     cfg = ssh_cfg(tmp_path, toy_env, [host_toml(ssh_fleet, 0), host_toml(ssh_fleet, 1)],
                   runner="prestage = 1\n", daemon="lease_ttl_s = 3\n")
     r = Running(cfg)
