@@ -228,7 +228,8 @@ class Daemon:
     def _write_state(self, pop: Population) -> None:
         slots = self.dispatcher.slot_table()
         state = {"pid": os.getpid(), "started": self.started, "heartbeat": time.time(),
-                 "slots": slots, "hosts": self.dispatcher.host_table(), "implementing": sorted(self._implementing), "proposing": self._proposing,
+                 "slots": slots, "hosts": self.dispatcher.host_table(),   # health: degraded + reason (daemon/health.py)
+                 "implementing": sorted(self._implementing), "proposing": self._proposing,
                  "stop_reason": self._stop_condition(pop) if self.policy else None,
                  "llm": self.llm_note,
                  "budget": ({"usd": self.llm.budget.usd, "calls": self.llm.budget.calls,
