@@ -19,6 +19,7 @@ from fixtures_hosts import Running, counted_run, host_toml, no_ssh_config, on_ho
 from fixtures_sshd import have_sshd, ssh_fleet  # noqa: F401
 
 from autoresearchd.gitrepo import GitRepo
+from autoresearchd.notes import Status
 from autoresearchd.population import read_population
 
 from conftest import TOY_RUN, branch_idea

@@ -181,10 +181,12 @@ def test_outage_past_ttl_one_result_and_stale_trial_removed(ssh_fleet, toy_env, 
         commit = victim_commit(r, victim)
         stale_dir = ssh_fleet.remote_path(victim.handle["dir"])
         ssh_fleet.stop_host(0)
+        down = time.monotonic()
         try:
             # the lease expires and the seed is requeued on gpu1
             twin = wait_for(lambda: [t for t in started(counter) if t.startswith(victim.trial_id + "-r")], 60,
                             step=0.1, what="the requeued twin to start on gpu1")[0]
+            requeued = time.monotonic() - down
             if first == "stale-cancelled":
                 wait_for(lambda: next(i for i in r.pop().ideas if i.commit == commit).note is not None, 60,
                          step=0.1, what="the twin's result")
@@ -192,7 +194,11 @@ def test_outage_past_ttl_one_result_and_stale_trial_removed(ssh_fleet, toy_env, 
                 wait_for((stale_dir / "done").exists, 30, step=0.1, what="the original to finish on gpu0")
         finally:
             ssh_fleet.start_host(0)
+        back = time.monotonic()
         r.until_no_leases(60)
+        settled_s = time.monotonic() - back
+        print(f"\n{first}: twin started {requeued:.1f} s after sshd died (TTL 3 s); "
+              f"stale trial resolved {settled_s:.1f} s after sshd was back")
         twin_dir = Path(str(stale_dir).replace("/gpu0/", "/gpu1/")).parent / twin
     finally:
         r.stop()
