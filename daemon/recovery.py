@@ -113,6 +113,11 @@ class Recovery:
         for k, lz in enumerate(out):
             if lz.state != "stale":
                 continue
+            known = getattr(self.runner, "hosts", None)
+            if isinstance(known, dict) and lz.host not in known:
+                log.warning("stale trial %s: host %s is no longer configured; forgetting it", lz.trial_id, lz.host)
+                out[k] = None
+                continue
             st = states.get(id(lz))
             if st is None or st == PollState.UNREACHABLE:
                 continue
