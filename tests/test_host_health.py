@@ -112,11 +112,18 @@ x = {value}""")
 
 
 def _alive(shared: Path, trial: str) -> bool:
-    try:
-        os.kill(int((shared / f"pid-{trial}").read_text()), 0)
-        return True
-    except ProcessLookupError:
-        return False
+    """The trial's run process still exists 5 s on (a zombie waiting to be reaped counts as gone)."""
+    pid = int((shared / f"pid-{trial}").read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        if state == "Z":
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def _victim_on_gpu0(r: Running, counter: Path):
