@@ -39,3 +39,17 @@ DUPLICATE_THRESHOLD = 90.0   # rapidfuzz token_set_ratio
 
 LOCAL_SLOTS = 1
 HUMAN_PRIORITY = True
+
+# Sandbox (runners/sandbox.py): what an untrusted command sees of the host, read-only. An allow-list:
+# $HOME, /root, /var, /srv, the research repo and the other trials stay out. Add more per runner with
+# `sandbox_binds` (e.g. /opt or a cluster's /apps).
+SANDBOX = "bwrap"            # runner.sandbox: bwrap | apptainer | none (none must be chosen explicitly)
+SANDBOX_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+SANDBOX_ETC_FILES = ("/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.conf", "/etc/resolv.conf",
+                     "/etc/nsswitch.conf", "/etc/gai.conf", "/etc/ld.so.cache", "/etc/ld.so.conf",
+                     "/etc/ld.so.conf.d", "/etc/localtime", "/etc/ssl", "/etc/ca-certificates",
+                     "/etc/alternatives", "/etc/os-release", "/etc/mime.types")
+# passed through (when present) to a sandbox that asked for gpus > 0
+SANDBOX_GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
+                       "/dev/nvidia-caps", "/dev/dri", *(f"/dev/nvidia{i}" for i in range(16)))
+SANDBOX_IMAGE = ""           # apptainer's image (runner.sandbox_image); bwrap needs none
