@@ -1,0 +1,196 @@
+"""Coding-agent CLIs as implementers, end to end: the real `claude` and `codex` binaries (installed
+by .ci/run under tests/agent_cli/, or found on PATH) run in a scratch worktree inside the sandbox,
+against a local server that speaks their streaming APIs with scripted tool calls (fake_agent_api).
+Their result goes through the same gates as an LLM diff; every failure is a note with its reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from autoresearchd.app import make_llm
+from autoresearchd.config import load_config
+from autoresearchd.implementer import make_implementer
+from autoresearchd.notes import Status, parse_note
+from autoresearchd.policies.base import Proposal
+from autoresearchd.population import RECORDS_PREFIX, read_population
+from autoresearchd.research import open_research
+from autoresearchd.runners import sandbox
+
+from conftest import TOY_EVAL, TOY_MANIFEST, TOY_RUN
+from fake_agent_api import Done, Edit, FakeAgentAPI, Hang, Read, Shell, Write
+
+HERE = Path(__file__).parent
+KEYS = {"ANTHROPIC_API_KEY": "sk-ant-agentcli-Secret-0123456789", "OPENAI_API_KEY": "sk-oai-agentcli-Secret-9876543210"}
+MODEL = {"claude-code": "claude-sonnet-4-5", "codex": "gpt-agentcli"}
+BIN = {"claude-code": "claude", "codex": "codex"}
+
+
+def cli_binary(kind: str) -> str | None:
+    local = HERE / "agent_cli" / "node_modules" / ".bin" / BIN[kind]
+    return str(local) if local.exists() else shutil.which(BIN[kind])
+
+
+def needs(kind: str) -> str:
+    exe = cli_binary(kind)
+    if exe is None:
+        pytest.skip(f"the {BIN[kind]} CLI is not installed (npm install --prefix tests/agent_cli; .ci/run does)")
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    why = sandbox.get("bwrap").available()
+    if why:
+        pytest.skip(f"bubblewrap sandbox unavailable: {why}")
+    return exe
+
+
+BOTH = pytest.mark.parametrize("kind", ["claude-code", "codex"])
+
+
+@pytest.fixture
+def agent_setup(make_repo, tmp_path, monkeypatch):
+    for k, v in KEYS.items():
+        monkeypatch.setenv(k, v)
+    manifest = TOY_MANIFEST.replace('context =', 'check = "python3 run.py"\nhidden = ["notes_secret.md"]\ncontext =')
+    env = make_repo({".autoresearch.toml": manifest, "run.py": TOY_RUN, "evaluate.py": TOY_EVAL,
+                     "lib/util.py": "SCALE = 1.0\n", "notes_secret.md": "do not show"}, "research")
+    apis: list[FakeAgentAPI] = []
+
+    def make(kind: str, turns: list, extra: str = ""):
+        exe = needs(kind)
+        api = FakeAgentAPI(turns)
+        apis.append(api)
+        base_url = api.url if kind == "claude-code" else api.url + "/v1"
+        cfg_path = tmp_path / f"c-{len(apis)}.toml"
+        cfg_path.write_text(
+            f'[research]\nrepo = "{env}"\n[llm]\nprovider = "anthropic"\nbase_url = "{api.url}"\n'
+            f'[llm.prices."{MODEL[kind]}"]\ninput = 3.0\noutput = 15.0\n'
+            f'[implementer]\nkind = "{kind}"\n[implementer.agent]\ncommand = "{exe}"\n'
+            f'model = "{MODEL[kind]}"\nbase_url = "{base_url}"\nwall_s = 120\n{extra}')
+        cfg = load_config(cfg_path)
+        research = open_research(cfg)
+        llm, _ = make_llm(cfg, research)
+        impl = make_implementer(research, llm, cfg)
+        idea_id = impl.record_proposal(Proposal(title="Lower x", text="Set x to 0.5 and scale in lib/util.py.",
+                                                origin="explore", epoch=1, model="m"))
+        return api, research, impl, idea_id
+    yield make, env
+    for api in apis:
+        api.close()
+
+
+def record_note(research, idea_id):
+    rec = research.repo.rev_parse(RECORDS_PREFIX + idea_id)
+    assert rec, "a failed idea must leave a record"
+    return parse_note(research.repo.note_read("refs/notes/autoresearch", rec)), rec
+
+
+def assert_no_key(research, *texts: str):
+    """No key in the transcript blobs, notes or any text the test got back."""
+    repo = research.repo
+    blobs = [repo.note_read(ref, obj) or "" for ref in ("refs/notes/autoresearch", "refs/notes/autoresearch-logs")
+             for obj in repo.notes_list(ref)]
+    everything = "\n".join(blobs) + "\n".join(texts)
+    for sha in repo.notes_list("refs/notes/autoresearch-logs").values():
+        everything += (repo.read_blob(sha) or b"").decode(errors="replace")
+    for key in KEYS.values():
+        assert key not in everything
+
+
+@BOTH
+def test_agent_cli_good_multi_file_edit_lands_as_branch(agent_setup, kind):
+    make, env = agent_setup
+    turns = [Read("run.py"), Edit("run.py", "x = 1.0", "x = 0.5"),
+             Write("lib/util.py", "SCALE = 0.5\n"),
+             Shell("autoresearch-check && echo CHECK-PASSED"),
+             Shell("ls; test -e notes_secret.md && echo HIDDEN-VISIBLE || echo HIDDEN-ABSENT"),
+             Done("Lowered x and the scale.")]
+    api, research, impl, idea_id = make(kind, turns)
+    branch = impl.implement(idea_id)
+    assert branch, api.tool_results()
+    repo = research.repo
+    idea = read_population(repo, research.baseline_ref).by_id[idea_id]
+    assert idea.trailers["Implementer"] == kind
+    files = repo.read_files(idea.commit, ["run.py", "lib/util.py", "notes_secret.md", "evaluate.py"])
+    assert "x = 0.5" in files["run.py"].decode() and files["lib/util.py"] == b"SCALE = 0.5\n"
+    assert files["notes_secret.md"] == b"do not show"          # hidden: absent for the agent, kept in the branch
+    # exactly the two edits: the check's output (out.txt) stayed in its copy of the worktree
+    assert sorted(c.path for c in repo.diff_tree_raw(idea.base_commit, idea.commit)) == ["lib/util.py", "run.py"]
+    results = "\n".join(api.tool_results())
+    assert "CHECK-PASSED" in results and "HIDDEN-ABSENT" in results
+    transcript = json.loads(repo.read_blob(idea.trailers["Transcript"]))
+    assert transcript[0]["implementer"] == kind and transcript[0]["session"] == "finished"
+    assert len(transcript[0]["events"]) >= 3 and "x = 0.5" in transcript[0]["diff"]
+    # usage priced with llm.prices (3 / 15 USD per Mtok), in the trailer and in the LLM budget
+    assert float(idea.trailers["Implement-Cost-USD"]) > 0
+    assert impl.llm.budget.usd == pytest.approx(float(idea.trailers["Implement-Cost-USD"]), rel=1e-6)
+    # the key reached the model API (loopback) and nowhere else
+    sent = [r["headers"].get("x-api-key") or r["headers"].get("authorization", "") for r in api.requests]
+    assert any(KEYS["ANTHROPIC_API_KEY" if kind == "claude-code" else "OPENAI_API_KEY"] in s for s in sent)
+    assert_no_key(research, repo.git("log", "--all", "--format=%B"))
+
+
+@BOTH
+def test_agent_cli_frozen_file_edit_refused_by_gate(agent_setup, kind):
+    make, _ = agent_setup
+    turns = [Shell("chmod u+w evaluate.py; echo '# cheat: always 0' >> evaluate.py; tail -1 evaluate.py"),
+             Done("Changed the evaluator.")]
+    api, research, impl, idea_id = make(kind, turns)
+    assert impl.implement(idea_id) is None
+    note, _ = record_note(research, idea_id)
+    assert note.status == Status.REJECTED and "evaluate.py is frozen" in note.error
+    assert "cheat" in "\n".join(api.tool_results())      # the edit happened in the worktree, the gate refused it
+    assert not research.repo.refs("refs/heads/idea/")
+
+
+def test_agent_cli_edit_through_symlink_refused(agent_setup):
+    make, env = agent_setup
+    target = env / "run.py"
+    before = target.read_text()
+    turns = [Shell(f"ln -s {target} link.py; echo PWNED >> link.py; echo rc=$?"), Done("Linked.")]
+    api, research, impl, idea_id = make("claude-code", turns)
+    assert impl.implement(idea_id) is None
+    note, _ = record_note(research, idea_id)
+    assert note.status == Status.REJECTED and "symbolic link at link.py" in note.error
+    assert target.read_text() == before                 # the sandbox kept the research repo out of reach
+    assert "rc=1" in "\n".join(api.tool_results())
+
+
+@BOTH
+def test_agent_cli_hanging_session_stopped_at_wall_limit(agent_setup, kind):
+    make, _ = agent_setup
+    api, research, impl, idea_id = make(kind, [Read("run.py"), Hang()], "wall_s = 6\n")
+    t0 = time.monotonic()
+    assert impl.implement(idea_id) is None
+    assert time.monotonic() - t0 < 90
+    note, _ = record_note(research, idea_id)
+    assert note.status == Status.IMPLEMENT_FAILED and "wall-time limit of 6s" in note.error
+
+
+@BOTH
+def test_agent_cli_session_over_usd_cap_stopped(agent_setup, kind):
+    make, _ = agent_setup
+    big = dict(input_tokens=400_000, output_tokens=10)     # $1.20 per request at 3 USD/Mtok
+    turns = [Shell("echo one", **big), Shell("echo two", **big), Shell("echo three", **big),
+             Shell("echo four", **big), Done("never reached")]
+    api, research, impl, idea_id = make(kind, turns, "max_usd = 1.0\n")
+    assert impl.implement(idea_id) is None
+    note, rec = record_note(research, idea_id)
+    assert note.status == Status.IMPLEMENT_FAILED and "cost cap" in note.error, note.error
+    assert api.served <= 3                                # stopped early, not at the end of the script
+    spent = note.cost["implementation"]
+    assert 1.0 < spent < 5.0 and impl.llm.budget.usd == pytest.approx(spent, rel=1e-6)
+    assert_no_key(research)
+
+
+def test_agent_cli_missing_binary_is_a_note(agent_setup, tmp_path):
+    make, _ = agent_setup
+    api, research, impl, idea_id = make("codex", [Done()])
+    impl.acfg.command = str(tmp_path / "no-such-codex")
+    assert impl.implement(idea_id) is None
+    note, _ = record_note(research, idea_id)
+    assert note.status == Status.IMPLEMENT_FAILED and "not found" in note.error and api.served == 0
