@@ -101,9 +101,11 @@ class ClaudeCode(AgentCLI):
                 u.model = msg.get("model") or u.model
             elif ev.get("type") == "result":
                 us = ev.get("usage") or {}
-                per_msg = {"result": (sum(int(us.get(k) or 0) for k in (
-                    "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")),
-                    int(us.get("output_tokens") or 0))}
+                total = (sum(int(us.get(k) or 0) for k in ("input_tokens", "cache_creation_input_tokens",
+                                                           "cache_read_input_tokens")), int(us.get("output_tokens") or 0))
+                # the final totals, unless the CLI cut the session short (then they are zeros)
+                if total[0] >= sum(v[0] for v in per_msg.values()):
+                    per_msg = {"result": total}
                 u.turns = int(ev.get("num_turns") or 0)
                 if ev.get("total_cost_usd") is not None:
                     u.reported_usd = float(ev["total_cost_usd"])
@@ -183,3 +185,28 @@ def get(name: str) -> AgentCLI:
     if name not in _CLIS:
         raise KeyError(f"unknown coding agent '{name}'; valid agents: {', '.join(names())}")
     return _CLIS[name]()
+
+
+def steps(events: list[dict], limit: int = 40) -> list[str]:
+    """One line per tool call or message in a session's event stream (either CLI's format), for
+    `show` and the dashboard."""
+    out: list[str] = []
+    for ev in events:
+        t = ev.get("type")
+        if t == "assistant":
+            for c in (ev.get("message") or {}).get("content") or []:
+                if c.get("type") == "tool_use":
+                    args = c.get("input") or {}
+                    what = args.get("command") or args.get("file_path") or args.get("pattern") or json.dumps(args)
+                    out.append(f"{c.get('name')}: {str(what)[:200]}")
+                elif c.get("type") == "text" and c.get("text", "").strip():
+                    out.append(f"says: {c['text'].strip()[:200]}")
+        elif t == "item.completed":
+            item = ev.get("item") or {}
+            if item.get("type") == "command_execution":
+                out.append(f"exec (exit {item.get('exit_code')}): {str(item.get('command'))[:200]}")
+            elif item.get("type") == "file_change":
+                out.append("edit: " + ", ".join(str(c.get("path")) for c in item.get("changes") or []))
+            elif item.get("type") == "agent_message":
+                out.append(f"says: {str(item.get('text', '')).strip()[:200]}")
+    return out if len(out) <= limit else out[:limit // 2] + [f"... {len(out) - limit} more"] + out[-limit // 2:]

@@ -121,7 +121,7 @@ def run_session(cli: AgentCLI, argv: list[str], env: dict[str, str], cwd: str, h
         outcome, reason = "cost_cap", (f"the {cli.name} session reached its cost cap: ${usd:.4f} spent, "
                                        f"cap ${cfg.max_usd:g}")
     elif outcome == "finished" and proc.returncode != 0:
-        tail = "\n".join(list(err_tail)[-15:]) or _last_error(events) or "no output"
+        tail = _session_error(events) or _last_error(events) or "\n".join(list(err_tail)[-15:]) or "no output"
         outcome, reason = "failed", f"the {cli.name} CLI exited with status {proc.returncode}: {tail[-1500:]}"
     elif outcome == "finished" and (msg := _session_error(events)):
         outcome, reason = "failed", f"the {cli.name} session ended with an error: {msg[-1500:]}"

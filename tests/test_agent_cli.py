@@ -12,11 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from autoresearchd.app import make_llm
 from autoresearchd.config import load_config
 from autoresearchd.implementer import make_implementer
 from autoresearchd.notes import Status, parse_note
+from autoresearchd.observe import show
 from autoresearchd.policies.base import Proposal
 from autoresearchd.population import RECORDS_PREFIX, read_population
 from autoresearchd.research import open_research
@@ -70,7 +72,7 @@ def agent_setup(make_repo, tmp_path, monkeypatch):
             f'[research]\nrepo = "{env}"\n[llm]\nprovider = "anthropic"\nbase_url = "{api.url}"\n'
             f'[llm.prices."{MODEL[kind]}"]\ninput = 3.0\noutput = 15.0\n'
             f'[implementer]\nkind = "{kind}"\n[implementer.agent]\ncommand = "{exe}"\n'
-            f'model = "{MODEL[kind]}"\nbase_url = "{base_url}"\nwall_s = 120\n{extra}')
+            f'model = "{MODEL[kind]}"\nbase_url = "{base_url}"\n{extra or "wall_s = 120"}\n')
         cfg = load_config(cfg_path)
         research = open_research(cfg)
         llm, _ = make_llm(cfg, research)
@@ -128,6 +130,11 @@ def test_agent_cli_good_multi_file_edit_lands_as_branch(agent_setup, kind):
     # usage priced with llm.prices (3 / 15 USD per Mtok), in the trailer and in the LLM budget
     assert float(idea.trailers["Implement-Cost-USD"]) > 0
     assert impl.llm.budget.usd == pytest.approx(float(idea.trailers["Implement-Cost-USD"]), rel=1e-6)
+    # `show` lists the session and its steps
+    con = Console(record=True, width=240)
+    assert show(impl.cfg, con, idea_id) == 0
+    out = con.export_text()
+    assert f"{kind} session finished" in out and "autoresearch-check" in out
     # the key reached the model API (loopback) and nowhere else
     sent = [r["headers"].get("x-api-key") or r["headers"].get("authorization", "") for r in api.requests]
     assert any(KEYS["ANTHROPIC_API_KEY" if kind == "claude-code" else "OPENAI_API_KEY"] in s for s in sent)
