@@ -201,3 +201,30 @@ def test_agent_cli_missing_binary_is_a_note(agent_setup, tmp_path):
     assert impl.implement(idea_id) is None
     note, _ = record_note(research, idea_id)
     assert note.status == Status.IMPLEMENT_FAILED and "not found" in note.error and api.served == 0
+
+
+def test_agent_cli_key_in_change_refused_and_redacted(agent_setup):
+    """A model that learned the key and writes it into the worktree: the gate refuses the change
+    and the transcript (whose tool calls carry the key) keeps it only as ***."""
+    make, _ = agent_setup
+    key = KEYS["ANTHROPIC_API_KEY"]
+    api, research, impl, idea_id = make("claude-code", [Write("leak.txt", f"token={key}\n"),
+                                                        Shell("cat leak.txt"), Done(f"I saved {key}.")])
+    assert impl.implement(idea_id) is None
+    note, rec = record_note(research, idea_id)
+    assert note.status == Status.REJECTED and "API key" in note.error
+    transcript = (research.repo.read_blob(note.log) or b"").decode()
+    assert "token=***" in transcript
+    assert_no_key(research, research.repo.git("log", "--all", "--format=%B"))
+
+
+def test_agent_cli_unknown_kind_lists_valid_ones(tmp_path, toy_env):
+    from autoresearchd.config import ConfigError
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text(f'[research]\nrepo = "{toy_env}"\n[implementer]\nkind = "cursor"\n')
+    cfg = load_config(cfg_path)
+    with pytest.raises(KeyError, match="valid implementers: claude-code, codex, diff"):
+        make_implementer(open_research(cfg), None, cfg)
+    cfg_path.write_text(f'[research]\nrepo = "{toy_env}"\n[implementer.agent]\nmax_usdd = 1\n')
+    with pytest.raises(ConfigError, match="did you mean 'max_usd'"):
+        load_config(cfg_path)
