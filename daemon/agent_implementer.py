@@ -56,6 +56,14 @@ class AgentImplementer(Implementer):
             return (usage.input_tokens * price.input + usage.output_tokens * price.output) / 1e6
         return usage.reported_usd or 0.0
 
+    def _capped(self):
+        """The session's limits, its USD cap lowered to what is left of llm.budget_usd."""
+        budget = getattr(self.llm, "budget", None)
+        if budget is None or budget.max_usd is None:
+            return self.acfg
+        left = max(0.0, budget.max_usd - budget.usd)
+        return self.acfg.model_copy(update={"max_usd": min(self.acfg.max_usd, left)})
+
     def _record_spend(self, usage: Usage, usd: float) -> None:
         if self.llm is None:
             return
@@ -155,11 +163,12 @@ class AgentImplementer(Implementer):
         env = {"PATH": path, "LANG": os.environ.get("LANG", "C.UTF-8"), "TERM": "dumb", "TMPDIR": str(root / "tmp"),
                "PYTHONDONTWRITEBYTECODE": "1", "NO_COLOR": "1", **self.research.manifest.data,
                **self.cli.env(self.acfg, home, key)}
-        plain = self.cli.argv(exe, prompt, self.acfg, str(wt), sandboxed=self.acfg.sandbox != "none")
+        acfg = self._capped()
+        plain = self.cli.argv(exe, prompt, acfg, str(wt), sandboxed=acfg.sandbox != "none")
         argv, why, _ = self._sandboxed_argv(plain, wt, root, env, home)
         if argv is None:
             return None, Status.IMPLEMENT_FAILED, why, Usage(), 0.0
-        res = run_session(self.cli, argv, env, str(wt), home, self.acfg, self._cost, redact)
+        res = run_session(self.cli, argv, env, str(wt), home, acfg, self._cost, redact)
         entry.update(session=res.outcome, wall_s=round(res.wall_s, 1), turns=res.usage.turns,
                      input_tokens=res.usage.input_tokens, output_tokens=res.usage.output_tokens,
                      cost_usd=round(res.usd, 6), events=res.events, stderr=res.stderr_tail[-4000:])

@@ -62,14 +62,14 @@ def agent_setup(make_repo, tmp_path, monkeypatch):
                      "lib/util.py": "SCALE = 1.0\n", "notes_secret.md": "do not show"}, "research")
     apis: list[FakeAgentAPI] = []
 
-    def make(kind: str, turns: list, extra: str = ""):
+    def make(kind: str, turns: list, extra: str = "", llm_extra: str = ""):
         exe = needs(kind)
         api = FakeAgentAPI(turns)
         apis.append(api)
         base_url = api.url if kind == "claude-code" else api.url + "/v1"
         cfg_path = tmp_path / f"c-{len(apis)}.toml"
         cfg_path.write_text(
-            f'[research]\nrepo = "{env}"\n[llm]\nprovider = "anthropic"\nbase_url = "{api.url}"\n'
+            f'[research]\nrepo = "{env}"\n[llm]\nprovider = "anthropic"\nbase_url = "{api.url}"\n{llm_extra}'
             f'[llm.prices."{MODEL[kind]}"]\ninput = 3.0\noutput = 15.0\n'
             f'[implementer]\nkind = "{kind}"\n[implementer.agent]\ncommand = "{exe}"\n'
             f'model = "{MODEL[kind]}"\nbase_url = "{base_url}"\n{extra or "wall_s = 120"}\n')
@@ -178,16 +178,18 @@ def test_agent_cli_hanging_session_stopped_at_wall_limit(agent_setup, kind):
     assert note.status == Status.IMPLEMENT_FAILED and "wall-time limit of 6s" in note.error
 
 
-@BOTH
-def test_agent_cli_session_over_usd_cap_stopped(agent_setup, kind):
+@pytest.mark.parametrize("kind,cap,llm_budget", [("claude-code", 1.0, ""), ("codex", 1.0, ""),
+                                                 ("codex", 20.0, "budget_usd = 1.0\n")])
+def test_agent_cli_session_over_usd_cap_stopped(agent_setup, kind, cap, llm_budget):
+    """Stopped at the session's own cap, or at what is left of the LLM budget when that is lower."""
     make, _ = agent_setup
     big = dict(input_tokens=400_000, output_tokens=10)     # $1.20 per request at 3 USD/Mtok
     turns = [Shell("echo one", **big), Shell("echo two", **big), Shell("echo three", **big),
              Shell("echo four", **big), Done("never reached")]
-    api, research, impl, idea_id = make(kind, turns, "max_usd = 1.0\n")
+    api, research, impl, idea_id = make(kind, turns, f"max_usd = {cap}\n", llm_budget)
     assert impl.implement(idea_id) is None
     note, rec = record_note(research, idea_id)
-    assert note.status == Status.IMPLEMENT_FAILED and "cost cap" in note.error, note.error
+    assert note.status == Status.IMPLEMENT_FAILED and "cost cap" in note.error and note.error.endswith("cap $1"), note.error
     assert api.served <= 3                                # stopped early, not at the end of the script
     spent = note.cost["implementation"]
     assert 1.0 < spent < 5.0 and impl.llm.budget.usd == pytest.approx(spent, rel=1e-6)
