@@ -132,6 +132,9 @@ class Codex(AgentCLI):
             a += ["-c", f"model_provider={json.dumps(self.PROVIDER)}", "-c", f"model_providers.{self.PROVIDER}={provider}"]
         if cfg.model:
             a += ["-m", cfg.model]
+        # the commands it runs do not inherit the key (Claude Code has no such switch without its own
+        # sandbox: there the transcript redaction and the key gate are what hold)
+        a += ["-c", 'shell_environment_policy.exclude=["*KEY*", "*TOKEN*", "*SECRET*", "*PASSW*"]']
         return a + ["--", prompt]
 
     def env(self, cfg, home, key):

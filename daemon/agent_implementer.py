@@ -89,10 +89,13 @@ class AgentImplementer(Implementer):
         bindir.mkdir()
         check = m.check or "true"
         helper = bindir / CHECK_HELPER
-        # a copy per check, so what the check writes (outputs, caches) never lands in the idea
+        # a copy per check, so what the check writes (outputs, caches) never lands in the idea; and a
+        # clean environment, so the code under check does not see the key the CLI holds
+        data = " ".join(shlex.quote(f"{k}={v}") for k, v in m.data.items())
         helper.write_text("#!/bin/bash\nset -e\nd=$(mktemp -d)\ntrap 'rm -rf \"$d\"' EXIT\n"
                           f"cp -a {shlex.quote(str(wt))}/. \"$d\"/\ncd \"$d\"\n"
-                          f"AUTORESEARCH_CHECK=1 AUTORESEARCH_SEED=0 bash -c {shlex.quote(check)}\n")
+                          "env -i PATH=\"$PATH\" HOME=\"$d\" TMPDIR=\"$d\" LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1 "
+                          f"AUTORESEARCH_CHECK=1 AUTORESEARCH_SEED=0 {data} bash -c {shlex.quote(check)}\n")
         helper.chmod(0o755)
         (root / "home").mkdir()
         return wt, hidden

@@ -57,7 +57,9 @@ BOTH = pytest.mark.parametrize("kind", ["claude-code", "codex"])
 def agent_setup(make_repo, tmp_path, monkeypatch):
     for k, v in KEYS.items():
         monkeypatch.setenv(k, v)
-    manifest = TOY_MANIFEST.replace('context =', 'check = "python3 run.py"\nhidden = ["notes_secret.md"]\ncontext =')
+    # the check reports how many key variables the code under check can see (the helper must scrub them)
+    manifest = TOY_MANIFEST.replace('context =', 'check = "python3 run.py && echo KEYS-SEEN=$(printenv | grep -ci api_key)"'
+                                                 '\nhidden = ["notes_secret.md"]\ncontext =')
     env = make_repo({".autoresearch.toml": manifest, "run.py": TOY_RUN, "evaluate.py": TOY_EVAL,
                      "lib/util.py": "SCALE = 1.0\n", "notes_secret.md": "do not show"}, "research")
     apis: list[FakeAgentAPI] = []
@@ -110,6 +112,7 @@ def test_agent_cli_good_multi_file_edit_lands_as_branch(agent_setup, kind):
              Write("lib/util.py", "SCALE = 0.5\n"),
              Shell("autoresearch-check && echo CHECK-PASSED"),
              Shell("ls; test -e notes_secret.md && echo HIDDEN-VISIBLE || echo HIDDEN-ABSENT"),
+             Shell("autoresearch-check; printenv | grep -c -i _api_key; echo ENV-PROBED"),
              Done("Lowered x and the scale.")]
     api, research, impl, idea_id = make(kind, turns)
     branch = impl.implement(idea_id)
@@ -123,7 +126,10 @@ def test_agent_cli_good_multi_file_edit_lands_as_branch(agent_setup, kind):
     # exactly the two edits: the check's output (out.txt) stayed in its copy of the worktree
     assert sorted(c.path for c in repo.diff_tree_raw(idea.base_commit, idea.commit)) == ["lib/util.py", "run.py"]
     results = "\n".join(api.tool_results())
-    assert "CHECK-PASSED" in results and "HIDDEN-ABSENT" in results
+    assert "CHECK-PASSED" in results and "HIDDEN-ABSENT" in results and "ENV-PROBED" in results
+    assert "KEYS-SEEN=0" in results and "KEYS-SEEN=1" not in results and "KEYS-SEEN=2" not in results
+    if kind == "codex":   # its shell commands do not inherit the key (claude's do: see docs/llm.md)
+        assert "\n0\nENV-PROBED" in results
     transcript = json.loads(repo.read_blob(idea.trailers["Transcript"]))
     assert transcript[0]["implementer"] == kind and transcript[0]["session"] == "finished"
     assert len(transcript[0]["events"]) >= 3 and "x = 0.5" in transcript[0]["diff"]
