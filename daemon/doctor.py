@@ -43,4 +43,33 @@ def doctor(cfg, console) -> int:
     keys = [k for k in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", cfg.llm.api_key_env) if k and os.environ.get(k)]
     line(True, f"LLM provider: {name}" + (f" ({why})" if why else ""))
     line(True, "API keys present: " + (", ".join(sorted(set(keys))) or "none (the replay provider will be used)"))
+    if cfg.implementer.kind != "diff":
+        _agent(cfg, line)
     return 0 if ok else 1
+
+
+def _agent(cfg, line) -> None:
+    """A coding-agent implementer: its CLI, its version, its sandbox and where its login comes from."""
+    from . import agent_cli
+    from autoresearchd.runners import sandbox
+    try:
+        cli = agent_cli.get(cfg.implementer.kind)
+    except KeyError as e:
+        return line(False, f"implementer.kind: {e.args[0]}")
+    a = cfg.implementer.agent
+    exe = cli.find(a.command)
+    ver = ""
+    if exe:
+        try:
+            ver = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            ver = "(no version)"
+    line(bool(exe), f"implementer {cli.name}: {exe or 'not found'} {ver}".rstrip(), cli.missing_hint())
+    try:
+        why = sandbox.get(a.sandbox).available()
+    except KeyError as e:
+        why = e.args[0]
+    line(why is None, f"agent sandbox: {a.sandbox}", why or "")
+    key = a.api_key_env or cli.key_env
+    line(True, f"agent login: {key} is set" if os.environ.get(key) else
+         f"agent login: {key} not set; the CLI's own login in {a.home or '(a fresh HOME: none)'} will be used")

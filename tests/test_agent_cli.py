@@ -236,3 +236,14 @@ def test_agent_cli_unknown_kind_lists_valid_ones(tmp_path, toy_env):
     cfg_path.write_text(f'[research]\nrepo = "{toy_env}"\n[implementer.agent]\nmax_usdd = 1\n')
     with pytest.raises(ConfigError, match="did you mean 'max_usd'"):
         load_config(cfg_path)
+
+
+def test_agent_cli_doctor_reports_the_cli(agent_setup, tmp_path):
+    make, _ = agent_setup
+    _, research, impl, _ = make("claude-code", [])
+    con = Console(record=True, width=240)
+    from autoresearchd.doctor import doctor
+    doctor(impl.cfg, con)
+    out = con.export_text()
+    assert "implementer claude-code:" in out and "(Claude Code)" in out and "agent sandbox: bwrap" in out
+    assert "ANTHROPIC_API_KEY is set" in out and KEYS["ANTHROPIC_API_KEY"] not in out
