@@ -147,9 +147,9 @@ def test_agent_cli_good_multi_file_edit_lands_as_branch(agent_setup, kind):
     assert_no_key(research, repo.git("log", "--all", "--format=%B"))
 
 
-@BOTH
-def test_agent_cli_frozen_file_edit_refused_by_gate(agent_setup, kind):
+def test_agent_cli_frozen_file_edit_refused_by_gate(agent_setup):
     make, _ = agent_setup
+    kind = "codex"      # the gate is the same for both CLIs; claude meets it in the symlink and key tests
     turns = [Shell("chmod u+w evaluate.py; echo '# cheat: always 0' >> evaluate.py; tail -1 evaluate.py"),
              Done("Changed the evaluator.")]
     api, research, impl, idea_id = make(kind, turns)
