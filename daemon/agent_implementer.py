@@ -31,6 +31,7 @@ from pathlib import Path
 from . import agent_cli
 from .agent_cli import Usage
 from .agent_session import redactor, run_session
+from .gitrepo import GitError
 from .implementer import Implementer, prompt_hash, prompt_template
 from .notes import Status
 
@@ -111,19 +112,19 @@ class AgentImplementer(Implementer):
                                                     "it only confirms the copy works)",
             run=m.run), template
 
-    def _sandboxed_argv(self, argv, wt: Path, root: Path, env: dict, home: str) -> tuple[list[str] | None, str | None, bool]:
+    def _sandboxed_argv(self, argv, wt: Path, root: Path, env: dict, home: str) -> tuple[list[str] | None, str | None]:
         from autoresearchd.runners import sandbox
         try:
             box = sandbox.get(self.acfg.sandbox)
         except KeyError as e:
-            return None, f"implementer.agent.sandbox: {e.args[0]}", False
+            return None, f"implementer.agent.sandbox: {e.args[0]}"
         why = box.available()
         if why:
-            return None, f"the agent sandbox `{box.name}` is not usable here: {why}", False
+            return None, f"the agent sandbox `{box.name}` is not usable here: {why}"
         req = sandbox.SandboxRequest(argv=argv, cwd=str(wt), writable=[str(wt), home, str(root / "tmp")],
                                      readonly=[str(root / "bin"), *_install_dirs(argv[0])], env=env,
                                      network=True, path=env["PATH"])   # the model API needs the network
-        return box.argv(req), None, box.isolated
+        return box.argv(req), None
 
     # -- one idea --------------------------------------------------------------------------------
     def implement(self, idea_id: str) -> str | None:
@@ -168,7 +169,7 @@ class AgentImplementer(Implementer):
                **self.cli.env(self.acfg, home, key)}
         acfg = self._capped()
         plain = self.cli.argv(exe, prompt, acfg, str(wt), sandboxed=acfg.sandbox != "none")
-        argv, why, _ = self._sandboxed_argv(plain, wt, root, env, home)
+        argv, why = self._sandboxed_argv(plain, wt, root, env, home)
         if argv is None:
             return None, Status.IMPLEMENT_FAILED, why, Usage(), 0.0
         res = run_session(self.cli, argv, env, str(wt), home, acfg, self._cost, redact)
@@ -177,7 +178,11 @@ class AgentImplementer(Implementer):
                      cost_usd=round(res.usd, 6), events=res.events, stderr=res.stderr_tail[-4000:])
         if res.outcome != "finished":
             return None, Status.IMPLEMENT_FAILED, res.reason, res.usage, res.usd
-        tree, status, error = self._gate(base, wt, hidden, key, entry)
+        try:
+            tree, status, error = self._gate(base, wt, hidden, key, entry)
+        except GitError as e:     # e.g. a file name git cannot stage
+            tree, status, error = None, Status.REJECTED, f"the agent's worktree could not be staged: {e}"
+        entry["diff"] = redact(entry.get("diff", ""))
         return tree, status, error, res.usage, res.usd
 
     def _gate(self, base: str, wt: Path, hidden: list[str], key: str | None, entry: dict):

@@ -6,7 +6,6 @@ Their result goes through the same gates as an LLM diff; every failure is a note
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -94,12 +93,14 @@ def record_note(research, idea_id):
 
 
 def assert_no_key(research, *texts: str):
-    """No key in the transcript blobs, notes or any text the test got back."""
+    """No key in any note, any stored log or transcript blob, any commit, or the texts given."""
     repo = research.repo
-    blobs = [repo.note_read(ref, obj) or "" for ref in ("refs/notes/autoresearch", "refs/notes/autoresearch-logs")
-             for obj in repo.notes_list(ref)]
-    everything = "\n".join(blobs) + "\n".join(texts)
-    for sha in repo.notes_list("refs/notes/autoresearch-logs").values():
+    everything = "\n".join(texts) + repo.git("log", "--all", "--format=%B")
+    for ref in ("refs/notes/autoresearch", "refs/notes/autoresearch-runs"):
+        everything += "\n".join(repo.note_read(ref, obj) or "" for obj in repo.notes_list(ref))
+    logs = repo.refs("refs/autoresearch/logs/")
+    assert logs, "the transcript is stored under refs/autoresearch/logs/"
+    for sha in logs.values():
         everything += (repo.read_blob(sha) or b"").decode(errors="replace")
     for key in KEYS.values():
         assert key not in everything
@@ -144,7 +145,7 @@ def test_agent_cli_good_multi_file_edit_lands_as_branch(agent_setup, kind):
     # the key reached the model API (loopback) and nowhere else
     sent = [r["headers"].get("x-api-key") or r["headers"].get("authorization", "") for r in api.requests]
     assert any(KEYS["ANTHROPIC_API_KEY" if kind == "claude-code" else "OPENAI_API_KEY"] in s for s in sent)
-    assert_no_key(research, repo.git("log", "--all", "--format=%B"))
+    assert_no_key(research)
 
 
 def test_agent_cli_frozen_file_edit_refused_by_gate(agent_setup):
@@ -223,7 +224,7 @@ def test_agent_cli_key_in_change_refused_and_redacted(agent_setup):
     assert note.status == Status.REJECTED and "API key" in note.error
     transcript = (research.repo.read_blob(note.log) or b"").decode()
     assert "token=***" in transcript
-    assert_no_key(research, research.repo.git("log", "--all", "--format=%B"))
+    assert_no_key(research)
 
 
 def test_agent_cli_unknown_kind_lists_valid_ones(tmp_path, toy_env):
