@@ -248,3 +248,14 @@ def test_agent_cli_doctor_reports_the_cli(agent_setup, tmp_path):
     out = con.export_text()
     assert "implementer claude-code:" in out and "(Claude Code)" in out and "agent sandbox: bwrap" in out
     assert "ANTHROPIC_API_KEY is set" in out and KEYS["ANTHROPIC_API_KEY"] not in out
+
+
+def test_agent_cli_codex_turn_cap(agent_setup):
+    """Codex has no turn limit of its own: the daemon counts its requests and stops it."""
+    make, _ = agent_setup
+    turns = [Shell(f"echo step{i}") for i in range(8)] + [Done()]
+    api, research, impl, idea_id = make("codex", turns, "max_turns = 2\n")
+    assert impl.implement(idea_id) is None
+    note, _ = record_note(research, idea_id)
+    assert note.status == Status.IMPLEMENT_FAILED and "turns (limit 2)" in note.error, note.error
+    assert api.served < 8
