@@ -148,8 +148,9 @@ def _codex_events(turn, n: int, model: str, cwd: str) -> bytes:
 
 
 class FakeAgentAPI:
-    """`with FakeAgentAPI([turns...], cwd=worktree_placeholder) as api:`; `api.url` is the base URL
-    (Claude Code: ANTHROPIC_BASE_URL=api.url; Codex: a provider with base_url=api.url + "/v1")."""
+    """`with FakeAgentAPI([turns...]) as api:`; `api.url` is the base URL (Claude Code:
+    ANTHROPIC_BASE_URL=api.url; Codex: a provider with base_url=api.url + "/v1"). File paths in tool
+    calls are made absolute with the working directory the CLI states in its request."""
 
     def __init__(self, turns: list | None = None):
         self.turns = list(turns or [])
