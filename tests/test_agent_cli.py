@@ -259,3 +259,20 @@ def test_agent_cli_codex_turn_cap(agent_setup):
     note, _ = record_note(research, idea_id)
     assert note.status == Status.IMPLEMENT_FAILED and "turns (limit 2)" in note.error, note.error
     assert api.served < 8
+
+
+def test_agent_cli_start_validation(tmp_path, toy_env):
+    """What `start` and `doctor` refuse before any session: an unknown kind, a missing CLI; and the
+    warning for an unpriced codex model (its sessions would count as $0)."""
+    from autoresearchd.validate import ERROR, WARN, llm_findings
+    cfg_path = tmp_path / "c.toml"
+
+    def found(body: str):
+        cfg_path.write_text(f'[research]\nrepo = "{toy_env}"\n[llm]\nprovider = "none"\n{body}')
+        return [(f.level, f.what) for f in llm_findings(load_config(cfg_path), None)]
+    assert (ERROR, "implementer.kind: unknown name 'cursor'; valid: claude-code, codex, diff") in \
+        found('[implementer]\nkind = "cursor"\n')
+    missing = found(f'[implementer]\nkind = "claude-code"\n[implementer.agent]\ncommand = "{tmp_path}/nope"\n')
+    assert any(level == ERROR and "claude-code CLI `claude` was not found" in what for level, what in missing)
+    unpriced = found(f'[implementer]\nkind = "codex"\n[implementer.agent]\ncommand = "/bin/true"\n')
+    assert [level for level, what in unpriced if "codex reports no cost" in what] == [WARN]
