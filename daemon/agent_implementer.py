@@ -188,7 +188,10 @@ class AgentImplementer(Implementer):
     def _gate(self, base: str, wt: Path, hidden: list[str], key: str | None, entry: dict):
         """The worktree's tree through the same gates as an LLM diff's tree."""
         from .safety import check_tree_change
-        tree = self.repo.tree_from_dir(base, wt, keep=hidden)
+        try:
+            tree = self.repo.tree_from_dir(base, wt, keep=hidden, max_file_bytes=self.cfg.implementer.max_file_bytes)
+        except ValueError as e:
+            return None, Status.REJECTED, f"the agent's change was refused: {e}"
         changes = self.repo.diff_tree_raw(base, tree)
         entry["diff"] = self.repo.diff(base, tree)
         if not changes:

@@ -323,7 +323,8 @@ class GitRepo:
                     self.git("update-index", "--add", "--cacheinfo", f"{mode},{sha},{path}", env=env)
             return self.git("write-tree", env=env).strip()
 
-    def tree_from_dir(self, base: str, workdir: str | os.PathLike, keep: list[str] = ()) -> str:
+    def tree_from_dir(self, base: str, workdir: str | os.PathLike, keep: list[str] = (),
+                      max_file_bytes: int | None = None) -> str:
         """The tree of a scratch directory (a coding agent's worktree) as `git add -A` stages it on
         top of base's tree: symlinks stay symlinks and nested repositories become gitlinks, so the
         safety gate sees them as they are; files its .gitignore names are left out. The `keep` paths
@@ -334,6 +335,18 @@ class GitRepo:
             env = {"GIT_INDEX_FILE": os.path.join(d, "index"), "GIT_DIR": gitdir,
                    "GIT_WORK_TREE": str(workdir)}
             self._run(["read-tree", base], env=env, cwd=Path(workdir))
+            if max_file_bytes is not None:
+                # refuse an oversized file before it is hashed into the repo's object store
+                out = self._run(["ls-files", "-z", "--others", "--modified", "--exclude-standard"],
+                                env=env, cwd=Path(workdir), binary=True)
+                for rel in filter(None, out.split(b"\0")):
+                    try:
+                        size = os.lstat(os.path.join(os.fsencode(workdir), rel)).st_size
+                    except OSError:
+                        continue
+                    if size > max_file_bytes:
+                        raise ValueError(f"{rel.decode(errors='replace')} would be {size} bytes, over the "
+                                         f"{max_file_bytes}-byte limit per file")
             self._run(["-c", "core.autocrlf=false", "-c", "core.fileMode=true", "add", "-A", "--", "."],
                       env=env, cwd=Path(workdir))
             if keep:

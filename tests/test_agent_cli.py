@@ -276,3 +276,14 @@ def test_agent_cli_start_validation(tmp_path, toy_env):
     assert any(level == ERROR and "claude-code CLI `claude` was not found" in what for level, what in missing)
     unpriced = found(f'[implementer]\nkind = "codex"\n[implementer.agent]\ncommand = "/bin/true"\n')
     assert [level for level, what in unpriced if "codex reports no cost" in what] == [WARN]
+
+
+def test_agent_cli_oversized_file_refused_before_it_is_stored(agent_setup):
+    make, _ = agent_setup
+    api, research, impl, idea_id = make("codex", [Shell("head -c 1500000 /dev/zero | tr '\\\\0' a > big.txt; wc -c big.txt"),
+                                                  Done("Added data.")])
+    assert impl.implement(idea_id) is None
+    note, _ = record_note(research, idea_id)
+    assert note.status == Status.REJECTED and "big.txt would be 1500000 bytes" in note.error, note.error
+    sizes = research.repo.git("cat-file", "--batch-all-objects", "--batch-check=%(objectsize)").split()
+    assert max(int(s) for s in sizes) < 1_000_000          # never hashed into the research repo
