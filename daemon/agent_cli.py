@@ -56,6 +56,7 @@ class AgentCLI:
         raise NotImplementedError
 
     def usage(self, events: list[dict], home: str) -> Usage:
+        """Usage so far, from the events (and, for codex, this session's rollout file in `home`)."""
         raise NotImplementedError
 
 
@@ -151,9 +152,14 @@ class Codex(AgentCLI):
                 us = ev.get("usage") or {}
                 u.input_tokens += int(us.get("input_tokens") or 0)
                 u.output_tokens += int(us.get("output_tokens") or 0)
-        # per request, while it runs: the rollout file's token_count events (cumulative totals)
+        # per request, while it runs: the rollout file's token_count events (cumulative totals). The
+        # file is named after the thread id the stream announces first, so a shared home's other
+        # sessions (a subscription login used by two sessions at once) never count.
+        thread = next((ev.get("thread_id") for ev in events if ev.get("type") == "thread.started"), None)
         turns, inp, out, model = 0, 0, 0, None
-        for path in sorted(glob.glob(os.path.join(home, "sessions", "**", "rollout-*.jsonl"), recursive=True)):
+        paths = glob.glob(os.path.join(glob.escape(home), "sessions", "**", f"rollout-*{glob.escape(thread)}.jsonl"),
+                          recursive=True) if thread else []
+        for path in paths[:1]:
             try:
                 with open(path, errors="replace") as f:
                     for line in f:
