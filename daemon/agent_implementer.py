@@ -3,10 +3,11 @@ the idea in a scratch worktree; its result goes through the same gates as an LLM
 
 Flow for one idea:
 1. export the parent commit to a scratch directory outside the research repo (hidden files left
-   out, frozen files read-only), with a fresh HOME for the CLI and a `autoresearch-check` helper
+   out, frozen files read-only), with a fresh HOME for the CLI and an `autoresearch-check` helper
    that runs the env's quick check on a copy of the worktree;
-2. run one session in the sandbox (runners/sandbox.py; network shared, for the model API only, see
-   docs/security.md), with its wall-time, turn and USD limits (agent_session);
+2. run one session in the sandbox (runners/sandbox.py), with its wall-time, turn and USD limits
+   (agent_session). The network is shared, since the CLI must reach the model API and bwrap cannot
+   narrow it to one host (docs/llm.md, "Network");
 3. stage the worktree on top of the parent (`git add -A` in a temporary index: symlinks stay
    symlinks) and gate the tree exactly as an LLM diff's tree is gated: safety (frozen, paths,
    symlinks, .git/, sizes, binaries), the key must not appear in it, py_compile, then `check`;
