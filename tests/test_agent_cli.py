@@ -287,3 +287,33 @@ def test_agent_cli_oversized_file_refused_before_it_is_stored(agent_setup):
     assert note.status == Status.REJECTED and "big.txt would be 1500000 bytes" in note.error, note.error
     sizes = research.repo.git("cat-file", "--batch-all-objects", "--batch-check=%(objectsize)").split()
     assert max(int(s) for s in sizes) < 1_000_000          # never hashed into the research repo
+
+
+def test_agent_cli_worktree_staging_sees_symlinks_and_keeps_hidden(toy_env, tmp_path):
+    """The staging step alone (no CLI needed): an edited worktree becomes a tree on top of the
+    parent; a symlink stays a symlink for the gate; a withheld hidden file stays as in the parent;
+    the worktree's .gitignore'd outputs are left out."""
+    import io
+    import tarfile
+    from autoresearchd.gitrepo import GitRepo
+    from autoresearchd.safety import SafetyRules, check_tree_change
+    repo = GitRepo(toy_env)
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    tarfile.open(fileobj=io.BytesIO(repo.archive("main"))).extractall(wt, filter="data")
+    (wt / "run.py").write_text((wt / "run.py").read_text().replace("x = 1.0", "x = 0.5"))
+    (wt / "evaluate.py").unlink()                                 # withheld, as a hidden file is
+    (wt / ".gitignore").write_text("out/\n")
+    (wt / "out").mkdir()
+    (wt / "out" / "ckpt.bin").write_bytes(b"\0" * 10)
+    tree = repo.tree_from_dir("main", wt, keep=["evaluate.py"])
+    assert sorted(c.path for c in repo.diff_tree_raw("main", tree)) == [".gitignore", "run.py"]
+    rules = SafetyRules(is_frozen=lambda p: p == "evaluate.py")
+    assert check_tree_change(repo, "main", tree, rules) is None
+    (wt / "link.py").symlink_to("/etc/passwd")
+    tree = repo.tree_from_dir("main", wt, keep=["evaluate.py"])
+    assert "symbolic link at link.py" in check_tree_change(repo, "main", tree, rules)
+    (wt / "link.py").unlink()
+    (wt / "big.txt").write_text("a" * 2000)
+    with pytest.raises(ValueError, match="big.txt would be 2000 bytes"):
+        repo.tree_from_dir("main", wt, max_file_bytes=1000)
