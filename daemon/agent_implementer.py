@@ -74,9 +74,9 @@ class AgentImplementer(Implementer):
                                           output_tokens=usage.output_tokens, cost_usd=usd), "implement")
 
     # -- the worktree ----------------------------------------------------------------------------
-    def _prepare(self, root: Path, base: str) -> tuple[Path, list[str]]:
-        """Export base into root/wt without hidden files, frozen files read-only. Returns the
-        worktree and the hidden paths (kept from base when the result is staged)."""
+    def _worktree(self, root: Path, base: str, prepared: str | None) -> tuple[Path, list[str]]:
+        """Export base into root/wt without hidden files, frozen files read-only, and write the check
+        helper. Returns the worktree and the hidden paths (kept from base when the result is staged)."""
         m = self.research.manifest
         wt = root / "wt"
         wt.mkdir()
@@ -93,7 +93,8 @@ class AgentImplementer(Implementer):
         helper = bindir / CHECK_HELPER
         # a copy per check, so what the check writes (outputs, caches) never lands in the idea; and a
         # clean environment, so the code under check does not see the key the CLI holds
-        data = " ".join(shlex.quote(f"{k}={v}") for k, v in m.data.items())
+        data = " ".join(shlex.quote(f"{k}={v}") for k, v in
+                        {**m.data, **({"AUTORESEARCH_PREPARED": prepared} if prepared else {})}.items())
         helper.write_text("#!/bin/bash\nset -e\nd=$(mktemp -d)\ntrap 'rm -rf \"$d\"' EXIT\n"
                           f"cp -a {shlex.quote(str(wt))}/. \"$d\"/\ncd \"$d\"\n"
                           "env -i PATH=\"$PATH\" HOME=\"$d\" TMPDIR=\"$d\" LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1 "
@@ -113,7 +114,8 @@ class AgentImplementer(Implementer):
                                                     "it only confirms the copy works)",
             run=m.run), template
 
-    def _sandboxed_argv(self, argv, wt: Path, root: Path, env: dict, home: str) -> tuple[list[str] | None, str | None]:
+    def _sandboxed_argv(self, argv, wt: Path, root: Path, env: dict, home: str,
+                        extra_ro: list[str]) -> tuple[list[str] | None, str | None]:
         from autoresearchd.runners import sandbox
         try:
             box = sandbox.get(self.acfg.sandbox)
@@ -123,7 +125,7 @@ class AgentImplementer(Implementer):
         if why:
             return None, f"the agent sandbox `{box.name}` is not usable here: {why}"
         req = sandbox.SandboxRequest(argv=argv, cwd=str(wt), writable=[str(wt), home, str(root / "tmp")],
-                                     readonly=[str(root / "bin"), *_install_dirs(argv[0])], env=env,
+                                     readonly=[str(root / "bin"), *_install_dirs(argv[0]), *extra_ro], env=env,
                                      network=True, path=env["PATH"])   # the model API needs the network
         return box.argv(req), None
 
@@ -158,7 +160,13 @@ class AgentImplementer(Implementer):
                             model=self.acfg.model or usage.model, attempts=1)
 
     def _session(self, exe, prompt, base, root: Path, key, redact, entry: dict):
-        wt, hidden = self._prepare(root, base)
+        prepared = None
+        m = self.research.manifest
+        if m.prepare and m.check:     # the check inside the session sees what trials see
+            prepared, why = self._prepare()
+            if prepared is None:
+                return None, Status.IMPLEMENT_FAILED, why, Usage(), 0.0
+        wt, hidden = self._worktree(root, base, prepared)
         (root / "tmp").mkdir()
         home = os.path.abspath(os.path.expanduser(self.acfg.home)) if self.acfg.home else str(root / "home")
         exe_dir = os.path.dirname(os.path.abspath(exe))
@@ -170,7 +178,7 @@ class AgentImplementer(Implementer):
                **self.cli.env(self.acfg, home, key)}
         acfg = self._capped()
         plain = self.cli.argv(exe, prompt, acfg, str(wt), sandboxed=acfg.sandbox != "none")
-        argv, why = self._sandboxed_argv(plain, wt, root, env, home)
+        argv, why = self._sandboxed_argv(plain, wt, root, env, home, [prepared] if prepared else [])
         if argv is None:
             return None, Status.IMPLEMENT_FAILED, why, Usage(), 0.0
         res = run_session(self.cli, argv, env, str(wt), home, acfg, self._cost, redact)
