@@ -56,8 +56,11 @@ BOTH = pytest.mark.parametrize("kind", ["claude-code", "codex"])
 def agent_setup(make_repo, tmp_path, monkeypatch):
     for k, v in KEYS.items():
         monkeypatch.setenv(k, v)
-    # the check reports how many key variables the code under check can see (the helper must scrub them)
-    manifest = TOY_MANIFEST.replace('context =', 'check = "python3 run.py && echo KEYS-SEEN=$(printenv | grep -ci api_key)"'
+    # the check reads the prepare step's output, and reports how many key variables the code under
+    # check can see (the helper must scrub them)
+    manifest = TOY_MANIFEST.replace('context =', 'prepare = "echo tokens-ready > tokens.txt"\n'
+                                                 'check = "python3 run.py && cat $AUTORESEARCH_PREPARED/tokens.txt'
+                                                 ' && echo KEYS-SEEN=$(printenv | grep -ci api_key)"'
                                                  '\nhidden = ["notes_secret.md"]\ncontext =')
     env = make_repo({".autoresearch.toml": manifest, "run.py": TOY_RUN, "evaluate.py": TOY_EVAL,
                      "lib/util.py": "SCALE = 1.0\n", "notes_secret.md": "do not show"}, "research")
@@ -129,6 +132,7 @@ def test_agent_cli_good_multi_file_edit_lands_as_branch(agent_setup, kind):
     results = "\n".join(api.tool_results())
     assert "CHECK-PASSED" in results and "HIDDEN-ABSENT" in results and "ENV-PROBED" in results
     assert "KEYS-SEEN=0" in results and "KEYS-SEEN=1" not in results and "KEYS-SEEN=2" not in results
+    assert "tokens-ready" in results          # the prepared data, read-only in the sandbox
     if kind == "codex":   # its shell commands do not inherit the key (claude's do: see docs/llm.md)
         assert "\n0\nENV-PROBED" in results
     transcript = json.loads(repo.read_blob(idea.trailers["Transcript"]))
