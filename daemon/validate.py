@@ -46,9 +46,9 @@ def env_source(cfg: Config) -> EnvSource:
     """The manifest and file list `start` would use, read without creating or configuring anything.
     Raises ConfigError naming the exact key at fault."""
     from .gitrepo import GitRepo
-    from .research import load_manifest, template_path
-    path = cfg.resolve(cfg.research.repo)
-    if (path / ".git").exists() or (path / "HEAD").is_file() and (path / "objects").is_dir():
+    from .research import _is_repo, load_manifest, research_path, template_path
+    path, _ = research_path(cfg)        # the repo `start` would use (init DIR's repo is DIR itself)
+    if _is_repo(path):
         repo = GitRepo(path)
         head = repo.git("symbolic-ref", "-q", "--short", "HEAD", check=False).strip() or "main"
         rev = cfg.research.baseline or head

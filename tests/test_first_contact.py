@@ -158,6 +158,7 @@ def test_init_then_start_inside_runs_that_repo_and_pushed_branches(tmp_path, mon
     from autoresearchd.config import load_config
     from autoresearchd.loop import settled
     from autoresearchd.population import read_population
+    from autoresearchd.validate import require_valid
     from conftest import TOY_EVAL, TOY_RUN
     template = tmp_path / "toy-template"
     template.mkdir()
@@ -180,6 +181,11 @@ def test_init_then_start_inside_runs_that_repo_and_pushed_branches(tmp_path, mon
     pushed = git(cl, "rev-parse", "HEAD").strip()
 
     monkeypatch.chdir(d)
+    capsys.readouterr()
+    # `start` validates DIR itself (not the default research.repo/research.env) before running it
+    assert main(["doctor"]) == 0, capsys.readouterr().out
+    assert f"from research repo {d}" in " ".join(capsys.readouterr().out.split())
+    require_valid(load_config())
     daemon = build_daemon(load_config(), with_llm=False)
     assert daemon.repo.path.resolve() == d.resolve() and "[env] manifest" in daemon.research.why
     daemon.run_forever(install_signals=False, until=settled)
