@@ -14,6 +14,7 @@ import os
 import time
 from collections import Counter
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -295,6 +296,8 @@ def _metric_cell(r: dict) -> str:
 
 COLUMNS = ("#", "idea", "title", "metric", "Δ baseline", "decision", "status", "origin", "parents", "epoch")
 RICH_ROWS = 300
+WIDE_TABLE = 130          # below this many columns `ideas` shows the NARROW set
+NARROW_DROPS = ("decision", "origin", "parents", "epoch")
 
 
 def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=False, limit=None) -> int:
@@ -308,7 +311,7 @@ def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=Fals
     if as_json:
         console.file.write(json.dumps(rows) + "\n")
         return 0
-    cells = [(str(k), r["idea"], r["title"][:60], _metric_cell(r), _delta(r["delta"]), r["decision"] or "",
+    cells = [(str(k), r["idea"], _cut(r["title"], 60), _metric_cell(r), _delta(r["delta"]), r["decision"] or "",
               r["status"], r["origin"], ",".join(r["parents"])[:30], str(r["epoch"])) for k, r in enumerate(rows, 1)]
     if len(rows) > RICH_ROWS:   # rich lays out big tables slowly (seconds per thousand rows): plain columns
         w = [max([len(h)] + [len(c[j]) for c in cells]) for j, h in enumerate(COLUMNS)]
@@ -316,17 +319,27 @@ def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=Fals
         console.file.write("\n".join([fmt.format(*COLUMNS)] + [fmt.format(*c).rstrip() for c in cells]) + "\n")
         console.print(f"{len(rows)} idea(s)")
         return 0
-    t = Table(show_lines=False)
-    for col in COLUMNS:
-        t.add_column(col, overflow="fold" if col == "title" else "ellipsis", no_wrap=col != "title",
-                     min_width={"idea": 13, "title": 24, "metric": 8}.get(col))
-    for c in cells:
-        t.add_row(*(Text(x) for x in c))    # titles, branches, errors are data, never rich markup
     # piped into a file or a pager: do not squeeze the table into 80 columns
     out = console if console.is_terminal else Console(file=console.file, width=max(console.width, 180))
+    cols = COLUMNS
+    if out.width < WIDE_TABLE:
+        # a narrow terminal: all ten columns leave the title no room at all, so keep those that rank
+        # and drop the provenance ones (`show IDEA` has them)
+        cols = tuple(c for c in COLUMNS if c not in NARROW_DROPS)
+    t = Table(show_lines=False, box=box.SIMPLE_HEAD if out.width < WIDE_TABLE else box.HEAVY_HEAD)
+    for col in cols:
+        t.add_column(col, overflow="fold" if col == "title" else "ellipsis", no_wrap=col != "title",
+                     min_width={"#": len(str(len(cells))), "idea": 13, "title": 16, "metric": 6}.get(col))
+    keep = [COLUMNS.index(c) for c in cols]
+    for c in cells:
+        t.add_row(*(Text(c[j]) for j in keep))    # titles, branches, errors are data, never rich markup
     out.print(t)
     console.print(f"{len(rows)} idea(s)")
     return 0
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n - 1] + "…"
 
 
 def _plain(console, text: str) -> None:

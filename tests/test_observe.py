@@ -104,6 +104,24 @@ def test_ideas_ranked_and_filtered(pop300):
     assert bad.returncode == 2 and "valid:" in bad.stdout
 
 
+def test_ideas_at_80_columns_in_a_terminal_keeps_titles_and_ranks(pop300):
+    """At 80 columns all ten columns left the title (and `#`) zero width: the narrow set keeps them."""
+    import io
+
+    from autoresearchd.config import load_config
+    from autoresearchd.observe import ideas_table
+    cfg, _, _ = pop300
+    buf = io.StringIO()
+    assert ideas_table(load_config(cfg), Console(file=buf, width=80, force_terminal=True, color_system=None),
+                       limit=5) == 0
+    out = buf.getvalue()
+    rows = json.loads(cli(cfg, "ideas", "--json", "--limit", "5").stdout)
+    assert all(len(ln) <= 80 for ln in out.splitlines()), out
+    assert "Lucky single run" in out and "Δ baseline" in out and "status" in out, out
+    for k, r in enumerate(rows, 1):
+        assert f" {k} " in out and r["idea"] in out and r["title"].split()[0] in out, out
+
+
 def test_show_text_diffstat_note_attempts_and_log(pop300):
     cfg, _, pop = pop300
     best = next(i for i in pop.ideas if i.title == "Best confirmed idea")
