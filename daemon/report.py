@@ -132,10 +132,16 @@ def plot_best(pop, s: dict, metric: str, gpus: int = 1) -> Figure:
         _baseline(ax, pop)
         ax.set_ylabel(metric)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        _legend(ax, fontsize=8)
     ax1.set_title("best so far by epoch")
     ax2.set_title("best so far by compute")
     return fig
+
+
+def _legend(ax, **kw) -> None:
+    # an empty search has nothing labelled yet: matplotlib would warn on stderr for an empty legend
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kw)
 
 
 def plot_scatter(pop, metric: str) -> Figure:
@@ -160,7 +166,7 @@ def plot_scatter(pop, metric: str) -> Figure:
     ax.set_ylabel(metric)
     ax.set_title("every executed idea, by origin")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=4)
+    _legend(ax, fontsize=8, ncol=4)
     return fig
 
 

@@ -77,6 +77,19 @@ def test_report_of_an_empty_search(tmp_path):
     assert all((tmp_path / "r" / f).stat().st_size > 1000 for f in FIGURES)
 
 
+def test_report_before_the_first_note_prints_no_warnings(toy_env, tmp_path):
+    """`report` run while the baseline is still training: nothing is labelled yet, and matplotlib's
+    "No artists with labels found" warnings must not reach the user's terminal."""
+    import warnings
+
+    from conftest import write_config
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        index = write_report(load_config(write_config(tmp_path, toy_env)), tmp_path / "r")
+    assert index.is_file()
+    assert not [str(w.message) for w in caught if "legend" in str(w.message)]
+
+
 def test_figures_of_a_small_cpu_search_with_no_spend(tmp_path):
     """Whole-number epoch ticks, CPU-hours (not GPU-hours) for a gpus = 0 env, a zero spend drawn
     from 0 (not -0.04..0.04), and no twin axes in the cost figure."""
