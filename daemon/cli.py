@@ -71,14 +71,24 @@ def cmd_start(args, cfg) -> int:
         logging.getLogger("autoresearchd").warning("%s", w.what)
     sd = state_dir(daemon.repo)
     if args.detach:
+        logfile = sd / "daemon.log"
+        sys.stdout.flush()
+        sys.stderr.flush()
         pid = os.fork()
         if pid:
-            console.print(f"autoresearchd started in the background (pid {pid}); log: {sd / 'daemon.log'}")
+            console.print(f"autoresearchd started in the background (pid {pid}); log: {logfile}")
             return 0
+        # A session of its own, and none of the caller's streams: `x=$(autoresearchd start --detach)`
+        # returns as soon as the parent exits, because nothing here holds its pipe open.
         os.setsid()
-        devnull = os.open(os.devnull, os.O_RDWR)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        out = os.open(logfile, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(devnull, 0)
-        _setup_logging(cfg.daemon.log_level, sd / "daemon.log")
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(devnull)
+        os.close(out)
+        _setup_logging(cfg.daemon.log_level, logfile)
     log = logging.getLogger("autoresearchd")
     log.info("research repo: %s (%s; baseline %s)", daemon.repo.path, daemon.research.why,
              daemon.research.baseline_ref)

@@ -29,13 +29,16 @@ class Job:
     seed: int
     purpose: str                    # baseline | idea | confirm
     idea: Idea | None = None
-    retries: int = 0
+    retries: int = 0                # failures that count against the idea (max_retries)
     priority: tuple = field(default_factory=tuple)
+    attempt: int = 0                # placements so far, whoever failed: names the trial (-rN)
+    faults: list[str] = field(default_factory=list)   # host faults met so far ("host: reason")
 
     @property
     def trial_id(self) -> str:
         tag = self.idea.idea_id if self.idea else "baseline"
-        return f"{tag}-{self.commit[:8]}-s{self.seed}" + (f"-r{self.retries}" if self.retries else "")
+        n = max(self.attempt, self.retries)
+        return f"{tag}-{self.commit[:8]}-s{self.seed}" + (f"-r{n}" if n else "")
 
 
 def baseline_seeds(k: int) -> list[int]:
@@ -72,8 +75,24 @@ def baseline_jobs_open(note: Note | None) -> bool:
     return note is None or all(t.status == Status.SUCCEEDED for t in note.trials)
 
 
-def missing_seeds(needed: list[int], note: Note | None, leases: list[Lease]) -> list[tuple[int, int]]:
-    """(seed, retries) for every needed seed that has neither a result nor a live lease."""
+@dataclass
+class Missing:
+    """A seed to (re)run: what its earlier attempts leave it with."""
+    seed: int
+    retries: int = 0
+    attempt: int = 0
+    faults: list[str] = field(default_factory=list)
+
+
+def attempt_of(lz: Lease) -> int:
+    a = getattr(lz, "attempt", None)
+    return lz.retries if a is None else a
+
+
+def missing_seeds(needed: list[int], note: Note | None, leases: list[Lease]) -> list[Missing]:
+    """Every needed seed that has neither a result nor a live lease. A `lost` lease (the trial failed
+    on a healthy host) spends one of the idea's retries; a `requeued` or `stale` one (a host fault)
+    does not, it only adds to the seed's host faults."""
     have = {t.seed for t in (note.trials if note else [])}
     out = []
     for s in needed:
@@ -82,8 +101,10 @@ def missing_seeds(needed: list[int], note: Note | None, leases: list[Lease]) -> 
         mine = [lz for lz in leases if lz.seed == s]
         if any(getattr(lz, "state", "running") in ("running", "done") for lz in mine):
             continue
-        retries = max((lz.retries + 1 for lz in mine if getattr(lz, "state", "") == "lost"), default=0)
-        out.append((s, retries))
+        retries = max((lz.retries + (lz.state == "lost") for lz in mine), default=0)
+        attempt = max((attempt_of(lz) + 1 for lz in mine), default=0)
+        faults = max((list(getattr(lz, "faults", None) or []) for lz in mine), key=len, default=[])
+        out.append(Missing(s, retries, attempt, faults))
     return out
 
 

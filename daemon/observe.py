@@ -148,6 +148,7 @@ def summary(cfg, research=None, pop=None) -> dict:
                    "llm": st.get("llm") if st else None, "stop_reason": st.get("stop_reason") if st else None,
                    "implementing": st.get("implementing", []) if alive else []},
         "slots": slots,
+        "hosts": (st.get("hosts") or {}) if alive else {},
         "slot_counts": dict(Counter(x.get("state", "?") for x in slots)),
         "counts": dict(counts),
         "total": len(pop.ideas),
@@ -210,7 +211,13 @@ def status(cfg, console, as_json: bool = False) -> int:
         console.print("[bold]daemon not running[/] (status read from git)")
     if d["alive"]:
         c = s["slot_counts"]
-        console.print(f"slots: {c.get('busy', 0)} busy, {c.get('free', 0)} free, {c.get('unreachable', 0)} unreachable")
+        console.print(f"slots: {c.get('busy', 0)} busy, {c.get('free', 0)} free, {c.get('unreachable', 0)} unreachable"
+                      + (f", {c['degraded']} degraded" if c.get("degraded") else ""))
+        for name, h in sorted(s["hosts"].items()):
+            if h.get("state") != "ok":
+                nxt = f" (next probe in {h['next_probe_s']:.0f}s)" if h.get("next_probe_s") is not None else ""
+                console.print(f"host {name} {h['state']}: {h.get('reason') or 'no reason given'}{nxt}",
+                              markup=False, highlight=False)
     order = [st.value for st in Status]
     counts = s["counts"]
     extra = sorted(k for k in counts if k not in order)
