@@ -141,9 +141,17 @@ def aggregate(trials: list[Trial]) -> dict:
         "accelerator": first.accelerator if first else None,
         "software": first.software if first else None,
         "harness": first.harness if first else None,
-        "gpu_s": sum((t.wall_s or 0) * max(1, t.gpus) for t in trials) if trials else None,
+        # accelerator time is counted only where the trial had GPUs; a CPU trial is CPU time
+        "gpu_s": sum((t.wall_s or 0) * t.gpus for t in trials if t.gpus > 0)
+        if any(t.gpus > 0 for t in trials) else None,
+        "cpu_s": sum((t.wall_s or 0) for t in trials if t.gpus <= 0) if any(t.gpus <= 0 for t in trials) else None,
         "tamper": sorted({x for t in trials for x in t.tamper}),
     }
+
+
+def identical_seeds(values: list[float]) -> bool:
+    """Several seeds, one value: the run does not honour its seed (or is deterministic)."""
+    return len(values) > 1 and len(set(values)) == 1
 
 
 def improvement(value: float, ref: float, goal: str) -> float:
@@ -174,13 +182,18 @@ def pooled_std(a: list[float], b: list[float]) -> float | None:
 
 def decide(value: float, goal: str, baseline: float | None, baseline_std: float | None,
            best: float | None, noise_mult: float, confirm_enabled: bool, confirmed: bool = False,
-           n: int = 1, k: int = 1, std: float | None = None) -> str | None:
+           n: int = 1, k: int = 1, std: float | None = None, noise_known: bool = True) -> str | None:
     """The decision for `value` (a mean over n seeds) against the baseline (a mean over k seeds) and
     `best`, the best confirmed/promoted value so far. A margin is a noise multiple (at least the
     t quantile for the degrees of freedom) times the standard error of the difference: a single
-    run against sqrt(1 + 1/k) baseline stds; a confirmed mean against the pooled std (`std`)."""
+    run against sqrt(1 + 1/k) baseline stds; a confirmed mean against the pooled std (`std`).
+    With `noise_known` False (baseline seeds came back identical: the run ignores its seed) no margin
+    can be computed, so nothing is promoted: a gain is only `improved`."""
     if baseline is None:
         return None
+    if not noise_known:
+        vs = improvement(value, baseline, goal)
+        return "improved" if vs > 0 else "worse" if vs < 0 else "within_noise"
     s = baseline_std or 0.0
     single = max(noise_mult, t975(k - 1) if k > 1 else noise_mult) * s * (1 + 1 / max(1, k)) ** 0.5
     vs_base = improvement(value, baseline, goal)

@@ -27,6 +27,7 @@ LOG_HEAD_BYTES = 256 * 1024  # kept from the start of a run's output
 LOG_TAIL_BYTES = 256 * 1024  # kept from the end
 KILL_GRACE_S = 10            # SIGTERM -> SIGKILL at time-out
 EVAL_BUDGET_S = 600
+PREPARE_BUDGET_S = 3600      # limit for the once-per-host `prepare` step (a data download may be slow)
 
 MAX_REVISIONS = 2            # as in the paper
 MAX_DIFF_BYTES = 200_000

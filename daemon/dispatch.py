@@ -18,7 +18,7 @@ from .ideas import Idea
 from .notes import Lease, Note, Status, Trial
 from .population import ARCHIVE_PREFIX, BRANCH_PREFIX, Population
 from .recovery import Recovery
-from .trials import Ledger, build_note, fill_baseline
+from .trials import Ledger, build_note, fill_baseline, flag_identical, seed_warning
 from .trust import suspicion
 from autoresearchd.runners.base import PollState
 
@@ -326,6 +326,8 @@ class Dispatcher(Recovery):
                                 {lz.trial_id for lz in leases if lz.state == "superseded"})
         if idea is None:
             new.seeds_planned = len(needed)
+            if flag_identical(new, self.research.manifest):
+                log.warning("baseline: %s", seed_warning(new))
         self._noted(commit, idea, new)
         self._cleanups += [lz.handle for lz in leases if lz.state == "done"]   # removed after this harvest
         self.ledger.write_leases(commit, [lz for lz in leases if lz.state in KEPT])
@@ -456,5 +458,5 @@ class Dispatcher(Recovery):
     def _submit(self, job: Job, slot, tar, frozen) -> dict:
         from autoresearchd.runners.base import TrialSpec
         spec = TrialSpec(job.trial_id, job.commit, job.seed, self.research.manifest, self.repo.archive(job.commit),
-                         tar, frozen, job.purpose)
+                         tar, frozen, job.purpose, self.research.prepare_key())
         return self.runner.submit(spec, slot)

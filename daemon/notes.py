@@ -87,7 +87,8 @@ class Note(BaseModel):
     decision: str | None = None     # promoted | within_noise | worse | confirmed | demoted
     host: str | None = None
     wall_s: float | None = None
-    gpu_s: float | None = None
+    gpu_s: float | None = None      # wall time x GPUs, only for trials that had GPUs
+    cpu_s: float | None = None      # wall time of trials that ran with no GPU (gpus = 0)
     exit_code: int | None = None
     seed: int | None = None
     error: str | None = None

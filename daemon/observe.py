@@ -26,6 +26,7 @@ from .notes import Status
 from .population import read_population
 from .progress import running_trials
 from .research import open_research
+from .trials import seed_warning
 
 
 def daemon_state(repo) -> dict | None:
@@ -154,6 +155,7 @@ def summary(cfg, research=None, pop=None) -> dict:
         "epoch": pop.max_epoch(),
         "baseline": {"commit": pop.baseline_commit, "value": pop.baseline_value, "std": pop.baseline_std,
                      "seeds": len(pop.baseline_note.values) if pop.baseline_note else 0,
+                     "warning": seed_warning(pop.baseline_note),
                      "seeds_planned": (pop.baseline_note.seeds_planned if pop.baseline_note else None)
                      or cfg.policy.baseline_seeds,
                      "status": pop.baseline_note.status.value if pop.baseline_note else None,
@@ -224,6 +226,8 @@ def status(cfg, console, as_json: bool = False) -> int:
     console.print(f"epoch: {s['epoch'] if s['epoch'] >= 0 else '-'}")
     b = s["baseline"]
     console.print(f"baseline {s['metric']} ({s['goal']}): {baseline_text(b)}", highlight=False, markup=False)
+    if b.get("warning"):
+        console.print(f"[bold yellow]warning[/]: {escape(b['warning'])}")
     if s["best"]:
         # "confirmed" only when more than one seed agrees: a promotion on one seed is not a confirmation
         label = "[bold]best confirmed[/]" if s["best"]["seeds"] > 1 else \

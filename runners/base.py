@@ -215,7 +215,7 @@ class ShellRunner:
         return {"done": PollState.DONE, "missing": PollState.MISSING, "running": PollState.RUNNING,
                 "dead": PollState.LOST}.get(word, PollState.UNREACHABLE)
 
-    FILES: ClassVar[list[str]] = ["run.rc", "run.timed_out", "started", "done", "tamper.txt", "run_result.json",
+    FILES: ClassVar[list[str]] = ["prepare.rc", "prepare.log", "run.rc", "run.timed_out", "started", "done", "tamper.txt", "run_result.json",
                                   "eval.rc", "eval.timed_out", "eval_result.json", "run.head", "run.tail",
                                   "eval.head", "eval.tail", "wrapper.log"]
 

@@ -67,7 +67,12 @@ def outcome_from_files(files: dict[str, bytes], manifest: EnvManifest, probe: st
     else:
         metrics = parse_metrics(run_log.decode(errors="replace"), files.get("run_result.json"))
         source = "run"
-    if timed_out:
+    prep_rc = _int(files.get("prepare.rc"))
+    if prep_rc not in (0, None):
+        why = f"timed out after {manifest.prepare_budget_s}s" if prep_rc == 124 else f"exited {prep_rc}"
+        tail = files.get("prepare.log", b"").decode(errors="replace")[-1500:].strip()
+        error = f"prepare {why} (the run did not start)" + (f"; its output ends with:\n{tail}" if tail else "")
+    elif timed_out:
         error = "run exceeded its time budget of %ss" % manifest.time_budget_s
     elif rc is None:
         wrapper = whole_tail(files.get("wrapper.log", b""), 1000)

@@ -32,6 +32,7 @@ class TrialSpec:
     eval_tar: bytes | None = None    # git archive of the baseline's frozen files (harness)
     frozen_paths: list[str] = field(default_factory=list)
     purpose: str = "idea"
+    prepare_key: str = ""            # hash of the prepare step's inputs (runners/prepare.py)
 
 
 class PollState(str, Enum):
