@@ -145,7 +145,10 @@ def cmd_stop(args, cfg) -> int:
         console.print(f"no process {pid}; removing a stale pidfile")
         pidfile.unlink()
         return 1
-    console.print(f"sent stop to {pid}" + (" (twice: immediate)" if args.now else " (graceful)"))
+    console.print(f"sent stop to {pid}" + (" (twice: immediate)" if args.now else
+                                           " (graceful: it finishes the implementations in flight first, "
+                                           "which can take minutes on a busy machine; `status` shows it "
+                                           "stopping; `stop --now` exits at once)"))
     return 0
 
 

@@ -251,6 +251,16 @@ class Daemon:
         log.info("stopping: no new dispatches; detached runs keep going (signal again to exit at once)")
         self._stopping.set()
         self._stopped.set()
+        # the heartbeat stops with the scheduler, while implementations in flight may take minutes
+        # (their checks train under load): say so in the state file, so `status` shows "stopping"
+        try:
+            p = self.state_dir / "daemon.json"
+            state = json.loads(p.read_text())
+            state["stopping_since"] = time.time()
+            p.with_suffix(".stop.tmp").write_text(json.dumps(state))
+            os.replace(p.with_suffix(".stop.tmp"), p)
+        except (OSError, ValueError):
+            pass
 
     def run_forever(self, install_signals: bool = True, until=None, progress=None) -> None:
         """Foreground loop. `until(pop)` (tests, `--until`) ends it when it returns True;

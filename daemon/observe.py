@@ -147,7 +147,9 @@ def summary(cfg, research=None, pop=None) -> dict:
                    "uptime_s": time.time() - st["started"] if alive and st.get("started") else None,
                    "last_heartbeat_s": time.time() - st["heartbeat"] if st and st.get("heartbeat") else None,
                    "llm": st.get("llm") if st else None, "stop_reason": st.get("stop_reason") if st else None,
-                   "implementing": st.get("implementing", []) if alive else []},
+                   "implementing": st.get("implementing", []) if alive else [],
+                   "stopping_s": (time.time() - st["stopping_since"]
+                                  if alive and st.get("stopping_since") else None)},
         "slots": slots,
         "hosts": (st.get("hosts") or {}) if alive else {},
         "slot_counts": dict(Counter(x.get("state", "?") for x in slots)),
@@ -204,7 +206,12 @@ def status(cfg, console, as_json: bool = False) -> int:
         console.file.write(json.dumps(s) + "\n")
         return 0
     d = s["daemon"]
-    if d["alive"]:
+    if d["alive"] and d.get("stopping_s") is not None:
+        busy = len(d.get("implementing") or [])
+        console.print(f"[bold yellow]daemon stopping[/] pid {d['pid']}, for {_fmt_uptime(d['stopping_s'])}: "
+                      f"it finishes the {busy} implementation(s) in flight, then exits "
+                      f"(`autoresearchd stop --now` exits at once)")
+    elif d["alive"]:
         stale = "" if d["fresh"] else f" [yellow](no heartbeat for {int(d['last_heartbeat_s'])}s)[/]"
         console.print(f"[bold green]daemon running[/] pid {d['pid']}, up {_fmt_uptime(d['uptime_s'] or 0)}; "
                       f"LLM: {escape(str(d['llm']))}{stale}")

@@ -235,3 +235,24 @@ def test_one_slot_runs_baseline_seed_0_first(toy_env, tmp_path):
         d.runner.close()
     assert [n.seeds for n in _note_history(toy_env, d.research.baseline_commit)] == [[0], [0, 1]]
     assert read_population(d.repo, d.research.baseline_ref).baseline_note.seeds == [0, 1]
+
+
+def test_status_says_stopping_after_a_graceful_stop(toy_env, tmp_path, capsys):
+    """A graceful stop waits for the implementations in flight (minutes under load) while the
+    heartbeat has stopped: `status` must say "stopping", not "daemon running" as if nothing happened."""
+    import signal
+
+    from autoresearchd.app import build_daemon
+    from autoresearchd.cli import main
+    from autoresearchd.config import load_config
+    from autoresearchd.population import read_population
+    cfg = write_config(tmp_path, toy_env)
+    daemon = build_daemon(load_config(cfg), with_llm=False)
+    daemon._write_state(read_population(daemon.repo, daemon.research.baseline_ref))
+    assert main(["--config", str(cfg), "status"]) == 0
+    assert "daemon running" in capsys.readouterr().out
+    daemon._on_signal(signal.SIGTERM, None)                 # what `autoresearchd stop` sends
+    assert main(["--config", str(cfg), "status"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "daemon stopping" in out and "daemon running" not in out and "stop --now" in out, out
+    daemon.runner.close()
