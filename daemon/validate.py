@@ -212,7 +212,8 @@ def llm_findings(cfg: Config, src: EnvSource | None) -> list[Finding]:
                 out.append(Finding(ERROR, f"llm.replay_file: {p} does not exist"))
         elif src is not None and not _packaged_replay(src.manifest.name):
             out.append(Finding(ERROR, f"llm: no API key is set and env '{src.manifest.name}' has no packaged "
-                                      f"replay file; set ANTHROPIC_API_KEY or OPENAI_API_KEY, or llm.replay_file"))
+                                      f"replay file; set ANTHROPIC_API_KEY or OPENAI_API_KEY, or llm.replay_file, or "
+                                      f"llm.provider = \"none\" to run only pushed idea branches"))
         return out
     key_env = cfg.llm.api_key_env or {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}.get(name)
     if key_env and not os.environ.get(key_env, "").strip() and not (name == "openai" and cfg.llm.base_url):

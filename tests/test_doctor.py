@@ -147,3 +147,14 @@ def test_doctor_run_names_the_failing_step_and_its_log(make_repo, tmp_path, caps
     assert "ok check: `python3 -c pass` passed" in out, out
     assert "FAIL doctor --run: the evaluate step failed: exited with code 1" in out, out
     assert "evaluate: no checkpoint at out.bin" in out        # the log tail
+
+
+def test_own_env_without_a_key_names_every_way_out(make_repo, tmp_path, capsys, monkeypatch):
+    """An adopted repo, no API key: no replay file is packaged for it, and the message names the
+    settings that make it start, including running only pushed branches (llm.provider = "none")."""
+    for k in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(k, raising=False)
+    repo = _env(make_repo, TOY_MANIFEST)
+    cfg = _cfg(tmp_path, f'[research]\nrepo = "{repo}"\n')
+    rc, out, _ = run_main(capsys, "--config", cfg, "doctor")
+    assert rc == 1 and "has no packaged replay file" in out and 'llm.provider = "none"' in out, out
