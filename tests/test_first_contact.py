@@ -194,6 +194,13 @@ def test_init_then_start_inside_runs_that_repo_and_pushed_branches(tmp_path, mon
     assert not (d / ".autoresearch").exists()
     shown = git(d, "log", "--oneline", "--notes", "--branches")
     assert "Halve x" in shown and "succeeded score=0.5" in shown, shown
+    # the README's clone recipe, verbatim, run in the clone that pushed: it shows the result
+    from conftest import REPO_ROOT
+    recipe = [ln.split(" #")[0] for ln in (REPO_ROOT / "README.md").read_text().splitlines()
+              if ln.startswith(("git config notes.displayRef", "git fetch origin"))]
+    assert len(recipe) == 2, recipe
+    p = subprocess.run(["bash", "-c", " && ".join(recipe)], cwd=cl, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "Halve x" in p.stdout and "succeeded score=0.5" in p.stdout, p.stdout + p.stderr
 
 
 def test_report_without_matplotlib_says_what_to_install(toy_env, tmp_path):
