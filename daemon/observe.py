@@ -268,7 +268,9 @@ def _running(console, s: dict, alive: bool) -> None:
     if not trials:
         return
     why = "" if alive else " (daemon stopped: detached trials run on; `start` collects their results)"
-    console.print(f"[bold]trials running[/]: {len(trials)}{why}", highlight=False)
+    waiting = sum(1 for t in trials if t["elapsed_s"] is None)     # placed, not started: not running yet
+    more = f" (+{waiting} waiting for a slot)" if waiting else ""
+    console.print(f"[bold]trials running[/]: {len(trials) - waiting}{more}{why}", highlight=False)
     budget = s["time_budget_s"]
     console.print(trials_table(trials, budget, bar=False))
 

@@ -211,6 +211,17 @@ def test_progress_at_80_columns_counts_running_trials_from_their_start(tmp_path)
     assert "run budget 5:00" in text
 
 
+def test_status_counts_trials_waiting_for_a_slot_apart(tmp_path):
+    """One slot, seed 0 running and the next trial pre-staged behind it: `status` said "trials
+    running: 2"; it says what the progress view says."""
+    now = time.time()
+    d, _ = _pop_with(tmp_path, [("a", now - 300, now - 250), ("b", now - 30, None)])
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[research]\nrepo = "{d}"\n[llm]\nprovider = "none"\n')
+    out = " ".join(cli(cfg, "status").stdout.split())
+    assert "trials running: 1 (+1 waiting for a slot)" in out, out
+
+
 def test_progress_keeps_numbers_when_titles_are_long(pop300):
     _, _, pop = pop300
     idea = next(i for i in pop.ideas if i.leases)
