@@ -95,8 +95,13 @@ def _baseline(ax, pop, label=True) -> None:
 
 
 def _epochs(ax) -> None:
-    """Epochs are whole numbers: no 0.5 ticks."""
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    """Epochs (and idea counts) are whole numbers: no 0.5 ticks. min_n_ticks=1: with one epoch the
+    axis spans less than 1, where the default (2 ticks) falls back to -0.045, -0.030, ..."""
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    lo, hi = ax.get_xlim()          # called after plotting: the data's limits
+    if hi - lo < 1:                 # one epoch, jittered: the view may hold no whole number at all
+        c = round((lo + hi) / 2)
+        ax.set_xlim(c - 0.5, c + 0.5)
 
 
 def _from_zero(ax, values: list, what: str) -> None:
@@ -195,11 +200,11 @@ def plot_cost(pop, s: dict, metric: str, gpus: int = 1) -> Figure:
     (a_usd, a_cpu), (u_usd, u_cpu) = fig.subplots(2, 2, sharex=True)
     t = s["by_time"]
     unit = compute_unit(gpus)
-    a_usd.plot(t["n"], t["usd"], color="#2ca02c")
+    a_usd.plot(t["n"], t["usd"], color="#2ca02c", marker="o", ms=3)     # one point is no line
     a_usd.set_ylabel("USD")
     a_usd.set_title("cumulative LLM spend")
     _from_zero(a_usd, t["usd"], "LLM spend")
-    a_cpu.plot(t["n"], t["gpu_hours"], color="#9467bd")
+    a_cpu.plot(t["n"], t["gpu_hours"], color="#9467bd", marker="o", ms=3)
     a_cpu.set_ylabel(unit)
     a_cpu.set_title(f"cumulative compute ({unit})")
     _from_zero(a_cpu, t["gpu_hours"], "compute")
@@ -221,7 +226,7 @@ def plot_cost(pop, s: dict, metric: str, gpus: int = 1) -> Figure:
                     color="#666")
     for ax in (a_usd, a_cpu, u_usd, u_cpu):
         ax.grid(alpha=0.3)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _epochs(ax)
     return fig
 
 

@@ -90,6 +90,30 @@ def test_report_before_the_first_note_prints_no_warnings(toy_env, tmp_path):
     assert not [str(w.message) for w in caught if "legend" in str(w.message)]
 
 
+def test_figures_of_the_first_minutes_have_whole_number_ticks(tmp_path):
+    """One epoch and one finished idea (what a new user's first `report` shows): the epoch and
+    idea-count axes span less than 1, where integer ticks fell back to -0.045, 0.945, ...; and the
+    cumulative compute, a single point, is drawn (a line through one point is invisible)."""
+    from autoresearchd.report import figures
+    repo = build_population(tmp_path / "research", 1, seed=2, with_failures=False)
+    p = read_population(repo, "refs/heads/main")
+    from autoresearchd.research import open_research
+    m = open_research(load_config(write_cfg(tmp_path, repo.path)), create=False).manifest
+    s = series(p, m.goal, m.gpus)
+    assert len(set(s["by_epoch"]["epoch"])) == 1
+    figs = figures(p, s, m)
+    for name, fig in figs.items():
+        for ax in fig.axes:
+            if "compute" in ax.get_xlabel() or "hours" in ax.get_xlabel():
+                continue                                  # a continuous axis
+            fig.canvas.draw()
+            lo, hi = ax.get_xlim()
+            ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+            assert ticks and all(float(t).is_integer() for t in ticks), (name, ax.get_title(), ticks)
+    compute = next(ax for ax in figs["cost.png"].axes if ax.get_title().startswith("cumulative compute"))
+    assert all(ln.get_marker() not in (None, "None", "") for ln in compute.get_lines())
+
+
 def test_figures_of_a_small_cpu_search_with_no_spend(tmp_path):
     """Whole-number epoch ticks, CPU-hours (not GPU-hours) for a gpus = 0 env, a zero spend drawn
     from 0 (not -0.04..0.04), and no twin axes in the cost figure."""
