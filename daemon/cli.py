@@ -58,6 +58,18 @@ def cmd_init(args, cfg) -> int:
     return 0
 
 
+def _refuse_second_daemon(cfg) -> None:
+    """Before building anything (recovery reads and writes leases) and before --detach forks: a
+    daemon already running on this repo makes `start` exit 2 naming it. The daemon itself holds
+    the lock (loop.hold_daemon_lock); this only probes it."""
+    from .gitrepo import GitRepo, state_dir
+    from .loop import hold_daemon_lock
+    from .research import _is_repo, research_path
+    path, _ = research_path(cfg)
+    if _is_repo(path):
+        os.close(hold_daemon_lock(state_dir(GitRepo(path)), path))
+
+
 def cmd_start(args, cfg) -> int:
     from .app import build_daemon
     from .gitrepo import state_dir
@@ -66,6 +78,7 @@ def cmd_start(args, cfg) -> int:
     if args.max_ideas is not None:
         cfg.daemon.max_ideas = args.max_ideas
     warnings = require_valid(cfg)        # the same checks as `doctor`, before anything is created
+    _refuse_second_daemon(cfg)
     daemon = build_daemon(cfg)
     for w in warnings:
         logging.getLogger("autoresearchd").warning("%s", w.what)

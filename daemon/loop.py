@@ -8,6 +8,7 @@ dispatching and exits after the current tick (detached runs keep going); the sec
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -16,11 +17,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from . import gitrepo
 from .decide import Job, baseline_complete, baseline_jobs_open, missing_seeds, order_key, seeds_needed
+from .config import ConfigError
 from .dispatch import Dispatcher
 from .notes import Status
 from .population import Population, read_population
@@ -266,6 +269,7 @@ class Daemon:
         """Foreground loop. `until(pop)` (tests, `--until`) ends it when it returns True;
         `progress(pop, state)` is called about every second (the rich progress display)."""
         pidfile = self.state_dir / "daemon.pid"
+        lock = hold_daemon_lock(self.state_dir, self.repo.path)     # before the pidfile: it names the holder
         if install_signals:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
@@ -299,6 +303,26 @@ class Daemon:
                 pidfile.unlink()
             except FileNotFoundError:
                 pass
+            os.close(lock)
+
+
+def hold_daemon_lock(sd: Path, repo_path: Path) -> int:
+    """One daemon per research repo: an exclusive flock on <state dir>/daemon.lock, held for the
+    daemon's life and released by the kernel when it exits (kill -9 too). Two daemons on one repo
+    would dispatch the same trials twice and remove each other's pidfile. Returns the fd to keep;
+    raises ConfigError naming the daemon that holds it."""
+    fd = os.open(sd / "daemon.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        try:
+            pid = (sd / "daemon.pid").read_text().strip()
+        except OSError:
+            pid = "unknown"
+        raise ConfigError(f"autoresearchd is already running on {repo_path} (pid {pid}); "
+                          f"`autoresearchd status` shows it, `autoresearchd stop` stops it") from None
+    return fd
 
 
 def settled(pop: Population) -> bool:

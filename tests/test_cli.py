@@ -40,6 +40,12 @@ def test_graceful_stop_leaves_detached_runs_then_restart_harvests(toy_env, tmp_p
     while not marker.exists() and time.time() < deadline:
         time.sleep(0.1)
     assert marker.exists()
+    # a second daemon on the same repo is refused at once (it would run the same trials twice and
+    # remove the first one's pidfile), in the foreground and with --detach alike
+    for extra in ([], ["--detach"]):
+        again = cli("--config", str(cfg), "start", *extra)
+        assert again.returncode == 2 and "already running" in again.stderr and str(p.pid) in again.stderr, \
+            again.stdout + again.stderr
     stop = cli("--config", str(cfg), "stop")
     assert stop.returncode == 0 and "graceful" in stop.stdout
     out, _ = p.communicate(timeout=30)
