@@ -96,6 +96,8 @@ def aggregate(trials: list[Trial]) -> dict:
         "accelerator": first.accelerator if first else None,
         "software": first.software if first else None,
         "harness": first.harness if first else None,
+        # the weakest isolation any seed had: one unsandboxed seed makes the result unsandboxed
+        "sandbox": "none" if any(t.sandbox == "none" for t in trials) else (first.sandbox if first else None),
         "gpu_s": sum((t.wall_s or 0) * max(1, t.gpus) for t in trials) if trials else None,
         "tamper": sorted({x for t in trials for x in t.tamper}),
     }

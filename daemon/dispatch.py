@@ -250,7 +250,8 @@ class Dispatcher:
         lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, status=status, value=value,
                           metrics=out.metrics, exit_code=out.exit_code, host=lz.host, wall_s=out.wall_s,
                           gpus=self.research.manifest.gpus, log=log_sha, error=error, tamper=out.tamper,
-                          harness=harness or digest, accelerator=out.accelerator, software=out.software)
+                          harness=harness or digest, accelerator=out.accelerator, software=out.software,
+                          sandbox=out.sandbox)
         log.info("trial %s on %s: %s %s", lz.trial_id, lz.host, status.value,
                  f"{m.metric}={value:.4f}" if value is not None else (error or ""))
         return lz

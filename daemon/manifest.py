@@ -49,7 +49,7 @@ class EnvManifest(BaseModel):
 
     def heldout(self) -> list[str]:
         """Repo paths only the evaluator sees: the relative values of `eval_data`."""
-        return [v.strip("/") for v in self.eval_data.values() if not v.startswith(("/", "~"))]
+        return [v.strip("/") for v in self.eval_data.values() if not v.startswith(("/", "~/"))]
 
     def better(self, a: float, b: float) -> bool:
         """True if a is strictly better than b under the goal."""

@@ -61,6 +61,7 @@ class Trial(BaseModel):
     harness: str | None = None      # hash of the evaluation harness blobs
     accelerator: str | None = None
     software: str | None = None
+    sandbox: str | None = None      # what isolated run and evaluate: bwrap | apptainer | none
 
 
 class Note(BaseModel):
@@ -92,6 +93,7 @@ class Note(BaseModel):
     accelerator: str | None = None
     software: str | None = None
     harness: str | None = None
+    sandbox: str | None = None      # bwrap | apptainer | none (an unsandboxed result says so)
     tamper: list[str] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)   # e.g. cross_accelerator: compared across hardware
     tokens: int | None = None

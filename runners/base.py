@@ -17,8 +17,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
+from autoresearchd import defaults
 from autoresearchd.manifest import EnvManifest
 
+from .isolation import HostSandbox, resolve, trial_sandbox
 from .outcome import outcome_from_files  # noqa: F401  (re-exported: the runners' shared API)
 from .protocol import (HostUnreachable, PollState, Runner, Shell, Slot, TrialOutcome,  # noqa: F401
                        TrialSpec)
@@ -39,6 +41,8 @@ class ShellRunner:
     PRESTAGE: ClassVar[int] = 2          # trials per slot: one running, one waiting for the slot lock
     REDERIVABLE: ClassVar[tuple[str, ...]] = ("pid", "submitted")   # handle keys poll() can do without
     MAX_PARALLEL: ClassVar[int] = 8      # hosts polled / fetched / cleaned at once
+    # the config-less embedded demo may run unsandboxed (flagged) where bwrap is missing; set by make_runner
+    sandbox_fallback: bool = False
 
     def __init__(self, cfg, manifest: EnvManifest):
         self.cfg = cfg
@@ -61,6 +65,15 @@ class ShellRunner:
 
     def data_env(self, host: str) -> dict[str, str]:
         return dict(self.manifest.data)
+
+    def host_sandbox(self, host: str) -> HostSandbox:
+        """The sandbox that isolates trials on `host` (runner.sandbox, probed there once)."""
+        cache = self.__dict__.setdefault("_sandboxes", {})
+        if host not in cache:
+            kind = getattr(self.cfg, "sandbox", None) or defaults.SANDBOX
+            cache[host] = resolve(self.shell_for(host), host, kind, getattr(self.cfg, "sandbox_image", ""),
+                                  self.path_prefix(host), self.sandbox_fallback)
+        return cache[host]
 
     # Braces: only the wrapper goes to the background. Without them `&` backgrounds the whole
     # `cd && setsid ...` list in a subshell that keeps our stdout open until the trial ends.
@@ -112,13 +125,16 @@ class ShellRunner:
         tdir = f"{root}/{spec.trial_id}"
         q = shlex.quote
         lock = f"{root}/.slots/{_slot_file(slot.slot)}.lock" if self.prestage > 1 else ""
+        data = self.data_env(slot.host)
+        sandbox = trial_sandbox(self.host_sandbox(slot.host), tdir, spec.manifest, data,
+                                list(getattr(self.cfg, "sandbox_binds", [])))
         env_text = trial_env(spec, slot, self.path_prefix(slot.host), self.cfg.log_head_bytes,
-                             self.cfg.log_tail_bytes, self.data_env(slot.host), self.scheduler_gpus, lock,
-                             f"{root}/.events")
+                             self.cfg.log_tail_bytes, data, self.scheduler_gpus, lock,
+                             f"{root}/.events", sandbox)
         fused = type(self).launch is ShellRunner.launch
         # Fresh directory: a retry of the same trial id starts clean.
         cmd = (f"rm -rf {q(tdir)} && mkdir -p {q(tdir)} {q(root)}/.slots && cd {q(tdir)} && "
-               f"tar -x --no-same-owner -f - && mkdir -p code eval" + (f" && {self.LAUNCH}" if fused else ""))
+               f"tar -x --no-same-owner -f - && mkdir -p code" + (f" && {self.LAUNCH}" if fused else ""))
         submitted = time.time()
         rc, out, err = sh.run(cmd, stdin=bundle(spec, env_text), timeout=300)
         if fused:
@@ -127,7 +143,8 @@ class ShellRunner:
             raise RuntimeError(f"copying the trial to {slot.host} failed: {err.decode(errors='replace')[-300:]}")
         else:
             extra = self.launch(sh, tdir, spec, slot)
-        return {"host": slot.host, "slot": slot.slot, "dir": tdir, "submitted": submitted, **extra}
+        return {"host": slot.host, "slot": slot.slot, "dir": tdir, "submitted": submitted,
+                "sandbox": sandbox.kind, **extra}
 
     def poll(self, handle: dict[str, Any]) -> PollState:
         return self._poll_batched([handle])[0]
@@ -168,7 +185,7 @@ class ShellRunner:
                 "dead": PollState.LOST}.get(word, PollState.UNREACHABLE)
 
     FILES: ClassVar[list[str]] = ["run.rc", "run.timed_out", "started", "done", "tamper.txt", "run_result.json",
-                                  "eval.rc", "eval.timed_out", "eval_result.json", "run.head", "run.tail",
+                                  "eval.rc", "eval.timed_out", "run.head", "run.tail",
                                   "eval.head", "eval.tail", "wrapper.log"]
 
     def fetch(self, handle: dict[str, Any]) -> TrialOutcome:
@@ -200,6 +217,7 @@ class ShellRunner:
                 return
             for i, got, probe in zip(idx, files, probes):
                 o = out[i] = outcome_from_files(got, self.manifest, probe)
+                o.sandbox = handles[i].get("sandbox")
                 if o.exit_code is None and not o.timed_out and (hint := self._disk_hint(sh, handles[i]["dir"])):
                     o.error = f"{o.error}; {hint}"
         self.map(one, list(groups))

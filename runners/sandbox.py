@@ -44,8 +44,9 @@ class SandboxRequest:
 
 
 # Lists, for the PATH it runs with, each PATH entry and the directory each `python*` in it resolves to
-# (a venv's base interpreter). One listing for every host, this one included.
-ENV_DIRS_SCRIPT = r"""IFS=:; for d in $PATH; do case $d in /*) printf '%s\n' "$d"
+# (a venv's base interpreter); entries this user cannot reach are left out (bwrap refuses them).
+# One listing for every host, this one included.
+ENV_DIRS_SCRIPT = r"""IFS=:; for d in $PATH; do case $d in /*) [ -d "$d" ] || continue; printf '%s\n' "$d"
   for p in "$d"/python*; do [ -e "$p" ] && dirname -- "$(readlink -f -- "$p")"; done;; esac; done; true"""
 
 
@@ -57,6 +58,15 @@ def prefixes(bin_dirs: list[str]) -> list[str]:
         d = d.strip().rstrip("/")
         if d.endswith("/bin") and d.startswith("/") and len(d) > 4 and d[:-4] not in out:
             out.append(d[:-4])
+    return out
+
+
+def _ro_dirs(req: SandboxRequest) -> list[str]:
+    """req.readonly and the env dirs of req.path, once each, less what the system binds cover."""
+    out: list[str] = []
+    for d in (env_dirs(req.path) if req.path else []) + list(req.readonly):
+        if d not in out and not any(d == s or d.startswith(s + "/") for s in defaults.SANDBOX_SYSTEM_DIRS):
+            out.append(d)
     return out
 
 
@@ -113,12 +123,12 @@ class Bwrap(Sandbox):
             a += ["--ro-bind-try", d, d]
         for f in defaults.SANDBOX_ETC_FILES:
             a += ["--ro-bind-try", f, f]
-        a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp"]
         if req.gpus > 0:
             a += ["--ro-bind-try", "/sys", "/sys"]
             for dev in defaults.SANDBOX_GPU_DEVICES:
                 a += ["--dev-bind-try", dev, dev]
-        for d in env_dirs(req.path) + list(req.readonly):
+        for d in _ro_dirs(req):
             a += ["--ro-bind-try", d, d]
         for d in req.writable:
             a += ["--bind", d, d]
@@ -149,7 +159,7 @@ class Apptainer(Sandbox):
             a += ["--net", "--network", "none"]
         if req.gpus > 0:
             a.append("--nv")
-        for d in env_dirs(req.path) + list(req.readonly):
+        for d in _ro_dirs(req):
             a += ["--bind", f"{d}:{d}:ro"]
         for d in req.writable:
             a += ["--bind", f"{d}:{d}:rw"]

@@ -104,6 +104,23 @@ def wait_gone(pid: int, timeout: float = 15.0) -> bool:
     return False
 
 
+def sleeper() -> str:
+    """A `sleep` argument no other process has: the run's PIDs are its sandbox's (a PID namespace),
+    so the host finds its processes by command line (sleeper_pids)."""
+    return f"1000.{uuid.uuid4().int % 10**9:09d}"
+
+
+def sleeper_pids(arg: str) -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and (p / "cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", arg.encode()]:
+                out.append(int(p.name))
+        except OSError:
+            continue
+    return out
+
+
 TRAIN = {"train.sh": "echo training\n"}
 
 
@@ -139,11 +156,15 @@ def test_no_metrics_says_so(make_runner, code):
 
 
 def test_time_budget_kills_process_group(make_runner, code):
-    m = manifest("sleep 1000 & echo $! > gc.pid; sleep 1000", time_budget_s=2)
+    z = sleeper()
+    m = manifest(f"sleep {z} & echo $! > gc.pid; sleep 1000", time_budget_s=2)
     h, out = run_trial(make_runner(m), m, code(TRAIN)[0])
     assert out.timed_out and "time budget" in out.error
-    gc = int((Path(h["dir"]) / "code" / "gc.pid").read_text())
-    assert wait_gone(gc), "the run's grandchild survived the time-out"
+    assert (Path(h["dir"]) / "code" / "gc.pid").exists()
+    deadline = time.monotonic() + 15
+    while sleeper_pids(z) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not sleeper_pids(z), "the run's grandchild survived the time-out"
 
 
 def test_frozen_evaluate_ignores_tampering(make_runner, code):
@@ -166,14 +187,16 @@ def test_frozen_evaluate_ignores_tampering(make_runner, code):
 
 
 def test_cancel_kills_running_trial(make_runner, code):
-    m = manifest("echo $$ > run.pid2; sleep 1000 & echo $! > gc.pid; wait")
+    z = sleeper()
+    m = manifest(f"echo $$ > run.pid2; sleep {z} & echo $! > gc.pid; sleep 1000; wait")
     r = make_runner(m)
     spec = TrialSpec(trial_id="t cancel; " + uuid.uuid4().hex[:10], commit="0" * 40, seed=0, manifest=m,
                      code_tar=code(TRAIN)[0])
     h = r.submit(spec, r.slots()[0])
     d = Path(h["dir"]) / "code"
-    pids = [int(wait_file(d / "gc.pid")), int(wait_file(d / "run.pid2"))]
-    assert r.poll(h) == PollState.RUNNING
+    wait_file(d / "gc.pid") and wait_file(d / "run.pid2")
+    pids = sleeper_pids(z)
+    assert pids and r.poll(h) == PollState.RUNNING
     r.cancel(h)
     assert all(wait_gone(p) for p in pids)
     assert wait_done(r, h, timeout=30) in (PollState.LOST, PollState.DONE)
