@@ -231,7 +231,7 @@ NASTY = "a;touch pwned1 $(touch pwned2) `touch pwned3` \"dq\" 'sq' \\ \n ünïc�
 def test_metacharacters_do_not_inject(make_runner, code):
     m = manifest('printf %s "$DATA_X" > data.txt; printf %s "$AUTORESEARCH_TRIAL" > trial.txt; '
                  'printf "%s\\n" "a;b \\$(x) \\`y\\` \'q\'" > cmd.txt; echo ---; echo score: 1',
-                 evaluate='printf %s "$DATA_X" > "$AUTORESEARCH_ARTIFACTS/eval_data.txt"; echo ---; echo score: 2',
+                 evaluate='printf %s "$DATA_X" > eval_data.txt; echo ---; echo score: 2',
                  data={"DATA_X": NASTY})
     tid = "t;touch pwned4 $(touch pwned5) `touch pwned6` 'q\" ü " + uuid.uuid4().hex[:6]
     h, out = run_trial(make_runner(m), m, code(TRAIN)[0], trial_id=tid)
@@ -241,5 +241,5 @@ def test_metacharacters_do_not_inject(make_runner, code):
     assert (d / "code" / "data.txt").read_text() == NASTY
     assert (d / "code" / "trial.txt").read_text() == tid
     assert (d / "code" / "cmd.txt").read_text() == "a;b $(x) `y` 'q'\n"
-    assert (d / "artifacts" / "eval_data.txt").read_text() == NASTY
+    assert (d / "eval" / "eval_data.txt").read_text() == NASTY
     assert not [p for p in d.parent.rglob("pwned*")], "a metacharacter was executed"
