@@ -403,6 +403,7 @@ class Dispatcher:
 
     def _submit(self, job: Job, slot, tar, frozen) -> dict:
         from autoresearchd.runners.base import TrialSpec
-        spec = TrialSpec(job.trial_id, job.commit, job.seed, self.research.manifest, self.repo.archive(job.commit),
-                         tar, frozen, job.purpose)
+        m = self.research.manifest
+        spec = TrialSpec(job.trial_id, job.commit, job.seed, m, self.repo.archive(job.commit, exclude=m.heldout()),
+                         tar, [f for f in frozen if f not in m.heldout()], job.purpose)
         return self.runner.submit(spec, slot)

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from autoresearchd import defaults
 from autoresearchd.manifest import EnvManifest
 
-from .isolation import HostSandbox, resolve, trial_sandbox
+from .isolation import HostSandbox, host_path, resolve, trial_sandbox
 from .outcome import outcome_from_files  # noqa: F401  (re-exported: the runners' shared API)
 from .protocol import (HostUnreachable, PollState, Runner, Shell, Slot, TrialOutcome,  # noqa: F401
                        TrialSpec)
@@ -125,9 +125,10 @@ class ShellRunner:
         tdir = f"{root}/{spec.trial_id}"
         q = shlex.quote
         lock = f"{root}/.slots/{_slot_file(slot.slot)}.lock" if self.prestage > 1 else ""
-        data = self.data_env(slot.host)
-        sandbox = trial_sandbox(self.host_sandbox(slot.host), tdir, spec.manifest, data,
-                                list(getattr(self.cfg, "sandbox_binds", [])))
+        hs = self.host_sandbox(slot.host)
+        # `~/x` data paths name the host user's home: inside, HOME is the trial's own directory
+        data = {k: host_path(v, hs.home) or v for k, v in self.data_env(slot.host).items()}
+        sandbox = trial_sandbox(hs, tdir, spec.manifest, data, list(getattr(self.cfg, "sandbox_binds", [])))
         env_text = trial_env(spec, slot, self.path_prefix(slot.host), self.cfg.log_head_bytes,
                              self.cfg.log_tail_bytes, data, self.scheduler_gpus, lock,
                              f"{root}/.events", sandbox)

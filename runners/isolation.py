@@ -71,7 +71,7 @@ def resolve(sh: Shell, host: str, kind: str, image: str, path: str, fallback: bo
                        f"or set runner.sandbox = \"none\" to run trials without one (docs/security.md)")
 
 
-def _host_path(v: str, home: str) -> str | None:
+def host_path(v: str, home: str) -> str | None:
     """An absolute host path named by a data value (`/x`, `~/x`), else None."""
     if v.startswith("~/") and home:
         return home.rstrip("/") + v[1:]
@@ -81,9 +81,9 @@ def _host_path(v: str, home: str) -> str | None:
 def trial_sandbox(hs: HostSandbox, tdir: str, m: EnvManifest, data_env: dict[str, str],
                   binds: list[str]) -> TrialSandbox:
     """The run and evaluate prefixes for the trial directory `tdir`."""
-    data = [p for v in data_env.values() if (p := _host_path(v, hs.home))]
-    eval_env = {k: (_host_path(v, hs.home) or f"{tdir}/eval/{v.strip('/')}") for k, v in m.eval_data.items()}
-    eval_only = [v for k, v in eval_env.items() if _host_path(m.eval_data[k], hs.home)]
+    data = [p for v in data_env.values() if (p := host_path(v, hs.home))]
+    eval_env = {k: (host_path(v, hs.home) or f"{tdir}/eval/{v.strip('/')}") for k, v in m.eval_data.items()}
+    eval_only = [v for k, v in eval_env.items() if host_path(m.eval_data[k], hs.home)]
     ro = hs.env_dirs + list(binds) + data
     run = sandboxes.SandboxRequest(argv=[], cwd=f"{tdir}/code", writable=[f"{tdir}/code"], readonly=ro,
                                    network=m.network, gpus=m.gpus)

@@ -272,7 +272,8 @@ def test_kill_9_while_a_prestaged_trial_waits_gives_one_result_each(make_repo, t
     p = subprocess.Popen([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), "start"],
                          env=dict(os.environ, PYTHONUNBUFFERED="1"), stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True)
-    work = GitRepo(repo).git_dir / "autoresearch" / "trials"
+    from autoresearchd import defaults
+    work = Path(defaults.local_trial_root(str(repo)))     # outside the research repo (and its .git)
     deadline = time.time() + 60
     waiting = []
     while time.time() < deadline and not waiting:       # one running, one staged without `started`
