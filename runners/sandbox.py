@@ -132,6 +132,7 @@ class Bwrap(Sandbox):
             a += ["--ro-bind-try", d, d]
         for d in req.writable:
             a += ["--bind", d, d]
+        a += ["--remount-ro", "/"]       # the sandbox's own root too: only the writable binds and /tmp take writes
         for k, v in req.env.items():
             a += ["--setenv", k, v]
         return a + ["--chdir", req.cwd, "--"]
