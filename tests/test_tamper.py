@@ -301,12 +301,11 @@ def run_suite(make_repo, tmp_path, runner_toml: str, trials_root: Path):
         run_until_idle(cfg, timeout=420, env={"ANTHROPIC_API_KEY": key, "OPENAI_API_KEY": key})
     finally:
         listener.close()
-        for d in site_dirs():           # never leave an escaped payload behind (the assertion says so)
-            for name in (f"zz_tamper_{tag}.pth", f"tamper_{tag}.py"):
-                escaped = Path(d) / name
-                if escaped.exists():
-                    escaped.unlink()
-                    pytest.fail(f"the shadow attack wrote {escaped}")
+        escaped = [Path(d) / n for d in site_dirs() for n in (f"zz_tamper_{tag}.pth", f"tamper_{tag}.py")]
+        escaped = [p for p in escaped if p.exists()]
+        for p in escaped:               # never leave an escaped payload behind (the assertion says so)
+            p.unlink()
+        assert not escaped, f"the shadow attack wrote {escaped}"
     from autoresearchd.population import read_population
     r = GitRepo(repo)
     pop = read_population(r, "refs/heads/main")
