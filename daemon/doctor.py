@@ -35,6 +35,7 @@ def doctor(cfg, console) -> int:
         bad = [s.key for s in slots if not s.reachable]
         line(not bad, f"runner '{cfg.runner.kind}': {len(slots)} slot(s)" + (f", unreachable: {bad}" if bad else ""),
              "check the host entries and known_hosts (docs/hosts.md)")
+        _sandbox_lines(cfg, runner, slots, line, console)
         runner.close()
     except Exception as e:  # noqa: BLE001 - doctor reports, it does not crash
         line(False, f"research repo: {e}", "run `autoresearchd init` or fix research.repo")
@@ -44,3 +45,22 @@ def doctor(cfg, console) -> int:
     line(True, f"LLM provider: {name}" + (f" ({why})" if why else ""))
     line(True, "API keys present: " + (", ".join(sorted(set(keys))) or "none (the replay provider will be used)"))
     return 0 if ok else 1
+
+
+def _sandbox_lines(cfg, runner, slots, line, console) -> None:
+    """Which sandbox isolates trials on each host; `none` (chosen or fallen back to) is a warning."""
+    kind = cfg.runner.sandbox or "bwrap"
+    for host in sorted({s.host for s in slots if s.reachable}):
+        try:
+            hs = runner.host_sandbox(host)
+        except Exception as e:  # noqa: BLE001 - reported, as a failure
+            line(False, f"sandbox on {host}: {e}")
+            continue
+        if hs.sandbox.isolated:
+            line(True, f"sandbox on {host}: {hs.sandbox.name}")
+        else:
+            why = "runner.sandbox = \"none\"" if kind == "none" else f"{kind} unavailable"
+            console.print(f"[yellow]WARN[/] sandbox on {host}: none ({why}): trials can reach the "
+                          f"evaluator, the daemon's files and this host; notes say `sandbox: none` "
+                          f"(docs/security.md; Debian: apt-get install bubblewrap)")
+

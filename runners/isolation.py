@@ -41,8 +41,9 @@ class HostSandbox:
 def probe_script(sb: sandboxes.Sandbox, path: str) -> str:
     """One round trip: the host's $HOME, whether the sandbox works there, and its env dirs."""
     qpath = '"$PATH"'.join(shlex.quote(p) for p in path.split("$PATH"))
-    return (f'echo "home $HOME"; export PATH={qpath}; echo "check $({sb.check_script()})"; '
-            f"({sandboxes.ENV_DIRS_SCRIPT}) | sed 's/^/dir /'")
+    script = (f'echo "home $HOME"; export PATH={qpath}; echo "check $({sb.check_script()})"; '
+              f"({sandboxes.ENV_DIRS_SCRIPT}) 2>/dev/null | while IFS= read -r l; do printf 'dir %s\\n' \"$l\"; done")
+    return f"exec bash -c {shlex.quote(script)}"     # bash whatever the login shell is
 
 
 def probe_host(sh: Shell, sb: sandboxes.Sandbox, path: str) -> tuple[str | None, list[str], str]:

@@ -43,29 +43,26 @@ class SandboxRequest:
     path: str | None = None                           # PATH whose */bin parents are bound read-only
 
 
-# Lists, for the PATH it runs with, each PATH entry and the directory each `python*` in it resolves to
-# (a venv's base interpreter); entries this user cannot reach are left out (bwrap refuses them).
-# One listing for every host, this one included.
-ENV_DIRS_SCRIPT = r"""IFS=:; for d in $PATH; do case $d in /*) [ -d "$d" ] || continue; printf '%s\n' "$d"
-  for p in "$d"/python*; do [ -e "$p" ] && dirname -- "$(readlink -f -- "$p")"; done;; esac; done; true"""
+# Lists, for the PATH it runs with, the directories to bind read-only: for each PATH entry and each
+# directory its `python*` links resolve to (a venv's base interpreter), the install prefix when it
+# holds a Python environment (pyvenv.cfg, conda-meta, lib/python3*), else just that bin directory
+# (so ~/.cargo/bin binds, ~/.cargo and its credentials do not). Entries this user cannot reach are
+# left out (bwrap refuses them). One listing for every host, this one included (bash).
+ENV_DIRS_SCRIPT = r"""IFS=:; for d in $PATH; do case $d in /*) [ -d "$d" ] || continue
+  xs=("$d"); for p in "$d"/python*; do [ -e "$p" ] && xs+=("$(dirname -- "$(readlink -f -- "$p")")"); done
+  for x in "${xs[@]}"; do
+    r=${x%/bin}; set -- "$r"/lib/python3*
+    if [ -n "$r" ] && [ "$r" != "$x" ] && { [ -e "$r/pyvenv.cfg" ] || [ -d "$r/conda-meta" ] || [ -e "$1" ]; }
+    then printf '%s\n' "$r"; else printf '%s\n' "$x"; fi
+  done;; esac; done; true"""
 
 
-def prefixes(bin_dirs: list[str]) -> list[str]:
-    """Install prefixes of `bin` directories (`/opt/venv/bin` -> `/opt/venv`), in order, once each.
-    System prefixes (/usr) are bound anyway; a bare `/bin` names no prefix."""
+def prefixes(dirs: list[str]) -> list[str]:
+    """The absolute directories of an ENV_DIRS_SCRIPT listing, in order, once each."""
     out: list[str] = []
-    for d in bin_dirs:
+    for d in dirs:
         d = d.strip().rstrip("/")
-        if d.endswith("/bin") and d.startswith("/") and len(d) > 4 and d[:-4] not in out:
-            out.append(d[:-4])
-    return out
-
-
-def _ro_dirs(req: SandboxRequest) -> list[str]:
-    """req.readonly and the env dirs of req.path, once each, less what the system binds cover."""
-    out: list[str] = []
-    for d in (env_dirs(req.path) if req.path else []) + list(req.readonly):
-        if d not in out and not any(d == s or d.startswith(s + "/") for s in defaults.SANDBOX_SYSTEM_DIRS):
+        if d.startswith("/") and d not in out:
             out.append(d)
     return out
 
@@ -76,6 +73,15 @@ def env_dirs(path: str | None) -> list[str]:
     p = subprocess.run(["bash", "-c", ENV_DIRS_SCRIPT], capture_output=True, text=True,
                        env={"PATH": path or os.environ.get("PATH", "")}, timeout=30)
     return prefixes(p.stdout.splitlines())
+
+
+def _ro_dirs(req: SandboxRequest) -> list[str]:
+    """req.readonly and the env dirs of req.path, once each, less what the system binds cover."""
+    out: list[str] = []
+    for d in (env_dirs(req.path) if req.path else []) + list(req.readonly):
+        if d not in out and not any(d == s or d.startswith(s + "/") for s in defaults.SANDBOX_SYSTEM_DIRS):
+            out.append(d)
+    return out
 
 
 class Sandbox:
