@@ -20,6 +20,9 @@ import tarfile
 import tempfile
 from importlib import resources
 
+from autoresearchd.runners.sandbox import SandboxRequest
+
+from . import defaults
 from .gitrepo import GitRepo
 from .ideas import branch_for, format_message, make_idea_id, parse_message
 from .notes import Note, Status
@@ -178,6 +181,22 @@ class Implementer:
         log.info("could not implement %s after %d attempt(s): %s", idea_id, attempts, (error or "")[:200])
         return None
 
+    def _check_sandbox(self):
+        """The check runs the idea's code on this machine: in the runners' sandbox kind, with the
+        same rule when it is missing (an error, or for the config-less demo a flagged fallback)."""
+        if getattr(self, "_sandbox", None) is None:
+            from autoresearchd.runners import sandbox as sandboxes
+            from autoresearchd.runners.isolation import resolve
+            from autoresearchd.runners.local import LocalShell
+            rc = self.cfg.runner
+            kind = rc.sandbox or defaults.SANDBOX
+            if kind == "none":
+                self._sandbox = sandboxes.get("none")
+            else:
+                self._sandbox = resolve(LocalShell(), "check", kind, rc.sandbox_image, os.environ.get("PATH", ""),
+                                        rc.sandbox is None and self.cfg.path is None).sandbox
+        return self._sandbox
+
     def _check(self, tree: str, changed: list[str]) -> str | None:
         """Pre-GPU checks: compile the changed Python files, then the env's quick `check`."""
         py = [p for p in changed if p.endswith(".py")]
@@ -189,15 +208,20 @@ class Implementer:
         cmd = self.research.manifest.check
         if not cmd:
             return None
+        m = self.research.manifest
         with tempfile.TemporaryDirectory(prefix="ard-check-") as d:
-            tarfile.open(fileobj=io.BytesIO(self.repo.archive(tree))).extractall(d, filter="data")
+            tarfile.open(fileobj=io.BytesIO(self.repo.archive(tree, exclude=m.heldout()))).extractall(d, filter="data")
             from autoresearchd.runners.base import scrubbed_env  # the check runs untrusted code too
-            env = dict(scrubbed_env(), AUTORESEARCH_CHECK="1", AUTORESEARCH_SEED="0",
-                       PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
-                       **self.research.manifest.data)
+            path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+            env = dict(scrubbed_env(), AUTORESEARCH_CHECK="1", AUTORESEARCH_SEED="0", PATH=path, **m.data)
             try:
-                p = subprocess.run(["bash", "-c", cmd], cwd=d, env=env, capture_output=True,
+                argv = self._check_sandbox().argv(SandboxRequest(
+                    argv=["bash", "-c", cmd], cwd=d, writable=[d], env=env, path=path, network=m.network,
+                    readonly=[os.path.expanduser(v) for v in m.data.values() if v.startswith(("/", "~/"))]))
+                p = subprocess.run(argv, cwd=d, env=env, capture_output=True,
                                    timeout=self.cfg.implementer.check_timeout_s, start_new_session=True)
+            except RuntimeError as e:      # no usable sandbox here: said once per idea, never run bare
+                return f"the check command `{cmd}` was not run: {e}"
             except subprocess.TimeoutExpired:
                 return f"the check command `{cmd}` did not finish within {self.cfg.implementer.check_timeout_s:.0f}s"
             if p.returncode != 0:

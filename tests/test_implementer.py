@@ -160,3 +160,17 @@ def test_prompt_context(setup):
     assert "## evaluate.py (READ-ONLY: frozen)" in text
     assert "(hidden from this view)" in text and "do not show" not in text
     assert "    3| x = 1.0" in text
+
+
+@pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap is needed for the sandboxed check")
+def test_the_check_runs_the_ideas_code_in_the_sandbox(setup):
+    """The check executes LLM-written code on the daemon's machine: in the sandbox, the research
+    repo's .git (its hooks) is out of reach."""
+    make, fake = setup
+    cfg, research, impl = make()
+    hook = research.repo.git_dir / "hooks" / "post-commit-check-probe"
+    line = (f'[open(p, "w").close() for p in [{str(hook)!r}] '
+            f'if __import__("os").access(__import__("os").path.dirname(p), 2)]')
+    fake.script(Reply(GOOD.replace("+x = 0.5\n", f"+x = 0.5\n+{line}\n").replace("@@ -1,6 +1,6 @@", "@@ -1,6 +1,7 @@")))
+    assert impl.implement(propose(impl))
+    assert not hook.exists(), "the check reached the research repo's .git"
