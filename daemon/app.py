@@ -17,16 +17,19 @@ from .research import Research, open_research
 log = logging.getLogger("autoresearchd")
 
 
-def make_runner(cfg: Config, research: Research):
+def make_runner(cfg: Config, research: Research | None, *, manifest=None, local_dir: Path | None = None):
+    """The configured runner for the research's env (or for `manifest`, with local trials under
+    `local_dir`: how `doctor --run` runs a baseline without a research repo's state dir)."""
     try:
         cls = runner_registry.get(cfg.runner.kind)
     except KeyError as e:
         raise ConfigError(f"runner.kind: {e.args[0]}") from None
+    manifest = manifest or research.manifest
     if cfg.runner.kind == "local":
         # outside the research repo: a trial must never reach its .git (hooks, notes) or work tree
-        runner = cls(cfg.runner, research.manifest, defaults.local_trial_root(str(research.repo.path)))
+        runner = cls(cfg.runner, manifest, local_dir or defaults.local_trial_root(str(research.repo.path)))
     else:
-        runner = cls(cfg.runner, research.manifest)
+        runner = cls(cfg.runner, manifest)
     # only the README's config-less demo may fall back to no sandbox (flagged) where bwrap is missing;
     # everyone else gets an error until they install it or choose runner.sandbox = "none"
     runner.sandbox_fallback = cfg.runner.sandbox is None and cfg.path is None
@@ -66,10 +69,18 @@ def make_llm(cfg: Config, research: Research):
             raise ConfigError("llm: no API key is set and no replay file is configured (llm.replay_file); "
                               "set ANTHROPIC_API_KEY or OPENAI_API_KEY, or point llm.replay_file at a JSONL file")
         provider = cls(cfg.llm, path=str(path))
-        note = (why or "llm.provider = replay") + f" ({path.name})"
+        from .replaypos import load_position, saver
+        done = load_position(research.repo, path)
+        provider.resume(done)
+        provider.on_served = saver(research.repo, path)
+        note = (why or "llm.provider = replay") + f" ({path.name}" + \
+            (f", resuming after {len(done)} of {len(provider.records)} records)" if done else ")")
     else:
         provider = cls(cfg.llm)
         note = f"{name}:{provider.model}"
+        if cfg.llm.budget_usd is not None and provider.model not in cfg.llm.prices:
+            from .validate import unpriced_message    # an unpriced model would never trip the budget
+            raise ConfigError(unpriced_message(provider.model))
     restore_spend(provider, research)
     return provider, note
 
@@ -84,7 +95,12 @@ def make_policy(cfg: Config):
 def build_daemon(cfg: Config, with_llm: bool = True):
     from .implementer import Implementer
     from .loop import Daemon
-    research = open_research(cfg)
+    research = open_research(cfg, configure_repo=True)
+    if research.configured:
+        log.info("%s", research.configured)
+    if research.manifest.deterministic:
+        # a deterministic run gives the same value for every seed: more baseline seeds measure nothing
+        cfg.policy.baseline_seeds = 1
     runner = make_runner(cfg, research)
     llm = note = policy = implementer = None
     if cfg.llm.provider == "none":

@@ -20,7 +20,7 @@ from datetime import datetime
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from . import gitrepo
-from .decide import Job, missing_seeds, order_key, seeds_needed
+from .decide import Job, baseline_complete, baseline_jobs_open, missing_seeds, order_key, seeds_needed
 from .dispatch import Dispatcher
 from .notes import Status
 from .population import Population, read_population
@@ -37,6 +37,7 @@ class Daemon:
         self.llm, self.policy, self.implementer = llm, policy, implementer
         self.llm_note = llm_note
         self.dispatcher = Dispatcher(cfg, research, runner)
+        self.dispatcher.wake = self.poke          # a degraded host passed its probe: dispatch now
         self.started = time.time()
         self.state_dir = gitrepo.state_dir(self.repo)
         self._tick_lock = threading.Lock()
@@ -64,6 +65,8 @@ class Daemon:
                     pop = read_population(self.repo, self.research.baseline_ref)
                 if self.dispatcher.backfill(pop):
                     pop = read_population(self.repo, self.research.baseline_ref)
+                if self.dispatcher.reject_on_arrival(pop):
+                    pop = read_population(self.repo, self.research.baseline_ref)
                 if not self._stopping.is_set():
                     self.dispatcher.dispatch(pop, self.jobs(pop))
                     self._resume_proposals(pop)
@@ -76,10 +79,11 @@ class Daemon:
     def jobs(self, pop: Population) -> list[Job]:
         p = self.cfg.policy
         jobs: list[Job] = []
-        if pop.baseline_commit and (pop.baseline_note is None):
-            for seed, retries in missing_seeds(seeds_needed(None, "baseline", p.baseline_seeds, 0),
-                                               None, pop.baseline_leases):
-                jobs.append(Job(pop.baseline_commit, seed, "baseline", None, retries))
+        if pop.baseline_commit and baseline_jobs_open(pop.baseline_note):
+            for m in missing_seeds(seeds_needed(None, "baseline", p.baseline_seeds, 0), pop.baseline_note,
+                                   pop.baseline_leases):
+                jobs.append(Job(pop.baseline_commit, m.seed, "baseline", None, m.retries, attempt=m.attempt,
+                                faults=m.faults))
         for idea in pop.ideas:
             if not idea.branch or idea.proposal:
                 continue
@@ -87,8 +91,8 @@ class Daemon:
                 continue
             purpose = "confirm" if idea.note is not None else "idea"
             needed = seeds_needed(idea.note, "idea", p.baseline_seeds, p.confirm_seeds)
-            for seed, retries in missing_seeds(needed, idea.note, idea.leases):
-                jobs.append(Job(idea.commit, seed, purpose, idea, retries))
+            for m in missing_seeds(needed, idea.note, idea.leases):
+                jobs.append(Job(idea.commit, m.seed, purpose, idea, m.retries, attempt=m.attempt, faults=m.faults))
         jobs.sort(key=lambda j: order_key(j, self.cfg.daemon.human_priority))
         return jobs
 
@@ -227,7 +231,8 @@ class Daemon:
     def _write_state(self, pop: Population) -> None:
         slots = self.dispatcher.slot_table()
         state = {"pid": os.getpid(), "started": self.started, "heartbeat": time.time(),
-                 "slots": slots, "implementing": sorted(self._implementing), "proposing": self._proposing,
+                 "slots": slots, "hosts": self.dispatcher.host_table(),   # health: degraded + reason (daemon/health.py)
+                 "implementing": sorted(self._implementing), "proposing": self._proposing,
                  "stop_reason": self._stop_condition(pop) if self.policy else None,
                  "llm": self.llm_note,
                  "budget": ({"usd": self.llm.budget.usd, "calls": self.llm.budget.calls,
@@ -288,6 +293,6 @@ class Daemon:
 
 def settled(pop: Population) -> bool:
     """Nothing queued, implementing or running: useful for `--until idle` and tests."""
-    return (pop.baseline_note is not None and not pop.queued() and not pop.running()
+    return (baseline_complete(pop.baseline_note) and not pop.queued() and not pop.running()
             and not pop.implementing() and all(i.note is None or i.note.decision != "pending" for i in pop.ideas)
             and all(i.status != Status.QUEUED for i in pop.ideas))

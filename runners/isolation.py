@@ -80,12 +80,13 @@ def host_path(v: str, home: str) -> str | None:
 
 
 def trial_sandbox(hs: HostSandbox, tdir: str, m: EnvManifest, data_env: dict[str, str],
-                  binds: list[str]) -> TrialSandbox:
-    """The run and evaluate prefixes for the trial directory `tdir`."""
+                  binds: list[str], prepared: str | None = None) -> TrialSandbox:
+    """The run and evaluate prefixes for the trial directory `tdir` (`prepared`: the prepare step's
+    output on this host, read-only to both)."""
     data = [p for v in data_env.values() if (p := host_path(v, hs.home))]
     eval_env = {k: (host_path(v, hs.home) or f"{tdir}/eval/{v.strip('/')}") for k, v in m.eval_data.items()}
     eval_only = [v for k, v in eval_env.items() if host_path(m.eval_data[k], hs.home)]
-    ro = hs.env_dirs + list(binds) + data
+    ro = hs.env_dirs + list(binds) + data + ([prepared] if prepared else [])
     run = sandboxes.SandboxRequest(argv=[], cwd=f"{tdir}/code", writable=[f"{tdir}/code"], readonly=ro,
                                    network=m.network, gpus=m.gpus)
     ev = sandboxes.SandboxRequest(argv=[], cwd=f"{tdir}/eval", writable=[f"{tdir}/eval"],

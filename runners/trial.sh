@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # autoresearchd trial wrapper. Runs detached in its trial directory; needs only bash and coreutils.
 # Layout: code/ (the idea's tree), eval.tar (the baseline's frozen files), trial.env (quoted vars).
-# Writes: run.head/run.tail (capped log), run.bytes, run.rc, timed_out, eval.*, tamper.txt, done.
+# Writes: prepare.rc/prepare.log (when the manifest has `prepare`), run.head/run.tail (capped log), run.bytes,
+# run.rc, timed_out, eval.*, tamper.txt, done.
 # Isolation: run and evaluate each start through their sandbox's prefix (AR_SB_RUN, AR_SB_EVAL, built
 # by runners/sandbox.py) with a clean environment. run sees code/ (writable) and nothing else of this
 # directory; eval/ is unpacked only once run's sandbox (its PID namespace) is gone, and the evaluator
@@ -12,6 +13,24 @@ cd "$(dirname "$0")" || exit 97
 T=$PWD
 . "$T/trial.env"
 echo $$ > "$T/pgid"
+
+# The once-per-host prepare step (runners/prepare.sh): before the slot lock and the budget clock, so
+# its time counts against neither budget; cached in <work_root>/.prepared/<key>.
+if [ -n "${AR_PREPARE:-}" ]; then
+  export AUTORESEARCH_PREPARED="${T%/*}/.prepared/$AR_PREPARE_KEY"
+  # its source: the baseline's frozen files less the evaluator's held-out ones (run sees its output)
+  rm -rf "$T/prep-src" && mkdir "$T/prep-src" && { [ ! -s "$T/eval.tar" ] || tar -x --no-same-owner -f "$T/eval.tar" -C "$T/prep-src"; }
+  for h in "${AR_HELDOUT[@]}"; do rm -rf -- "$T/prep-src/$h"; done
+  AR_PREPARE=$AR_PREPARE AR_SETUP=$AR_SETUP AR_PREPARE_BUDGET=$AR_PREPARE_BUDGET AR_KILL_GRACE=$AR_KILL_GRACE \
+    bash "$T/prepare.sh" "${T%/*}" "$AR_PREPARE_KEY" "$T/prep-src" "$T/prepare.log"
+  echo $? > "$T/prepare.rc"
+  rm -rf "$T/prep-src"
+  if [ "$(cat "$T/prepare.rc")" != 0 ]; then
+    date +%s.%N > "$T/started"; date +%s.%N > "$T/done"
+    [ -n "${AR_EVENTS:-}" ] && echo "${T##*/}" >> "$AR_EVENTS" 2>/dev/null
+    exit 0
+  fi
+fi
 
 # The slot lock: held on fd 9 until this wrapper exits (however it exits: the kernel drops it), so a
 # trial staged behind the running one starts the moment the slot frees. Children do not inherit it.
@@ -61,6 +80,7 @@ sandboxed() {
 base_env=(PATH="$PATH" LANG=C.UTF-8 AUTORESEARCH_SEED="$AUTORESEARCH_SEED" AUTORESEARCH_TRIAL="$AUTORESEARCH_TRIAL"
           AUTORESEARCH_TIME_BUDGET_S="$AUTORESEARCH_TIME_BUDGET_S" "${AR_DATA[@]}")
 [ -n "${CUDA_VISIBLE_DEVICES+x}" ] && base_env+=(CUDA_VISIBLE_DEVICES="$CUDA_VISIBLE_DEVICES")
+[ -n "${AUTORESEARCH_PREPARED:-}" ] && base_env+=(AUTORESEARCH_PREPARED="$AUTORESEARCH_PREPARED")
 for v in "${AR_PASS_ENV[@]}"; do [ -n "${!v+x}" ] && base_env+=("$v=${!v}"); done
 
 mkdir -p "$T/artifacts"

@@ -145,5 +145,5 @@ def test_doctor_says_which_sandbox_and_warns_on_none(make_repo, tmp_path):
         p = subprocess.run([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), "doctor"],
                            capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="300"))
         outs[kind] = p.stdout
-    assert "sandbox on local: bwrap" in outs["bwrap"] and "WARN" not in outs["bwrap"]
-    assert "WARN sandbox on local: none" in outs["none"] and "apt-get install bubblewrap" in outs["none"]
+    assert "ok   sandbox on local: bwrap" in outs["bwrap"] and "sandbox on local: none" not in outs["bwrap"]
+    assert "warn sandbox on local: none" in outs["none"] and "apt-get install bubblewrap" in outs["none"]
