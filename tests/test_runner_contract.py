@@ -195,7 +195,9 @@ def test_cancel_kills_running_trial(make_runner, code):
     h = r.submit(spec, r.slots()[0])
     d = Path(h["dir"]) / "code"
     wait_file(d / "gc.pid") and wait_file(d / "run.pid2")
-    pids = sleeper_pids(z)
+    deadline = time.monotonic() + 15        # the pid file can come before the child's exec of sleep
+    while not (pids := sleeper_pids(z)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert pids and r.poll(h) == PollState.RUNNING
     r.cancel(h)
     assert all(wait_gone(p) for p in pids)
