@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,20 @@ def wait_file(p: Path, timeout: float = 30.0) -> str:
             return p.read_text().strip()
         time.sleep(0.05)
     raise AssertionError(f"{p} never appeared")
+
+
+def sleeper() -> str:
+    """A `sleep` argument no other process has: the run's PIDs are its sandbox's (a PID namespace),
+    so the host finds its processes by command line (sleeper_pids)."""
+    return f"1000.{uuid.uuid4().int % 10**9:09d}"
+
+
+def sleeper_pids(arg: str) -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and (p / "cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", arg.encode()]:
+                out.append(int(p.name))
+        except OSError:
+            continue
+    return out

@@ -23,7 +23,7 @@ from autoresearchd.manifest import EnvManifest
 from autoresearchd.runners.base import PollState, TrialSpec
 from autoresearchd.runners.local import LocalRunner
 
-from conftest import wait_file
+from conftest import sleeper, sleeper_pids, wait_file
 
 
 def make_local(request, tmp_path, manifest, gpus=0, **cfg):
@@ -102,23 +102,6 @@ def wait_gone(pid: int, timeout: float = 15.0) -> bool:
             return True
         time.sleep(0.05)
     return False
-
-
-def sleeper() -> str:
-    """A `sleep` argument no other process has: the run's PIDs are its sandbox's (a PID namespace),
-    so the host finds its processes by command line (sleeper_pids)."""
-    return f"1000.{uuid.uuid4().int % 10**9:09d}"
-
-
-def sleeper_pids(arg: str) -> list[int]:
-    out = []
-    for p in Path("/proc").iterdir():
-        try:
-            if p.name.isdigit() and (p / "cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", arg.encode()]:
-                out.append(int(p.name))
-        except OSError:
-            continue
-    return out
 
 
 TRAIN = {"train.sh": "echo training\n"}

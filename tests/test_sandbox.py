@@ -21,7 +21,7 @@ from autoresearchd.runners import sandbox as sandboxes
 from autoresearchd.runners.base import PollState, TrialSpec
 from autoresearchd.runners.local import LocalRunner, LocalShell
 
-from conftest import TOY_EVAL, TOY_MANIFEST, TOY_RUN
+from conftest import TOY_EVAL, TOY_MANIFEST, TOY_RUN, sleeper, sleeper_pids
 
 BWRAP = sandboxes.get("bwrap")
 needs_bwrap = pytest.mark.skipif(BWRAP.available() is not None, reason=f"bubblewrap is needed: {BWRAP.available()}")
@@ -67,24 +67,13 @@ def test_bwrap_allows_only_the_writable_dir_and_the_given_environment(tmp_path, 
 
 @needs_bwrap
 def test_bwrap_processes_die_with_the_sandbox(tmp_path):
-    tag = f"1000.{uuid.uuid4().int % 10**9:09d}"
+    tag = sleeper()
     p = run_in(BWRAP, ["bash", "-c", f"setsid sleep {tag} > /dev/null 2>&1 & echo started"], tmp_path)
     assert p.returncode == 0 and "started" in p.stdout
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _pids(tag):
+    while time.monotonic() < deadline and sleeper_pids(tag):
         time.sleep(0.05)
-    assert not _pids(tag), "a process outlived its sandbox"
-
-
-def _pids(arg: str) -> list[int]:
-    out = []
-    for p in Path("/proc").iterdir():
-        try:
-            if p.name.isdigit() and (p / "cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", arg.encode()]:
-                out.append(int(p.name))
-        except OSError:
-            continue
-    return out
+    assert not sleeper_pids(tag), "a process outlived its sandbox"
 
 
 def test_kinds_registry_and_the_none_prefix(tmp_path):
