@@ -34,6 +34,15 @@ MAX_DIFF_BYTES = 200_000
 MAX_FILE_BYTES = 1_000_000
 CHECK_TIMEOUT_S = 120
 
+# Coding-agent implementers (implementer.kind = claude-code | codex; daemon/agent_*.py). A session is
+# one CLI run in a scratch worktree; these are its own limits, on top of the LLM budget.
+IMPLEMENTER_KIND = "diff"    # diff (one LLM call writes a unified diff) | claude-code | codex
+AGENT_WALL_S = 1200.0        # a session still running after this is stopped (process group killed)
+AGENT_MAX_TURNS = 40         # model requests per session
+AGENT_MAX_USD = 2.0          # a session whose spend passes this is stopped
+AGENT_KILL_GRACE_S = 3.0     # SIGTERM -> SIGKILL when a session is stopped
+AGENT_TOOLS = "Bash,Read,Edit,Write,Glob,Grep"   # Claude Code's allowed tools (no web, no sub-agents)
+
 LLM_TIMEOUT_S = 300.0
 LLM_MAX_RETRIES = 4
 LLM_BACKOFF_S = 1.0
