@@ -82,7 +82,9 @@ def toy_env(make_repo):
 
 def write_config(path: Path, research: Path, extra: str = "") -> Path:
     cfg = path / ".autoresearch.toml"
-    cfg.write_text(f'[research]\nrepo = "{research}"\n[runner]\nkind = "local"\nslots = 2\n'
+    # sandbox = "none": these daemon tests count runs in files outside the trial (docs/security.md);
+    # the sandbox itself is tested by test_sandbox, test_tamper and the runner contract
+    cfg.write_text(f'[research]\nrepo = "{research}"\n[runner]\nsandbox = "none"\nkind = "local"\nslots = 2\n'
                    f'[daemon]\ntick_s = 0.3\n[policy]\nbaseline_seeds = 2\n[llm]\nprovider = "none"\n{extra}')
     return cfg
 

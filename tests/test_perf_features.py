@@ -247,7 +247,7 @@ def toy(make_repo, log: Path, secs: float):
 
 def config(tmp_path, repo, slots=1, tick=0.3) -> Path:
     cfg = tmp_path / ".autoresearch.toml"
-    cfg.write_text(f'[research]\nrepo = "{repo}"\n[runner]\nkind = "local"\nslots = {slots}\n'
+    cfg.write_text(f'[research]\nrepo = "{repo}"\n[runner]\nsandbox = "none"\nkind = "local"\nslots = {slots}\n'
                    f'[daemon]\ntick_s = {tick}\n[policy]\nbaseline_seeds = 1\nconfirm_seeds = 0\n'
                    f'[llm]\nprovider = "none"\n')
     return cfg

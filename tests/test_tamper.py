@@ -340,7 +340,7 @@ def run_suite(make_repo, tmp_path, runner_toml: str, trials_root: Path):
 
 def test_tamper_attacks_are_defeated_on_the_local_runner(make_repo, tmp_path):
     trials = tmp_path / "trials"
-    run_suite(make_repo, tmp_path, f'kind = "local"\nslots = 2\nwork_root = "{trials}"', trials)
+    run_suite(make_repo, tmp_path, f'kind = "local"\nslots = 2\nsandbox = "bwrap"\nwork_root = "{trials}"', trials)
 
 
 def test_tamper_attacks_are_defeated_over_ssh(make_repo, tmp_path, ssh_fleet):
@@ -348,4 +348,4 @@ def test_tamper_attacks_are_defeated_over_ssh(make_repo, tmp_path, ssh_fleet):
     host = (f'[[runner.hosts]]\nname = "{h.name}"\nhost = "127.0.0.1"\nport = {h.port}\nuser = "{ssh_fleet.user}"\n'
             f'key = "{ssh_fleet.client_key}"\nknown_hosts = "{ssh_fleet.known_hosts}"\ngpus = 1\nslots = 2\n'
             f'work_root = "{h.work_root}"\n')
-    run_suite(make_repo, tmp_path, 'kind = "ssh"\n' + host, ssh_fleet.remote_path(h.work_root))
+    run_suite(make_repo, tmp_path, 'kind = "ssh"\nsandbox = "bwrap"\n' + host, ssh_fleet.remote_path(h.work_root))
