@@ -1,0 +1,257 @@
+"""Search quality in a simulated research world: every policy at an equal trial budget over many
+world seeds, with the real policies, prompts, parser and OpenAI provider talking to a simulated
+ideator over local HTTP (bench/search_ideator.py). The world is bench/search_world.py (fixed).
+
+    python bench/search_sim.py [--seeds 20] [--budget 150] [--variants a,b] [--markdown]
+
+Per run it records: the TRUE effect of the idea the search would report as its best (not its noisy
+measurement), false promotions (a new best whose true effect is not above the previous best's),
+duplicates run (ideas executed whose technique set had already been executed), and trials until the
+reported best reaches 90% of the world's reachable optimum (runs that never reach it count as the
+budget; the table also gives the share that reached it). Each as a mean with a 95% interval.
+
+Our loop here mirrors the daemon's: a queue refilled batch by batch (no epoch barrier), a baseline
+measured over `baseline_seeds`, noise-aware decisions with confirmation seeds (daemon.decide), and
+duplicates dropped by the policy. The paper's rule: whole epochs proposed before any of their results
+(a barrier), one baseline run, every idea one run, the best single noisy run wins, no dedupe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import search_world as W  # noqa: E402
+from search_ideator import Ideator, IdeatorServer  # noqa: E402
+
+from autoresearchd import policies  # noqa: E402
+from autoresearchd.config import LLMCfg, PolicyCfg, Price  # noqa: E402
+from autoresearchd.decide import BEST_DECISIONS, decide, pooled_std  # noqa: E402
+from autoresearchd.ideas import Idea, make_idea_id  # noqa: E402
+from autoresearchd.llm.openai_provider import OpenAIProvider  # noqa: E402
+from autoresearchd.manifest import EnvManifest  # noqa: E402
+from autoresearchd.notes import Note, Status  # noqa: E402
+from autoresearchd.population import Population  # noqa: E402
+
+ENV = EnvManifest(name="sim", run="true", metric="val_loss", goal="min", time_budget_s=600,
+                  context="Improve the training recipe of a small language model.")
+SIM = dict(ideas_per_epoch=30, batch=5, max_parents=30)   # the paper's 80/10/100, scaled to the budget
+MAX_STALLS = 10      # proposal rounds in a row with nothing new: the search ends before its budget
+PAPER = dict(barrier=True, noise=False, dedupe=False)
+
+# name -> (policy, PolicyCfg overrides, loop flags)
+VARIANTS: dict[str, tuple[str, dict, dict]] = {
+    "paper rule (evolutionary, barrier, best single run)": ("evolutionary", {}, PAPER),
+    "best_of_n": ("best_of_n", {}, {}),
+    "greedy": ("greedy", {}, {}),
+    "evolutionary (ours)": ("evolutionary", {}, {}),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _optimum(wseed: int) -> float:
+    return W.World.make(wseed).optimum()
+
+
+def _sha(*parts) -> str:
+    return hashlib.sha1(repr(parts).encode()).hexdigest()
+
+
+class Run:
+    """One search in one world. `go()` returns its metrics."""
+
+    def __init__(self, srv, wseed: int, budget: int, policy: str, overrides: dict, flags: dict):
+        self.w = W.World.make(wseed)
+        self.ideator = srv.ideator = Ideator(self.w)
+        self.budget, self.flags = budget, flags
+        cfg = PolicyCfg(name=policy, seed=wseed, **{**SIM, **overrides})
+        if flags.get("dedupe") is False:
+            cfg.duplicate_threshold = 101.0           # token_set_ratio never exceeds 100: no dedupe
+        self.cfg = cfg
+        self.policy = policies.get(policy)(cfg)
+        self.llm = OpenAIProvider(LLMCfg(provider="openai", base_url=srv.base_url, model="sim-ideator",
+                                         max_retries=0, prices={"sim-ideator": Price(input=1.0, output=4.0)}))
+        self.rng = random.Random(f"trials-{wseed}")
+        self.ideas: list[Idea] = []
+        self.techs: dict[str, frozenset] = {}          # commit -> techniques
+        self.true: dict[str, float] = {}
+        self.ran: set[frozenset] = set()
+        self.trials = 0
+        self.m = dict(false_promotions=0, duplicates_run=0, dropped=0, implement_failed=0, crashed=0,
+                      usd=0.0, max_prompt_tokens=0, trials_to_90=None)
+        self.pick: Idea | None = None
+
+    # -- measuring ------------------------------------------------------------------------------
+    def _baseline(self) -> None:
+        k = 1 if self.flags.get("noise") is False else self.cfg.baseline_seeds
+        vals = [W.BASELINE + self.rng.gauss(0, W.NOISE_SD) for _ in range(k)]
+        self.trials += k
+        self.bnote = Note(status=Status.SUCCEEDED, value=statistics.fmean(vals), values=vals,
+                          std=statistics.stdev(vals) if k > 1 else None, seeds=list(range(k)))
+        self.bvals = vals
+
+    def _best_value(self) -> float | None:
+        vals = [i.note.value for i in self.ideas if i.note and i.note.decision in BEST_DECISIONS]
+        return min(vals) if vals else None
+
+    def _measure(self, idea: Idea, techs: frozenset) -> Note:
+        v = self.w.run(techs, self.rng)
+        self.trials += 1
+        if v is None:
+            self.m["crashed"] += 1
+            return Note(status=Status.FAILED, exit_code=1, error="Traceback: RuntimeError: CUDA error")
+        note = Note(status=Status.SUCCEEDED, value=v, values=[v], seeds=[0], baseline=self.bnote.value)
+        if self.flags.get("noise") is False:
+            if v < min([i.note.value for i in self.ideas if i.value is not None] + [self.bnote.value]):
+                note.decision = "promoted"              # the paper: the best single run wins
+            return note
+        c = self.cfg
+        k = len(self.bvals)
+        d = decide(v, "min", self.bnote.value, self.bnote.std, self._best_value(), c.noise_mult,
+                   c.confirm_seeds > 0, k=k)
+        if d == "pending":
+            fresh = [self.w.run(techs, self.rng) for _ in range(c.confirm_seeds)]
+            self.trials += c.confirm_seeds
+            fresh = [x for x in fresh if x is not None]
+            if fresh:
+                d = decide(statistics.fmean(fresh), "min", self.bnote.value, self.bnote.std, self._best_value(),
+                           c.noise_mult, True, confirmed=True, n=len(fresh), k=k, std=pooled_std(fresh, self.bvals))
+                note.values = [v] + fresh
+                note.value = statistics.fmean(note.values)
+            else:
+                d = "demoted"
+        note.decision = d
+        return note
+
+    def _track(self, idea: Idea) -> None:
+        if idea.note.decision not in BEST_DECISIONS:
+            return
+        prev = self.true[self.pick.commit] if self.pick else 0.0
+        if self.flags.get("noise") is not False and self.pick is not None \
+                and idea.note.value >= self.pick.note.value:
+            return
+        if self.true[idea.commit] <= prev:
+            self.m["false_promotions"] += 1
+        self.pick = idea
+        if self.m["trials_to_90"] is None and self.true[idea.commit] >= 0.9 * self.opt:
+            self.m["trials_to_90"] = self.trials
+
+    # -- the loop -------------------------------------------------------------------------------
+    def go(self) -> dict:
+        self.opt = _optimum(self.w.seed)
+        self._baseline()
+        barrier = self.flags.get("barrier", False)
+        stalls = 0
+        while self.trials < self.budget:
+            pop = Population(list(self.ideas), "0" * 40, self.bnote)
+            n = self.cfg.ideas_per_epoch - self.policy.cursor(pop)[1] if barrier else self.cfg.batch
+            props = self.policy.propose(pop, n, ENV, self.llm)
+            if not any(p.dropped_reason is None for p in props):
+                stalls += 1                  # only duplicates: the ideator is saturated
+                if stalls >= MAX_STALLS or not props:
+                    break
+                continue
+            stalls = 0
+            self.m["max_prompt_tokens"] = max(self.m["max_prompt_tokens"], self._last_prompt_tokens())
+            for p in props:
+                self.m["usd"] += p.cost_usd
+                commit = _sha(self.w.seed, len(self.ideas), p.text)
+                idea = Idea(idea_id=make_idea_id(p.text, p.epoch, commit[:6]), commit=commit, title=p.title,
+                            text=p.text, origin=p.origin, parents=p.parents, epoch=p.epoch,
+                            base_commit=p.base_commit, committed_at=len(self.ideas))
+                if p.dropped_reason:
+                    idea.note = Note(status=Status.DUPLICATE, duplicate_of=p.duplicate_of, error=p.dropped_reason)
+                    self.m["dropped"] += 1
+                    self.ideas.append(idea)
+                    continue
+                if self.trials >= self.budget:
+                    break
+                techs = frozenset(self.ideator.techs(p.text)) | self.techs.get(p.base_commit or "", frozenset())
+                self.techs[commit], self.true[commit] = techs, self.w.true_effect(techs)
+                if not techs or self.w.implement_fails(techs, self.rng):
+                    self.m["implement_failed"] += 1
+                    idea.note = Note(status=Status.IMPLEMENT_FAILED, error="the diff did not apply after 2 revisions")
+                else:
+                    if techs in self.ran:
+                        self.m["duplicates_run"] += 1
+                    self.ran.add(techs)
+                    idea.note = self._measure(idea, techs)
+                self.ideas.append(idea)
+                if idea.note.status == Status.SUCCEEDED:
+                    self._track(idea)
+        best = self.true[self.pick.commit] if self.pick else 0.0
+        self.m.update(true_best=best, opt=self.opt, share_of_opt=best / self.opt if self.opt else 0.0,
+                      reached_90=self.m["trials_to_90"] is not None, trials=self.trials)
+        if self.m["trials_to_90"] is None:
+            self.m["trials_to_90"] = self.budget
+        return self.m
+
+    def _last_prompt_tokens(self) -> int:
+        return getattr(self.llm, "last_input_tokens", 0)
+
+
+def ci95(xs: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of a t-based 95% interval."""
+    from autoresearchd.decide import t975
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, 0.0
+    return m, t975(len(xs) - 1) * statistics.stdev(xs) / len(xs) ** 0.5
+
+
+def simulate(seeds: int, budget: int, names: list[str], log=print) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    with IdeatorServer() as srv:
+        for name in names:
+            policy, over, flags = VARIANTS[name]
+            t0 = time.monotonic()
+            out[name] = [Run(srv, s, budget, policy, over, flags).go() for s in range(seeds)]
+            log(f"  {name}: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    return out
+
+
+def table(res: dict[str, list[dict]], markdown: bool = True) -> str:
+    cols = [("true_best", "true effect of best", "{:.4f}"), ("share_of_opt", "share of optimum", "{:.0%}"),
+            ("false_promotions", "false promotions", "{:.2f}"), ("duplicates_run", "duplicates run", "{:.1f}"),
+            ("trials_to_90", "trials to 90%", "{:.0f}")]
+    head = ["variant"] + [c[1] for c in cols] + ["reached 90%", "dropped dups", "LLM $"]
+    rows = []
+    for name, runs in res.items():
+        cells = [name]
+        for key, _, fmt in cols:
+            m, h = ci95([float(r[key]) for r in runs])
+            cells.append(f"{fmt.format(m)} ± {fmt.format(h).rstrip('%')}" + ("%" if "%" in fmt else ""))
+        cells.append(f"{sum(r['reached_90'] for r in runs)}/{len(runs)}")
+        cells.append(f"{statistics.fmean(r['dropped'] for r in runs):.1f}")
+        cells.append(f"{statistics.fmean(r['usd'] for r in runs):.3f}")
+        rows.append(cells)
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+    return "\n".join("  ".join(r) for r in [head] + rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--budget", type=int, default=150)
+    ap.add_argument("--variants", default="", help="comma-separated prefixes of variant names (default: all)")
+    a = ap.parse_args(argv)
+    names = [n for n in VARIANTS if not a.variants or any(n.startswith(p) for p in a.variants.split(","))]
+    t0 = time.monotonic()
+    res = simulate(a.seeds, a.budget, names)
+    print(f"{a.seeds} world seeds, {a.budget} trials each, {time.monotonic() - t0:.0f} s")
+    print(table(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
