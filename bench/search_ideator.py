@@ -31,6 +31,7 @@ _WHY = ["This should make optimization smoother and lower the final loss.",
         "It targets a known bottleneck of the baseline and should reduce the loss.",
         "We expect a better use of the compute budget and a lower validation loss.",
         "A cheap change that often transfers across model sizes."]
+_SYL = "ka lo mi ren tas vel dor ni sup bra gle fom tri wex zan".split()
 _WORDS = re.compile(r"[a-z]+")
 _RESULT = re.compile(r"Result: \S+ = ([-0-9.e+]*[0-9])")
 
@@ -44,6 +45,10 @@ class Ideator:
         self.calls = 0
         self.past: list[tuple[int, ...]] = []        # its own earlier proposals
         self._index = {n: i for i, n in enumerate(world.names)}
+        # each technique is described in its own words, so two different ideas read differently
+        # while a rewording of one idea keeps its technical words (what a dedupe can catch)
+        vocab = [a + b for a in _SYL for b in _SYL]
+        self.detail = [" ".join(self.rng.sample(vocab, 4)) for _ in world.names]
 
     # -- reading the prompt ---------------------------------------------------------------------
     def techs(self, text: str) -> list[int]:
@@ -84,7 +89,7 @@ class Ideator:
     # -- writing ideas --------------------------------------------------------------------------
     def write(self, techs, cite: list[str] = ()) -> str:
         names = [self.w.names[t] for t in techs]
-        joined = " together with ".join(names)
+        joined = " together with ".join(f"{self.w.names[t]} ({self.detail[t]})" for t in techs)
         c = f" (builds on {', '.join(cite)})" if cite else ""
         return (f"[Experiment] {self.rng.choice(_VERBS)} {joined}{c}. {self.rng.choice(_WHY)}\n"
                 f"[Code Changes] Edit train.py to implement {' and '.join(names)}.\n[End]")
@@ -97,6 +102,9 @@ class Ideator:
     def answer(self, messages: list[dict]) -> str:
         users = [m["content"] for m in messages if m["role"] == "user"]
         first, last = users[0], users[-1]
+        if "SAME or DIFFERENT" in first:      # the novelty judge: same techniques = same experiment
+            a, _, b = first.partition("Experiment B:")
+            return "SAME" if set(self.techs(a.split("Experiment A:")[-1])) == set(self.techs(b)) else "DIFFERENT"
         if "Condense" in first and "lessons" in first.lower():
             return self.summarize(first)
         m = re.search(r"(?:write|Propose) (\d+)", last) or re.search(r"exactly (\d+)", first)

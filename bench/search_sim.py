@@ -53,6 +53,13 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "best_of_n": ("best_of_n", {}, {}),
     "greedy": ("greedy", {}, {}),
     "evolutionary (ours)": ("evolutionary", {}, {}),
+    "evolutionary, baseline_seeds = 5": ("evolutionary", {"baseline_seeds": 5}, {}),
+    "+ islands (3, migration every 2 epochs)": ("evolutionary", {"islands": 3}, {}),
+    "+ inspiration (top + diverse)": ("evolutionary", {"inspiration": "top_diverse"}, {}),
+    "+ novelty gate (80)": ("evolutionary", {"novelty_threshold": 80}, {}),
+    "+ novelty gate (80) with LLM judge": ("evolutionary", {"novelty_threshold": 80, "novelty_judge": True}, {}),
+    "+ all of the above": ("evolutionary", {"islands": 3, "inspiration": "top_diverse",
+                                            "novelty_threshold": 80, "novelty_judge": True}, {}),
 }
 
 
@@ -207,14 +214,30 @@ def ci95(xs: list[float]) -> tuple[float, float]:
     return m, t975(len(xs) - 1) * statistics.stdev(xs) / len(xs) ** 0.5
 
 
-def simulate(seeds: int, budget: int, names: list[str], log=print) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    with IdeatorServer() as srv:
-        for name in names:
-            policy, over, flags = VARIANTS[name]
-            t0 = time.monotonic()
-            out[name] = [Run(srv, s, budget, policy, over, flags).go() for s in range(seeds)]
-            log(f"  {name}: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+_SRV = None
+
+
+def _one(job: tuple[str, int, int]) -> dict:
+    """One (variant, world seed) run; each worker process keeps its own ideator server."""
+    global _SRV
+    name, seed, budget = job
+    if _SRV is None:
+        _SRV = IdeatorServer().__enter__()
+    policy, over, flags = VARIANTS[name]
+    return Run(_SRV, seed, budget, policy, over, flags).go()
+
+
+def simulate(seeds: int, budget: int, names: list[str], jobs: int = 1) -> dict[str, list[dict]]:
+    work = [(name, s, budget) for name in names for s in range(seeds)]
+    if jobs > 1:
+        import multiprocessing
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            runs = pool.map(_one, work, chunksize=1)
+    else:
+        runs = [_one(w) for w in work]
+    out: dict[str, list[dict]] = {name: [] for name in names}
+    for (name, _, _), r in zip(work, runs):
+        out[name].append(r)
     return out
 
 
@@ -243,12 +266,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--budget", type=int, default=150)
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2: the 2-core target)")
     ap.add_argument("--variants", default="", help="comma-separated prefixes of variant names (default: all)")
     a = ap.parse_args(argv)
     names = [n for n in VARIANTS if not a.variants or any(n.startswith(p) for p in a.variants.split(","))]
     t0 = time.monotonic()
-    res = simulate(a.seeds, a.budget, names)
-    print(f"{a.seeds} world seeds, {a.budget} trials each, {time.monotonic() - t0:.0f} s")
+    res = simulate(a.seeds, a.budget, names, a.jobs)
+    print(f"{a.seeds} world seeds, {a.budget} trials each, {len(names)} variants, {a.jobs} processes, "
+          f"{time.monotonic() - t0:.0f} s wall")
     print(table(res))
     return 0
 

@@ -56,5 +56,13 @@ NOISE_MULT = 2.0             # promotions by less than this many baseline stds n
 CONFIRM_SEEDS = 2
 DUPLICATE_THRESHOLD = 90.0   # rapidfuzz token_set_ratio
 
+# Search mechanisms (issue 21), measured in bench/search_sim.py; see docs/policies.md for the table.
+ISLANDS = 1                  # exploit sub-populations; 1 = one population (the paper's search)
+MIGRATION_EPOCHS = 2         # with islands: confirmed winners visit every island each this many epochs
+INSPIRATION = "sample"       # exploit shows a uniform sample of the winners; "top_diverse": best + diverse rest
+NOVELTY_THRESHOLD = None     # token_set_ratio of the novelty gate; None = off (only real duplicates dropped)
+NOVELTY_MIN_JACCARD = 0.55   # content-word overlap a pair needs before the gate compares it
+NOVELTY_JUDGE = False        # ask the LLM whether a gated pair is really the same experiment
+
 LOCAL_SLOTS = 1
 HUMAN_PRIORITY = True
