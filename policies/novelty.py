@@ -16,8 +16,8 @@ from ..llm.base import LLMError
 from .dedupe import PENDING, DuplicateIndex
 
 JUDGE_PROMPT = """Two proposed machine-learning experiments follow. Do they test the same change (the
-same technique, possibly reworded or with slightly different settings)? Answer with one word: SAME or
-DIFFERENT.
+same technique, possibly reworded or with slightly different settings)?
+Answer with one word: SAME or DIFFERENT.
 
 Experiment A:
 {a}
