@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import hashlib
 import random
 import statistics
@@ -227,18 +228,34 @@ def _one(job: tuple[str, int, int]) -> dict:
     return Run(_SRV, seed, budget, policy, over, flags).go()
 
 
-def simulate(seeds: int, budget: int, names: list[str], jobs: int = 1) -> dict[str, list[dict]]:
-    work = [(name, s, budget) for name in names for s in range(seeds)]
+def simulate(seeds: int, budget: int, names: list[str], jobs: int = 1, log=None) -> dict[str, list[dict]]:
+    """Seed-major order, so a run cut short has the same world seeds for every variant; `log` (a
+    file) gets one JSON line per finished run, so partial results survive (see --from-log)."""
+    work = [(name, s, budget) for s in range(seeds) for name in names]
+    out: dict[str, list[dict]] = {name: [] for name in names}
+    pool = None
     if jobs > 1:
         import multiprocessing
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            runs = pool.map(_one, work, chunksize=1)
-    else:
-        runs = [_one(w) for w in work]
-    out: dict[str, list[dict]] = {name: [] for name in names}
-    for (name, _, _), r in zip(work, runs):
-        out[name].append(r)
+        pool = multiprocessing.get_context("fork").Pool(jobs)
+    try:
+        runs = pool.imap(_one, work, chunksize=1) if pool else map(_one, work)
+        for (name, seed, _), r in zip(work, runs):
+            out[name].append(r)
+            if log is not None:
+                log.write(json.dumps({"variant": name, "seed": seed, **r}) + "\n")
+                log.flush()
+    finally:
+        if pool:
+            pool.terminate()
     return out
+
+
+def from_log(path: str) -> dict[str, list[dict]]:
+    """Results from a --log file, keeping only the world seeds every variant finished."""
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    names = list(dict.fromkeys(r["variant"] for r in rows))
+    done = set.intersection(*({r["seed"] for r in rows if r["variant"] == n} for n in names))
+    return {n: [r for r in rows if r["variant"] == n and r["seed"] in done] for n in names}
 
 
 def table(res: dict[str, list[dict]], markdown: bool = True) -> str:
@@ -268,10 +285,18 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=int, default=150)
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2: the 2-core target)")
     ap.add_argument("--variants", default="", help="comma-separated prefixes of variant names (default: all)")
+    ap.add_argument("--log", help="append one JSON line per finished run to this file")
+    ap.add_argument("--from-log", help="print the table of a --log file (the seeds every variant finished)")
     a = ap.parse_args(argv)
+    if a.from_log:
+        res = from_log(a.from_log)
+        print(f"{len(next(iter(res.values())))} world seeds (from {a.from_log})")
+        print(table(res))
+        return 0
     names = [n for n in VARIANTS if not a.variants or any(n.startswith(p) for p in a.variants.split(","))]
     t0 = time.monotonic()
-    res = simulate(a.seeds, a.budget, names, a.jobs)
+    log = open(a.log, "a") if a.log else None
+    res = simulate(a.seeds, a.budget, names, a.jobs, log)
     print(f"{a.seeds} world seeds, {a.budget} trials each, {len(names)} variants, {a.jobs} processes, "
           f"{time.monotonic() - t0:.0f} s wall")
     print(table(res))

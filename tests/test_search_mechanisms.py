@@ -157,7 +157,7 @@ def test_mechanism_keys_are_validated():
 
 
 def test_search_simulator_runs_and_prints_the_table():
-    r = subprocess.run([sys.executable, "bench/search_sim.py", "--seeds", "2", "--budget", "25", "--jobs", "1",
+    r = subprocess.run([sys.executable, "bench/search_sim.py", "--seeds", "2", "--budget", "20", "--jobs", "1",
                         "--variants", "paper,evolutionary (ours)"], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
