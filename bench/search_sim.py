@@ -94,7 +94,7 @@ class Run:
         self.ran: set[frozenset] = set()
         self.trials = 0
         self.m = dict(false_promotions=0, duplicates_run=0, dropped=0, implement_failed=0, crashed=0,
-                      usd=0.0, max_prompt_tokens=0, trials_to_90=None)
+                      usd=0.0, trials_to_90=None)
         self.pick: Idea | None = None
 
     # -- measuring ------------------------------------------------------------------------------
@@ -168,7 +168,6 @@ class Run:
                     break
                 continue
             stalls = 0
-            self.m["max_prompt_tokens"] = max(self.m["max_prompt_tokens"], self._last_prompt_tokens())
             for p in props:
                 self.m["usd"] += p.cost_usd
                 commit = _sha(self.w.seed, len(self.ideas), p.text)
@@ -201,9 +200,6 @@ class Run:
         if self.m["trials_to_90"] is None:
             self.m["trials_to_90"] = self.budget
         return self.m
-
-    def _last_prompt_tokens(self) -> int:
-        return getattr(self.llm, "last_input_tokens", 0)
 
 
 def ci95(xs: list[float]) -> tuple[float, float]:
