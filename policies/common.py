@@ -197,9 +197,13 @@ class LLMPolicy(Policy):
         hit = hits[0] if hits else None
         gated = False
         if hit is None and self._novel is not None:
+            spent: list = []
             hit = novelty.too_close(self._novel, text, population, self._pending, self._llm,
-                                    self.cfg.novelty_judge)
+                                    self.cfg.novelty_judge, spent)
             gated = hit is not None
+            for c in spent:          # the judge's calls are billed to the proposal they judged
+                prop.cost_usd += c.cost_usd
+                prop.tokens += c.input_tokens + c.output_tokens
         if hit is None:
             self._seq += 1
             key = f"{PENDING}{prop.epoch}:{self._seq}"

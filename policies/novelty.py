@@ -31,8 +31,10 @@ def gate_index(threshold: float) -> DuplicateIndex:
     return DuplicateIndex(threshold, min_jaccard=defaults.NOVELTY_MIN_JACCARD, lsh_threshold=0.3)
 
 
-def too_close(index: DuplicateIndex, text: str, population, pending, llm, judge: bool) -> str | None:
-    """The key of a stored idea (or pending proposal) the text is too close to, or None."""
+def too_close(index: DuplicateIndex, text: str, population, pending, llm, judge: bool,
+              spent: list | None = None) -> str | None:
+    """The key of a stored idea (or pending proposal) the text is too close to, or None. Each judge
+    call's Completion is appended to `spent`, so its cost can be billed to the proposal."""
     for key, _score in index.matches(text):
         if not judge or llm is None:
             return key
@@ -41,15 +43,19 @@ def too_close(index: DuplicateIndex, text: str, population, pending, llm, judge:
         else:
             idea = population.by_id.get(key)
             other = f"{idea.title}\n{idea.text}" if idea else ""
-        if not other or _same(llm, text, other):
+        if not other or _same(llm, text, other, spent):
             return key
     return None
 
 
-def _same(llm, a: str, b: str) -> bool:
+def _same(llm, a: str, b: str, spent: list | None) -> bool:
     try:
         c = llm.complete([{"role": "user", "content": JUDGE_PROMPT.format(a=a[:1500], b=b[:1500])}],
                          purpose="novelty", max_tokens=16)
-    except LLMError:
+    except LLMError as e:
+        if getattr(e, "completion", None) is not None and spent is not None:
+            spent.append(e.completion)
         return True
+    if spent is not None:
+        spent.append(c)
     return "DIFFERENT" not in c.text.upper()

@@ -14,7 +14,7 @@ import pytest
 from fake_llm import FakeLLM, Reply
 from test_policies import ENV, Pop, answer, idea_block, policy
 
-from autoresearchd.config import LLMCfg, PolicyCfg
+from autoresearchd.config import LLMCfg, PolicyCfg, Price
 from autoresearchd.llm.openai_provider import OpenAIProvider
 from autoresearchd.notes import Status
 from autoresearchd.policies.diversity import island_of
@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def provider(fake: FakeLLM) -> OpenAIProvider:
     return OpenAIProvider(LLMCfg(provider="openai", base_url=fake.openai_url, model="test-model",
-                                 max_retries=0, backoff_s=0.01, timeout_s=10))
+                                 max_retries=0, backoff_s=0.01, timeout_s=10,
+                                 prices={"test-model": Price(input=1.0, output=2.0)}))
 
 
 def ideas_answer(req):
@@ -126,10 +127,15 @@ def test_novelty_gate_sends_near_variants_back_and_the_judge_decides_borderline_
         if judge_says:
             fake.script(Reply(judge_says))
         fake.script(ideas_answer)
-        out = policy(**cfg).propose(p.read(), 2, ENV, provider(fake))
+        llm = provider(fake)
+        out = policy(**cfg).propose(p.read(), 2, ENV, llm)
         bodies = [json.dumps(r.body) for r in fake.requests]
+        provider_spend = [llm.budget.usd]
     near = [q for q in out if q.title.startswith("Cosine decay")]
     assert len(near) == 1
+    # every call is billed to some proposal: the judge's to the proposal it judged
+    fake_cost = sum(q.cost_usd for q in out)
+    assert provider_spend[0] > 0 and abs(fake_cost - provider_spend[0]) < 1e-9
     if judge_says == "DIFFERENT":
         assert near[0].dropped_reason is None
         assert len(bodies) == 2                          # the proposal, the judge: no follow-up needed
