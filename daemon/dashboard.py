@@ -103,28 +103,31 @@ class Snapshot:
             r["rank"] = k if r["value"] is not None else None
         self.row_by_id = {r["idea"]: r for r in self.rows}
         self._lineage_index()
-        self._summary = None
-        self._summary_state = None
+        self.reasons = {i.idea_id: failure_reason(i) for i in pop.ideas}
+        self._summary = self._summary_state = self._fixed = None
 
     # -- overview ------------------------------------------------------------------------------------
     def overview(self) -> dict:
+        """observe.summary plus the curves, what runs, failures by reason and CPU-hours. The population
+        parts are computed once per snapshot; the summary again only when the daemon's state changed."""
         st = daemon_state(self.research.repo)
         key = json.dumps({k: v for k, v in (st or {}).items() if k not in ("heartbeat", "fresh")}, sort_keys=True,
                          default=str)
+        if self._fixed is None:
+            bn = self.pop.baseline_note
+            by_time = series(self.pop, self.goal)
+            self._fixed = {
+                "curves": dict(by_time, by_time=steps(by_time["by_time"])),
+                "running": running_trials(self.pop),
+                "cpu_hours": (sum(getattr(i.note, "cpu_s", None) or 0 for i in self.pop.ideas if i.note)
+                              + ((getattr(bn, "cpu_s", None) or 0) if bn else 0)) / 3600,
+                "failures": dict(Counter(r for r in self.reasons.values() if r)),
+                "noise_margin": self._margin(), "env": self.research.manifest.name}
         if self._summary is None or key != self._summary_state:
             s = summary(self.cfg, self.research, self.pop)
-            s["curves"] = series(self.pop, self.goal)
-            s["curves"]["by_time"] = steps(s["curves"]["by_time"])
-            s["running"] = running_trials(self.pop)
-            s["cpu_hours"] = (sum(getattr(i.note, "cpu_s", None) or 0 for i in self.pop.ideas if i.note)
-                              + (getattr(self.pop.baseline_note, "cpu_s", None) or 0 if self.pop.baseline_note
-                                 else 0)) / 3600
             s["baseline"]["values"] = list(self.pop.baseline_note.values) if self.pop.baseline_note else []
-            s["noise_margin"] = self._margin()
-            s["failures"] = dict(Counter(r for r in (failure_reason(i) for i in self.pop.ideas) if r))
-            s["env"] = self.research.manifest.name
             self._summary, self._summary_state = s, key
-        out = dict(self._summary)
+        out = dict(self._summary, **self._fixed)
         d = dict(out["daemon"])
         if st and st.get("heartbeat"):      # liveness is recomputed at each request, the rest is cached
             d["last_heartbeat_s"] = time.time() - st["heartbeat"]
@@ -236,13 +239,14 @@ class Snapshot:
             path.append(cur)
         return {"root": walk(root, depth), "ancestors": [self._node(a) for a in reversed(path)],
                 "total": len(self.pop.ideas), "goal": self.goal, "baseline": self.pop.baseline_value,
+                "margin": self._margin(),
                 "version": self.version}
 
     # -- failures ------------------------------------------------------------------------------------
     def failures(self, per_group: int = 50) -> dict:
         groups: dict[str, list] = {g: [] for g in FAILURE_GROUPS}
         for i in sorted(self.pop.ideas, key=lambda i: -((i.note.finished_at if i.note else 0) or i.committed_at)):
-            g = failure_reason(i)
+            g = self.reasons.get(i.idea_id)
             if g:
                 groups.setdefault(g, []).append(i)
         out = []
@@ -315,5 +319,5 @@ class Snapshot:
                 "diff": red(diff), "diff_truncated": truncated, "note": note, "attempts": attempts, "check": check,
                 "logs": logs, "leases": [{"trial": lz.trial_id, "host": lz.host, "slot": lz.slot, "state": lz.state,
                                           "elapsed_s": time.time() - lz.started} for lz in i.leases],
-                "git": cmd, "failure": failure_reason(i), "colour": _colour(i),
+                "git": cmd, "failure": self.reasons.get(i.idea_id), "colour": _colour(i),
                 "metric": self.research.manifest.metric, "goal": self.goal, "version": self.version}

@@ -120,11 +120,15 @@ class Live:
                 self.fingerprint = fp
                 pop = read_population(self.research.repo, self.research.baseline_ref)
                 self.version += 1
-                self.snapshot = Snapshot(self.cfg, self.research, pop, str(self.version), self.secrets)
+                snap = Snapshot(self.cfg, self.research, pop, str(self.version), self.secrets)
+                snap.overview()             # computed here, before browsers are told to fetch it
+                self.snapshot = snap
                 kind = "data"
             if sk != self.state_key:
                 self.state_key = sk
-                kind = kind or "state"
+                if kind is None:
+                    self.snapshot.overview()
+                    kind = "state"
             return kind
 
     def current(self) -> Snapshot:

@@ -20,7 +20,7 @@ function h(tag, props, ...kids) {
     else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
     else el.setAttribute(k, String(v));
   }
-  for (const kid of kids.flat()) {
+  for (const kid of kids.flat(Infinity)) {
     if (kid === null || kid === undefined || kid === false) continue;
     el.appendChild(kid instanceof Node ? kid : document.createTextNode(String(kid)));
   }
@@ -42,12 +42,12 @@ function kv(rows) {
   return h("table", {class: "kv"}, rows.filter(r => r).map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v))));
 }
 function better(goal, a, b) { return goal === "min" ? a < b : a > b; }
-function deltaCell(delta, margin, goal) {
+function deltaCell(delta, margin, goal, quiet) {
   if (delta === null || delta === undefined) return h("span", {class: "dim"}, "");
   const good = goal === "min" ? delta < 0 : delta > 0;
   const beyond = margin ? Math.abs(delta) > margin : true;
   return h("span", {class: "delta " + (beyond ? (good ? "pos" : "neg") : "noise")},
-    signed(delta), margin ? h("span", {class: "dim"}, " ±" + num(margin, 3)) : "");
+    signed(delta), margin && !quiet ? h("span", {class: "dim"}, " ±" + num(margin, 3)) : "");
 }
 
 async function get(path) {
@@ -136,14 +136,15 @@ async function renderOverview() {
       (d.stop_reason ? "; last stop: " + d.stop_reason : ""))];
   const bar = (used, cap) => cap ? h("div", {class: "bar"}, h("div", {class: "fill" + (used > cap ? " over" : ""),
     style: null, "data-w": Math.min(100, 100 * used / cap)})) : null;
+  const usd = sp.live_usd !== null && sp.live_usd !== undefined ? Math.max(sp.usd, sp.live_usd) : sp.usd;
   const spend = [kv([
-    ["LLM", "$" + num(sp.live_usd !== null && sp.live_usd !== undefined ? Math.max(sp.usd, sp.live_usd) : sp.usd, 2) +
-      (sp.budget_usd ? " of $" + num(sp.budget_usd, 2) : "")],
+    ["LLM", "$" + num(usd, 2) + (sp.budget_usd ? " / $" + num(sp.budget_usd, 0) : "")],
     ["tokens", Number(sp.tokens || 0).toLocaleString()],
-    ["GPU-hours", num(sp.gpu_hours, 2) + (sp.max_gpu_hours ? " of " + num(sp.max_gpu_hours, 1) : "")],
-    ["CPU-hours", num(s.cpu_hours, 2)],
-    s.cost_per_improvement.usd !== null ? ["per 1.0 " + m, "$" + num(s.cost_per_improvement.usd, 2) + ", " +
-      num(s.cost_per_improvement.gpu_hours, 2) + " GPU-h"] : null]), bar(sp.usd, sp.budget_usd)];
+    ["GPU-hours", num(sp.gpu_hours, 1) + (sp.max_gpu_hours ? " / " + num(sp.max_gpu_hours, 0) : "")],
+    ["CPU-hours", num(s.cpu_hours, 1)],
+    s.cost_per_improvement.usd !== null ? ["$ per 1.0 Δ", num(s.cost_per_improvement.usd, 2)] : null,
+    s.cost_per_improvement.usd !== null ? ["GPU-h per 1.0 Δ", num(s.cost_per_improvement.gpu_hours, 1)] : null]),
+    bar(usd, sp.budget_usd)];
   const baseline = b.value !== null
     ? [h("div", {class: "big"}, num(b.value)), h("div", {class: "dim"}, "± " + num(b.std || 0) + " over " + b.seeds +
       " seeds"), h("div", {class: "seeds"}, (b.values || []).map((v, k) => h("span", {class: "seed"}, "s" + k + " " + num(v))))]
@@ -156,7 +157,7 @@ async function renderOverview() {
     : [h("div", {class: "big dim"}, "none yet")];
   const counts = h("div", {class: "chips"}, Object.entries(s.counts).sort().map(([k, v]) =>
     h("a", {class: "chip " + k, href: "#/ideas?status=" + encodeURIComponent(k)}, k + " ", h("b", {}, v))));
-  root.append(h("div", {class: "cards"},
+  root.append(h("div", {class: "cards top"},
     card("Daemon", ...daemon),
     card("Spend", ...spend),
     card("Baseline " + m + " (" + s.goal + ")", ...baseline),
@@ -166,20 +167,18 @@ async function renderOverview() {
     card("Ideas: " + s.total + (s.epoch >= 0 ? " · epoch " + s.epoch : ""), counts,
       Object.keys(s.failures).length ? h("p", {}, h("a", {href: "#/failures"},
         Object.values(s.failures).reduce((a, c) => a + c, 0) + " failures by reason →")) : null)));
+  // best-so-far curves
+  const c1 = h("div", {class: "chart"}), c2 = h("div", {class: "chart"});
+  root.append(h("div", {class: "cards two"}, card("Best so far, by epoch", c1), card("Best so far, by GPU-hours", c2)));
   // what runs where
   const slots = s.slots || [];
   const running = s.running || [];
   root.append(h("div", {class: "cards two"},
-    card("Slots and hosts", slots.length ? h("table", {class: "grid"}, h("tr", {}, h("th", {}, "slot"), h("th", {}, "state"),
-      h("th", {}, "trial")), slots.map(x => h("tr", {}, h("td", {}, x.slot), h("td", {}, badge(x.state)),
-      h("td", {}, x.trial || "")))) : h("p", {class: "dim"}, d.alive ? "no slots reported" : "the daemon is not running")),
+    card("Slots and hosts", slots.length ? slotTable(slots) : h("p", {class: "dim"}, d.alive ? "no slots reported" : "the daemon is not running")),
     card("Running now", running.length ? h("table", {class: "grid"}, h("tr", {}, h("th", {}, "trial"), h("th", {}, "idea"),
       h("th", {}, "where"), h("th", {}, "for")), running.map(r => h("tr", {}, h("td", {}, r.trial),
       h("td", {}, r.idea === "baseline" ? "baseline" : ideaLink(r.idea, r.title)), h("td", {}, r.where),
       h("td", {}, dur(r.elapsed_s))))) : h("p", {class: "dim"}, "nothing is running"))));
-  // best-so-far curves
-  const c1 = h("div", {class: "chart"}), c2 = h("div", {class: "chart"});
-  root.append(h("div", {class: "cards two"}, card("Best so far, by epoch", c1), card("Best so far, by GPU-hours", c2)));
   root.addEventListener("mounted", () => {
     root.querySelectorAll(".fill").forEach(f => { f.style.width = f.dataset.w + "%"; });
     const e = s.curves.by_epoch, t = s.curves.by_time;
@@ -189,6 +188,19 @@ async function renderOverview() {
   return root;
 }
 
+function slotTable(slots) {
+  const hosts = new Map();
+  for (const x of slots) {
+    const host = String(x.slot).split("/")[0];
+    if (!hosts.has(host)) hosts.set(host, []);
+    hosts.get(host).push(x);
+  }
+  return h("table", {class: "grid compact", id: "slots"}, h("tr", {}, h("th", {}, "host"), h("th", {}, "slots"), h("th", {}, "busy")),
+    [...hosts].map(([host, xs]) => h("tr", {}, h("td", {}, host),
+      h("td", {}, xs.map(x => [badge(String(x.slot).split("/").slice(1).join("/") + " " + x.state, x.state), " "])),
+      h("td", {class: "num"}, xs.filter(x => x.state === "busy").length + "/" + xs.length))));
+}
+
 function plot(el, xs, raw, conf, base, xlabel) {
   if (!window.uPlot || !xs || xs.length === 0) { el.append(h("p", {class: "dim"}, "no results yet")); return; }
   const width = Math.max(300, el.clientWidth || 500);
@@ -196,8 +208,8 @@ function plot(el, xs, raw, conf, base, xlabel) {
   const opts = {width, height: 240, legend: {show: true},
     scales: {x: {time: false}},
     axes: [{label: xlabel, stroke: "#666"}, {stroke: "#666", size: 60}],
-    series: [{label: xlabel}, {label: "best (any)", stroke: "#9aa4b1", width: 1.5, paths: uPlot.paths.stepped({align: 1})},
-      {label: "best confirmed", stroke: "#d1495b", width: 2.5, paths: uPlot.paths.stepped({align: 1})},
+    series: [{label: xlabel}, {label: "best (any)", stroke: "#9aa4b1", width: 1.5, points: {show: false}, paths: uPlot.paths.stepped({align: 1})},
+      {label: "best confirmed", stroke: "#d1495b", width: 2.5, points: {show: false}, paths: uPlot.paths.stepped({align: 1})},
       {label: "baseline", stroke: "#222", dash: [6, 4], width: 1, points: {show: false}}]};
   charts.push(new uPlot(opts, data, el));
 }
@@ -251,12 +263,12 @@ async function renderLineage(args) {
   const legend = h("div", {class: "legend"}, ["best", "good", "neutral", "worse", "failed", "live", "pending"].map(c =>
     h("span", {}, h("i", {class: "dot " + c}), {best: "promoted / confirmed", good: "better than baseline",
       neutral: "within noise", worse: "worse", failed: "failed", live: "running", pending: "queued"}[c])));
-  const tree = h("ul", {class: "tree"}, node(r.root, r.goal, 0, true));
+  const tree = h("ul", {class: "tree"}, node(r.root, r.goal, 0, true, r.margin));
   return h("div", {}, h("p", {class: "dim"}, r.total + " ideas; children sorted by the best result in their subtree. " +
-    "Open a branch with ▸, or focus on it with ⌖."), crumbs, legend, tree);
+    "Open a branch with ▸, or focus on its subtree."), crumbs, legend, tree);
 }
 
-function node(n, goal, depth, open) {
+function node(n, goal, depth, open, margin) {
   const li = h("li", {class: "node", "data-id": n.id});
   const isOpen = open || expanded.has(n.id);
   const tog = n.children ? h("button", {class: "tog", title: "expand"}, isOpen && n.kids ? "▾" : "▸") : h("span", {class: "tog"}, "");
@@ -265,15 +277,15 @@ function node(n, goal, depth, open) {
   const label = n.id === "baseline" ? h("b", {}, "baseline " + num(n.value)) : ideaLink(n.id, n.title);
   const row = h("div", {class: "nrow"}, tog, h("i", {class: "dot " + n.colour, title: n.status}), label,
     n.value !== null && n.id !== "baseline" ? h("span", {class: "num"}, " " + num(n.value)) : "",
-    n.delta !== null && n.delta !== undefined ? h("span", {}, " ", deltaCell(n.delta, null, goal)) : "",
+    n.delta !== null && n.delta !== undefined ? h("span", {}, " ", deltaCell(n.delta, margin, goal, true)) : "",
     n.decision ? [" ", badge(n.decision)] : "", size,
     n.children && n.id !== "baseline" ? h("a", {class: "focus", title: "focus on this subtree",
-      href: "#/lineage?root=" + encodeURIComponent(n.id)}, " ⌖") : "");
+      href: "#/lineage?root=" + encodeURIComponent(n.id)}, "focus") : "");
   li.append(row);
   const kids = h("ul", {});
   li.append(kids);
   const fill = (list, more) => {
-    kids.replaceChildren(...list.map(k => node(k, goal, depth + 1, false)));
+    kids.replaceChildren(...list.map(k => node(k, goal, depth + 1, false, margin)));
     if (more) kids.append(h("li", {class: "dim small more"}, "… " + more + " more (focus to see them all)"));
   };
   if (n.kids && isOpen) fill(n.kids, n.more);
