@@ -51,11 +51,13 @@ def main() -> int:
             time.sleep(0.5)
             drv.save_screenshot(str(out / "dashboard-overview.png"))
             best = next(r for r in leaderboard(load_config(cfg)) if r["title"] == "Best confirmed idea")
+            drv.set_window_size(1440, 1500)        # tall enough for the diff and the attempts
             drv.get(srv.url + "/#/idea/" + best["idea"])
             while not drv.find_elements("css selector", "pre.diff") and time.time() - t0 < 40:
                 time.sleep(0.1)
             time.sleep(0.3)
             drv.save_screenshot(str(out / "dashboard-idea.png"))
+            drv.set_window_size(1440, 1100)
             drv.get(srv.url + "/#/lineage")
             while not drv.find_elements("css selector", "li.node") and time.time() - t0 < 60:
                 time.sleep(0.1)

@@ -93,7 +93,7 @@ def main() -> int:
     repo = GitRepo(d / "research")
     t0 = time.time()
     srv = Server(cfg)
-    print(f"server listening after {time.time() - t0:.2f}s (population read and indexed before it listens)")
+    print(f"server ready after {time.time() - t0:.2f}s (population read and indexed before it prints its URL)")
     try:
         base = srv.url
         first = page(base, FIRST_PAGE)

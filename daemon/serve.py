@@ -164,6 +164,7 @@ def build_app(cfg, token: str | None = None, loopback_only_hosts: bool = True):
 
     research = open_research(cfg, create=False)
     live = Live(cfg, research)
+    live.poll()             # read and index the population before the URL is printed: the first page is warm
     web = _web_dir()
 
     def snap():
@@ -234,7 +235,6 @@ def build_app(cfg, token: str | None = None, loopback_only_hosts: bool = True):
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        await asyncio.to_thread(live.poll)       # the first page is served warm
         task = asyncio.create_task(live.watch())
         yield
         task.cancel()

@@ -385,9 +385,10 @@ async function renderIdea(args) {
   }
   if (i.check) root.append(h("section", {class: "card wide"}, h("h3", {}, "Check output"), h("pre", {class: "log"}, i.check)));
   for (const l of i.logs) {
-    root.append(h("section", {class: "card wide"}, h("h3", {}, "Log " + l.name + (l.truncated ? " (tail)" : "")),
-      h("pre", {class: "log"}, l.text)));
+    root.append(h("section", {class: "card wide"}, h("h3", {}, "Log ", h("span", {class: "raw"}, l.name),
+      l.truncated ? " (tail)" : ""), h("pre", {class: "log tail"}, l.text)));
   }
+  root.addEventListener("mounted", () => root.querySelectorAll("pre.tail").forEach(p => { p.scrollTop = p.scrollHeight; }));
   return root;
 }
 
