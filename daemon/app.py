@@ -17,14 +17,17 @@ from .research import Research, open_research
 log = logging.getLogger("autoresearchd")
 
 
-def make_runner(cfg: Config, research: Research):
+def make_runner(cfg: Config, research: Research | None, *, manifest=None, local_dir: Path | None = None):
+    """The configured runner for the research's env (or for `manifest`, with local trials under
+    `local_dir`: how `doctor --run` runs a baseline without a research repo's state dir)."""
     try:
         cls = runner_registry.get(cfg.runner.kind)
     except KeyError as e:
         raise ConfigError(f"runner.kind: {e.args[0]}") from None
+    manifest = manifest or research.manifest
     if cfg.runner.kind == "local":
-        return cls(cfg.runner, research.manifest, gitrepo.state_dir(research.repo) / "trials")
-    return cls(cfg.runner, research.manifest)
+        return cls(cfg.runner, manifest, local_dir or gitrepo.state_dir(research.repo) / "trials")
+    return cls(cfg.runner, manifest)
 
 
 def default_replay_file(cfg: Config, research: Research) -> Path | None:
@@ -60,10 +63,18 @@ def make_llm(cfg: Config, research: Research):
             raise ConfigError("llm: no API key is set and no replay file is configured (llm.replay_file); "
                               "set ANTHROPIC_API_KEY or OPENAI_API_KEY, or point llm.replay_file at a JSONL file")
         provider = cls(cfg.llm, path=str(path))
-        note = (why or "llm.provider = replay") + f" ({path.name})"
+        from .replaypos import load_position, saver
+        done = load_position(research.repo, path)
+        provider.resume(done)
+        provider.on_served = saver(research.repo, path)
+        note = (why or "llm.provider = replay") + f" ({path.name}" + \
+            (f", resuming after {len(done)} of {len(provider.records)} records)" if done else ")")
     else:
         provider = cls(cfg.llm)
         note = f"{name}:{provider.model}"
+        if cfg.llm.budget_usd is not None and provider.model not in cfg.llm.prices:
+            from .validate import unpriced_message    # an unpriced model would never trip the budget
+            raise ConfigError(unpriced_message(provider.model))
     restore_spend(provider, research)
     return provider, note
 

@@ -39,16 +39,18 @@ def _setup_logging(level: str, logfile: Path | None = None) -> None:
 
 
 def cmd_init(args, cfg) -> int:
-    from .research import configure, create_from_template, template_path
+    from .research import configure, create_from_template, research_path, template_path
     from .gitrepo import GitRepo
-    dest = Path(args.dir).resolve() if args.dir else cfg.resolve(cfg.research.repo)
+    dest = Path(args.dir).resolve() if args.dir else research_path(cfg)[0]
     if (dest / ".git").exists():
         configure(GitRepo(dest))
-        console.print(f"configured existing repo {dest}: `git log` now shows autoresearch notes")
+        console.print(f"configured existing repo {dest}: `git log --notes` now shows autoresearch notes")
         return 0
     repo = create_from_template(template_path(cfg, args.env or cfg.research.env), dest)
     configure(repo)
-    console.print(f"created research repo {dest} from env '{args.env or cfg.research.env}'")
+    console.print(f"created research repo {dest} from env '{args.env or cfg.research.env}'. Run it with "
+                  f"`cd {dest} && autoresearchd start` (this repo is the research repo: push idea/* branches "
+                  f"to it); see results with `git log --oneline --notes --branches`", highlight=False, markup=False)
     return 0
 
 
@@ -56,9 +58,13 @@ def cmd_start(args, cfg) -> int:
     from .app import build_daemon
     from .gitrepo import state_dir
     from .loop import settled
+    from .validate import require_valid
     if args.max_ideas is not None:
         cfg.daemon.max_ideas = args.max_ideas
+    warnings = require_valid(cfg)        # the same checks as `doctor`, before anything is created
     daemon = build_daemon(cfg)
+    for w in warnings:
+        logging.getLogger("autoresearchd").warning("%s", w.what)
     sd = state_dir(daemon.repo)
     if args.detach:
         pid = os.fork()
@@ -70,7 +76,8 @@ def cmd_start(args, cfg) -> int:
         os.dup2(devnull, 0)
         _setup_logging(cfg.daemon.log_level, sd / "daemon.log")
     log = logging.getLogger("autoresearchd")
-    log.info("research repo: %s (baseline %s)", daemon.repo.path, daemon.research.baseline_ref)
+    log.info("research repo: %s (%s; baseline %s)", daemon.repo.path, daemon.research.why,
+             daemon.research.baseline_ref)
     log.info("env: %s — %s %s, budget %ss per run; runner: %s", daemon.research.manifest.name,
              daemon.research.manifest.goal, daemon.research.manifest.metric,
              daemon.research.manifest.time_budget_s, cfg.runner.kind)
@@ -153,10 +160,15 @@ def cmd_queue(args, cfg) -> int:
 
 def cmd_doctor(args, cfg) -> int:
     from .doctor import doctor
-    return doctor(cfg, console)
+    return doctor(cfg, console, run=args.run, budget_s=args.budget_s)
 
 
 def cmd_report(args, cfg) -> int:
+    try:
+        import matplotlib  # noqa: F401 - only to name the missing extra in one line
+    except ImportError:
+        raise ConfigError("report needs matplotlib: pip install 'autoresearchd[report]' "
+                          "(or pip install matplotlib)") from None
     from .report import write_report
     path = write_report(cfg, Path(args.out))
     console.print(f"wrote {path}")
@@ -175,42 +187,56 @@ def cmd_serve(args, cfg) -> int:
     return serve(cfg, host=args.host, port=args.port, token=args.token, token_file=args.token_file)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("autoresearchd")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="autoresearchd", description="git-native automated AI research daemon")
+    p.add_argument("--version", action="version", version=f"autoresearchd {_version()}",
+                   help="print the version and exit")
     p.add_argument("--config", help="path to .autoresearch.toml (default: search upward from the cwd)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", help="one of these (COMMAND --help for its options)")
     s = sub.add_parser("init", help="create a research repo from an env template, or configure an existing one")
-    s.add_argument("dir", nargs="?")
+    s.add_argument("dir", nargs="?", help="where to create the repo (default: research.repo of the config)")
     s.add_argument("--env", help="template name (tinygpt, nanogpt, grpo) or path")
     s = sub.add_parser("start", help="run the daemon (foreground unless --detach)")
-    s.add_argument("--detach", action="store_true")
+    s.add_argument("--detach", action="store_true", help="run in the background; log to the state dir")
     s.add_argument("--until", choices=["idle", "first-note"], help="exit when idle / at the first result note")
-    s.add_argument("--max-ideas", type=int, default=None)
+    s.add_argument("--max-ideas", type=int, default=None, help="stop proposing after this many ideas")
     s = sub.add_parser("stop", help="stop a running daemon (graceful; --now for immediate)")
-    s.add_argument("--now", action="store_true")
+    s.add_argument("--now", action="store_true", help="stop at once instead of finishing the tick")
     s = sub.add_parser("status", help="daemon, slots, counts, spend and best result (reads git)")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     s = sub.add_parser("ideas", help="the leaderboard")
-    s.add_argument("--status")
-    s.add_argument("--origin")
-    s.add_argument("--epoch", type=int)
-    s.add_argument("--limit", type=int)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--status", help="only ideas with this status (e.g. succeeded, queued, failed)")
+    s.add_argument("--origin", help="only ideas of this origin (seed, exploit, explore, human)")
+    s.add_argument("--epoch", type=int, help="only ideas of this epoch")
+    s.add_argument("--limit", type=int, help="show at most this many rows")
+    s.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     s = sub.add_parser("show", help="one idea: text, diffstat, note, attempts, log tail")
-    s.add_argument("idea")
-    s.add_argument("--diff", action="store_true")
-    s.add_argument("--log", action="store_true")
+    s.add_argument("idea", help="an idea id, a branch name or a commit prefix")
+    s.add_argument("--diff", action="store_true", help="print the full diff instead of the diffstat")
+    s.add_argument("--log", action="store_true", help="print whole logs instead of their tails")
     s = sub.add_parser("queue", help="queue an idea in words (the implementer writes it; Origin: human)")
-    s.add_argument("text")
-    s.add_argument("--title")
+    s.add_argument("text", help="the idea, in words")
+    s.add_argument("--title", help="a short title (default: the first line of the text)")
     s.add_argument("--parent", help="build on this idea's branch")
-    sub.add_parser("doctor", help="check git, config, hosts and API keys")
+    s = sub.add_parser("doctor", help="check git, the config and env (as `start` does), hosts and API keys")
+    s.add_argument("--run", action="store_true",
+                   help="also run the env's check, then one run + evaluate of the baseline on the runner")
+    s.add_argument("--budget-s", type=int, default=None,
+                   help="with --run: the run's time budget in seconds (default: the env's time_budget_s)")
     s = sub.add_parser("report", help="write an HTML report with plots")
-    s.add_argument("--out", default="report")
+    s.add_argument("--out", default="report", help="output directory (default: report)")
     s = sub.add_parser("export", help="export the population as trajectories")
-    s.add_argument("--out", default="trajectories.jsonl")
-    s.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl")
+    s.add_argument("--out", default="trajectories.jsonl", help="output file (default: trajectories.jsonl)")
+    s.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl", help="file format (default: jsonl)")
     from . import defaults
     s = sub.add_parser("serve", help="a live, read-only web dashboard of the search")
     s.add_argument("--host", default=defaults.SERVE_HOST, help="address to bind (anything but loopback needs a token)")
@@ -226,7 +252,11 @@ COMMANDS = {"init": cmd_init, "start": cmd_start, "stop": cmd_stop, "status": cm
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.cmd is None:             # no command: the help, as for --help
+        p.print_help()
+        return 0
     try:
         cfg = load_config(args.config)
         _setup_logging("DEBUG" if args.debug else cfg.daemon.log_level)

@@ -15,7 +15,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import defaults
 from .manifest import EnvManifest
@@ -66,9 +66,21 @@ class LLMCfg(_Strict):
     temperature: float | None = None
     thinking_budget: int | None = None     # anthropic extended thinking tokens
     replay_file: str | None = None
-    prices: dict[str, Price] = Field(default_factory=dict)
+    prices: dict[str, Price] = Field(default_factory=lambda: _default_prices({}))
     budget_usd: float | None = None
     max_calls: int | None = None
+
+    @field_validator("prices", mode="after")
+    @classmethod
+    def _with_defaults(cls, v: dict[str, Price]) -> dict[str, Price]:
+        return _default_prices(v)
+
+
+def _default_prices(given: dict[str, Price]) -> dict[str, Price]:
+    """The shipped prices of the default models (defaults.LLM_PRICES) under the configured ones."""
+    out = {m: Price(input=i, output=o) for m, (i, o) in defaults.LLM_PRICES.items()}
+    out.update(given)
+    return out
 
 
 class HostCfg(_Strict):

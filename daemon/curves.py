@@ -7,7 +7,7 @@ Both `report` (matplotlib figures) and `serve` (the live dashboard's charts) dra
 from __future__ import annotations
 
 from .notes import Status
-from .observe import idea_usd, is_confirmed
+from .observe import compute_s, idea_usd, is_confirmed
 
 NOT_ATTEMPTED = {Status.DUPLICATE, Status.CANCELLED}   # never ran: left out of the execution rate
 
@@ -22,15 +22,16 @@ def _better(goal: str):
     return (lambda a, b: a < b) if goal == "min" else (lambda a, b: a > b)
 
 
-def series(pop, goal: str) -> dict:
-    """Every curve the figures draw, as plain lists (tests and other tools can use them)."""
+def series(pop, goal: str, gpus: int = 1) -> dict:
+    """Every curve the figures draw, as plain lists (tests and other tools can use them).
+    `gpu_hours` is the compute axis: GPU-hours for a GPU env, CPU-hours when gpus = 0."""
     better = _better(goal)
-    gpu_h = (pop.baseline_note.gpu_s or 0) / 3600 if pop.baseline_note else 0.0
+    gpu_h = compute_s(pop.baseline_note, gpus) / 3600
     usd = 0.0
     raw = conf = None
     by_time = {"gpu_hours": [], "usd": [], "raw": [], "confirmed": [], "n": []}
     for k, i in enumerate(_finished(pop), 1):
-        gpu_h += (i.note.gpu_s or 0) / 3600
+        gpu_h += compute_s(i.note, gpus) / 3600
         usd += idea_usd(i)
         if i.value is not None:
             raw = i.value if raw is None or better(i.value, raw) else raw

@@ -108,19 +108,16 @@ class Snapshot:
 
     # -- overview ------------------------------------------------------------------------------------
     def overview(self) -> dict:
-        """observe.summary plus the curves, what runs, failures by reason and CPU-hours. The population
+        """observe.summary plus the curves, what runs and failures by reason. The population
         parts are computed once per snapshot; the summary again only when the daemon's state changed."""
         st = daemon_state(self.research.repo)
         key = json.dumps({k: v for k, v in (st or {}).items() if k not in ("heartbeat", "fresh")}, sort_keys=True,
                          default=str)
         if self._fixed is None:
-            bn = self.pop.baseline_note
-            by_time = series(self.pop, self.goal)
+            by_time = series(self.pop, self.goal, self.research.manifest.gpus)
             self._fixed = {
                 "curves": dict(by_time, by_time=steps(by_time["by_time"])),
                 "running": running_trials(self.pop),
-                "cpu_hours": (sum(getattr(i.note, "cpu_s", None) or 0 for i in self.pop.ideas if i.note)
-                              + ((getattr(bn, "cpu_s", None) or 0) if bn else 0)) / 3600,
                 "failures": dict(Counter(r for r in self.reasons.values() if r)),
                 "noise_margin": self._margin(), "env": self.research.manifest.name}
         if self._summary is None or key != self._summary_state:

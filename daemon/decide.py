@@ -54,6 +54,24 @@ def seeds_needed(note: Note | None, purpose: str, k_baseline: int, k_confirm: in
     return [0]
 
 
+def baseline_complete(note: Note | None) -> bool:
+    """The baseline is final: each of its planned seeds has a result, or one failed (no more run).
+    The baseline note is written as soon as seed 0 is in and amended by the later seeds; ideas get
+    a decision only against a complete baseline, since the noise margin needs every seed's value."""
+    if note is None:
+        return False
+    if any(t.status != Status.SUCCEEDED for t in note.trials) or not note.seeds_planned:
+        return True
+    have = {t.seed for t in note.trials}
+    return all(s in have for s in baseline_seeds(note.seeds_planned))
+
+
+def baseline_jobs_open(note: Note | None) -> bool:
+    """More baseline seeds may run: none yet, or every seed so far succeeded (after a failed or
+    timed-out seed the others would only repeat it)."""
+    return note is None or all(t.status == Status.SUCCEEDED for t in note.trials)
+
+
 def missing_seeds(needed: list[int], note: Note | None, leases: list[Lease]) -> list[tuple[int, int]]:
     """(seed, retries) for every needed seed that has neither a result nor a live lease."""
     have = {t.seed for t in (note.trials if note else [])}
@@ -72,7 +90,12 @@ def missing_seeds(needed: list[int], note: Note | None, leases: list[Lease]) -> 
 def aggregate(trials: list[Trial]) -> dict:
     """Summary fields for a note from its trials: mean and std over the successful seeds."""
     ok = [t for t in trials if t.status == Status.SUCCEEDED and t.value is not None]
-    if ok:
+    suspect = sorted((t for t in trials if t.status == Status.SUSPICIOUS), key=lambda t: t.seed)
+    if suspect:
+        # one tampered or implausible seed taints the commit: its numbers stay visible, never trusted
+        vals = [t.value for t in sorted(ok + suspect, key=lambda t: t.seed) if t.value is not None]
+        status = Status.SUSPICIOUS
+    elif ok:
         vals = [t.value for t in sorted(ok, key=lambda t: t.seed)]
         status = Status.SUCCEEDED
     else:
@@ -91,7 +114,8 @@ def aggregate(trials: list[Trial]) -> dict:
         "wall_s": first.wall_s if first else None,
         "exit_code": first.exit_code if first else None,
         "seed": first.seed if first else None,
-        "error": next((t.error for t in sorted(trials, key=lambda t: t.seed) if t.error), None),
+        "error": suspect[0].error if suspect else next((t.error for t in sorted(trials, key=lambda t: t.seed)
+                                                         if t.error), None),
         "log": first.log if first else None,
         "accelerator": first.accelerator if first else None,
         "software": first.software if first else None,

@@ -27,6 +27,13 @@ LLM_MAX_RETRIES = 4
 LLM_BACKOFF_S = 1.0
 LLM_CONCURRENCY = 4
 LLM_MAX_TOKENS = 8192
+# USD per million (input, output) tokens of the default models, so `budget_usd` holds with no
+# [llm.prices] table. Published-style list prices at the time of writing: check the vendor's
+# price page and override them in [llm.prices."MODEL"] (a config entry wins over these).
+LLM_PRICES = {
+    "claude-sonnet-5-5": (3.0, 15.0),   # the anthropic provider's default model
+    "gpt-5.5": (1.25, 10.0),            # the openai provider's default model
+}
 
 IDEAS_PER_EPOCH = 80
 IDEAS_PER_BATCH = 10

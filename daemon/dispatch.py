@@ -11,11 +11,13 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from .decide import Job, seeds_needed
+from .arrivals import Gate
+from .decide import Job, baseline_complete, seeds_needed
 from .ideas import Idea
 from .notes import Lease, Note, Status, Trial
-from .population import Population
+from .population import ARCHIVE_PREFIX, BRANCH_PREFIX, Population
 from .trials import Ledger, build_note, fill_baseline
+from .trust import suspicion
 from autoresearchd.runners.base import PollState
 
 log = logging.getLogger("autoresearchd")
@@ -40,12 +42,17 @@ class Dispatcher:
         self._harness: tuple[str, bytes | None, str | None, list[str]] | None = None
         self._base: str | None = None            # the baseline commit of the population being worked on
         self._cleanups: list[dict] = []          # handles whose notes are written: remove their dirs
-        self._validated: dict[str, str | None] = {}
+        self.gate = Gate(cfg, research, self._noted)   # validation, cached per commit
         self.on_note: list = []                  # callbacks(commit, idea | None, note), e.g. the W&B mirror
         self._pool = ThreadPoolExecutor(8, thread_name_prefix="dispatch")   # submits and clean-ups
 
     def _noted(self, commit: str, idea, note: Note) -> None:
+        if idea is not None:
+            # the daemon's record of provenance: for a pushed commit this, not its trailers, is the truth
+            note.origin, note.epoch = idea.origin, idea.epoch
         self.ledger.write_note(commit, note)
+        if idea is not None and idea.branch and idea.branch.startswith(BRANCH_PREFIX):
+            self.repo.update_ref(ARCHIVE_PREFIX + commit, commit)   # survives a force-push of the branch
         for cb in self.on_note:
             try:
                 cb(commit, idea, note)
@@ -186,6 +193,9 @@ class Dispatcher:
         if state is None:
             state = self._poll_states([lz])[0]
         if state == PollState.RUNNING:
+            began = getattr(self.runner, "started_at", {}).pop(lz.handle.get("dir"), None)
+            if lz.began is None:     # the run has begun (not just placed): views count elapsed time from here
+                lz.began = began
             self._occupy(f"{lz.host}/{lz.slot}", lz.trial_id)
             self._last_seen[lz.trial_id] = now
             if now - lz.heartbeat > self.cfg.daemon.heartbeat_s:
@@ -238,12 +248,25 @@ class Dispatcher:
         else:
             status = Status.SUCCEEDED
         error = out.error
+        if status == Status.SUCCEEDED:
+            why = suspicion(value, out.tamper, m)
+            if why:
+                status, error = Status.SUSPICIOUS, why
         _, digest = self.harness()
         harness = lz.model_extra.get("harness") if lz.model_extra else None
         if harness and digest and harness != digest:
             status, error = Status.REFUSED, "evaluation harness differs from the current baseline's"
         log_sha = self.ledger.store_log(lz.trial_id, out.log) if out.log else None
-        if lz.purpose == "baseline" and status != Status.SUCCEEDED and lz.retries < self.cfg.daemon.max_retries:
+        budget = self.research.manifest.time_budget_s
+        if lz.purpose == "baseline" and status == Status.TIMED_OUT:
+            # not retried: on the same machine it would time out again, and silently re-running it
+            # hid the cause for many minutes. The note and the log say it plainly instead.
+            error = (f"the baseline run took longer than the env's time_budget_s ({budget:g} s), so nothing "
+                     f"can be compared with it: the machine is too slow or too loaded for this budget. "
+                     f"Not retried. Raise time_budget_s in the manifest and commit it to the baseline "
+                     f"branch (a new baseline commit is measured afresh), or free the machine")
+            log.warning("baseline seed %d timed out: %s", lz.seed, error)
+        elif lz.purpose == "baseline" and status != Status.SUCCEEDED and lz.retries < self.cfg.daemon.max_retries:
             # every idea is measured against the baseline: a failed baseline seed is run again
             return self._lost(lz, f"baseline seed {lz.seed} {status.value}: {error}")
         lz.state = "done"
@@ -263,10 +286,17 @@ class Dispatcher:
         for lz in leases:
             if lz.state == "done" and lz.result is not None:
                 results.setdefault(lz.seed, lz.result)
-        if not all(s in results for s in needed):
+        if idea is None:
+            # the baseline's note is written as soon as seed 0 is in (the first result a user sees),
+            # then amended as each later seed arrives
+            if 0 not in results or note is not None and set(results) <= {t.seed for t in note.trials}:
+                return False
+        elif not all(s in results for s in needed):
             return False
         confirming = note is not None and note.decision == "pending"
         new = build_note(list(results.values()), idea, pop, self.research.manifest, p, confirmed=confirming)
+        if idea is None:
+            new.seeds_planned = len(needed)
         self._noted(commit, idea, new)
         self._cleanups += [lz.handle for lz in leases if lz.state == "done"]   # removed after this harvest
         self.ledger.write_leases(commit, [lz for lz in leases if lz.state == "running"])
@@ -277,8 +307,13 @@ class Dispatcher:
         if pop.baseline_value is None:
             return False
         changed = False
+        final = baseline_complete(pop.baseline_note)
         for idea in pop.ideas:
-            if idea.note is None or idea.note.baseline is not None or idea.note.status not in MEASURED:
+            if idea.note is None or idea.note.status not in MEASURED:
+                continue
+            # notes measured against the baseline's first seeds get their decision when it is final
+            undecided = final and idea.note.decision is None and idea.note.status == Status.SUCCEEDED
+            if idea.note.baseline is not None and not undecided:
                 continue
             n = idea.note.model_copy(deep=True)    # population notes are shared, parsed once per blob
             if fill_baseline(n, idea, pop, self.research.manifest, self.cfg.policy):
@@ -288,27 +323,10 @@ class Dispatcher:
 
     # -- dispatch ------------------------------------------------------------------------------------
     def validate(self, idea: Idea) -> str | None:
-        """Why this commit may not run (None if it may). Cached per commit."""
-        if idea.commit in self._validated:
-            return self._validated[idea.commit]
-        base = self.research.baseline_commit
-        why = None
-        mb = self.repo.merge_base(idea.commit, base)
-        if mb is None:
-            why = "the branch shares no history with the baseline (no merge-base); rebase it onto " + \
-                  self.research.baseline_ref.removeprefix("refs/heads/")
-        else:
-            try:
-                from .safety import SafetyRules, check_tree_change
-            except ImportError:  # pragma: no cover - safety lands with the implementer
-                check_tree_change = None
-            if check_tree_change is not None:
-                rules = SafetyRules(is_frozen=self.research.manifest.is_frozen,
-                                    max_file_bytes=self.cfg.implementer.max_file_bytes,
-                                    max_diff_bytes=self.cfg.implementer.max_diff_bytes)
-                why = check_tree_change(self.repo, mb, idea.commit, rules)
-        self._validated[idea.commit] = why
-        return why
+        return self.gate.why(idea)
+
+    def reject_on_arrival(self, pop: Population) -> bool:
+        return self.gate.reject_new(pop)
 
     def _measured_trees(self, pop: Population) -> dict[str, str]:
         trees = {}
@@ -323,6 +341,7 @@ class Dispatcher:
         src = pop.baseline_note if other == pop.baseline_commit else pop.by_commit[other].note
         note = src.model_copy(deep=True)
         note.idea_id, note.linked, note.decision = idea.idea_id, other, None
+        note.tokens, note.cost_usd, note.cost = idea.tokens, idea.cost_usd, {}   # this idea's spend, not the other's
         note.error = f"identical code (same tree) as {other[:10]}: result linked, not re-run"
         fill_baseline(note, idea, pop, self.research.manifest, self.cfg.policy)
         self._noted(idea.commit, idea, note)
@@ -337,12 +356,15 @@ class Dispatcher:
             if not free:
                 break
             idea = job.idea
+            if job.purpose == "baseline" and job.seed > 0 and pop.baseline_note is None \
+                    and self._busy.get(free[0].key):
+                # no idle slot: a later baseline seed would be staged behind (or, racing for the
+                # slot lock, ahead of) seed 0, whose result is the first note a user waits for
+                continue
             if job.purpose == "idea" and idea is not None:
                 why = self.validate(idea)
                 if why:
-                    log.info("rejected %s: %s", idea.branch or idea.idea_id, why)
-                    self._noted(idea.commit, idea, Note(status=Status.REJECTED, idea_id=idea.idea_id,
-                                                        metric=self.research.manifest.metric, error=why))
+                    self.gate.reject(idea, why)
                     continue
                 trees = trees if trees is not None else self._measured_trees(pop)
                 if idea.tree in trees and trees[idea.tree] != idea.commit:

@@ -23,7 +23,7 @@ from importlib import resources
 from .gitrepo import GitRepo
 from .ideas import branch_for, format_message, make_idea_id, parse_message
 from .notes import Note, Status
-from .population import PROPOSALS_PREFIX, RECORDS_PREFIX
+from .population import IDEAS_PREFIX, PROPOSALS_PREFIX, RECORDS_PREFIX
 from .trials import Ledger
 
 log = logging.getLogger("autoresearchd")
@@ -127,6 +127,9 @@ class Implementer:
             except BudgetExhausted:
                 raise
             except LLMError as e:
+                if e.completion is not None:     # an unusable answer still cost money
+                    cost += e.completion.cost_usd
+                    tokens += e.completion.input_tokens + e.completion.output_tokens
                 error = f"LLM call failed: {e}"
                 transcript.append({"attempt": attempt, "error": error})
                 break
@@ -165,6 +168,8 @@ class Implementer:
         if tree is not None:
             commit = self.repo.commit_tree(tree, [base], format_message(title, body, trailers))
             branch = branch_for(idea_id, title, trailers.get("Origin", "seed"))
+            # the mark first: it is what makes the population believe this commit's trailers
+            self.repo.update_ref(IDEAS_PREFIX + idea_id, commit)
             self.repo.update_ref(branch, commit)
             self.repo.delete_ref(PROPOSALS_PREFIX + idea_id)
             log.info("implemented %s in %d attempt(s): %s", idea_id, attempts, branch.removeprefix("refs/heads/"))
@@ -186,22 +191,27 @@ class Implementer:
                 compile(data, path, "exec")
             except SyntaxError as e:
                 return f"{path}:{e.lineno}: SyntaxError: {e.msg}\n    {(e.text or '').rstrip()}"
-        cmd = self.research.manifest.check
-        if not cmd:
-            return None
-        with tempfile.TemporaryDirectory(prefix="ard-check-") as d:
-            tarfile.open(fileobj=io.BytesIO(self.repo.archive(tree))).extractall(d, filter="data")
-            from autoresearchd.runners.base import scrubbed_env  # the check runs untrusted code too
-            env = dict(scrubbed_env(), AUTORESEARCH_CHECK="1", AUTORESEARCH_SEED="0",
-                       PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
-                       **self.research.manifest.data)
-            try:
-                p = subprocess.run(["bash", "-c", cmd], cwd=d, env=env, capture_output=True,
-                                   timeout=self.cfg.implementer.check_timeout_s, start_new_session=True)
-            except subprocess.TimeoutExpired:
-                return f"the check command `{cmd}` did not finish within {self.cfg.implementer.check_timeout_s:.0f}s"
-            if p.returncode != 0:
-                out = (p.stdout + p.stderr).decode(errors="replace")
-                return f"the check command `{cmd}` failed (exit {p.returncode}). Its output ends with:\n{out[-3000:]}"
-        return None
+        return run_check(self.research.manifest, self.repo.archive(tree), self.cfg.implementer.check_timeout_s)
 
+
+def run_check(manifest, code_tar: bytes, timeout_s: float) -> str | None:
+    """The env's quick `check` command in a scratch copy of the code: None, or why it failed.
+    `doctor --run` uses it on the baseline, the implementer on every implemented idea."""
+    cmd = manifest.check
+    if not cmd:
+        return None
+    with tempfile.TemporaryDirectory(prefix="ard-check-") as d:
+        tarfile.open(fileobj=io.BytesIO(code_tar)).extractall(d, filter="data")
+        from autoresearchd.runners.base import scrubbed_env  # the check runs untrusted code too
+        env = dict(scrubbed_env(), AUTORESEARCH_CHECK="1", AUTORESEARCH_SEED="0",
+                   PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+                   **manifest.data)
+        try:
+            p = subprocess.run(["bash", "-c", cmd], cwd=d, env=env, capture_output=True,
+                               timeout=timeout_s, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            return f"the check command `{cmd}` did not finish within {timeout_s:.0f}s"
+        if p.returncode != 0:
+            out = (p.stdout + p.stderr).decode(errors="replace")
+            return f"the check command `{cmd}` failed (exit {p.returncode}). Its output ends with:\n{out[-3000:]}"
+    return None

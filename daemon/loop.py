@@ -20,7 +20,7 @@ from datetime import datetime
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from . import gitrepo
-from .decide import Job, missing_seeds, order_key, seeds_needed
+from .decide import Job, baseline_complete, baseline_jobs_open, missing_seeds, order_key, seeds_needed
 from .dispatch import Dispatcher
 from .notes import Status
 from .population import Population, read_population
@@ -64,6 +64,8 @@ class Daemon:
                     pop = read_population(self.repo, self.research.baseline_ref)
                 if self.dispatcher.backfill(pop):
                     pop = read_population(self.repo, self.research.baseline_ref)
+                if self.dispatcher.reject_on_arrival(pop):
+                    pop = read_population(self.repo, self.research.baseline_ref)
                 if not self._stopping.is_set():
                     self.dispatcher.dispatch(pop, self.jobs(pop))
                     self._resume_proposals(pop)
@@ -76,9 +78,9 @@ class Daemon:
     def jobs(self, pop: Population) -> list[Job]:
         p = self.cfg.policy
         jobs: list[Job] = []
-        if pop.baseline_commit and (pop.baseline_note is None):
+        if pop.baseline_commit and baseline_jobs_open(pop.baseline_note):
             for seed, retries in missing_seeds(seeds_needed(None, "baseline", p.baseline_seeds, 0),
-                                               None, pop.baseline_leases):
+                                               pop.baseline_note, pop.baseline_leases):
                 jobs.append(Job(pop.baseline_commit, seed, "baseline", None, retries))
         for idea in pop.ideas:
             if not idea.branch or idea.proposal:
@@ -288,6 +290,6 @@ class Daemon:
 
 def settled(pop: Population) -> bool:
     """Nothing queued, implementing or running: useful for `--until idle` and tests."""
-    return (pop.baseline_note is not None and not pop.queued() and not pop.running()
+    return (baseline_complete(pop.baseline_note) and not pop.queued() and not pop.running()
             and not pop.implementing() and all(i.note is None or i.note.decision != "pending" for i in pop.ideas)
             and all(i.status != Status.QUEUED for i in pop.ideas))

@@ -10,7 +10,7 @@ import fnmatch
 import tomllib
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 MANIFEST_FILE = ".autoresearch.toml"
 
@@ -35,6 +35,15 @@ class EnvManifest(BaseModel):
     baseline: str = "main"
     editable: list[str] = Field(default_factory=list)  # globs shown to the LLM (default: all text files)
     context: str = ""                          # free text for the ideator: the task, the rules
+    # [lo, hi]: a metric of record outside it is a reward hack until shown otherwise (note: suspicious)
+    plausible: tuple[float, float] | None = None
+
+    @field_validator("plausible")
+    @classmethod
+    def _range(cls, v):
+        if v is not None and not v[0] < v[1]:
+            raise ValueError("plausible must be [lo, hi] with lo < hi")
+        return v
 
     def is_frozen(self, path: str) -> bool:
         return path == MANIFEST_FILE or _match(path, self.frozen)

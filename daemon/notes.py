@@ -9,6 +9,7 @@ fatal, so older daemons can read newer notes and the other way round.
 from __future__ import annotations
 
 import json
+import math
 import time
 from enum import Enum
 from typing import Any
@@ -33,6 +34,7 @@ class Status(str, Enum):
     DUPLICATE = "duplicate"                # same idea text or identical tree as an earlier idea
     CANCELLED = "cancelled"
     REFUSED = "refused"                    # evaluation harness differs from the baseline's
+    SUSPICIOUS = "suspicious"              # measured, but tampered with or outside the plausible range
 
     @property
     def terminal(self) -> bool:
@@ -40,7 +42,7 @@ class Status(str, Enum):
 
 
 FAILURES = {Status.FAILED, Status.TIMED_OUT, Status.IMPLEMENT_FAILED, Status.REJECTED,
-            Status.LOST, Status.CANCELLED, Status.REFUSED}
+            Status.LOST, Status.CANCELLED, Status.REFUSED, Status.SUSPICIOUS}
 
 
 class Trial(BaseModel):
@@ -69,6 +71,8 @@ class Note(BaseModel):
     schema_: int = Field(defaults.NOTE_SCHEMA, alias="schema")
     status: Status
     idea_id: str | None = None
+    origin: str | None = None       # provenance as the daemon decided it (never a pushed commit's trailer)
+    epoch: int | None = None
     metric: str | None = None
     goal: str | None = None
     value: float | None = None
@@ -89,6 +93,7 @@ class Note(BaseModel):
     log: str | None = None
     duplicate_of: str | None = None
     linked: str | None = None       # identical tree measured on this commit
+    seeds_planned: int | None = None  # baseline: seeds it will have (written at seed 0, amended per seed)
     accelerator: str | None = None
     software: str | None = None
     harness: str | None = None
@@ -121,6 +126,8 @@ def summary_line(n: Note) -> str:
         if len(n.values) > 1 and n.std is not None:
             v += f"±{n.std:.4f}"
         parts.append(v)
+        if n.seeds_planned and len(n.seeds) < n.seeds_planned:
+            parts.append(f"({len(n.seeds)} of {n.seeds_planned} seeds so far)")
         if n.delta is not None:
             parts.append(f"({n.delta:+.4f} vs baseline)")
     if n.decision:
@@ -152,8 +159,23 @@ def _fmt_value(v: Any) -> str:
     return str(v)
 
 
+SIG_DIGITS = 12     # a note keeps 12 significant digits: measurements, never binary float noise
+
+
+def tidy(v: Any) -> Any:
+    """Floats rounded to SIG_DIGITS significant digits (3.1450319999999996 -> 3.145032), in lists
+    and dicts too; non-finite values are left alone."""
+    if isinstance(v, float):
+        return float(f"{v:.{SIG_DIGITS}g}") if math.isfinite(v) else v
+    if isinstance(v, list):
+        return [tidy(x) for x in v]
+    if isinstance(v, dict):
+        return {k: tidy(x) for k, x in v.items()}
+    return v
+
+
 def format_note(n: Note) -> str:
-    data = n.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data = tidy(n.model_dump(mode="json", by_alias=True, exclude_none=True))
     lines = [summary_line(n), ""]
     order = ["schema", "status"] + [k for k in data if k not in ("schema", "status")]
     for k in order:
@@ -204,7 +226,8 @@ class Lease(BaseModel):
     host: str
     slot: str
     handle: dict[str, Any] = Field(default_factory=dict)
-    started: float = Field(default_factory=time.time)
+    started: float = Field(default_factory=time.time)      # dispatched (placed on the host)
+    began: float | None = None      # its run started on the host (None: waiting for its slot, or unknown)
     heartbeat: float = Field(default_factory=time.time)
     retries: int = 0
     purpose: str = "idea"           # idea | baseline | confirm

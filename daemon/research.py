@@ -15,14 +15,35 @@ from .config import Config, ConfigError
 from .gitrepo import GitRepo
 from .manifest import MANIFEST_FILE, EnvManifest, ManifestError, parse_manifest
 
-HOOK = """#!/bin/sh
-# installed by autoresearchd init: poke the daemon when an idea branch changes (the clock is the safety net)
+# Every hook the daemon installs first re-executes itself with an empty environment (PATH and the
+# git dir only): a push or a ref update may come from a process that holds secrets.
+_HOOK_HEAD = """#!/bin/sh
+# installed by autoresearchd (rewritten when it changes): %s
+if [ -z "${AR_HOOK_CLEAN:-}" ]; then
+  exec env -i AR_HOOK_CLEAN=1 PATH="$PATH" GIT_DIR="$(git rev-parse --absolute-git-dir)" "$0" "$@"
+fi
+"""
+_POKE = _HOOK_HEAD % "poke the daemon when an idea branch changes (the clock is the safety net)" + """\
 case "$0" in *reference-transaction) [ "$1" = committed ] || exit 0 ;; esac
 grep -q ' refs/heads/idea/' || exit 0
-f="$(git rev-parse --git-dir)/autoresearch/poke"
+f="$GIT_DIR/autoresearch/poke"
 [ -d "$(dirname "$f")" ] && date +%s > "$f"
 exit 0
 """
+# A push may add idea branches (or move the baseline); the daemon's results, leases, logs, records
+# and provenance marks are written by the daemon alone, so a push cannot forge a result or an origin.
+_GUARD = _HOOK_HEAD % "a push may not write the daemon's own refs" + """\
+rc=0
+while read -r old new ref; do
+  case "$ref" in
+    refs/autoresearch/*|refs/notes/autoresearch|refs/notes/autoresearch-*)
+      echo "autoresearchd: refusing to update $ref: only the daemon writes its results and records" >&2; rc=1 ;;
+  esac
+done
+exit $rc
+"""
+HOOKS = {"reference-transaction": _POKE, "post-receive": _POKE, "pre-receive": _GUARD}
+_OURS = "# installed by autoresearchd"
 
 
 def template_path(cfg: Config, name: str) -> Path:
@@ -52,13 +73,19 @@ def configure(repo: GitRepo) -> None:
     """Idempotent: plain `git log` shows result notes; fetches from clones bring notes along."""
     repo.config_set("notes.displayRef", defaults.NOTES_REF, add=True)
     repo.config_set("receive.denyCurrentBranch", "updateInstead")
+    repo.ensure_notes_ref(defaults.NOTES_REF)
     hooks = repo.git_dir / "hooks"
     hooks.mkdir(exist_ok=True)
-    for name in ("reference-transaction", "post-receive"):
+    for name, text in HOOKS.items():
         h = hooks / name
-        if not h.exists():
-            h.write_text(HOOK)
-            h.chmod(0o755)
+        try:
+            current = h.read_text(errors="replace")
+        except OSError:
+            current = None
+        if current == text or (current is not None and _OURS not in "\n".join(current.splitlines()[:2])):
+            continue            # up to date, or the user's own hook: left alone
+        h.write_text(text)
+        h.chmod(0o755)
 
 
 @dataclass
@@ -66,6 +93,7 @@ class Research:
     repo: GitRepo
     baseline_ref: str
     manifest: EnvManifest
+    why: str = ""          # why this repo is the research repo (start says it)
 
     @property
     def baseline_commit(self) -> str:
@@ -101,14 +129,30 @@ def load_manifest(repo: GitRepo, rev: str, cfg: Config | None = None) -> EnvMani
         raise ConfigError(str(e)) from None
 
 
+def _is_repo(path: Path) -> bool:
+    return (path / ".git").exists() or (path / "HEAD").is_file() and (path / "objects").is_dir()
+
+
+def research_path(cfg: Config) -> tuple[Path, str]:
+    """(the research repo, why that one). A git repo whose own .autoresearch.toml holds the [env]
+    manifest, started from inside, is the research repo itself (what `init DIR` creates), unless
+    research.repo names another; otherwise research.repo, by default created from research.env."""
+    if "repo" in cfg.research.model_fields_set:
+        return cfg.resolve(cfg.research.repo), f"research.repo in {cfg.path or 'the environment'}"
+    if cfg.path is not None and cfg.env is not None and _is_repo(cfg.path.parent):
+        return cfg.path.parent, f"the git repo holding the [env] manifest {cfg.path}"
+    return (cfg.resolve(cfg.research.repo),
+            f"the default research.repo ({cfg.research.repo}), created from env '{cfg.research.env}'")
+
+
 def open_research(cfg: Config, create: bool = True) -> Research:
-    path = cfg.resolve(cfg.research.repo)
-    if (path / ".git").exists() or (path / "HEAD").is_file() and (path / "objects").is_dir():
+    path, why = research_path(cfg)
+    if _is_repo(path):
         repo = GitRepo(path)
     elif create:
         repo = create_from_template(template_path(cfg, cfg.research.env), path)
     else:
-        raise ConfigError(f"research repo {path} does not exist; run `autoresearchd init` or `start`")
+        raise ConfigError(f"research repo {path} ({why}) does not exist; run `autoresearchd init` or `start`")
     configure(repo)
     (repo.git_dir / "autoresearch").mkdir(exist_ok=True)
     head = repo.git("symbolic-ref", "-q", "--short", "HEAD", check=False).strip() or "main"
@@ -118,4 +162,4 @@ def open_research(cfg: Config, create: bool = True) -> Research:
     if repo.rev_parse(ref) is None:
         raise ConfigError(f"baseline branch '{branch}' not found in {path}")
     manifest = load_manifest(repo, ref, cfg)
-    return Research(repo, ref, manifest)
+    return Research(repo, ref, manifest, why)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from . import defaults
-from .decide import BEST_DECISIONS, GOOD_DECISIONS, aggregate, decide, improvement, pooled_std
+from .decide import BEST_DECISIONS, GOOD_DECISIONS, aggregate, baseline_complete, decide, improvement, pooled_std
 from .gitrepo import GitRepo
 from .ideas import Idea
 from .notes import Lease, Note, Status, Trial, format_leases, format_note, parse_leases, parse_note
@@ -102,6 +102,9 @@ def fill_baseline(note: Note, idea: Idea | None, pop: Population, manifest, poli
     if parent is not None and parent.value is not None:
         note.parent_delta = note.value - parent.value
     if note.decision in ("confirmed", "demoted") and not confirmed:
+        return True
+    if not baseline_complete(b):
+        note.decision = None    # decided when the baseline's last seed is in (Dispatcher.backfill)
         return True
     vals = note.values
     if confirmed:

@@ -86,7 +86,8 @@ def make_title(experiment: str, maxlen: int = 120) -> str:
     bold = re.match(r"^\s*(\*\*|__)(.+?)\1\s*[:.\-–—]?", first)
     if bold and len(bold.group(2).strip()) >= 4:
         first = bold.group(2)
-    first = re.sub(r"[*_`#]+", "", first).strip(" :-–—")
+    # markdown emphasis goes; an underscore inside a word (use_flash_attn) is part of the title
+    first = re.sub(r"[*`#]+|(?<![A-Za-z0-9])_+|_+(?![A-Za-z0-9])", "", first).strip(" :-–—")
     # First sentence: a full stop followed by a capital (so "0.1" or "e.g. x" do not end it).
     m = re.match(r"(.{6,}?[.!?])\s+(?=[A-Z(\[])", first)
     if m:

@@ -47,6 +47,8 @@ class ShellRunner:
         detached = type(self).launch is ShellRunner.launch
         self.prestage = max(1, int(getattr(cfg, "prestage", None) or self.PRESTAGE)) if detached else 1
         self._pool: ThreadPoolExecutor | None = None
+        # trial dir -> when its run started (seen by the last poll); absent while a trial waits for its slot
+        self.started_at: dict[str, float] = {}
         self._pool_lock = threading.Lock()
 
     # -- subclass hooks ------------------------------------------------------------------------
@@ -155,7 +157,13 @@ class ShellRunner:
             if rc != 0 or len(words) != len(idx):
                 return
             for i, w in zip(idx, words):
-                out[i] = self._state(w, handles[i])
+                word, _, began = w.partition("@")
+                out[i] = self._state(word, handles[i])
+                if began:
+                    try:
+                        self.started_at[handles[i]["dir"]] = float(began)
+                    except ValueError:
+                        pass
         self.map(one, list(groups))
         return out
 
@@ -228,7 +236,10 @@ class ShellRunner:
         cache = self.__dict__.setdefault("_probes", {})
         hit = cache.get(host)
         if hit is None or time.monotonic() - hit[0] > self.PROBE_TTL_S:
-            hit = cache[host] = (time.monotonic(), sh.run(_PROBE, timeout=60)[1].decode(errors="replace"))
+            # the trials' PATH, so the fingerprint names the python (and torch) the runs really use
+            prefix = self.path_prefix(host)
+            path = "export PATH=" + '"$PATH"'.join(shlex.quote(part) for part in prefix.split("$PATH")) + "\n"
+            hit = cache[host] = (time.monotonic(), sh.run(path + _PROBE, timeout=60)[1].decode(errors="replace"))
         return hit[1]
 
     def _read_files(self, sh: Shell, d: str, names: list[str]) -> dict[str, bytes]:

@@ -37,7 +37,8 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   n=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
   c=$(nvidia-smi -L 2>/dev/null | wc -l); [ -n "$n" ] && acc="$c x $n"
 fi
-sw=$(cd / && python3 -c 'import sys,platform;v="py"+platform.python_version()
+py=python; command -v python >/dev/null 2>&1 || py=python3   # the interpreter trials' `python` finds
+sw=$(cd / && "$py" -c 'import sys,platform;v="py"+platform.python_version()
 try:
   import torch;v+=" torch"+torch.__version__+(" cuda"+torch.version.cuda if torch.version.cuda else "")
 except Exception: pass
@@ -98,9 +99,12 @@ _POLL_FN = _MINE_FN + r"""st() {
   s=; if [ -d /proc/1 ]; then { read -r s < "/proc/$p/stat"; } 2>/dev/null; s=${s##*) }; s=${s%% *}
     mine "$1" "$p" || s=
   else s=$(ps -o stat= -p "$p" 2>/dev/null); fi
-  if [ -e "$1/done" ]; then echo done; elif [ -z "$s" ] || [ "${s#Z}" != "$s" ]; then echo dead; else echo running; fi
+  if [ -e "$1/done" ]; then echo done; elif [ -z "$s" ] || [ "${s#Z}" != "$s" ]; then echo dead
+  else t=; { read -r t < "$1/started"; } 2>/dev/null; case $t in ''|*[!0-9.]*) echo running;; *) echo "running@$t";; esac; fi
 }
 """
+# "running@T": the run started at T (epoch seconds, the wrapper's `started` stamp); plain "running": it
+# is placed on the host and still waits for its slot (pre-staging), so its budget clock has not started.
 # A trial whose wrapper has not written its pid file yet (crash between lease and submit) counts as
 # starting for this long after submit, then as lost.
 STARTING_GRACE_S = 60.0

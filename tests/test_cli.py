@@ -46,6 +46,10 @@ def test_graceful_stop_leaves_detached_runs_then_restart_harvests(toy_env, tmp_p
     assert p.returncode == 0, out
     st = cli("--config", str(cfg), "status")
     assert st.returncode == 0 and "daemon not running" in st.stdout
+    # the detached trial is still recorded as running in git: status lists it (read from the leases)
+    flat = " ".join(st.stdout.split())
+    assert "(daemon stopped: detached trials run on" in flat and "trials running: " in flat, flat
+    assert any(ln.split()[1:2] == ["s0"] and "slow" in ln for ln in st.stdout.splitlines()), st.stdout
     time.sleep(3.5)                                    # the detached trial finishes on its own
     p2 = cli("--config", str(cfg), "start", "--until", "idle")
     assert p2.returncode == 0, p2.stderr

@@ -65,6 +65,12 @@ def test_force_push_queues_new_tip_old_result_stays(toy_env, tmp_path):
     cl = clone(toy_env, tmp_path / "clone")
     old = push_idea(cl, "bob/x", "x 0.8", set_x(0.8))
     run_daemon(cfg)
+    # a child built on the old commit names it as its parent
+    git(cl, "checkout", "-q", "-b", "child", old)
+    (cl / "run.py").write_text((cl / "run.py").read_text().replace("x = 0.8", "x = 0.7"))
+    git(cl, "commit", "-qam", f"x 0.7 on top\n\nParents: h-{old[:10]}")
+    git(cl, "push", "-q", "origin", "HEAD:refs/heads/idea/bob/child")
+    git(cl, "checkout", "-q", "work-bob-x")
     git(cl, "commit", "-q", "--amend", "-m", "x 0.6 instead")
     (cl / "run.py").write_text((cl / "run.py").read_text().replace("x = 0.8", "x = 0.6"))
     git(cl, "commit", "-qam", "x 0.6")
@@ -77,6 +83,57 @@ def test_force_push_queues_new_tip_old_result_stays(toy_env, tmp_path):
     from autoresearchd.notes import parse_note
     old_note = parse_note(GitRepo(toy_env).note_read("refs/notes/autoresearch", old))
     assert 0.8 <= old_note.value < 0.82
+    # ... and the old commit itself stays reachable, with its result in every view
+    assert git(toy_env, "rev-parse", f"refs/autoresearch/archive/{old}").strip() == old
+    assert pop.by_commit[old].note.value == old_note.value and pop.by_commit[old].idea_id == f"h-{old[:10]}"
+    assert pop.by_commit[new].branch == "refs/heads/idea/bob/x"
+    assert all(p in pop.by_id for i in pop.ideas for p in i.parents)          # no dangling parent ids
+    assert any(i.parents == [f"h-{old[:10]}"] for i in pop.ideas)
+    import io
+    import json
+
+    from rich.console import Console
+
+    from autoresearchd.export import export
+    from autoresearchd.observe import ideas_table, show
+    c = load_config(cfg)
+    out = io.StringIO()
+    ideas_table(c, Console(file=out, width=300), as_json=True)
+    rows = {r["commit"]: r for r in json.loads(out.getvalue())}
+    assert rows[old]["value"] == old_note.value and rows[new]["value"] == pop.by_commit[new].note.value
+    out = io.StringIO()
+    assert show(c, Console(file=out, width=300), old[:10]) == 0
+    assert "x = 0.8" in out.getvalue() or "succeeded" in out.getvalue()
+    export(c, tmp_path / "t.jsonl")
+    recs = {r["commit"]: r for r in map(json.loads, (tmp_path / "t.jsonl").read_text().splitlines())}
+    assert recs[old]["result"] == old_note.value and "+x = 0.8" in (recs[old]["code_diff"] or "")
+    # gc keeps it: nothing measured is dangling
+    git(toy_env, "gc", "-q", "--prune=now")
+    assert git(toy_env, "cat-file", "-t", old).strip() == "commit"
+
+
+def test_invalid_push_is_rejected_on_arrival_not_at_the_front_of_the_queue(toy_env, tmp_path):
+    """A frozen-file edit is rejected by the next tick even while every slot is busy with other work."""
+    (toy_env / "run.py").write_text("import time\ntime.sleep(120)\n")
+    git(toy_env, "commit", "-qam", "a long baseline")
+    cfg = load_config(write_config(tmp_path, toy_env))
+    cfg.runner.slots = 1
+    d = build_daemon(cfg, with_llm=False)
+    try:
+        d.tick()                                    # the baseline's seed 0 takes the only slot
+        assert any(lz.state == "running" for lz in d.tick().baseline_leases)
+        cl = clone(toy_env, tmp_path / "clone")
+        bad = push_idea(cl, "mallory/eval", "Better score", lambda c: (c / "evaluate.py").write_text("print(0)\n"))
+        t0 = time.monotonic()
+        pop = d.tick()
+        assert time.monotonic() - t0 < 30
+        note = pop.by_commit[bad].note
+        assert note is not None and note.status == Status.REJECTED and "evaluate.py" in note.error
+        assert any(lz.state == "running" for lz in pop.baseline_leases)   # the queue never reached it
+    finally:
+        for lz in read_population(d.repo, d.research.baseline_ref).baseline_leases:
+            d.runner.cancel(lz.handle)
+        d.runner.close()
 
 
 def test_burst_of_50_pushes_without_watcher(toy_env, tmp_path):

@@ -9,8 +9,9 @@ is read too):
 Key aliases are accepted ("text" for idea, "diff"/"patch" for code_diff, ...), so the daemon's own
 trajectory export reads back. What is served depends on meta["purpose"] (see Provider.complete):
 - "propose": the next meta["n"] unserved records as [Experiment] ... [Code Changes] ... [End]
-  blocks. Records whose title is in meta["known_titles"] (or "skip_titles") are skipped, so a
-  restarted daemon resumes where it was. None left: ReplayExhausted.
+  blocks. Records whose title is in meta["known_titles"] (or "skip_titles") are skipped, and the
+  daemon restores the served records from git (`resume`, daemon/replaypos.py), so a restarted
+  daemon resumes where it was. None left: ReplayExhausted.
 - "implement" / "revise": the recorded diff of the idea named by meta["idea"]; attempt k > 1 gets
   revisions[k-2] (or the last response there is). An unknown idea gets a reply with no diff.
 Completions cost nothing; tokens are estimated as characters / 4.
@@ -172,6 +173,12 @@ class ReplayProvider(Provider):
         self.model = f"replay:{self.path.name}"
         self._served: set[int] = set()
         self._lock = threading.Lock()
+        self.on_served = None     # callback(sorted served indices): the daemon keeps the position in git
+
+    def resume(self, served: set[int]) -> None:
+        """Continue after the records an earlier run served (its position, read back from git)."""
+        with self._lock:
+            self._served |= {i for i in served if 0 <= i < len(self.records)}
 
     def default_model(self) -> str:
         return "replay"
@@ -193,6 +200,9 @@ class ReplayProvider(Provider):
                 raise ReplayExhausted(f"replay file exhausted: all {len(self.records)} recorded ideas "
                                       f"were served ({self.path.name})")
             self._served.update(picked)
+            served = sorted(self._served)
+        if self.on_served is not None:
+            self.on_served(served)
         return "\n\n".join(format_idea(self.records[i]) for i in picked)
 
     def find(self, key: str) -> Record | None:

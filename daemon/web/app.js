@@ -141,7 +141,7 @@ async function renderOverview() {
     ["LLM", "$" + num(usd, 2) + (sp.budget_usd ? " / $" + num(sp.budget_usd, 0) : "")],
     ["tokens", Number(sp.tokens || 0).toLocaleString()],
     ["GPU-hours", num(sp.gpu_hours, 1) + (sp.max_gpu_hours ? " / " + num(sp.max_gpu_hours, 0) : "")],
-    ["CPU-hours", num(s.cpu_hours, 1)],
+    ["CPU-hours", num(sp.cpu_hours || 0, 1)],
     s.cost_per_improvement.usd !== null ? ["$ per 1.0 Δ", num(s.cost_per_improvement.usd, 2)] : null,
     s.cost_per_improvement.usd !== null ? ["GPU-h per 1.0 Δ", num(s.cost_per_improvement.gpu_hours, 1)] : null]),
     bar(usd, sp.budget_usd)];
@@ -169,7 +169,8 @@ async function renderOverview() {
         Object.values(s.failures).reduce((a, c) => a + c, 0) + " failures by reason →")) : null)));
   // best-so-far curves
   const c1 = h("div", {class: "chart"}), c2 = h("div", {class: "chart"});
-  root.append(h("div", {class: "cards two"}, card("Best so far, by epoch", c1), card("Best so far, by GPU-hours", c2)));
+  const unit = s.gpus === 0 ? "CPU-hours" : "GPU-hours";   // the compute axis of a CPU env is CPU time
+  root.append(h("div", {class: "cards two"}, card("Best so far, by epoch", c1), card("Best so far, by " + unit, c2)));
   // what runs where
   const slots = s.slots || [];
   const running = s.running || [];
@@ -183,7 +184,7 @@ async function renderOverview() {
     root.querySelectorAll(".fill").forEach(f => { f.style.width = f.dataset.w + "%"; });
     const e = s.curves.by_epoch, t = s.curves.by_time;
     plot(c1, e.epoch, e.raw, e.confirmed, b.value, "epoch");
-    plot(c2, t.gpu_hours, t.raw, t.confirmed, b.value, "GPU-hours");
+    plot(c2, t.gpu_hours, t.raw, t.confirmed, b.value, unit);
   });
   return root;
 }
