@@ -42,8 +42,11 @@ def series(pop, goal: str, gpus: int = 1) -> dict:
     epochs = sorted({i.epoch for i in pop.ideas})
     by_epoch = {"epoch": epochs, "raw": [], "confirmed": [], "executed": [], "attempted": [], "rate": []}
     raw = conf = None
+    grouped: dict[int, list] = {}
+    for i in pop.ideas:                 # one pass, not one per epoch: thousands of ideas over many epochs
+        grouped.setdefault(i.epoch, []).append(i)
     for e in epochs:
-        here = [i for i in pop.ideas if i.epoch == e]
+        here = grouped[e]
         for i in here:
             if i.value is not None:
                 raw = i.value if raw is None or better(i.value, raw) else raw

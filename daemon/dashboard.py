@@ -59,8 +59,9 @@ def failure_reason(i) -> str | None:
     if n is None:
         return None
     flags = {str(f).lower() for f in (n.flags or [])}
+    extra = n.model_extra or {}             # newer daemons may file `suspicious: true` as its own key
     if n.tamper or (n.decision or "") == "suspicious" or "suspicious" in flags or \
-            any(t.tamper for t in n.trials) or str(getattr(n, "suspicious", "") or "").lower() in ("true", "1"):
+            any(t.tamper for t in n.trials) or str(extra.get("suspicious") or "").lower() in ("true", "1"):
         return "tamper_or_suspicious"
     st = n.status
     if st == Status.IMPLEMENT_FAILED:
@@ -173,6 +174,7 @@ class Snapshot:
     def _lineage_index(self) -> None:
         """children by first parent (roots hang off the baseline), subtree sizes and subtree bests."""
         by_id = self.pop.by_id
+        values = {r["idea"]: r["value"] for r in self.rows}
         kids: dict[str, list[str]] = {}
         for i in self.pop.ideas:
             p = next((p for p in i.parents if p in by_id and p != i.idea_id), None)
@@ -189,7 +191,7 @@ class Snapshot:
             order.append(n)
             stack.extend(kids.get(n, []))
         for n in reversed(order):
-            v = by_id[n].value if n in by_id else None
+            v = values.get(n)
             s = 1
             for c in kids.get(n, []):
                 s += size.get(c, 0)
