@@ -89,7 +89,12 @@ def make_policy(cfg: Config):
 def build_daemon(cfg: Config, with_llm: bool = True):
     from .implementer import Implementer
     from .loop import Daemon
-    research = open_research(cfg)
+    research = open_research(cfg, configure_repo=True)
+    if research.configured:
+        log.info("%s", research.configured)
+    if research.manifest.deterministic:
+        # a deterministic run gives the same value for every seed: more baseline seeds measure nothing
+        cfg.policy.baseline_seeds = 1
     runner = make_runner(cfg, research)
     llm = note = policy = implementer = None
     if cfg.llm.provider == "none":

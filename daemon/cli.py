@@ -1,5 +1,5 @@
-"""The `autoresearchd` command line: init, start, stop, status, ideas, show, queue, doctor, report, export,
-serve.
+"""The `autoresearchd` command line: init, adopt, start, stop, status, ideas, show, queue, doctor, report,
+export, serve.
 
 Configuration mistakes print one line and exit 2 (a traceback only with --debug).
 """
@@ -39,18 +39,22 @@ def _setup_logging(level: str, logfile: Path | None = None) -> None:
 
 
 def cmd_init(args, cfg) -> int:
-    from .research import configure, create_from_template, research_path, template_path
+    from .research import configure, consent_message, create_from_template, research_path, template_path
     from .gitrepo import GitRepo
     dest = Path(args.dir).resolve() if args.dir else research_path(cfg)[0]
     if (dest / ".git").exists():
-        configure(GitRepo(dest))
-        console.print(f"configured existing repo {dest}: `git log --notes` now shows autoresearch notes")
+        repo = GitRepo(dest)
+        msg = consent_message(repo, configure(repo))
+        console.print(msg or f"{dest} is already configured: `git log --notes` shows autoresearch notes",
+                      markup=False, soft_wrap=True)
         return 0
     repo = create_from_template(template_path(cfg, args.env or cfg.research.env), dest)
-    configure(repo)
+    msg = consent_message(repo, configure(repo))
     console.print(f"created research repo {dest} from env '{args.env or cfg.research.env}'. Run it with "
                   f"`cd {dest} && autoresearchd start` (this repo is the research repo: push idea/* branches "
                   f"to it); see results with `git log --oneline --notes --branches`", highlight=False, markup=False)
+    if msg:
+        console.print(msg, markup=False, soft_wrap=True)
     return 0
 
 
@@ -67,14 +71,24 @@ def cmd_start(args, cfg) -> int:
         logging.getLogger("autoresearchd").warning("%s", w.what)
     sd = state_dir(daemon.repo)
     if args.detach:
+        logfile = sd / "daemon.log"
+        sys.stdout.flush()
+        sys.stderr.flush()
         pid = os.fork()
         if pid:
-            console.print(f"autoresearchd started in the background (pid {pid}); log: {sd / 'daemon.log'}")
+            console.print(f"autoresearchd started in the background (pid {pid}); log: {logfile}")
             return 0
+        # A session of its own, and none of the caller's streams: `x=$(autoresearchd start --detach)`
+        # returns as soon as the parent exits, because nothing here holds its pipe open.
         os.setsid()
-        devnull = os.open(os.devnull, os.O_RDWR)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        out = os.open(logfile, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(devnull, 0)
-        _setup_logging(cfg.daemon.log_level, sd / "daemon.log")
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(devnull)
+        os.close(out)
+        _setup_logging(cfg.daemon.log_level, logfile)
     log = logging.getLogger("autoresearchd")
     log.info("research repo: %s (%s; baseline %s)", daemon.repo.path, daemon.research.why,
              daemon.research.baseline_ref)
@@ -158,6 +172,33 @@ def cmd_queue(args, cfg) -> int:
     return 0
 
 
+def cmd_adopt(args, cfg) -> int:
+    from . import adopt
+    from .gitrepo import GitRepo
+    root = Path(args.dir or ".").resolve()
+    if not root.is_dir() or (found := GitRepo.discover(root)) is None or found.path != root:
+        raise ConfigError(f"{root} is not the top of a git repo; adopt works on a repo's root (git init first)")
+    p = adopt.plan(root, force=args.force)
+    f = p.findings
+    console.print(f"training script: {f.train}; metric: {f.metric} ({f.goal}) — {f.metric_why}", markup=False, soft_wrap=True)
+    for s in f.seeds:
+        console.print(f"literal seed (honour $AUTORESEARCH_SEED instead): {s}", markup=False, soft_wrap=True)
+    written = adopt.write(root, p)
+    console.print(f"wrote {', '.join(written)} in {root}" +
+                  (f"; kept your existing {', '.join(p.kept)}" if p.kept else ""), markup=False, soft_wrap=True)
+    console.print("next:", markup=False, soft_wrap=True)
+    for i, step in enumerate(adopt.next_steps(root, p, written), 1):
+        console.print(f"  {i}. {step}", markup=False, soft_wrap=True)
+    ask = args.commit or (sys.stdin.isatty() and console.is_terminal and
+                          input(f"commit {len(written)} file(s) now, as they are? [y/N] ").strip().lower() == "y")
+    if ask:
+        sha = adopt.commit(root, written)
+        console.print(f"committed {sha[:10]}: {', '.join(written)}", markup=False, soft_wrap=True)
+    else:
+        console.print("nothing committed: review, fill in, then commit yourself", markup=False, soft_wrap=True)
+    return 0
+
+
 def cmd_doctor(args, cfg) -> int:
     from .doctor import doctor
     return doctor(cfg, console, run=args.run, budget_s=args.budget_s)
@@ -227,6 +268,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("text", help="the idea, in words")
     s.add_argument("--title", help="a short title (default: the first line of the text)")
     s.add_argument("--parent", help="build on this idea's branch")
+    s = sub.add_parser("adopt", help="turn an existing training repo into an environment (writes a manifest "
+                                     "skeleton and, if needed, an evaluator template; commits only if asked)")
+    s.add_argument("dir", nargs="?", help="the repo's root (default: the current directory)")
+    s.add_argument("--force", action="store_true", help="overwrite an existing .autoresearch.toml and templates")
+    s.add_argument("--commit", action="store_true", help="commit the written files without asking")
     s = sub.add_parser("doctor", help="check git, the config and env (as `start` does), hosts and API keys")
     s.add_argument("--run", action="store_true",
                    help="also run the env's check, then one run + evaluate of the baseline on the runner")
@@ -247,7 +293,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"init": cmd_init, "start": cmd_start, "stop": cmd_stop, "status": cmd_status, "ideas": cmd_ideas,
-            "show": cmd_show, "queue": cmd_queue, "doctor": cmd_doctor, "report": cmd_report, "export": cmd_export,
+            "show": cmd_show, "queue": cmd_queue, "doctor": cmd_doctor, "adopt": cmd_adopt, "report": cmd_report,
+            "export": cmd_export,
             "serve": cmd_serve}
 
 

@@ -34,6 +34,7 @@ class DaemonCfg(_Strict):
     lease_ttl_s: float = defaults.LEASE_TTL_S
     heartbeat_s: float = defaults.HEARTBEAT_S
     max_retries: int = defaults.MAX_RETRIES
+    max_host_faults: int = defaults.MAX_HOST_FAULTS   # host faults a seed survives before it is lost
     human_priority: bool = defaults.HUMAN_PRIORITY
     max_ideas: int | None = None          # stop proposing after this many ideas
     max_epochs: int | None = None
@@ -96,6 +97,7 @@ class HostCfg(_Strict):
     slots: int | None = None               # defaults to gpus // env.gpus (at least 1)
     work_root: str = "~/.autoresearchd/trials"
     connect_timeout_s: float = 10.0
+    min_free_mb: float = defaults.MIN_FREE_MB   # free space the work root needs before a trial is staged
 
 
 class SlurmCfg(_Strict):

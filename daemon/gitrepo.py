@@ -158,6 +158,19 @@ class GitRepo:
         self.git("commit", "-q", "--no-verify", "-m", message, env=_IDENTITY)
         return self.rev_parse("HEAD")
 
+    def commit_paths(self, paths: list[str], message: str) -> str:
+        """Commit these work-tree files on the current branch, as the user (their user.name and
+        email when set). Used only by `adopt --commit`, when the user asked for it."""
+        env = {}
+        for who in ("AUTHOR", "COMMITTER"):
+            for key, var in (("user.name", f"GIT_{who}_NAME"), ("user.email", f"GIT_{who}_EMAIL")):
+                val = self.config_get(key)
+                if val:
+                    env[var] = val
+        self.git("add", "--", *paths)
+        self.git("commit", "-q", "-m", message, "--", *paths, env=env)
+        return self.rev_parse("HEAD")
+
     def config_set(self, key: str, value: str, add: bool = False) -> None:
         if add:
             existing = self.git("config", "--get-all", key, check=False).split()

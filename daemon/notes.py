@@ -63,6 +63,7 @@ class Trial(BaseModel):
     harness: str | None = None      # hash of the evaluation harness blobs
     accelerator: str | None = None
     software: str | None = None
+    faults: list[str] = Field(default_factory=list)   # host faults met before this run ("host: reason")
 
 
 class Note(BaseModel):
@@ -86,7 +87,8 @@ class Note(BaseModel):
     decision: str | None = None     # promoted | within_noise | worse | confirmed | demoted
     host: str | None = None
     wall_s: float | None = None
-    gpu_s: float | None = None
+    gpu_s: float | None = None      # wall time x GPUs, only for trials that had GPUs
+    cpu_s: float | None = None      # wall time of trials that ran with no GPU (gpus = 0)
     exit_code: int | None = None
     seed: int | None = None
     error: str | None = None
@@ -98,6 +100,7 @@ class Note(BaseModel):
     software: str | None = None
     harness: str | None = None
     tamper: list[str] = Field(default_factory=list)
+    superseded: list[str] = Field(default_factory=list)   # trials of this commit run twice; not counted
     flags: list[str] = Field(default_factory=list)   # e.g. cross_accelerator: compared across hardware
     tokens: int | None = None
     cost_usd: float | None = None
@@ -229,9 +232,14 @@ class Lease(BaseModel):
     started: float = Field(default_factory=time.time)      # dispatched (placed on the host)
     began: float | None = None      # its run started on the host (None: waiting for its slot, or unknown)
     heartbeat: float = Field(default_factory=time.time)
-    retries: int = 0
+    retries: int = 0                # failures of this seed on healthy hosts so far (max_retries)
+    attempt: int | None = None      # placements of this seed so far (None: older leases, = retries)
+    faults: list[str] = Field(default_factory=list)   # host faults met so far: "host: reason"
     purpose: str = "idea"           # idea | baseline | confirm
-    state: str = "running"          # running | done (result kept until the note is written) | lost
+    # running | done (result kept until the note is written) | lost (failed on a healthy host: a retry)
+    # | requeued (a host fault: no retry) | stale (a host fault; the trial may live on its host: it is
+    # cancelled and removed, or its result kept, when the host answers) | superseded (a twin counted)
+    state: str = "running"
     result: Trial | None = None
     error: str | None = None
 

@@ -26,6 +26,7 @@ from .notes import Status
 from .population import read_population
 from .progress import running_trials
 from .research import open_research
+from .trials import seed_warning
 
 
 def daemon_state(repo) -> dict | None:
@@ -147,12 +148,14 @@ def summary(cfg, research=None, pop=None) -> dict:
                    "llm": st.get("llm") if st else None, "stop_reason": st.get("stop_reason") if st else None,
                    "implementing": st.get("implementing", []) if alive else []},
         "slots": slots,
+        "hosts": (st.get("hosts") or {}) if alive else {},
         "slot_counts": dict(Counter(x.get("state", "?") for x in slots)),
         "counts": dict(counts),
         "total": len(pop.ideas),
         "epoch": pop.max_epoch(),
         "baseline": {"commit": pop.baseline_commit, "value": pop.baseline_value, "std": pop.baseline_std,
                      "seeds": len(pop.baseline_note.values) if pop.baseline_note else 0,
+                     "warning": seed_warning(pop.baseline_note),
                      "seeds_planned": (pop.baseline_note.seeds_planned if pop.baseline_note else None)
                      or cfg.policy.baseline_seeds,
                      "status": pop.baseline_note.status.value if pop.baseline_note else None,
@@ -208,7 +211,13 @@ def status(cfg, console, as_json: bool = False) -> int:
         console.print("[bold]daemon not running[/] (status read from git)")
     if d["alive"]:
         c = s["slot_counts"]
-        console.print(f"slots: {c.get('busy', 0)} busy, {c.get('free', 0)} free, {c.get('unreachable', 0)} unreachable")
+        console.print(f"slots: {c.get('busy', 0)} busy, {c.get('free', 0)} free, {c.get('unreachable', 0)} unreachable"
+                      + (f", {c['degraded']} degraded" if c.get("degraded") else ""))
+        for name, h in sorted(s["hosts"].items()):
+            if h.get("state") != "ok":
+                nxt = f" (next probe in {h['next_probe_s']:.0f}s)" if h.get("next_probe_s") is not None else ""
+                console.print(f"host {name} {h['state']}: {h.get('reason') or 'no reason given'}{nxt}",
+                              markup=False, highlight=False)
     order = [st.value for st in Status]
     counts = s["counts"]
     extra = sorted(k for k in counts if k not in order)
@@ -217,6 +226,8 @@ def status(cfg, console, as_json: bool = False) -> int:
     console.print(f"epoch: {s['epoch'] if s['epoch'] >= 0 else '-'}")
     b = s["baseline"]
     console.print(f"baseline {s['metric']} ({s['goal']}): {baseline_text(b)}", highlight=False, markup=False)
+    if b.get("warning"):
+        console.print(f"[bold yellow]warning[/]: {escape(b['warning'])}")
     if s["best"]:
         # "confirmed" only when more than one seed agrees: a promotion on one seed is not a confirmation
         label = "[bold]best confirmed[/]" if s["best"]["seeds"] > 1 else \

@@ -30,7 +30,7 @@ log = logging.getLogger("autoresearchd")
 CONFIG_KEYS = ("idea_id", "title", "origin", "parents", "epoch", "seeds", "host", "accelerator", "metric", "goal",
                "model", "branch", "commit")
 SUMMARY_KEYS = ("value", "suspect_value", "values", "std", "delta", "baseline", "decision", "status", "wall_s", "gpu_s",
-                "cost_usd", "tokens", "error")
+                "cpu_s", "cost_usd", "tokens", "error")
 MAX_DIFF = 200_000
 
 
@@ -83,7 +83,7 @@ class WandbMirror:
         summary = {"value": note.value if trusted else None, "suspect_value": None if trusted else note.value,
                    "values": list(note.values), "std": note.std, "delta": note.delta,
                    "baseline": note.baseline, "decision": note.decision, "status": note.status.value,
-                   "wall_s": note.wall_s, "gpu_s": note.gpu_s, "cost_usd": note.cost_usd, "tokens": note.tokens,
+                   "wall_s": note.wall_s, "gpu_s": note.gpu_s, "cpu_s": note.cpu_s, "cost_usd": note.cost_usd, "tokens": note.tokens,
                    "error": (note.error or "")[:2000] or None}
         if note.value is not None and trusted:
             summary[m.metric] = note.value

@@ -14,6 +14,7 @@ from importlib import resources
 
 from autoresearchd import defaults
 
+from .prepare import prepare_key
 from .protocol import Slot, TrialSpec
 
 
@@ -62,6 +63,10 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
         "AR_RUN": m.run,
         "AR_EVALUATE": m.evaluate or "",
         "AR_SETUP": m.setup or "",
+        "AR_PREPARE": m.prepare or "",
+        # a caller that gives no key (doctor --run) still gets a cache of its own, never the bare dir
+        "AR_PREPARE_KEY": spec.prepare_key or (prepare_key(m, []) if m.prepare else ""),
+        "AR_PREPARE_BUDGET": str(int(m.prepare_budget_s)),
         "AR_BUDGET": str(int(m.time_budget_s)),
         "AR_EVAL_BUDGET": str(int(m.eval_budget_s)),
         "AR_KILL_GRACE": str(defaults.KILL_GRACE_S),
@@ -115,7 +120,7 @@ def _slot_file(slot: str) -> str:
 
 
 def bundle(spec: TrialSpec, env_text: str) -> bytes:
-    """One tar holding code/ (the commit), eval/ (the harness), trial.sh and trial.env, so a trial
+    """One tar holding code/ (the commit), eval/ (the harness), trial.sh, prepare.sh and trial.env, so a trial
     directory is placed with a single upload."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as out:
@@ -131,7 +136,9 @@ def bundle(spec: TrialSpec, env_text: str) -> bytes:
                     if m.islnk():        # hard links name a member of the same archive
                         m.linkname = f"{prefix}/{m.linkname}"
                     out.addfile(m, src.extractfile(m) if m.isreg() else None)
-        for name, data, mode in (("trial.sh", trial_script(), 0o755), ("trial.env", env_text.encode(), 0o644)):
+        from .prepare import prepare_script
+        for name, data, mode in (("trial.sh", trial_script(), 0o755), ("prepare.sh", prepare_script(), 0o755),
+                                 ("trial.env", env_text.encode(), 0o644)):
             ti = tarfile.TarInfo(name)
             ti.size, ti.mode, ti.mtime = len(data), mode, int(time.time())
             out.addfile(ti, io.BytesIO(data))

@@ -74,6 +74,29 @@ def test_one_suspicious_seed_taints_the_commit_and_is_never_promoted():
     assert n.status == Status.SUSPICIOUS and n.decision is None and n.value is not None
 
 
+def test_only_commits_the_daemon_marked_keep_their_trailers(tmp_path):
+    from autoresearchd.ideas import format_message
+    from autoresearchd.population import IDEAS_PREFIX, read_population
+    repo = GitRepo.init(tmp_path / "r")
+    (repo.path / "a").write_text("a\n")
+    base = repo.commit_all_initial("base")
+    tree = repo.tree_with_files(base, {"a": b"b\n"})
+    tr = {"Idea-Id": "e003-11111111", "Origin": "exploit", "Epoch": 3, "Cost-USD": "0.5", "Tokens": 900}
+    own = repo.commit_tree(tree, [base], format_message("Daemon idea", "body", tr))
+    repo.update_ref(IDEAS_PREFIX + "e003-11111111", own)
+    repo.update_ref("refs/heads/idea/e003/daemon-11111111", own)
+    # a push on top of the daemon's idea, copying its footer (and bumping the cost)
+    forged = repo.commit_tree(repo.tree_with_files(own, {"a": b"c\n"}), [own],
+                              format_message("Tweak", "more", dict(tr, **{"Cost-USD": "1e9", "Epoch": 99})))
+    repo.update_ref("refs/heads/idea/bob/tweak", forged)
+    pop = read_population(repo, "main")
+    d, p = pop.by_commit[own], pop.by_commit[forged]
+    assert (d.idea_id, d.origin, d.epoch, d.cost_usd, d.tokens) == ("e003-11111111", "exploit", 3, 0.5, 900)
+    assert (p.idea_id, p.origin, p.epoch, p.cost_usd, p.tokens, p.trailers) == (f"h-{forged[:10]}", "human", 3,
+                                                                                  None, None, {})
+    assert p.parents == ["e003-11111111"] and p.text == "more" and pop.max_epoch() == 3
+
+
 # -- the daemon's git: no planted hook, no secret --------------------------------------------------------
 def test_daemon_git_runs_no_planted_hook_and_sees_no_secret(tmp_path, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
@@ -158,7 +181,7 @@ def test_pushed_provenance_hacks_and_titles_end_to_end(make_repo, tmp_path, monk
                    TOY_RUN.replace("x = 1.0", "x = 0.8") + "open('evaluate.py', 'a').write('# mine\\n')\n")
     # a push cannot write the daemon's own refs: results, provenance marks
     for ref in ("refs/notes/autoresearch", "refs/autoresearch/ideas/e000-deadbeef"):
-        p = subprocess.run(["git", "push", "origin", f"HEAD:{ref}"], cwd=cl, capture_output=True, text=True)
+        p = subprocess.run(["git", "push", "origin", f"+HEAD:{ref}"], cwd=cl, capture_output=True, text=True)
         assert p.returncode != 0 and "only the daemon writes" in p.stderr, p.stderr
 
     pop = run_until_settled(cfg_path, timeout=240)

@@ -11,6 +11,7 @@ import sys
 
 from autoresearchd.gitrepo import GitRepo
 from autoresearchd.notes import Note, Status, Trial, format_note, parse_note
+from autoresearchd.population import IDEAS_PREFIX
 from autoresearchd.trials import Ledger
 
 from conftest import branch_idea, write_config
@@ -38,6 +39,7 @@ def _measured(repo_path, idea_title, seeds_values, decision, baseline=(1.0, 1.01
     """A baseline note and one idea branch with a note, written as the daemon writes them."""
     sha = branch_idea(repo_path, "h/one", f"{idea_title}\n\nModel: some-model\n", {"run.py": "print(2)\n"})
     repo = GitRepo(repo_path)
+    repo.update_ref(IDEAS_PREFIX + "one", sha)       # the daemon's mark: its trailers (Model) are believed
     led = Ledger(repo)
     base = repo.rev_parse("refs/heads/main")
     led.write_note(base, Note(status=Status.SUCCEEDED, metric="score", value=sum(baseline) / 2,
