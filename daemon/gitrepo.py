@@ -342,6 +342,38 @@ class GitRepo:
                     self.git("update-index", "--add", "--cacheinfo", f"{mode},{sha},{path}", env=env)
             return self.git("write-tree", env=env).strip()
 
+    def tree_from_dir(self, base: str, workdir: str | os.PathLike, keep: list[str] = (),
+                      max_file_bytes: int | None = None) -> str:
+        """The tree of a scratch directory (a coding agent's worktree) as `git add -A` stages it on
+        top of base's tree: symlinks stay symlinks and nested repositories become gitlinks, so the
+        safety gate sees them as they are; files its .gitignore names are left out. The `keep` paths
+        (files withheld from the directory on purpose, such as hidden ones) stay as in base.
+        Temporary index only; the research repo's own index and work tree are not touched."""
+        gitdir = self.git("rev-parse", "--absolute-git-dir").strip()
+        with tempfile.TemporaryDirectory(prefix="ard-idx-") as d:
+            env = {"GIT_INDEX_FILE": os.path.join(d, "index"), "GIT_DIR": gitdir,
+                   "GIT_WORK_TREE": str(workdir)}
+            self._run(["read-tree", base], env=env, cwd=Path(workdir))
+            if max_file_bytes is not None:
+                # refuse an oversized file before it is hashed into the repo's object store
+                out = self._run(["ls-files", "-z", "--others", "--modified", "--exclude-standard"],
+                                env=env, cwd=Path(workdir), binary=True)
+                for rel in filter(None, out.split(b"\0")):
+                    try:
+                        size = os.lstat(os.path.join(os.fsencode(workdir), rel)).st_size
+                    except OSError:
+                        continue
+                    if size > max_file_bytes:
+                        raise ValueError(f"{rel.decode(errors='replace')} would be {size} bytes, over the "
+                                         f"{max_file_bytes}-byte limit per file")
+            self._run(["-c", "core.autocrlf=false", "-c", "core.fileMode=true", "add", "-A", "--", "."],
+                      env=env, cwd=Path(workdir))
+            if keep:
+                lines = "".join(f"{e.mode} {e.type} {e.sha}\t{e.path}\n" for e in self.ls_tree(base, list(keep)))
+                if lines:
+                    self._run(["update-index", "--index-info"], input=lines.encode(), env=env, cwd=Path(workdir))
+            return self._run(["write-tree"], env=env, cwd=Path(workdir)).strip()
+
     def diff_tree_raw(self, a: str, b: str) -> list["RawChange"]:
         """Every changed blob between two commits or trees, with modes and ids (no rename detection)."""
         out = self.git("diff-tree", "-r", "-z", "--no-renames", "--no-commit-id", a, b, binary=True)

@@ -388,7 +388,14 @@ def _attempts(console, repo, sha: str | None) -> None:
     for a in attempts:
         err = a.get("error")
         line = f"  attempt {a.get('attempt')}: " + (f"via {a['method']}: " if a.get("method") else "")
+        if a.get("implementer"):       # a coding-agent session: its summary, then its steps
+            line += (f"{a['implementer']} session {a.get('session', '?')}, {a.get('turns', 0)} turns, "
+                     f"{a.get('wall_s', 0)}s, ${a.get('cost_usd', 0)}: ")
         _plain(console, line + ("ok" if not err else err.strip()[:1500]))
+        if a.get("events"):
+            from .agent_cli import steps
+            for s in steps(a["events"]):
+                _plain(console, f"    {s}")
 
 
 def _logs(console, repo, note, full: bool) -> None:
