@@ -35,8 +35,10 @@ def main() -> int:
         cfg = write_cfg(d, repo.path, "[daemon]\nmax_gpu_hours = 200\n")
         now = time.time()
         (state_dir(repo) / "daemon.json").write_text(json.dumps({
-            "pid": os.getpid(), "started": now - 3 * 86400 - 4000, "heartbeat": now, "llm": "anthropic claude-sonnet-4-5",
-            "slots": [{"slot": f"gpu0{h}/{g}", "state": "busy" if (h + g) % 3 else "free", "trial": f"e009-{h}{g}a7c3-s0" if (h + g) % 3 else None}
+            "pid": os.getpid(), "started": now - 3 * 86400 - 4000, "heartbeat": now,
+            "llm": "anthropic claude-sonnet-4-5",
+            "slots": [{"slot": f"gpu0{h}/{g}", "state": "busy" if (h + g) % 3 else "free",
+                       "trial": f"e009-{h}{g}a7c3-s0" if (h + g) % 3 else None}
                       for h in (1, 2) for g in range(4)] + [{"slot": "gpu03/0", "state": "unreachable", "trial": None}],
             "implementing": [], "proposing": False, "stop_reason": None,
             "budget": {"usd": 41.7, "calls": 900, "tokens": 5_400_000, "max_usd": 100.0}}))

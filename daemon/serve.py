@@ -158,7 +158,7 @@ def _web_dir() -> Path:
 
 def build_app(cfg, token: str | None = None, loopback_only_hosts: bool = True):
     from starlette.applications import Starlette
-    from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+    from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, StreamingResponse
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 

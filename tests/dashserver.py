@@ -64,7 +64,8 @@ def add_idea(repo: GitRepo, title: str, body: str, files: dict[str, bytes], note
 
 def ok_note(value: float, baseline: float, decision: str, values: list[float] | None = None) -> Note:
     values = values or [value]
-    return Note(status=Status.SUCCEEDED, metric="val_loss", goal="min", value=value, std=0.001 if len(values) > 1 else 0.0,
+    return Note(status=Status.SUCCEEDED, metric="val_loss", goal="min", value=value,
+                std=0.001 if len(values) > 1 else 0.0,
                 seeds=list(range(len(values))), values=values, baseline=baseline, baseline_std=0.01,
                 delta=value - baseline, decision=decision, host="gpu-a", wall_s=300.0, gpu_s=300.0 * len(values),
                 finished_at=time.time(),

@@ -214,3 +214,39 @@ def test_other_binds_need_a_token(tmp_path, site):
         assert fetch(url + "/api/ideas", {"Cookie": cookie})[0] == 200
     finally:
         srv.stop()
+
+
+def test_snapshot_views_at_a_few_hundred_ideas(tmp_path):
+    """The views' data without a browser: lineage bounded per level, failures grouped, curves cut to steps."""
+    from autoresearchd.dashboard import Snapshot, steps
+    from autoresearchd.observe import load
+    repo = build_population(tmp_path / "research", 300, seed=5)
+    cfg = load_config(write_cfg(tmp_path, repo.path))
+    research, pop = load(cfg)
+    # a suspicious result filed by a newer daemon as its own key still lands in its group
+    first = next(i for i in pop.ideas if i.value is not None)
+    n = Note(status=Status.SUCCEEDED, metric="val_loss", value=3.0, values=[3.0], decision="promoted",
+             trials=[Trial(trial_id="x", seed=0, status=Status.SUCCEEDED, value=3.0)])
+    repo.note_write(defaults.NOTES_REF, first.commit, format_note(n).replace("schema:", "suspicious: true\nschema:"))
+    research, pop = load(cfg)
+    s = Snapshot(cfg, research, pop, "1", secrets=[])
+    lin = s.lineage(limit=5)
+    root = lin["root"]
+    assert root["id"] == "baseline" and root["size"] == 301 and len(root["kids"]) == 5
+    assert root["more"] == root["children"] - 5 > 0
+    bests = [k["best"] for k in root["kids"] if k["best"] is not None]
+    assert bests == sorted(bests)                      # goal min: the paying subtrees first
+    child = next(k for k in root["kids"] if k["children"])
+    sub = s.lineage(child["id"], depth=1)
+    assert sub["ancestors"][0]["id"] == "baseline" and len(sub["root"]["kids"]) == child["children"]
+    assert s.lineage("no-such-idea") is None
+    groups = {g["reason"]: g["count"] for g in s.failures()["groups"]}
+    assert groups.get("tamper_or_suspicious") == 1
+    assert {"crashed", "duplicate", "timed_out"} <= set(groups)
+    assert sum(groups.values()) == sum(1 for r in s.reasons.values() if r)
+    page = s.ideas(status="succeeded", sort="value", desc=True, limit=10)
+    vals = [r["value"] for r in page["rows"]]
+    assert len(vals) == 10 and vals == sorted(vals, reverse=True)
+    assert page["matched"] == page["facets"]["status"]["succeeded"]
+    curve = s.overview()["curves"]["by_time"]
+    assert len(curve["raw"]) < 100 and curve["raw"][-1] == steps(curve)["raw"][-1]
