@@ -104,7 +104,13 @@ window.addEventListener("hashchange", () => render(false));
 let pending = null;
 function connect() {
   const es = new EventSource("/api/events");
-  es.addEventListener("hello", ev => { version = JSON.parse(ev.data).version; liveOn(); });
+  es.addEventListener("hello", ev => {
+    const v = JSON.parse(ev.data).version;
+    const missed = version !== null && v !== version;   // reconnected (a restart, a network blip): catch up
+    version = v;
+    liveOn();
+    if (missed) render(true);
+  });
   es.addEventListener("change", ev => {
     const d = JSON.parse(ev.data);
     version = d.version;
