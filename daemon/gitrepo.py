@@ -535,8 +535,10 @@ def _stripspace(text: str) -> str:
     return text + "\n" if text else ""
 
 
-def state_dir(repo: GitRepo) -> Path:
-    """Daemon-private state (pidfile, worktrees, rng state) lives inside the git dir, never the work tree."""
+def state_dir(repo: GitRepo, create: bool = True) -> Path:
+    """Daemon-private state (pidfile, worktrees, rng state) lives inside the git dir, never the work tree.
+    Reading commands (status) pass create=False: they write nothing into a repo."""
     d = repo.git_dir / defaults.STATE_DIR.lstrip(".")
-    d.mkdir(parents=True, exist_ok=True)
+    if create:
+        d.mkdir(parents=True, exist_ok=True)
     return d
