@@ -76,6 +76,16 @@ NOVELTY_JUDGE = False        # ask the LLM whether a gated pair is really the sa
 LOCAL_SLOTS = 1
 HUMAN_PRIORITY = True
 
+# `autoresearchd serve`, the live dashboard
+SERVE_HOST = "127.0.0.1"     # loopback only; any other bind needs a token
+SERVE_PORT = 8765
+SERVE_POLL_S = 1.0           # how often one shared watcher compares the notes refs (live updates within 2 s)
+SERVE_FULL_SCAN_EVERY = 5    # every Nth poll also fingerprints every idea ref (new branches with no note yet)
+SERVE_SSE_PING_S = 15.0      # keep-alive comment on idle event streams (proxies drop silent connections)
+SERVE_LOG_TAIL_BYTES = 8000  # log tail shown per trial on the idea page
+SERVE_DIFF_BYTES = 300_000   # larger diffs are cut (the full one is a `git` command away)
+SERVE_PAGE_ROWS = 100        # leaderboard rows per page
+
 # Sandbox (runners/sandbox.py): what an untrusted command sees of the host, read-only. An allow-list:
 # $HOME, /root, /var, /srv, the research repo and the other trials stay out. Add more per runner with
 # `sandbox_binds` (e.g. /opt or a cluster's /apps).

@@ -7,6 +7,7 @@ is read in one `cat-file --batch` process.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -197,6 +198,11 @@ class GitRepo:
             sha, _, name = line.partition(" ")
             res[name] = sha
         return res
+
+    def refs_digest(self, *prefixes: str) -> str:
+        """A short hash of every ref under the prefixes and its target: equal digests, unchanged refs."""
+        out = self.git("for-each-ref", "--format=%(objectname) %(refname)", *prefixes)
+        return hashlib.sha1(out.encode()).hexdigest()[:16]
 
     def update_ref(self, ref: str, new: str, old: str | None = None, reason: str = "autoresearchd") -> None:
         args = ["update-ref", "-m", reason, ref, new]
