@@ -138,6 +138,11 @@ class PolicyCfg(_Strict):
     noise_mult: float = defaults.NOISE_MULT
     confirm_seeds: int = defaults.CONFIRM_SEEDS
     duplicate_threshold: float = defaults.DUPLICATE_THRESHOLD
+    islands: int = Field(defaults.ISLANDS, ge=1)
+    migration_epochs: int = Field(defaults.MIGRATION_EPOCHS, ge=0)   # 0: islands never exchange
+    inspiration: Literal["sample", "top_diverse"] = defaults.INSPIRATION
+    novelty_threshold: float | None = Field(defaults.NOVELTY_THRESHOLD, ge=0, le=100)
+    novelty_judge: bool = defaults.NOVELTY_JUDGE
 
 
 class AgentCfg(_Strict):

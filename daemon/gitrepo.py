@@ -7,6 +7,7 @@ is read in one `cat-file --batch` process.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -197,6 +198,11 @@ class GitRepo:
             sha, _, name = line.partition(" ")
             res[name] = sha
         return res
+
+    def refs_digest(self, *prefixes: str) -> str:
+        """A short hash of every ref under the prefixes and its target: equal digests, unchanged refs."""
+        out = self.git("for-each-ref", "--format=%(objectname) %(refname)", *prefixes)
+        return hashlib.sha1(out.encode()).hexdigest()[:16]
 
     def update_ref(self, ref: str, new: str, old: str | None = None, reason: str = "autoresearchd") -> None:
         args = ["update-ref", "-m", reason, ref, new]
@@ -531,8 +537,10 @@ def _stripspace(text: str) -> str:
     return text + "\n" if text else ""
 
 
-def state_dir(repo: GitRepo) -> Path:
-    """Daemon-private state (pidfile, worktrees, rng state) lives inside the git dir, never the work tree."""
+def state_dir(repo: GitRepo, create: bool = True) -> Path:
+    """Daemon-private state (pidfile, worktrees, rng state) lives inside the git dir, never the work tree.
+    Reading commands (status) pass create=False: they write nothing into a repo."""
     d = repo.git_dir / defaults.STATE_DIR.lstrip(".")
-    d.mkdir(parents=True, exist_ok=True)
+    if create:
+        d.mkdir(parents=True, exist_ok=True)
     return d

@@ -251,12 +251,17 @@ class Implementer:
         return self._sandbox
 
 
+def _daemon_path() -> str:
+    """PATH for commands run on the daemon's machine: the daemon's interpreter first."""
+    return os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+
+
 def prepare_here(manifest, root: Path, key: str, src_tar: bytes | None) -> tuple[str | None, str]:
     """Run (or reuse) the prepare step on this machine under `root`, from the files in `src_tar`
     (the baseline's frozen files). Returns ($AUTORESEARCH_PREPARED, "") or (None, why it failed)."""
     from autoresearchd.runners.base import scrubbed_env  # prepare runs with the trials' environment
     from autoresearchd.runners.prepare import prepared_dir, run_prepare_local
-    env = dict(scrubbed_env(), PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+    env = dict(scrubbed_env(), PATH=_daemon_path(),
                **manifest.data)
     with tempfile.TemporaryDirectory(prefix="ard-prep-") as src:
         if src_tar:
@@ -302,7 +307,7 @@ def run_check(manifest, code_tar: bytes, timeout_s: float, prepared: str | None 
         tarfile.open(fileobj=io.BytesIO(code_tar)).extractall(code, filter="data")
         from autoresearchd.runners.base import scrubbed_env  # the check runs untrusted code too
         env = dict(scrubbed_env(), AUTORESEARCH_CHECK="1", AUTORESEARCH_SEED="0",
-                   PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+                   PATH=_daemon_path(),
                    **manifest.data, **({"AUTORESEARCH_PREPARED": prepared} if prepared else {}))
         # the idea's code on this machine: in the sandbox (only the scratch copy is writable)
         ro = [os.path.expanduser(v) for v in manifest.data.values() if v.startswith(("/", "~/"))]

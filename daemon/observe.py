@@ -31,7 +31,7 @@ from .trials import seed_warning
 
 def daemon_state(repo) -> dict | None:
     """The daemon's heartbeat file, with `alive` (its pid exists) and `fresh` (recent heartbeat)."""
-    p = state_dir(repo) / "daemon.json"
+    p = state_dir(repo, create=False) / "daemon.json"
     try:
         st = json.loads(p.read_text())
     except (OSError, ValueError):
