@@ -114,7 +114,12 @@ class RunnerCfg(_Strict):
     kind: str = "local"
     slots: int = defaults.LOCAL_SLOTS       # local runner on CPU
     gpus: list[int] = Field(default_factory=list)  # local GPU ids; one slot per env.gpus of them
-    work_root: str | None = None           # local trial dirs (default: inside the git dir)
+    work_root: str | None = None           # local trial dirs (default: defaults.local_trial_root)
+    # how run and evaluate are isolated on every host: bwrap | apptainer | none. Unset means bwrap, and
+    # only the config-less embedded demo may then fall back to none (flagged) where bwrap is missing.
+    sandbox: Literal["bwrap", "apptainer", "none"] | None = None
+    sandbox_binds: list[str] = Field(default_factory=list)  # more host dirs visible read-only inside
+    sandbox_image: str = defaults.SANDBOX_IMAGE             # apptainer's image (.sif or a directory)
     hosts: list[HostCfg] = Field(default_factory=list)
     slurm: SlurmCfg = Field(default_factory=SlurmCfg)
     prestage: int | None = None            # trials placed per slot (the next waits on the host); default 2
@@ -133,6 +138,11 @@ class PolicyCfg(_Strict):
     noise_mult: float = defaults.NOISE_MULT
     confirm_seeds: int = defaults.CONFIRM_SEEDS
     duplicate_threshold: float = defaults.DUPLICATE_THRESHOLD
+    islands: int = Field(defaults.ISLANDS, ge=1)
+    migration_epochs: int = Field(defaults.MIGRATION_EPOCHS, ge=0)   # 0: islands never exchange
+    inspiration: Literal["sample", "top_diverse"] = defaults.INSPIRATION
+    novelty_threshold: float | None = Field(defaults.NOVELTY_THRESHOLD, ge=0, le=100)
+    novelty_judge: bool = defaults.NOVELTY_JUDGE
 
 
 class AgentCfg(_Strict):

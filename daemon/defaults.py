@@ -65,8 +65,26 @@ NOISE_MULT = 2.0             # promotions by less than this many baseline stds n
 CONFIRM_SEEDS = 2
 DUPLICATE_THRESHOLD = 90.0   # rapidfuzz token_set_ratio
 
+# Search mechanisms (issue 21), measured in bench/search_sim.py; see docs/policies.md for the table.
+ISLANDS = 1                  # exploit sub-populations; 1 = one population (the paper's search)
+MIGRATION_EPOCHS = 2         # with islands: confirmed winners visit every island each this many epochs
+INSPIRATION = "sample"       # exploit shows a uniform sample of the winners; "top_diverse": best + diverse rest
+NOVELTY_THRESHOLD = None     # token_set_ratio of the novelty gate; None = off (only real duplicates dropped)
+NOVELTY_MIN_JACCARD = 0.55   # content-word overlap a pair needs before the gate compares it
+NOVELTY_JUDGE = False        # ask the LLM whether a gated pair is really the same experiment
+
 LOCAL_SLOTS = 1
 HUMAN_PRIORITY = True
+
+# `autoresearchd serve`, the live dashboard
+SERVE_HOST = "127.0.0.1"     # loopback only; any other bind needs a token
+SERVE_PORT = 8765
+SERVE_POLL_S = 1.0           # how often one shared watcher compares the notes refs (live updates within 2 s)
+SERVE_FULL_SCAN_EVERY = 5    # every Nth poll also fingerprints every idea ref (new branches with no note yet)
+SERVE_SSE_PING_S = 15.0      # keep-alive comment on idle event streams (proxies drop silent connections)
+SERVE_LOG_TAIL_BYTES = 8000  # log tail shown per trial on the idea page
+SERVE_DIFF_BYTES = 300_000   # larger diffs are cut (the full one is a `git` command away)
+SERVE_PAGE_ROWS = 100        # leaderboard rows per page
 
 # Sandbox (runners/sandbox.py): what an untrusted command sees of the host, read-only. An allow-list:
 # $HOME, /root, /var, /srv, the research repo and the other trials stay out. Add more per runner with
@@ -81,3 +99,19 @@ SANDBOX_ETC_FILES = ("/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.conf"
 SANDBOX_GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
                        "/dev/nvidia-caps", "/dev/dri", *(f"/dev/nvidia{i}" for i in range(16)))
 SANDBOX_IMAGE = ""           # apptainer's image (runner.sandbox_image); bwrap needs none
+# host variables passed into run and evaluate when set (the rest of the environment stays out; a name
+# that looks like a secret never passes)
+SANDBOX_PASS_ENV = ("LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM_THREADS", "TZ")
+
+
+def local_trial_root(repo_path: str) -> str:
+    """Default trial root of the local runner: outside the research repo (its .git and work tree),
+    under ~/.cache, one folder per research repo."""
+    import hashlib
+    import os
+    name = os.path.basename(os.path.abspath(repo_path).rstrip("/")) or "repo"
+    tag = hashlib.sha256(os.path.abspath(repo_path).encode()).hexdigest()[:10]
+    return os.path.join(os.path.expanduser(LOCAL_TRIAL_ROOT), f"{name}-{tag}")
+
+
+LOCAL_TRIAL_ROOT = "~/.cache/autoresearchd/trials"

@@ -7,6 +7,7 @@ is read in one `cat-file --batch` process.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -198,6 +199,11 @@ class GitRepo:
             res[name] = sha
         return res
 
+    def refs_digest(self, *prefixes: str) -> str:
+        """A short hash of every ref under the prefixes and its target: equal digests, unchanged refs."""
+        out = self.git("for-each-ref", "--format=%(objectname) %(refname)", *prefixes)
+        return hashlib.sha1(out.encode()).hexdigest()[:16]
+
     def update_ref(self, ref: str, new: str, old: str | None = None, reason: str = "autoresearchd") -> None:
         args = ["update-ref", "-m", reason, ref, new]
         if old is not None:
@@ -272,9 +278,11 @@ class GitRepo:
         blobs = self.cat_file_batch([e.sha for e in entries])
         return {e.path: blobs.get(e.sha, b"") for e in entries}
 
-    def archive(self, rev: str, paths: list[str] | None = None) -> bytes:
-        """A tar of the tree at rev, so a host needs neither git nor access to the repo."""
-        return self.git("archive", "--format=tar", rev, "--", *(paths or []), binary=True)
+    def archive(self, rev: str, paths: list[str] | None = None, exclude: list[str] | None = None) -> bytes:
+        """A tar of the tree at rev, so a host needs neither git nor access to the repo; `exclude`
+        leaves paths out (the evaluator's held-out files never reach run)."""
+        spec = list(paths or (["."] if exclude else [])) + [f":(exclude,literal){p}" for p in exclude or []]
+        return self.git("archive", "--format=tar", rev, "--", *spec, binary=True)
 
     def diff(self, a: str, b: str, stat: bool = False) -> str:
         args = ["diff", "--no-color", "--no-ext-diff"]
