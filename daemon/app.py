@@ -17,14 +17,17 @@ from .research import Research, open_research
 log = logging.getLogger("autoresearchd")
 
 
-def make_runner(cfg: Config, research: Research):
+def make_runner(cfg: Config, research: Research | None, *, manifest=None, local_dir: Path | None = None):
+    """The configured runner for the research's env (or for `manifest`, with local trials under
+    `local_dir`: how `doctor --run` runs a baseline without a research repo's state dir)."""
     try:
         cls = runner_registry.get(cfg.runner.kind)
     except KeyError as e:
         raise ConfigError(f"runner.kind: {e.args[0]}") from None
+    manifest = manifest or research.manifest
     if cfg.runner.kind == "local":
-        return cls(cfg.runner, research.manifest, gitrepo.state_dir(research.repo) / "trials")
-    return cls(cfg.runner, research.manifest)
+        return cls(cfg.runner, manifest, local_dir or gitrepo.state_dir(research.repo) / "trials")
+    return cls(cfg.runner, manifest)
 
 
 def default_replay_file(cfg: Config, research: Research) -> Path | None:
@@ -69,6 +72,9 @@ def make_llm(cfg: Config, research: Research):
     else:
         provider = cls(cfg.llm)
         note = f"{name}:{provider.model}"
+        if cfg.llm.budget_usd is not None and provider.model not in cfg.llm.prices:
+            from .validate import unpriced_message    # an unpriced model would never trip the budget
+            raise ConfigError(unpriced_message(provider.model))
     restore_spend(provider, research)
     return provider, note
 
@@ -83,7 +89,12 @@ def make_policy(cfg: Config):
 def build_daemon(cfg: Config, with_llm: bool = True):
     from .implementer import Implementer
     from .loop import Daemon
-    research = open_research(cfg)
+    research = open_research(cfg, configure_repo=True)
+    if research.configured:
+        log.info("%s", research.configured)
+    if research.manifest.deterministic:
+        # a deterministic run gives the same value for every seed: more baseline seeds measure nothing
+        cfg.policy.baseline_seeds = 1
     runner = make_runner(cfg, research)
     llm = note = policy = implementer = None
     if cfg.llm.provider == "none":

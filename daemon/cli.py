@@ -1,4 +1,5 @@
-"""The `autoresearchd` command line: init, start, stop, status, ideas, show, queue, doctor, report, export.
+"""The `autoresearchd` command line: init, adopt, start, stop, status, ideas, show, queue, doctor, report,
+export.
 
 Configuration mistakes print one line and exit 2 (a traceback only with --debug).
 """
@@ -38,18 +39,22 @@ def _setup_logging(level: str, logfile: Path | None = None) -> None:
 
 
 def cmd_init(args, cfg) -> int:
-    from .research import configure, create_from_template, research_path, template_path
+    from .research import configure, consent_message, create_from_template, research_path, template_path
     from .gitrepo import GitRepo
     dest = Path(args.dir).resolve() if args.dir else research_path(cfg)[0]
     if (dest / ".git").exists():
-        configure(GitRepo(dest))
-        console.print(f"configured existing repo {dest}: `git log --notes` now shows autoresearch notes")
+        repo = GitRepo(dest)
+        msg = consent_message(repo, configure(repo))
+        console.print(msg or f"{dest} is already configured: `git log --notes` shows autoresearch notes",
+                      markup=False, soft_wrap=True)
         return 0
     repo = create_from_template(template_path(cfg, args.env or cfg.research.env), dest)
-    configure(repo)
+    msg = consent_message(repo, configure(repo))
     console.print(f"created research repo {dest} from env '{args.env or cfg.research.env}'. Run it with "
                   f"`cd {dest} && autoresearchd start` (this repo is the research repo: push idea/* branches "
                   f"to it); see results with `git log --oneline --notes --branches`", highlight=False, markup=False)
+    if msg:
+        console.print(msg, markup=False, soft_wrap=True)
     return 0
 
 
@@ -57,19 +62,33 @@ def cmd_start(args, cfg) -> int:
     from .app import build_daemon
     from .gitrepo import state_dir
     from .loop import settled
+    from .validate import require_valid
     if args.max_ideas is not None:
         cfg.daemon.max_ideas = args.max_ideas
+    warnings = require_valid(cfg)        # the same checks as `doctor`, before anything is created
     daemon = build_daemon(cfg)
+    for w in warnings:
+        logging.getLogger("autoresearchd").warning("%s", w.what)
     sd = state_dir(daemon.repo)
     if args.detach:
+        logfile = sd / "daemon.log"
+        sys.stdout.flush()
+        sys.stderr.flush()
         pid = os.fork()
         if pid:
-            console.print(f"autoresearchd started in the background (pid {pid}); log: {sd / 'daemon.log'}")
+            console.print(f"autoresearchd started in the background (pid {pid}); log: {logfile}")
             return 0
+        # A session of its own, and none of the caller's streams: `x=$(autoresearchd start --detach)`
+        # returns as soon as the parent exits, because nothing here holds its pipe open.
         os.setsid()
-        devnull = os.open(os.devnull, os.O_RDWR)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        out = os.open(logfile, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(devnull, 0)
-        _setup_logging(cfg.daemon.log_level, sd / "daemon.log")
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(devnull)
+        os.close(out)
+        _setup_logging(cfg.daemon.log_level, logfile)
     log = logging.getLogger("autoresearchd")
     log.info("research repo: %s (%s; baseline %s)", daemon.repo.path, daemon.research.why,
              daemon.research.baseline_ref)
@@ -153,9 +172,36 @@ def cmd_queue(args, cfg) -> int:
     return 0
 
 
+def cmd_adopt(args, cfg) -> int:
+    from . import adopt
+    from .gitrepo import GitRepo
+    root = Path(args.dir or ".").resolve()
+    if not root.is_dir() or (found := GitRepo.discover(root)) is None or found.path != root:
+        raise ConfigError(f"{root} is not the top of a git repo; adopt works on a repo's root (git init first)")
+    p = adopt.plan(root, force=args.force)
+    f = p.findings
+    console.print(f"training script: {f.train}; metric: {f.metric} ({f.goal}) — {f.metric_why}", markup=False, soft_wrap=True)
+    for s in f.seeds:
+        console.print(f"literal seed (honour $AUTORESEARCH_SEED instead): {s}", markup=False, soft_wrap=True)
+    written = adopt.write(root, p)
+    console.print(f"wrote {', '.join(written)} in {root}" +
+                  (f"; kept your existing {', '.join(p.kept)}" if p.kept else ""), markup=False, soft_wrap=True)
+    console.print("next:", markup=False, soft_wrap=True)
+    for i, step in enumerate(adopt.next_steps(root, p, written), 1):
+        console.print(f"  {i}. {step}", markup=False, soft_wrap=True)
+    ask = args.commit or (sys.stdin.isatty() and console.is_terminal and
+                          input(f"commit {len(written)} file(s) now, as they are? [y/N] ").strip().lower() == "y")
+    if ask:
+        sha = adopt.commit(root, written)
+        console.print(f"committed {sha[:10]}: {', '.join(written)}", markup=False, soft_wrap=True)
+    else:
+        console.print("nothing committed: review, fill in, then commit yourself", markup=False, soft_wrap=True)
+    return 0
+
+
 def cmd_doctor(args, cfg) -> int:
     from .doctor import doctor
-    return doctor(cfg, console)
+    return doctor(cfg, console, run=args.run, budget_s=args.budget_s)
 
 
 def cmd_report(args, cfg) -> int:
@@ -177,51 +223,75 @@ def cmd_export(args, cfg) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("autoresearchd")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="autoresearchd", description="git-native automated AI research daemon")
+    p.add_argument("--version", action="version", version=f"autoresearchd {_version()}",
+                   help="print the version and exit")
     p.add_argument("--config", help="path to .autoresearch.toml (default: search upward from the cwd)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", help="one of these (COMMAND --help for its options)")
     s = sub.add_parser("init", help="create a research repo from an env template, or configure an existing one")
-    s.add_argument("dir", nargs="?")
+    s.add_argument("dir", nargs="?", help="where to create the repo (default: research.repo of the config)")
     s.add_argument("--env", help="template name (tinygpt, nanogpt, grpo) or path")
     s = sub.add_parser("start", help="run the daemon (foreground unless --detach)")
-    s.add_argument("--detach", action="store_true")
+    s.add_argument("--detach", action="store_true", help="run in the background; log to the state dir")
     s.add_argument("--until", choices=["idle", "first-note"], help="exit when idle / at the first result note")
-    s.add_argument("--max-ideas", type=int, default=None)
+    s.add_argument("--max-ideas", type=int, default=None, help="stop proposing after this many ideas")
     s = sub.add_parser("stop", help="stop a running daemon (graceful; --now for immediate)")
-    s.add_argument("--now", action="store_true")
+    s.add_argument("--now", action="store_true", help="stop at once instead of finishing the tick")
     s = sub.add_parser("status", help="daemon, slots, counts, spend and best result (reads git)")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     s = sub.add_parser("ideas", help="the leaderboard")
-    s.add_argument("--status")
-    s.add_argument("--origin")
-    s.add_argument("--epoch", type=int)
-    s.add_argument("--limit", type=int)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--status", help="only ideas with this status (e.g. succeeded, queued, failed)")
+    s.add_argument("--origin", help="only ideas of this origin (seed, exploit, explore, human)")
+    s.add_argument("--epoch", type=int, help="only ideas of this epoch")
+    s.add_argument("--limit", type=int, help="show at most this many rows")
+    s.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     s = sub.add_parser("show", help="one idea: text, diffstat, note, attempts, log tail")
-    s.add_argument("idea")
-    s.add_argument("--diff", action="store_true")
-    s.add_argument("--log", action="store_true")
+    s.add_argument("idea", help="an idea id, a branch name or a commit prefix")
+    s.add_argument("--diff", action="store_true", help="print the full diff instead of the diffstat")
+    s.add_argument("--log", action="store_true", help="print whole logs instead of their tails")
     s = sub.add_parser("queue", help="queue an idea in words (the implementer writes it; Origin: human)")
-    s.add_argument("text")
-    s.add_argument("--title")
+    s.add_argument("text", help="the idea, in words")
+    s.add_argument("--title", help="a short title (default: the first line of the text)")
     s.add_argument("--parent", help="build on this idea's branch")
-    sub.add_parser("doctor", help="check git, config, hosts and API keys")
+    s = sub.add_parser("adopt", help="turn an existing training repo into an environment (writes a manifest "
+                                     "skeleton and, if needed, an evaluator template; commits only if asked)")
+    s.add_argument("dir", nargs="?", help="the repo's root (default: the current directory)")
+    s.add_argument("--force", action="store_true", help="overwrite an existing .autoresearch.toml and templates")
+    s.add_argument("--commit", action="store_true", help="commit the written files without asking")
+    s = sub.add_parser("doctor", help="check git, the config and env (as `start` does), hosts and API keys")
+    s.add_argument("--run", action="store_true",
+                   help="also run the env's check, then one run + evaluate of the baseline on the runner")
+    s.add_argument("--budget-s", type=int, default=None,
+                   help="with --run: the run's time budget in seconds (default: the env's time_budget_s)")
     s = sub.add_parser("report", help="write an HTML report with plots")
-    s.add_argument("--out", default="report")
+    s.add_argument("--out", default="report", help="output directory (default: report)")
     s = sub.add_parser("export", help="export the population as trajectories")
-    s.add_argument("--out", default="trajectories.jsonl")
-    s.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl")
+    s.add_argument("--out", default="trajectories.jsonl", help="output file (default: trajectories.jsonl)")
+    s.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl", help="file format (default: jsonl)")
     return p
 
 
 COMMANDS = {"init": cmd_init, "start": cmd_start, "stop": cmd_stop, "status": cmd_status, "ideas": cmd_ideas,
-            "show": cmd_show, "queue": cmd_queue, "doctor": cmd_doctor, "report": cmd_report, "export": cmd_export}
+            "show": cmd_show, "queue": cmd_queue, "doctor": cmd_doctor, "adopt": cmd_adopt, "report": cmd_report,
+            "export": cmd_export}
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.cmd is None:             # no command: the help, as for --help
+        p.print_help()
+        return 0
     try:
         cfg = load_config(args.config)
         _setup_logging("DEBUG" if args.debug else cfg.daemon.log_level)

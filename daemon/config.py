@@ -15,7 +15,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import defaults
 from .manifest import EnvManifest
@@ -34,6 +34,7 @@ class DaemonCfg(_Strict):
     lease_ttl_s: float = defaults.LEASE_TTL_S
     heartbeat_s: float = defaults.HEARTBEAT_S
     max_retries: int = defaults.MAX_RETRIES
+    max_host_faults: int = defaults.MAX_HOST_FAULTS   # host faults a seed survives before it is lost
     human_priority: bool = defaults.HUMAN_PRIORITY
     max_ideas: int | None = None          # stop proposing after this many ideas
     max_epochs: int | None = None
@@ -66,9 +67,21 @@ class LLMCfg(_Strict):
     temperature: float | None = None
     thinking_budget: int | None = None     # anthropic extended thinking tokens
     replay_file: str | None = None
-    prices: dict[str, Price] = Field(default_factory=dict)
+    prices: dict[str, Price] = Field(default_factory=lambda: _default_prices({}))
     budget_usd: float | None = None
     max_calls: int | None = None
+
+    @field_validator("prices", mode="after")
+    @classmethod
+    def _with_defaults(cls, v: dict[str, Price]) -> dict[str, Price]:
+        return _default_prices(v)
+
+
+def _default_prices(given: dict[str, Price]) -> dict[str, Price]:
+    """The shipped prices of the default models (defaults.LLM_PRICES) under the configured ones."""
+    out = {m: Price(input=i, output=o) for m, (i, o) in defaults.LLM_PRICES.items()}
+    out.update(given)
+    return out
 
 
 class HostCfg(_Strict):
@@ -84,6 +97,7 @@ class HostCfg(_Strict):
     slots: int | None = None               # defaults to gpus // env.gpus (at least 1)
     work_root: str = "~/.autoresearchd/trials"
     connect_timeout_s: float = 10.0
+    min_free_mb: float = defaults.MIN_FREE_MB   # free space the work root needs before a trial is staged
 
 
 class SlurmCfg(_Strict):

@@ -29,13 +29,16 @@ class Job:
     seed: int
     purpose: str                    # baseline | idea | confirm
     idea: Idea | None = None
-    retries: int = 0
+    retries: int = 0                # failures that count against the idea (max_retries)
     priority: tuple = field(default_factory=tuple)
+    attempt: int = 0                # placements so far, whoever failed: names the trial (-rN)
+    faults: list[str] = field(default_factory=list)   # host faults met so far ("host: reason")
 
     @property
     def trial_id(self) -> str:
         tag = self.idea.idea_id if self.idea else "baseline"
-        return f"{tag}-{self.commit[:8]}-s{self.seed}" + (f"-r{self.retries}" if self.retries else "")
+        n = max(self.attempt, self.retries)
+        return f"{tag}-{self.commit[:8]}-s{self.seed}" + (f"-r{n}" if n else "")
 
 
 def baseline_seeds(k: int) -> list[int]:
@@ -72,8 +75,24 @@ def baseline_jobs_open(note: Note | None) -> bool:
     return note is None or all(t.status == Status.SUCCEEDED for t in note.trials)
 
 
-def missing_seeds(needed: list[int], note: Note | None, leases: list[Lease]) -> list[tuple[int, int]]:
-    """(seed, retries) for every needed seed that has neither a result nor a live lease."""
+@dataclass
+class Missing:
+    """A seed to (re)run: what its earlier attempts leave it with."""
+    seed: int
+    retries: int = 0
+    attempt: int = 0
+    faults: list[str] = field(default_factory=list)
+
+
+def attempt_of(lz: Lease) -> int:
+    a = getattr(lz, "attempt", None)
+    return lz.retries if a is None else a
+
+
+def missing_seeds(needed: list[int], note: Note | None, leases: list[Lease]) -> list[Missing]:
+    """Every needed seed that has neither a result nor a live lease. A `lost` lease (the trial failed
+    on a healthy host) spends one of the idea's retries; a `requeued` or `stale` one (a host fault)
+    does not, it only adds to the seed's host faults."""
     have = {t.seed for t in (note.trials if note else [])}
     out = []
     for s in needed:
@@ -82,15 +101,22 @@ def missing_seeds(needed: list[int], note: Note | None, leases: list[Lease]) -> 
         mine = [lz for lz in leases if lz.seed == s]
         if any(getattr(lz, "state", "running") in ("running", "done") for lz in mine):
             continue
-        retries = max((lz.retries + 1 for lz in mine if getattr(lz, "state", "") == "lost"), default=0)
-        out.append((s, retries))
+        retries = max((lz.retries + (lz.state == "lost") for lz in mine), default=0)
+        attempt = max((attempt_of(lz) + 1 for lz in mine), default=0)
+        faults = max((list(getattr(lz, "faults", None) or []) for lz in mine), key=len, default=[])
+        out.append(Missing(s, retries, attempt, faults))
     return out
 
 
 def aggregate(trials: list[Trial]) -> dict:
     """Summary fields for a note from its trials: mean and std over the successful seeds."""
     ok = [t for t in trials if t.status == Status.SUCCEEDED and t.value is not None]
-    if ok:
+    suspect = sorted((t for t in trials if t.status == Status.SUSPICIOUS), key=lambda t: t.seed)
+    if suspect:
+        # one tampered or implausible seed taints the commit: its numbers stay visible, never trusted
+        vals = [t.value for t in sorted(ok + suspect, key=lambda t: t.seed) if t.value is not None]
+        status = Status.SUSPICIOUS
+    elif ok:
         vals = [t.value for t in sorted(ok, key=lambda t: t.seed)]
         status = Status.SUCCEEDED
     else:
@@ -109,14 +135,23 @@ def aggregate(trials: list[Trial]) -> dict:
         "wall_s": first.wall_s if first else None,
         "exit_code": first.exit_code if first else None,
         "seed": first.seed if first else None,
-        "error": next((t.error for t in sorted(trials, key=lambda t: t.seed) if t.error), None),
+        "error": suspect[0].error if suspect else next((t.error for t in sorted(trials, key=lambda t: t.seed)
+                                                         if t.error), None),
         "log": first.log if first else None,
         "accelerator": first.accelerator if first else None,
         "software": first.software if first else None,
         "harness": first.harness if first else None,
-        "gpu_s": sum((t.wall_s or 0) * max(1, t.gpus) for t in trials) if trials else None,
+        # accelerator time is counted only where the trial had GPUs; a CPU trial is CPU time
+        "gpu_s": sum((t.wall_s or 0) * t.gpus for t in trials if t.gpus > 0)
+        if any(t.gpus > 0 for t in trials) else None,
+        "cpu_s": sum((t.wall_s or 0) for t in trials if t.gpus <= 0) if any(t.gpus <= 0 for t in trials) else None,
         "tamper": sorted({x for t in trials for x in t.tamper}),
     }
+
+
+def identical_seeds(values: list[float]) -> bool:
+    """Several seeds, one value: the run does not honour its seed (or is deterministic)."""
+    return len(values) > 1 and len(set(values)) == 1
 
 
 def improvement(value: float, ref: float, goal: str) -> float:
@@ -147,13 +182,18 @@ def pooled_std(a: list[float], b: list[float]) -> float | None:
 
 def decide(value: float, goal: str, baseline: float | None, baseline_std: float | None,
            best: float | None, noise_mult: float, confirm_enabled: bool, confirmed: bool = False,
-           n: int = 1, k: int = 1, std: float | None = None) -> str | None:
+           n: int = 1, k: int = 1, std: float | None = None, noise_known: bool = True) -> str | None:
     """The decision for `value` (a mean over n seeds) against the baseline (a mean over k seeds) and
     `best`, the best confirmed/promoted value so far. A margin is a noise multiple (at least the
     t quantile for the degrees of freedom) times the standard error of the difference: a single
-    run against sqrt(1 + 1/k) baseline stds; a confirmed mean against the pooled std (`std`)."""
+    run against sqrt(1 + 1/k) baseline stds; a confirmed mean against the pooled std (`std`).
+    With `noise_known` False (baseline seeds came back identical: the run ignores its seed) no margin
+    can be computed, so nothing is promoted: a gain is only `improved`."""
     if baseline is None:
         return None
+    if not noise_known:
+        vs = improvement(value, baseline, goal)
+        return "improved" if vs > 0 else "worse" if vs < 0 else "within_noise"
     s = baseline_std or 0.0
     single = max(noise_mult, t975(k - 1) if k > 1 else noise_mult) * s * (1 + 1 / max(1, k)) ** 0.5
     vs_base = improvement(value, baseline, goal)

@@ -12,10 +12,22 @@ TICK_S = 2.0                 # reconcile interval
 LEASE_TTL_S = 120.0          # host unreachable this long -> trial is lost
 HEARTBEAT_S = 30.0
 MAX_RETRIES = 2              # lost trials are requeued this many times
+# Host faults (a failed submit, a full or unwritable work root, a host gone past the lease TTL) are the
+# host's, not the idea's: the trial is requeued for a healthy host without spending a retry. A seed is
+# given up only after this many host faults, each on a host that had just passed its probe.
+MAX_HOST_FAULTS = 8
+# Circuit breaker of a faulty host: it is probed again after 2 s, then 4, 8, ... at most 60 s; it gets
+# no new trial until a probe passes (connects, the work root is writable, enough free space).
+HOST_PROBE_S = (2.0, 60.0)
+# Reconnecting to a host that does not answer: after 1 s, doubling, at most every 3 s, so a host that
+# comes back is seen within a few seconds (docs/hosts.md), and a dead one costs one connect per 3 s.
+RECONNECT_S = (1.0, 3.0)
+MIN_FREE_MB = 512            # a host's work root needs this much free space before a trial is staged
 LOG_HEAD_BYTES = 256 * 1024  # kept from the start of a run's output
 LOG_TAIL_BYTES = 256 * 1024  # kept from the end
 KILL_GRACE_S = 10            # SIGTERM -> SIGKILL at time-out
 EVAL_BUDGET_S = 600
+PREPARE_BUDGET_S = 3600      # limit for the once-per-host `prepare` step (a data download may be slow)
 
 MAX_REVISIONS = 2            # as in the paper
 MAX_DIFF_BYTES = 200_000
@@ -27,6 +39,13 @@ LLM_MAX_RETRIES = 4
 LLM_BACKOFF_S = 1.0
 LLM_CONCURRENCY = 4
 LLM_MAX_TOKENS = 8192
+# USD per million (input, output) tokens of the default models, so `budget_usd` holds with no
+# [llm.prices] table. Published-style list prices at the time of writing: check the vendor's
+# price page and override them in [llm.prices."MODEL"] (a config entry wins over these).
+LLM_PRICES = {
+    "claude-sonnet-5-5": (3.0, 15.0),   # the anthropic provider's default model
+    "gpt-5.5": (1.25, 10.0),            # the openai provider's default model
+}
 
 IDEAS_PER_EPOCH = 80
 IDEAS_PER_BATCH = 10

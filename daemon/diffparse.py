@@ -370,9 +370,10 @@ def _render(blocks: list[_Block], res: _Resolver, parsed: Parsed, cut_off: bool)
                                        "keeps or removes between its first and last line")
             if bi == len(blocks) - 1 and hi == len(b.hunks) - 1 and at_end:
                 short_o, short_n = (decl[0] or 0) - n_old, (decl[1] or 0) - n_new
-                # In a cut-off answer any shortfall may be lost changes. Otherwise models miscount
-                # so often that only a large shortfall on both sides is read as truncation.
-                if (cut_off and (max(short_o, short_n) > 0 or decl[0] is None)) or min(short_o, short_n) >= 3:
+                # Only a cut-off answer (no final newline: an unclosed fence or a stream that stopped)
+                # can have lost lines. A complete answer whose counts are wrong is a miscount, however
+                # large: it is recounted below like any other.
+                if cut_off and (max(short_o, short_n) > 0 or decl[0] is None):
                     parsed.problems.append(f"the diff looks truncated (the answer may have hit its length "
                                            f"limit; send a shorter diff): {where} declares {decl[0]} old and "
                                            f"{decl[1]} new lines but only {n_old} and {n_new} are present")

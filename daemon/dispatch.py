@@ -13,22 +13,23 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .arrivals import Gate
 from .decide import Job, baseline_complete, seeds_needed
+from .health import HostHealth
 from .ideas import Idea
 from .notes import Lease, Note, Status, Trial
 from .population import ARCHIVE_PREFIX, BRANCH_PREFIX, Population
-from .trials import Ledger, build_note, fill_baseline
+from .recovery import Recovery
+from .trials import Ledger, build_note, fill_baseline, flag_identical, seed_warning
+from .trust import suspicion
 from autoresearchd.runners.base import PollState
 
 log = logging.getLogger("autoresearchd")
 
 MEASURED = (Status.SUCCEEDED, Status.FAILED, Status.TIMED_OUT)
-# After a failed submit, a host's slots are not offered again for this long. Without it, one dead host
-# (whose reachability the runner caches for a few seconds) took an attempt from every queued idea in
-# a few ticks, until all of them were given up as lost.
-SUBMIT_BACKOFF_S = 10.0
+POLLED = ("running", "stale")      # lease states whose trials are asked about each harvest
+KEPT = ("running", "stale")        # lease states that outlive their commit's result note
 
 
-class Dispatcher:
+class Dispatcher(Recovery):
     def __init__(self, cfg, research, runner):
         self.cfg, self.research, self.runner = cfg, research, runner
         self.repo = research.repo
@@ -36,7 +37,10 @@ class Dispatcher:
         self.started = time.time()
         self._last_seen: dict[str, float] = {}
         self._busy: dict[str, list[str]] = {}    # slot key -> trial ids placed there (running first)
-        self._backoff: dict[str, float] = {}     # host -> time before which it gets no new trial
+        # A host whose submit failed, whose disk is full, or that went silent gets no new trial until a
+        # probe passes. (Without it one dead host took an attempt from every queued idea in a few ticks.)
+        self.health = HostHealth()
+        self.wake = None                         # callback: a probe passed, dispatch now (Daemon.poke)
         self._slots_cache: tuple[float, list] = (0.0, [])
         self._harness: tuple[str, bytes | None, str | None, list[str]] | None = None
         self._base: str | None = None            # the baseline commit of the population being worked on
@@ -46,6 +50,9 @@ class Dispatcher:
         self._pool = ThreadPoolExecutor(8, thread_name_prefix="dispatch")   # submits and clean-ups
 
     def _noted(self, commit: str, idea, note: Note) -> None:
+        if idea is not None:
+            # the daemon's record of provenance: for a pushed commit this, not its trailers, is the truth
+            note.origin, note.epoch = idea.origin, idea.epoch
         self.ledger.write_note(commit, note)
         if idea is not None and idea.branch and idea.branch.startswith(BRANCH_PREFIX):
             self.repo.update_ref(ARCHIVE_PREFIX + commit, commit)   # survives a force-push of the branch
@@ -70,9 +77,9 @@ class Dispatcher:
 
     def free_slots(self):
         """Slots that can take a trial now: idle ones first, then pre-staging room, spread over hosts."""
-        now = time.time()
+        self.probe_due()
         slots = [s for s in self.slots() if s.reachable and len(self._busy.get(s.key, ())) < self.depth
-                 and self._backoff.get(s.host, 0.0) <= now]
+                 and self.health.usable(s.host)]
         per_host: dict[str, int] = {}
         for k, v in self._busy.items():
             per_host[k.split("/", 1)[0]] = per_host.get(k.split("/", 1)[0], 0) + len(v)
@@ -82,9 +89,9 @@ class Dispatcher:
         self._busy.setdefault(key, []).append(trial_id)
 
     def slot_table(self) -> list[dict]:
-        now = time.time()
-        return [{"slot": s.key, "state": "unreachable" if not s.reachable or self._backoff.get(s.host, 0.0) > now else
-                 ("busy" if self._busy.get(s.key) else "free"),
+        return [{"slot": s.key, "state": "unreachable" if not s.reachable else
+                 "degraded" if not self.health.usable(s.host) else ("busy" if self._busy.get(s.key) else "free"),
+                 "reason": self.health.reason(s.host) if s.reachable else self._unreachable_why(s.host),
                  "trial": (self._busy.get(s.key) or [None])[0], "staged": (self._busy.get(s.key) or [])[1:]}
                 for s in self.slots()]
 
@@ -109,15 +116,28 @@ class Dispatcher:
         self._busy = {}
         self._base = pop.baseline_commit
         units = [u for u in self._units(pop) if u[3]]
-        live = [lz for u in units for lz in u[3] if lz.state == "running"]
+        live = [lz for u in units for lz in u[3] if lz.state in POLLED]
         states = dict(zip(map(id, live), self._poll_states(live)))
+        self.last_probe([lz for lz in live if lz.state == "running"], states)
+        for lz in live:
+            if states[id(lz)] not in (PollState.UNREACHABLE, None):
+                self.health.seen(lz.host)
         done = [lz for lz in live if states[id(lz)] == PollState.DONE]
         outcomes = dict(zip(map(id, done), self._fetch_outcomes(done)))
         with self.repo.notes_batch():      # every note and lease of this harvest: one commit per ref
             for commit, idea, note, leases in units:
                 try:
                     updated = [self._poll_one(lz, states.get(id(lz)), outcomes.get(id(lz))) for lz in leases]
-                    moved = any(a.model_dump() != b.model_dump() for a, b in zip(updated, leases))
+                    seeds = {t.seed for t in note.trials} if note else set()
+                    updated, _ = self.settle_stale(commit, updated, states, outcomes, seeds)
+                    late = [lz for lz in updated if lz.state == "superseded" and lz.seed in seeds]
+                    if late:     # the seed's result is already in the note: record them there, drop the leases
+                        note = note.model_copy(deep=True)
+                        note.superseded = sorted(set(note.superseded) | {lz.trial_id for lz in late})
+                        self._noted(commit, idea, note)
+                        updated = [lz for lz in updated if not any(lz is x for x in late)]
+                    moved = len(updated) != len(leases) or \
+                        any(a.model_dump() != b.model_dump() for a, b in zip(updated, leases))
                     finished = self._maybe_finish(commit, idea, note, updated, pop)
                     if moved and not finished:     # a finished unit's note holds the results; its leases are rewritten
                         self.ledger.write_leases(commit, updated)
@@ -189,6 +209,9 @@ class Dispatcher:
         if state is None:
             state = self._poll_states([lz])[0]
         if state == PollState.RUNNING:
+            began = getattr(self.runner, "started_at", {}).pop(lz.handle.get("dir"), None)
+            if lz.began is None:     # the run has begun (not just placed): views count elapsed time from here
+                lz.began = began
             self._occupy(f"{lz.host}/{lz.slot}", lz.trial_id)
             self._last_seen[lz.trial_id] = now
             if now - lz.heartbeat > self.cfg.daemon.heartbeat_s:
@@ -198,13 +221,17 @@ class Dispatcher:
             return self._collect(lz, outcome)
         if state == PollState.UNREACHABLE:
             seen = self._last_seen.setdefault(lz.trial_id, max(lz.heartbeat, self.started))
+            self.health.fault(lz.host, self._unreachable_why(lz.host))
             if now - seen <= self.cfg.daemon.lease_ttl_s:
                 self._occupy(f"{lz.host}/{lz.slot}", lz.trial_id)
                 return lz
-            why = f"host {lz.host} unreachable for more than {self.cfg.daemon.lease_ttl_s:.0f}s"
-        else:
-            why = f"trial vanished on {lz.host} ({state.value})"
-        return self._lost(lz, why)
+            # the last probe (Recovery.last_probe) failed too: the host's fault; the trial may live on
+            return self._host_fault(lz, f"host {lz.host} unreachable for more than "
+                                        f"{self.cfg.daemon.lease_ttl_s:.0f}s (daemon.lease_ttl_s)", "stale")
+        if state == PollState.LOST and (full := self.disk_full(lz)):   # its wrapper could not write for lack of space
+            self._cleanups.append(lz.handle)
+            return self._host_fault(lz, full, "requeued")
+        return self._lost(lz, f"trial vanished on {lz.host} ({state.value})")
 
     def _lost(self, lz: Lease, why: str) -> Lease:
         log.warning("trial %s lost: %s (retry %d of %d)", lz.trial_id, why, lz.retries, self.cfg.daemon.max_retries)
@@ -212,6 +239,7 @@ class Dispatcher:
             self.runner.cancel(lz.handle)
         except Exception:  # noqa: BLE001 - the host may be gone
             pass
+        self._cleanups.append(lz.handle)        # what it left (wrapper log, partial output) goes too
         lz.error = why
         if lz.retries >= self.cfg.daemon.max_retries:
             lz.state = "done"
@@ -232,6 +260,9 @@ class Dispatcher:
             return lz  # try again next tick
         if out.requeue:
             return self._lost(lz, out.error or "the scheduler requeued the job")
+        if out.host_fault:       # e.g. the disk filled during the run: not the idea's failure
+            self._cleanups.append(lz.handle)
+            return self._host_fault(lz, out.host_fault, "requeued")
         m = self.research.manifest
         value = out.metrics.get(m.metric)
         if out.timed_out:
@@ -241,6 +272,10 @@ class Dispatcher:
         else:
             status = Status.SUCCEEDED
         error = out.error
+        if status == Status.SUCCEEDED:
+            why = suspicion(value, out.tamper, m)
+            if why:
+                status, error = Status.SUSPICIOUS, why
         _, digest = self.harness()
         harness = lz.model_extra.get("harness") if lz.model_extra else None
         if harness and digest and harness != digest:
@@ -262,7 +297,8 @@ class Dispatcher:
         lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, status=status, value=value,
                           metrics=out.metrics, exit_code=out.exit_code, host=lz.host, wall_s=out.wall_s,
                           gpus=self.research.manifest.gpus, log=log_sha, error=error, tamper=out.tamper,
-                          harness=harness or digest, accelerator=out.accelerator, software=out.software)
+                          harness=harness or digest, accelerator=out.accelerator, software=out.software,
+                          faults=list(lz.faults))
         log.info("trial %s on %s: %s %s", lz.trial_id, lz.host, status.value,
                  f"{m.metric}={value:.4f}" if value is not None else (error or ""))
         return lz
@@ -275,6 +311,8 @@ class Dispatcher:
         for lz in leases:
             if lz.state == "done" and lz.result is not None:
                 results.setdefault(lz.seed, lz.result)
+        if all(lz.state in KEPT for lz in leases):
+            return False     # only live or stale trials left: nothing new to write
         if idea is None:
             # the baseline's note is written as soon as seed 0 is in (the first result a user sees),
             # then amended as each later seed arrives
@@ -284,11 +322,15 @@ class Dispatcher:
             return False
         confirming = note is not None and note.decision == "pending"
         new = build_note(list(results.values()), idea, pop, self.research.manifest, p, confirmed=confirming)
+        new.superseded = sorted(set(note.superseded if note else []) |
+                                {lz.trial_id for lz in leases if lz.state == "superseded"})
         if idea is None:
             new.seeds_planned = len(needed)
+            if flag_identical(new, self.research.manifest):
+                log.warning("baseline: %s", seed_warning(new))
         self._noted(commit, idea, new)
         self._cleanups += [lz.handle for lz in leases if lz.state == "done"]   # removed after this harvest
-        self.ledger.write_leases(commit, [lz for lz in leases if lz.state == "running"])
+        self.ledger.write_leases(commit, [lz for lz in leases if lz.state in KEPT])
         return True
 
     def backfill(self, pop: Population) -> bool:
@@ -330,6 +372,7 @@ class Dispatcher:
         src = pop.baseline_note if other == pop.baseline_commit else pop.by_commit[other].note
         note = src.model_copy(deep=True)
         note.idea_id, note.linked, note.decision = idea.idea_id, other, None
+        note.tokens, note.cost_usd, note.cost = idea.tokens, idea.cost_usd, {}   # this idea's spend, not the other's
         note.error = f"identical code (same tree) as {other[:10]}: result linked, not re-run"
         fill_baseline(note, idea, pop, self.research.manifest, self.cfg.policy)
         self._noted(idea.commit, idea, note)
@@ -376,7 +419,8 @@ class Dispatcher:
         with self.repo.notes_batch():                  # all of this round's leases in one commit ...
             for job, slot in batch:
                 lease = Lease(trial_id=job.trial_id, seed=job.seed, runner=self.runner.name, host=slot.host,
-                              slot=slot.slot, retries=job.retries, purpose=job.purpose, harness=digest)
+                              slot=slot.slot, retries=job.retries, attempt=job.attempt, faults=list(job.faults),
+                              purpose=job.purpose, harness=digest)
                 if predict is not None:
                     lease.handle = predict(job.trial_id, slot)
                 have = current.get(job.commit)
@@ -384,7 +428,9 @@ class Dispatcher:
                     have = list(job.idea.leases) if job.idea is not None and job.idea.commit == job.commit else \
                         list(pop.baseline_leases) if job.commit == pop.baseline_commit else \
                         self.ledger.leases(job.commit)
-                have = current[job.commit] = [lz for lz in have if lz.seed != job.seed or lz.state == "done"] + [lease]
+                # the seed's earlier attempts go, except a result and trials that may still live on a host
+                have = current[job.commit] = [lz for lz in have if lz.seed != job.seed
+                                              or lz.state in ("done", "stale", "superseded")] + [lease]
                 self.ledger.write_leases(job.commit, have)
                 staged.append((job, slot, lease, dict(lease.handle)))
         # ... written before any trial starts: crash-safe
@@ -394,11 +440,10 @@ class Dispatcher:
             for (job, slot, lease, predicted), fut in zip(staged, futures):
                 try:
                     lease.handle = fut.result()
-                except Exception as e:  # noqa: BLE001 - a host failing at submit is a lost attempt
+                except Exception as e:  # noqa: BLE001 - a host failing at submit: the host's fault
                     log.warning("submit %s to %s failed: %s", job.trial_id, slot.key, e)
-                    self._lost(lease, f"submit to {slot.key} failed: {e}")
+                    self.submit_failed(lease, slot.key, e)
                     self._slots_cache = (0.0, [])
-                    self._backoff[slot.host] = time.time() + SUBMIT_BACKOFF_S
                     if job.trial_id in self._busy.get(slot.key, []):
                         self._busy[slot.key].remove(job.trial_id)
                     lease.heartbeat = time.time()
@@ -413,5 +458,5 @@ class Dispatcher:
     def _submit(self, job: Job, slot, tar, frozen) -> dict:
         from autoresearchd.runners.base import TrialSpec
         spec = TrialSpec(job.trial_id, job.commit, job.seed, self.research.manifest, self.repo.archive(job.commit),
-                         tar, frozen, job.purpose)
+                         tar, frozen, job.purpose, self.research.prepare_key())
         return self.runner.submit(spec, slot)

@@ -8,7 +8,7 @@ Each record:
   revisions  for such an idea, the diffs of the later attempts (the replay provider serves them)
   epoch, result (the metric value, null when the idea produced none)
   idea_id, title, origin, parents, status, decision, metric, goal, seeds, values (per seed), std,
-  baseline, delta, error, cost {tokens, usd}, gpu_s, branch, commit
+  baseline, delta, error, cost {tokens, usd}, gpu_s (GPU runs), cpu_s (runs with gpus = 0), branch, commit
 The replay provider (llm.provider = "replay") reads an export back as its file of recorded ideas.
 Everything is read in a fixed number of git processes: one diff-tree for all diffs, one batch for
 the transcripts.
@@ -60,7 +60,7 @@ def records(cfg) -> list[dict]:
                "baseline": n.baseline if n else None, "delta": n.delta if n else None,
                "error": n.error if n else None,
                "cost": {"tokens": idea_tokens(i), "usd": idea_usd(i)},
-               "gpu_s": n.gpu_s if n else None,
+               "gpu_s": n.gpu_s if n else None, "cpu_s": n.cpu_s if n else None,
                "branch": (i.branch or "").removeprefix("refs/heads/") or None, "commit": i.commit}
         if revisions:
             rec["revisions"] = revisions

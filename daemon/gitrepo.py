@@ -49,7 +49,9 @@ class TreeEntry:
 
 
 # A clean, deterministic environment for plumbing: no pager, no user hooks prompting, fixed identity
-# fallback so commits work on hosts without user.name configured.
+# fallback so commits work on hosts without user.name configured. Variables whose names look secret
+# (API keys, tokens) are scrubbed from every git process: a hook or helper git might run must never
+# see them.
 _BASE_ENV = {
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_PAGER": "cat",
@@ -68,6 +70,26 @@ _IDENTITY = {
 }
 
 
+# The daemon's own git runs no hooks (a hook planted in the git dir would otherwise run with the
+# daemon's rights on its next ref update) and no fsmonitor command, whatever the repo's config says.
+_GIT = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"]
+_CONFIG_KEY = re.compile(r"GIT_CONFIG_KEY_\d+")
+
+
+def git_env(extra: dict | None = None) -> dict[str, str]:
+    """The environment of every git process the daemon starts: its own, minus secrets, plus the
+    fixed plumbing settings and identity fallback."""
+    from autoresearchd.runners.trialdir import scrubbed_env
+    env = dict(scrubbed_env(), **_BASE_ENV)
+    # GIT_CONFIG_KEY_<n> names a config key (its value is GIT_CONFIG_VALUE_<n>): not a secret, and
+    # dropping it while GIT_CONFIG_COUNT stays would make every git command fail
+    env.update({k: v for k, v in os.environ.items() if _CONFIG_KEY.fullmatch(k)})
+    for k, v in _IDENTITY.items():
+        env.setdefault(k, v)
+    env.update(extra or {})
+    return env
+
+
 class GitRepo:
     """A handle on one repository. Thread-safe for notes writes (serialised per ref)."""
 
@@ -81,16 +103,12 @@ class GitRepo:
     # -- running git -------------------------------------------------------------------------
     def _run(self, args: list[str], *, input: bytes | None = None, env: dict | None = None,
              cwd: Path | None = None, check: bool = True, binary: bool = False):
-        full_env = dict(os.environ, **_BASE_ENV)
-        for k, v in _IDENTITY.items():
-            full_env.setdefault(k, v)
-        if env:
-            full_env.update(env)
-        p = subprocess.run(["git", *args], input=input, capture_output=True,
+        full_env = git_env(env)
+        p = subprocess.run([*_GIT, *args], input=input, capture_output=True,
                            cwd=cwd or getattr(self, "path", None), env=full_env)
         if p.returncode != 0 and self._clear_stale_lock(p.stderr):
             # the command failed to take its lock, so it changed nothing: run it again once
-            p = subprocess.run(["git", *args], input=input, capture_output=True,
+            p = subprocess.run([*_GIT, *args], input=input, capture_output=True,
                                cwd=cwd or getattr(self, "path", None), env=full_env)
         if check and p.returncode != 0:
             raise GitError(args, p.returncode, p.stderr.decode(errors="replace"))
@@ -122,12 +140,14 @@ class GitRepo:
     @classmethod
     def init(cls, path: str | os.PathLike, branch: str = "main") -> "GitRepo":
         Path(path).mkdir(parents=True, exist_ok=True)
-        subprocess.run(["git", "init", "-q", "-b", branch, str(path)], check=True, capture_output=True)
+        subprocess.run([*_GIT, "init", "-q", "-b", branch, str(path)], check=True, capture_output=True,
+                       env=git_env())
         return cls(path)
 
     @classmethod
     def discover(cls, start: str | os.PathLike) -> "GitRepo | None":
-        p = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=start, capture_output=True, text=True)
+        p = subprocess.run([*_GIT, "rev-parse", "--show-toplevel"], cwd=start, capture_output=True, text=True,
+                           env=git_env())
         return cls(p.stdout.strip()) if p.returncode == 0 else None
 
     def commit_all_initial(self, message: str) -> str:
@@ -135,6 +155,19 @@ class GitRepo:
         repo is brand new and belongs to the daemon."""
         self.git("add", "-A")
         self.git("commit", "-q", "--no-verify", "-m", message, env=_IDENTITY)
+        return self.rev_parse("HEAD")
+
+    def commit_paths(self, paths: list[str], message: str) -> str:
+        """Commit these work-tree files on the current branch, as the user (their user.name and
+        email when set). Used only by `adopt --commit`, when the user asked for it."""
+        env = {}
+        for who in ("AUTHOR", "COMMITTER"):
+            for key, var in (("user.name", f"GIT_{who}_NAME"), ("user.email", f"GIT_{who}_EMAIL")):
+                val = self.config_get(key)
+                if val:
+                    env[var] = val
+        self.git("add", "--", *paths)
+        self.git("commit", "-q", "-m", message, "--", *paths, env=env)
         return self.rev_parse("HEAD")
 
     def config_set(self, key: str, value: str, add: bool = False) -> None:
@@ -179,8 +212,8 @@ class GitRepo:
         return out or None
 
     def is_ancestor(self, a: str, b: str) -> bool:
-        return subprocess.run(["git", "-C", str(self.path), "merge-base", "--is-ancestor", a, b],
-                              capture_output=True).returncode == 0
+        return subprocess.run([*_GIT, "-C", str(self.path), "merge-base", "--is-ancestor", a, b],
+                              capture_output=True, env=git_env()).returncode == 0
 
     # -- objects -----------------------------------------------------------------------------
     def cat_file_batch(self, shas: list[str]) -> dict[str, bytes]:
@@ -451,7 +484,8 @@ class GitRepo:
             raise GitError(["fast-import"], 1, f"could not update {ref}: it kept moving")
 
     def fsck(self) -> tuple[bool, str]:
-        p = subprocess.run(["git", "-C", str(self.path), "fsck", "--no-progress"], capture_output=True, text=True)
+        p = subprocess.run([*_GIT, "-C", str(self.path), "fsck", "--no-progress"], capture_output=True, text=True,
+                           env=git_env())
         return p.returncode == 0, p.stdout + p.stderr
 
 

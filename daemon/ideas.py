@@ -1,8 +1,10 @@
 """Ideas as git objects: ids, branch names, and the commit message with its provenance trailers.
 
 An idea commit's message is the idea (title line, blank line, body) followed by trailers:
-Idea-Id, Origin, Parents, Epoch, Model, Attempts, Tokens, Cost-USD, Prompt-Hash. A branch pushed
-by a person has no trailers: its id is derived from the commit, its origin is `human`.
+Idea-Id, Origin, Parents, Epoch, Model, Attempts, Tokens, Cost-USD, Prompt-Hash. The trailers are
+believed only on commits the daemon wrote itself (`population` knows which: the daemon marks each
+under refs/autoresearch/ideas/). A commit somebody pushed is `as_pushed`: its message stays the idea,
+whatever trailers it carries are ignored, its id is derived from the commit and its origin is `human`.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .notes import Lease, Note, Status
 
@@ -134,9 +136,21 @@ def idea_from_commit(commit: str, tree: str, first_parent: str | None, message: 
             return None
 
     origin = tr.get("Origin", "human")
-    idea_id = tr.get("Idea-Id") or f"h-{commit[:10]}"
+    idea_id = tr.get("Idea-Id") or pushed_id(commit)
     parents = [p.strip() for p in tr.get("Parents", "").split(",") if p.strip()]
     return Idea(idea_id=idea_id, commit=commit, title=title, text=body or title, origin=origin,
                 parents=parents, epoch=_int("Epoch") or 0, branch=branch, tree=tree,
                 base_commit=first_parent, model=tr.get("Model"), attempts=_int("Attempts"),
                 tokens=_int("Tokens"), cost_usd=_float("Cost-USD"), trailers=tr, committed_at=committed_at)
+
+
+def pushed_id(commit: str) -> str:
+    return f"h-{commit[:10]}"
+
+
+def as_pushed(idea: Idea) -> Idea:
+    """A commit the daemon did not write. Its message is kept as the idea (title and body, trailers
+    left out of the text), but provenance is the daemon's to decide: an `Origin: seed`, `Epoch: 99` or
+    `Cost-USD: 1e9` line in a pushed commit must not move the origin, the epoch or the budget."""
+    return replace(idea, idea_id=pushed_id(idea.commit or ""), origin="human", parents=[], epoch=0, model=None,
+                   attempts=None, tokens=None, cost_usd=None, trailers={})

@@ -19,11 +19,12 @@ import sys
 import tarfile
 import tempfile
 from importlib import resources
+from pathlib import Path
 
 from .gitrepo import GitRepo
 from .ideas import branch_for, format_message, make_idea_id, parse_message
 from .notes import Note, Status
-from .population import PROPOSALS_PREFIX, RECORDS_PREFIX
+from .population import IDEAS_PREFIX, PROPOSALS_PREFIX, RECORDS_PREFIX
 from .trials import Ledger
 
 log = logging.getLogger("autoresearchd")
@@ -127,6 +128,9 @@ class Implementer:
             except BudgetExhausted:
                 raise
             except LLMError as e:
+                if e.completion is not None:     # an unusable answer still cost money
+                    cost += e.completion.cost_usd
+                    tokens += e.completion.input_tokens + e.completion.output_tokens
                 error = f"LLM call failed: {e}"
                 transcript.append({"attempt": attempt, "error": error})
                 break
@@ -149,11 +153,13 @@ class Implementer:
                 else:
                     error = res.error or res.reason or "the diff did not apply"
                     if res.rejected:
-                        status = Status.REJECTED
+                        # a safety rule (frozen file, `..`, .git/, symlink, size) is final: sending it
+                        # back would only invite the model to try the same path again
+                        entry["error"], status = error, Status.REJECTED
+                        break
             entry["error"] = error
             messages += [{"role": "assistant", "content": c.text},
                          {"role": "user", "content": prompt_template("revise.md").format(error=error)}]
-            status = Status.REJECTED if status == Status.REJECTED else Status.IMPLEMENT_FAILED
         idea_cost = float(trailers.get("Idea-Cost-USD") or 0)
         idea_tokens = int(trailers.get("Idea-Tokens") or 0)
         blob = self.ledger.store_log(f"{idea_id}-implement",
@@ -165,6 +171,8 @@ class Implementer:
         if tree is not None:
             commit = self.repo.commit_tree(tree, [base], format_message(title, body, trailers))
             branch = branch_for(idea_id, title, trailers.get("Origin", "seed"))
+            # the mark first: it is what makes the population believe this commit's trailers
+            self.repo.update_ref(IDEAS_PREFIX + idea_id, commit)
             self.repo.update_ref(branch, commit)
             self.repo.delete_ref(PROPOSALS_PREFIX + idea_id)
             log.info("implemented %s in %d attempt(s): %s", idea_id, attempts, branch.removeprefix("refs/heads/"))
@@ -178,6 +186,15 @@ class Implementer:
         log.info("could not implement %s after %d attempt(s): %s", idea_id, attempts, (error or "")[:200])
         return None
 
+    def _prepare(self) -> tuple[str | None, str]:
+        """The prepare step on the daemon machine, so `check` sees what trials see. It shares the
+        local runner's cache (<git-dir>/autoresearch/trials/.prepared/<key>): it runs once."""
+        from .gitrepo import state_dir
+        r = self.cfg.runner
+        root = Path(r.work_root).expanduser().resolve() if r.kind == "local" and r.work_root \
+            else state_dir(self.repo) / "trials"       # where runners/local.py puts trials
+        return prepare_here(self.research.manifest, root, self.research.prepare_key(), self.research.harness()[0])
+
     def _check(self, tree: str, changed: list[str]) -> str | None:
         """Pre-GPU checks: compile the changed Python files, then the env's quick `check`."""
         py = [p for p in changed if p.endswith(".py")]
@@ -186,22 +203,61 @@ class Implementer:
                 compile(data, path, "exec")
             except SyntaxError as e:
                 return f"{path}:{e.lineno}: SyntaxError: {e.msg}\n    {(e.text or '').rstrip()}"
-        cmd = self.research.manifest.check
-        if not cmd:
+        if not self.research.manifest.check:
             return None
-        with tempfile.TemporaryDirectory(prefix="ard-check-") as d:
-            tarfile.open(fileobj=io.BytesIO(self.repo.archive(tree))).extractall(d, filter="data")
-            from autoresearchd.runners.base import scrubbed_env  # the check runs untrusted code too
-            env = dict(scrubbed_env(), AUTORESEARCH_CHECK="1", AUTORESEARCH_SEED="0",
-                       PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
-                       **self.research.manifest.data)
-            try:
-                p = subprocess.run(["bash", "-c", cmd], cwd=d, env=env, capture_output=True,
-                                   timeout=self.cfg.implementer.check_timeout_s, start_new_session=True)
-            except subprocess.TimeoutExpired:
-                return f"the check command `{cmd}` did not finish within {self.cfg.implementer.check_timeout_s:.0f}s"
-            if p.returncode != 0:
-                out = (p.stdout + p.stderr).decode(errors="replace")
-                return f"the check command `{cmd}` failed (exit {p.returncode}). Its output ends with:\n{out[-3000:]}"
-        return None
+        prepared = None
+        if self.research.manifest.prepare:
+            prepared, why = self._prepare()
+            if prepared is None:
+                return why
+        return run_check(self.research.manifest, self.repo.archive(tree), self.cfg.implementer.check_timeout_s,
+                         prepared=prepared)
 
+
+def prepare_here(manifest, root: Path, key: str, src_tar: bytes | None) -> tuple[str | None, str]:
+    """Run (or reuse) the prepare step on this machine under `root`, from the files in `src_tar`
+    (the baseline's frozen files). Returns ($AUTORESEARCH_PREPARED, "") or (None, why it failed)."""
+    from autoresearchd.runners.base import scrubbed_env  # prepare runs with the trials' environment
+    from autoresearchd.runners.prepare import prepared_dir, run_prepare_local
+    env = dict(scrubbed_env(), PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+               **manifest.data)
+    with tempfile.TemporaryDirectory(prefix="ard-prep-") as src:
+        if src_tar:
+            tarfile.open(fileobj=io.BytesIO(src_tar)).extractall(src, filter="data")
+        rc, tail = run_prepare_local(root, key, Path(src), manifest, env)
+    if rc != 0:
+        return None, (f"the prepare step `{manifest.prepare}` failed on the daemon machine (exit {rc}) before "
+                      f"the check could run. Its output ends with:\n{tail}")
+    return str(prepared_dir(root, key)), ""
+
+
+def run_check(manifest, code_tar: bytes, timeout_s: float, prepared: str | None = None) -> str | None:
+    """The env's quick `check` command in a scratch copy of the code: None, or why it failed.
+    `doctor --run` uses it on the baseline, the implementer on every implemented idea. `prepared`:
+    the prepare step's output directory on this machine ($AUTORESEARCH_PREPARED); when the manifest
+    has `prepare` and none is given, prepare runs first in a scratch directory, from `code_tar`."""
+    cmd = manifest.check
+    if not cmd:
+        return None
+    with tempfile.TemporaryDirectory(prefix="ard-check-") as d:
+        if manifest.prepare and prepared is None:
+            from autoresearchd.runners.prepare import prepare_key
+            prepared, why = prepare_here(manifest, Path(d) / "prep", prepare_key(manifest, []), code_tar)
+            if prepared is None:
+                return why
+        code = Path(d) / "code"
+        code.mkdir()
+        tarfile.open(fileobj=io.BytesIO(code_tar)).extractall(code, filter="data")
+        from autoresearchd.runners.base import scrubbed_env  # the check runs untrusted code too
+        env = dict(scrubbed_env(), AUTORESEARCH_CHECK="1", AUTORESEARCH_SEED="0",
+                   PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+                   **manifest.data, **({"AUTORESEARCH_PREPARED": prepared} if prepared else {}))
+        try:
+            p = subprocess.run(["bash", "-c", cmd], cwd=code, env=env, capture_output=True,
+                               timeout=timeout_s, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            return f"the check command `{cmd}` did not finish within {timeout_s:.0f}s"
+        if p.returncode != 0:
+            out = (p.stdout + p.stderr).decode(errors="replace")
+            return f"the check command `{cmd}` failed (exit {p.returncode}). Its output ends with:\n{out[-3000:]}"
+    return None

@@ -37,6 +37,7 @@ class Daemon:
         self.llm, self.policy, self.implementer = llm, policy, implementer
         self.llm_note = llm_note
         self.dispatcher = Dispatcher(cfg, research, runner)
+        self.dispatcher.wake = self.poke          # a degraded host passed its probe: dispatch now
         self.started = time.time()
         self.state_dir = gitrepo.state_dir(self.repo)
         self._tick_lock = threading.Lock()
@@ -81,9 +82,10 @@ class Daemon:
         p = self.cfg.policy
         jobs: list[Job] = []
         if pop.baseline_commit and baseline_jobs_open(pop.baseline_note):
-            for seed, retries in missing_seeds(seeds_needed(None, "baseline", p.baseline_seeds, 0),
-                                               pop.baseline_note, pop.baseline_leases):
-                jobs.append(Job(pop.baseline_commit, seed, "baseline", None, retries))
+            for m in missing_seeds(seeds_needed(None, "baseline", p.baseline_seeds, 0), pop.baseline_note,
+                                   pop.baseline_leases):
+                jobs.append(Job(pop.baseline_commit, m.seed, "baseline", None, m.retries, attempt=m.attempt,
+                                faults=m.faults))
         for idea in pop.ideas:
             if not idea.branch or idea.proposal:
                 continue
@@ -91,8 +93,8 @@ class Daemon:
                 continue
             purpose = "confirm" if idea.note is not None else "idea"
             needed = seeds_needed(idea.note, "idea", p.baseline_seeds, p.confirm_seeds)
-            for seed, retries in missing_seeds(needed, idea.note, idea.leases):
-                jobs.append(Job(idea.commit, seed, purpose, idea, retries))
+            for m in missing_seeds(needed, idea.note, idea.leases):
+                jobs.append(Job(idea.commit, m.seed, purpose, idea, m.retries, attempt=m.attempt, faults=m.faults))
         jobs.sort(key=lambda j: order_key(j, self.cfg.daemon.human_priority))
         return jobs
 
@@ -231,7 +233,8 @@ class Daemon:
     def _write_state(self, pop: Population) -> None:
         slots = self.dispatcher.slot_table()
         state = {"pid": os.getpid(), "started": self.started, "heartbeat": time.time(),
-                 "slots": slots, "implementing": sorted(self._implementing), "proposing": self._proposing,
+                 "slots": slots, "hosts": self.dispatcher.host_table(),   # health: degraded + reason (daemon/health.py)
+                 "implementing": sorted(self._implementing), "proposing": self._proposing,
                  "stop_reason": self._stop_condition(pop) if self.policy else None,
                  "llm": self.llm_note,
                  "budget": ({"usd": self.llm.budget.usd, "calls": self.llm.budget.calls,

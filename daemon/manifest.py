@@ -10,7 +10,9 @@ import fnmatch
 import tomllib
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from . import defaults
 
 MANIFEST_FILE = ".autoresearch.toml"
 
@@ -30,14 +32,27 @@ class EnvManifest(BaseModel):
     frozen: list[str] = Field(default_factory=list)   # globs; the manifest file is always frozen
     hidden: list[str] = Field(default_factory=list)   # globs left out of the LLM's view
     artifacts: list[str] = Field(default_factory=list)  # what run leaves for evaluate
-    setup: str | None = None                   # runs on the host before run (e.g. activate a venv)
+    setup: str | None = None                   # runs on the host before prepare, run and evaluate
+    prepare: str | None = None                 # once per host and input hash (data download, preprocessing)
+    prepare_inputs: list[str] = Field(default_factory=list)  # globs its hash covers; implicitly frozen
+    prepare_budget_s: int = defaults.PREPARE_BUDGET_S
+    deterministic: bool = False                # run gives the same value for every seed: one baseline seed
     data: dict[str, str] = Field(default_factory=dict)  # env variables such as DATA_DIR
     baseline: str = "main"
     editable: list[str] = Field(default_factory=list)  # globs shown to the LLM (default: all text files)
     context: str = ""                          # free text for the ideator: the task, the rules
+    # [lo, hi]: a metric of record outside it is a reward hack until shown otherwise (note: suspicious)
+    plausible: tuple[float, float] | None = None
+
+    @field_validator("plausible")
+    @classmethod
+    def _range(cls, v):
+        if v is not None and not v[0] < v[1]:
+            raise ValueError("plausible must be [lo, hi] with lo < hi")
+        return v
 
     def is_frozen(self, path: str) -> bool:
-        return path == MANIFEST_FILE or _match(path, self.frozen)
+        return path == MANIFEST_FILE or _match(path, self.frozen) or _match(path, self.prepare_inputs)
 
     def is_hidden(self, path: str) -> bool:
         return _match(path, self.hidden)

@@ -9,6 +9,7 @@ fatal, so older daemons can read newer notes and the other way round.
 from __future__ import annotations
 
 import json
+import math
 import time
 from enum import Enum
 from typing import Any
@@ -33,6 +34,7 @@ class Status(str, Enum):
     DUPLICATE = "duplicate"                # same idea text or identical tree as an earlier idea
     CANCELLED = "cancelled"
     REFUSED = "refused"                    # evaluation harness differs from the baseline's
+    SUSPICIOUS = "suspicious"              # measured, but tampered with or outside the plausible range
 
     @property
     def terminal(self) -> bool:
@@ -40,7 +42,7 @@ class Status(str, Enum):
 
 
 FAILURES = {Status.FAILED, Status.TIMED_OUT, Status.IMPLEMENT_FAILED, Status.REJECTED,
-            Status.LOST, Status.CANCELLED, Status.REFUSED}
+            Status.LOST, Status.CANCELLED, Status.REFUSED, Status.SUSPICIOUS}
 
 
 class Trial(BaseModel):
@@ -61,6 +63,7 @@ class Trial(BaseModel):
     harness: str | None = None      # hash of the evaluation harness blobs
     accelerator: str | None = None
     software: str | None = None
+    faults: list[str] = Field(default_factory=list)   # host faults met before this run ("host: reason")
 
 
 class Note(BaseModel):
@@ -69,6 +72,8 @@ class Note(BaseModel):
     schema_: int = Field(defaults.NOTE_SCHEMA, alias="schema")
     status: Status
     idea_id: str | None = None
+    origin: str | None = None       # provenance as the daemon decided it (never a pushed commit's trailer)
+    epoch: int | None = None
     metric: str | None = None
     goal: str | None = None
     value: float | None = None
@@ -82,7 +87,8 @@ class Note(BaseModel):
     decision: str | None = None     # promoted | within_noise | worse | confirmed | demoted
     host: str | None = None
     wall_s: float | None = None
-    gpu_s: float | None = None
+    gpu_s: float | None = None      # wall time x GPUs, only for trials that had GPUs
+    cpu_s: float | None = None      # wall time of trials that ran with no GPU (gpus = 0)
     exit_code: int | None = None
     seed: int | None = None
     error: str | None = None
@@ -94,6 +100,7 @@ class Note(BaseModel):
     software: str | None = None
     harness: str | None = None
     tamper: list[str] = Field(default_factory=list)
+    superseded: list[str] = Field(default_factory=list)   # trials of this commit run twice; not counted
     flags: list[str] = Field(default_factory=list)   # e.g. cross_accelerator: compared across hardware
     tokens: int | None = None
     cost_usd: float | None = None
@@ -155,8 +162,23 @@ def _fmt_value(v: Any) -> str:
     return str(v)
 
 
+SIG_DIGITS = 12     # a note keeps 12 significant digits: measurements, never binary float noise
+
+
+def tidy(v: Any) -> Any:
+    """Floats rounded to SIG_DIGITS significant digits (3.1450319999999996 -> 3.145032), in lists
+    and dicts too; non-finite values are left alone."""
+    if isinstance(v, float):
+        return float(f"{v:.{SIG_DIGITS}g}") if math.isfinite(v) else v
+    if isinstance(v, list):
+        return [tidy(x) for x in v]
+    if isinstance(v, dict):
+        return {k: tidy(x) for k, x in v.items()}
+    return v
+
+
 def format_note(n: Note) -> str:
-    data = n.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data = tidy(n.model_dump(mode="json", by_alias=True, exclude_none=True))
     lines = [summary_line(n), ""]
     order = ["schema", "status"] + [k for k in data if k not in ("schema", "status")]
     for k in order:
@@ -207,11 +229,17 @@ class Lease(BaseModel):
     host: str
     slot: str
     handle: dict[str, Any] = Field(default_factory=dict)
-    started: float = Field(default_factory=time.time)
+    started: float = Field(default_factory=time.time)      # dispatched (placed on the host)
+    began: float | None = None      # its run started on the host (None: waiting for its slot, or unknown)
     heartbeat: float = Field(default_factory=time.time)
-    retries: int = 0
+    retries: int = 0                # failures of this seed on healthy hosts so far (max_retries)
+    attempt: int | None = None      # placements of this seed so far (None: older leases, = retries)
+    faults: list[str] = Field(default_factory=list)   # host faults met so far: "host: reason"
     purpose: str = "idea"           # idea | baseline | confirm
-    state: str = "running"          # running | done (result kept until the note is written) | lost
+    # running | done (result kept until the note is written) | lost (failed on a healthy host: a retry)
+    # | requeued (a host fault: no retry) | stale (a host fault; the trial may live on its host: it is
+    # cancelled and removed, or its result kept, when the host answers) | superseded (a twin counted)
+    state: str = "running"
     result: Trial | None = None
     error: str | None = None
 

@@ -15,14 +15,18 @@ import time
 from collections import Counter
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from . import defaults
 from .decide import BEST_DECISIONS
 from .gitrepo import state_dir
 from .notes import Status
 from .population import read_population
+from .progress import running_trials
 from .research import open_research
+from .trials import seed_warning
 
 
 def daemon_state(repo) -> dict | None:
@@ -84,6 +88,21 @@ def idea_tokens(i) -> int:
         return 0
 
 
+def compute_s(note, gpus: int) -> float:
+    """Compute time a note measured: GPU-seconds for a GPU env; for a CPU env (gpus = 0) its CPU
+    time (`cpu_s` where the note has it, else the run time older notes filed as gpu_s). A result
+    linked from an identical tree cost nothing."""
+    if note is None or note.linked:
+        return 0.0
+    if gpus:
+        return float(note.gpu_s or 0)
+    return float(getattr(note, "cpu_s", None) or note.gpu_s or 0)
+
+
+def compute_unit(gpus: int) -> str:
+    return "GPU-hours" if gpus else "CPU-hours"
+
+
 def is_confirmed(i) -> bool:
     return i.value is not None and i.note is not None and i.note.decision in BEST_DECISIONS
 
@@ -116,8 +135,9 @@ def summary(cfg, research=None, pop=None) -> dict:
         lucky = None                 # only worth showing when it beats the confirmed best
     usd = sum(idea_usd(i) for i in pop.ideas)
     tokens = sum(idea_tokens(i) for i in pop.ideas)
-    gpu_s = sum((i.note.gpu_s or 0) for i in pop.ideas if i.note) + \
-        ((pop.baseline_note.gpu_s or 0) if pop.baseline_note else 0)
+    notes = [i.note for i in pop.ideas if i.note] + ([pop.baseline_note] if pop.baseline_note else [])
+    gpu_s = sum(compute_s(n, m.gpus) for n in notes) if m.gpus else 0.0
+    cpu_s = sum(compute_s(n, 0) for n in notes) if not m.gpus else 0.0
     budget = (st or {}).get("budget") or {}
     slots = st.get("slots", []) if alive else []
     improvement = abs(best.note.delta) if best is not None and best.note.delta else None
@@ -128,24 +148,28 @@ def summary(cfg, research=None, pop=None) -> dict:
                    "llm": st.get("llm") if st else None, "stop_reason": st.get("stop_reason") if st else None,
                    "implementing": st.get("implementing", []) if alive else []},
         "slots": slots,
+        "hosts": (st.get("hosts") or {}) if alive else {},
         "slot_counts": dict(Counter(x.get("state", "?") for x in slots)),
         "counts": dict(counts),
         "total": len(pop.ideas),
         "epoch": pop.max_epoch(),
         "baseline": {"commit": pop.baseline_commit, "value": pop.baseline_value, "std": pop.baseline_std,
                      "seeds": len(pop.baseline_note.values) if pop.baseline_note else 0,
+                     "warning": seed_warning(pop.baseline_note),
                      "seeds_planned": (pop.baseline_note.seeds_planned if pop.baseline_note else None)
                      or cfg.policy.baseline_seeds,
                      "status": pop.baseline_note.status.value if pop.baseline_note else None,
                      "error": pop.baseline_note.error if pop.baseline_note else None},
         "best": result_entry(best) if best is not None else None,
         "best_unconfirmed": result_entry(lucky) if lucky is not None else None,
-        "spend": {"usd": usd, "tokens": tokens, "gpu_hours": gpu_s / 3600,
+        "spend": {"usd": usd, "tokens": tokens, "gpu_hours": gpu_s / 3600 if m.gpus else 0.0,
+                  "cpu_hours": cpu_s / 3600,
                   "budget_usd": budget.get("max_usd") or cfg.llm.budget_usd,
                   "live_usd": budget.get("usd"), "max_gpu_hours": cfg.daemon.max_gpu_hours},
         "cost_per_improvement": {"usd": usd / improvement if improvement else None,
-                                 "gpu_hours": gpu_s / 3600 / improvement if improvement else None},
-        "metric": m.metric, "goal": m.goal,
+                                 "gpu_hours": gpu_s / 3600 / improvement if improvement and m.gpus else None},
+        "metric": m.metric, "goal": m.goal, "gpus": m.gpus, "time_budget_s": m.time_budget_s,
+        "running_trials": running_trials(pop),
     }
 
 
@@ -153,7 +177,7 @@ def _result_line(r: dict, metric: str) -> str:
     spread = f" ± {r['std']:.4f} over {r['seeds']} seeds" if r["seeds"] > 1 and r["std"] is not None \
         else f" ({r['seeds']} seed)"
     return (f"{metric} = {r['value']:.4f}{spread}, {_delta(r['delta'])} vs baseline [{r['decision']}]  "
-            f"{r['idea']} {r['branch']}  “{r['title'][:60]}”")
+            f"{r['idea']} {escape(r['branch'])}  “{escape(r['title'][:60])}”")
 
 
 def _fmt_uptime(s: float) -> str:
@@ -182,12 +206,18 @@ def status(cfg, console, as_json: bool = False) -> int:
     if d["alive"]:
         stale = "" if d["fresh"] else f" [yellow](no heartbeat for {int(d['last_heartbeat_s'])}s)[/]"
         console.print(f"[bold green]daemon running[/] pid {d['pid']}, up {_fmt_uptime(d['uptime_s'] or 0)}; "
-                      f"LLM: {d['llm']}{stale}")
+                      f"LLM: {escape(str(d['llm']))}{stale}")
     else:
         console.print("[bold]daemon not running[/] (status read from git)")
     if d["alive"]:
         c = s["slot_counts"]
-        console.print(f"slots: {c.get('busy', 0)} busy, {c.get('free', 0)} free, {c.get('unreachable', 0)} unreachable")
+        console.print(f"slots: {c.get('busy', 0)} busy, {c.get('free', 0)} free, {c.get('unreachable', 0)} unreachable"
+                      + (f", {c['degraded']} degraded" if c.get("degraded") else ""))
+        for name, h in sorted(s["hosts"].items()):
+            if h.get("state") != "ok":
+                nxt = f" (next probe in {h['next_probe_s']:.0f}s)" if h.get("next_probe_s") is not None else ""
+                console.print(f"host {name} {h['state']}: {h.get('reason') or 'no reason given'}{nxt}",
+                              markup=False, highlight=False)
     order = [st.value for st in Status]
     counts = s["counts"]
     extra = sorted(k for k in counts if k not in order)
@@ -196,8 +226,13 @@ def status(cfg, console, as_json: bool = False) -> int:
     console.print(f"epoch: {s['epoch'] if s['epoch'] >= 0 else '-'}")
     b = s["baseline"]
     console.print(f"baseline {s['metric']} ({s['goal']}): {baseline_text(b)}", highlight=False, markup=False)
+    if b.get("warning"):
+        console.print(f"[bold yellow]warning[/]: {escape(b['warning'])}")
     if s["best"]:
-        console.print("[bold]best confirmed[/]: " + _result_line(s["best"], s["metric"]), highlight=False)
+        # "confirmed" only when more than one seed agrees: a promotion on one seed is not a confirmation
+        label = "[bold]best confirmed[/]" if s["best"]["seeds"] > 1 else \
+            "[bold]best so far[/] (promoted on 1 seed, not confirmed by fresh seeds)"
+        console.print(f"{label}: " + _result_line(s["best"], s["metric"]), highlight=False)
     else:
         console.print("best confirmed: none yet")
     if s["best_unconfirmed"]:
@@ -206,15 +241,28 @@ def status(cfg, console, as_json: bool = False) -> int:
     sp = s["spend"]
     budget = f" of ${sp['budget_usd']:.2f}" if sp["budget_usd"] else ""
     gpu_budget = f" of {sp['max_gpu_hours']:.1f}" if sp["max_gpu_hours"] else ""
-    console.print(f"spend: ${sp['usd']:.4f}{budget} LLM, {sp['tokens']:,} tokens, "
-                  f"{sp['gpu_hours']:.2f}{gpu_budget} GPU-hours")
+    compute = f"{sp['gpu_hours']:.2f}{gpu_budget} GPU-hours" if s["gpus"] else f"{sp['cpu_hours']:.2f} CPU-hours"
+    console.print(f"spend: ${sp['usd']:.4f}{budget} LLM, {sp['tokens']:,} tokens, {compute}")
     cpi = s["cost_per_improvement"]
     if cpi["usd"] is not None:
-        console.print(f"cost per unit of improvement: ${cpi['usd']:.2f} and {cpi['gpu_hours']:.2f} GPU-hours "
-                      f"per 1.0 {s['metric']}")
+        hw = f" and {cpi['gpu_hours']:.2f} GPU-hours" if s["gpus"] else ""
+        console.print(f"cost per unit of improvement: ${cpi['usd']:.2f}{hw} per 1.0 {s['metric']}")
+    _running(console, s, d["alive"])
     if d.get("stop_reason"):
-        console.print(f"not proposing: {d['stop_reason']}")
+        _plain(console, f"not proposing: {d['stop_reason']}")
     return 0
+
+
+def _running(console, s: dict, alive: bool) -> None:
+    """The trials git records as running: after a stop, detached trials run on and are listed here."""
+    from .progress import trials_table
+    trials = s["running_trials"]
+    if not trials:
+        return
+    why = "" if alive else " (daemon stopped: detached trials run on; `start` collects their results)"
+    console.print(f"[bold]trials running[/]: {len(trials)}{why}", highlight=False)
+    budget = s["time_budget_s"]
+    console.print(trials_table(trials, budget, bar=False))
 
 
 def leaderboard(cfg, status=None, origin=None, epoch=None, research=None, pop=None) -> list[dict]:
@@ -252,7 +300,7 @@ RICH_ROWS = 300
 def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=False, limit=None) -> int:
     known = {s.value for s in Status}
     if status and status not in known:
-        console.print(f"unknown status '{status}'; valid: {', '.join(sorted(known))}")
+        _plain(console, f"unknown status '{status}'; valid: {', '.join(sorted(known))}")
         return 2
     rows = leaderboard(cfg, status, origin, epoch)
     if limit:
@@ -273,7 +321,7 @@ def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=Fals
         t.add_column(col, overflow="fold" if col == "title" else "ellipsis", no_wrap=col != "title",
                      min_width={"idea": 13, "title": 24, "metric": 8}.get(col))
     for c in cells:
-        t.add_row(*c)
+        t.add_row(*(Text(x) for x in c))    # titles, branches, errors are data, never rich markup
     # piped into a file or a pager: do not squeeze the table into 80 columns
     out = console if console.is_terminal else Console(file=console.file, width=max(console.width, 180))
     out.print(t)
@@ -290,17 +338,18 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
     repo = research.repo
     idea = pop.resolve(ref)
     if idea is None:
-        console.print(f"no idea matches '{ref}' (try an idea id, a branch name or a commit prefix)")
+        _plain(console, f"no idea matches '{ref}' (try an idea id, a branch name or a commit prefix)")
         return 1
-    console.print(f"[bold]{idea.title}[/]  ({idea.idea_id}, {idea.origin}, epoch {idea.epoch}, "
-                  f"{idea.status.value})", highlight=False)
-    console.print(f"branch: {_branch(idea) or '(none: never became runnable)'}  commit: {idea.commit}",
-                  highlight=False)
+    console.print(Text(idea.title, style="bold") + Text(f"  ({idea.idea_id}, {idea.origin}, epoch {idea.epoch}, "
+                                                       f"{idea.status.value})"), highlight=False)
+    _plain(console, f"branch: {_branch(idea) or '(none: never became runnable)'}  commit: {idea.commit}")
     if idea.parents:
-        console.print(f"parents: {', '.join(idea.parents)}", highlight=False)
+        _plain(console, f"parents: {', '.join(idea.parents)}")
     if idea.model:
-        console.print(f"model: {idea.model}; attempts: {idea.attempts}; tokens: {idea_tokens(idea)}; "
-                      f"cost: ${idea_usd(idea):.4f}", highlight=False)
+        # only what is known: a proposal not implemented yet (or a pushed branch) has no attempts
+        facts = [f"model: {idea.model}"] + ([f"attempts: {idea.attempts}"] if idea.attempts is not None else [])
+        facts += [f"tokens: {idea_tokens(idea):,}", f"cost: ${idea_usd(idea):.4f}"]
+        console.print("; ".join(facts), markup=False, highlight=False)
     console.print()
     _plain(console, idea.text)
     console.print()
@@ -352,5 +401,5 @@ def _logs(console, repo, note, full: bool) -> None:
         seen.add(sha)
         data = repo.read_blob(sha) or b""
         tail = len(data) > 4000 and not full
-        console.print(f"[bold]log {name}[/]" + (" (tail; --log for all)" if tail else ""), highlight=False)
+        console.print(f"[bold]log {escape(name)}[/]" + (" (tail; --log for all)" if tail else ""), highlight=False)
         _plain(console, (data[-4000:] if tail else data).decode(errors="replace"))

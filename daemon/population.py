@@ -4,6 +4,12 @@ one for-each-ref, one notes list per ref, and one `cat-file --batch` for commits
 The population is every idea (branches under refs/heads/idea/, measured commits kept under
 refs/autoresearch/archive/ after their branch moved on, plus records of ideas that never became
 runnable under refs/autoresearch/records/), the baseline, their result notes and leases.
+
+Provenance is the daemon's: a branch commit's trailers count only if the daemon marked that commit
+as its own (refs/autoresearch/ideas/<idea-id>, written by the implementer; records and proposals
+live in the daemon's namespace already). Any other commit is a push: origin `human`, an id from its
+sha, the parent idea its code grew from, and the epoch the daemon recorded in its note (until then
+the current one).
 """
 
 from __future__ import annotations
@@ -14,10 +20,11 @@ from dataclasses import dataclass, field
 
 from . import defaults
 from .gitrepo import GitRepo
-from .ideas import Idea, idea_from_commit
+from .ideas import Idea, as_pushed, idea_from_commit
 from .notes import Note, Status, parse_leases, parse_note
 
 RECORDS_PREFIX = "refs/autoresearch/records/"
+IDEAS_PREFIX = "refs/autoresearch/ideas/"      # commits the daemon wrote: their trailers are believed
 PROPOSALS_PREFIX = "refs/autoresearch/proposals/"
 LOGS_PREFIX = "refs/autoresearch/logs/"
 # every idea commit that got a note is kept here too, so a force-pushed or deleted branch never takes
@@ -85,6 +92,20 @@ class Population:
         return matches[0] if len(matches) == 1 else None
 
 
+def _place_pushed(ideas: list[Idea], own: set[str]) -> None:
+    """Pushed ideas get the lineage and epoch the daemon decides: the parent is the idea whose commit
+    the push builds on; the epoch is the one recorded in the idea's note, else the current one."""
+    pushed = [i for i in ideas if i.branch and i.commit not in own]
+    if not pushed:
+        return
+    by_commit = {i.commit: i for i in ideas if i.commit}
+    current = max((i.epoch for i in ideas if i.origin != "human"), default=0)
+    for i in pushed:
+        parent = by_commit.get(i.base_commit) if i.base_commit else None
+        i.parents = [parent.idea_id] if parent is not None and parent is not i else []
+        i.epoch = i.note.epoch if i.note is not None and i.note.epoch is not None else current
+
+
 class _LRU(OrderedDict):
     """Parsed objects by object id. Git objects never change, so a hit is always valid; the daemon
     re-reads the population every tick and most of that time is parsing."""
@@ -131,6 +152,7 @@ def _parse_commit(raw: bytes) -> tuple[str, list[str], str, int]:
 
 def read_population(repo: GitRepo, baseline_ref: str) -> Population:
     refs = repo.refs(BRANCH_PREFIX)
+    own = set(repo.refs(IDEAS_PREFIX).values())
     refs.update(repo.refs(RECORDS_PREFIX))
     refs.update(repo.refs(PROPOSALS_PREFIX))
     refs.update(repo.refs(ARCHIVE_PREFIX))
@@ -158,6 +180,8 @@ def read_population(repo: GitRepo, baseline_ref: str) -> Population:
             tree, parents, msg, ts = _parse_commit(objs[sha])
             return idea_from_commit(sha, tree, parents[0] if parents else None, msg, None, ts)
         idea = dataclasses.replace(_IDEAS.get_or(sha, make))
+        if ref.startswith((BRANCH_PREFIX, ARCHIVE_PREFIX)) and sha not in own:
+            idea = as_pushed(idea)
         idea.branch = ref if ref.startswith((BRANCH_PREFIX, ARCHIVE_PREFIX)) else None
         idea.proposal = ref.startswith(PROPOSALS_PREFIX)
         if sha in note_list and (note_list[sha] in objs or note_list[sha] in _NOTES):
@@ -166,6 +190,7 @@ def read_population(repo: GitRepo, baseline_ref: str) -> Population:
             idea.leases = parse_leases(objs[lease_list[sha]].decode(errors="replace"))
         ideas.append(idea)
     ideas.sort(key=lambda i: (i.committed_at, i.idea_id))
+    _place_pushed(ideas, own)
     bnote, bleases = None, []
     if baseline and baseline in note_list and (note_list[baseline] in objs or note_list[baseline] in _NOTES):
         bnote = _note(note_list[baseline], objs)

@@ -1,8 +1,9 @@
 """`autoresearchd report`: an HTML page (index.html) and PNG figures of a search, read from git.
 
-Figures (the paper's): best-so-far metric against epoch and against cumulative GPU-hours, the
-confirmed best next to the raw best; every idea's metric per epoch coloured by origin, with the
-baseline and its ±std band; the execution rate per epoch; cumulative LLM USD and GPU-hours. The page
+Figures (the paper's): best-so-far metric against epoch and against cumulative compute (GPU-hours,
+or CPU-hours for a CPU env), the confirmed best next to the raw best; every idea's metric per epoch
+coloured by origin, with the baseline and its ±std band; the execution rate per epoch; cumulative
+LLM USD and compute, each on its own axis, and each per unit of confirmed improvement. The page
 adds the summary (best confirmed with its spread, cost per unit of improvement) and the top-k table
 with branches and the `git show` command for each commit.
 
@@ -19,9 +20,10 @@ from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from .notes import Status
-from .observe import idea_usd, is_confirmed, leaderboard, load, summary
+from .observe import compute_s, compute_unit, idea_usd, is_confirmed, leaderboard, load, summary
 
 ORIGIN_COLORS = {"seed": "#7f7f7f", "exploit": "#d62728", "explore": "#1f77b4", "human": "#2ca02c",
                  "greedy": "#ff7f0e", "best_of_n": "#9467bd"}
@@ -46,15 +48,16 @@ def _better(goal: str):
     return (lambda a, b: a < b) if goal == "min" else (lambda a, b: a > b)
 
 
-def series(pop, goal: str) -> dict:
-    """Every curve the figures draw, as plain lists (tests and other tools can use them)."""
+def series(pop, goal: str, gpus: int = 1) -> dict:
+    """Every curve the figures draw, as plain lists (tests and other tools can use them).
+    `gpu_hours` is the compute axis: GPU-hours for a GPU env, CPU-hours when gpus = 0."""
     better = _better(goal)
-    gpu_h = (pop.baseline_note.gpu_s or 0) / 3600 if pop.baseline_note else 0.0
+    gpu_h = compute_s(pop.baseline_note, gpus) / 3600
     usd = 0.0
     raw = conf = None
     by_time = {"gpu_hours": [], "usd": [], "raw": [], "confirmed": [], "n": []}
     for k, i in enumerate(_finished(pop), 1):
-        gpu_h += (i.note.gpu_s or 0) / 3600
+        gpu_h += compute_s(i.note, gpus) / 3600
         usd += idea_usd(i)
         if i.value is not None:
             raw = i.value if raw is None or better(i.value, raw) else raw
@@ -91,23 +94,40 @@ def _baseline(ax, pop, label=True) -> None:
         ax.axhspan(b - s, b + s, color="black", alpha=0.08, label="baseline ± std" if label else None)
 
 
+def _epochs(ax) -> None:
+    """Epochs are whole numbers: no 0.5 ticks."""
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _from_zero(ax, values: list, what: str) -> None:
+    """Spend axes start at 0; an all-zero series gets a plain 0..1 axis and says why it is flat
+    (matplotlib would centre a constant 0 in -0.04..0.04)."""
+    top = max([v for v in values if v is not None] or [0.0])
+    if top <= 0:
+        ax.set_ylim(0, 1)
+        ax.text(0.5, 0.5, f"no {what} recorded", ha="center", va="center", transform=ax.transAxes, color="#666")
+    else:
+        ax.set_ylim(0, top * 1.08)
+
+
 def _step(ax, xs, ys, **kw) -> None:
     pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
     if pts:
         ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", **kw)
 
 
-def plot_best(pop, s: dict, metric: str, out: Path) -> str:
+def plot_best(pop, s: dict, metric: str, gpus: int = 1) -> Figure:
     fig = Figure(figsize=(11, 4.2))
     ax1, ax2 = fig.subplots(1, 2)
     e = s["by_epoch"]
     ax1.plot(e["epoch"], e["raw"], "o-", color="#aaaaaa", label="best (any, incl. unconfirmed)")
     ax1.plot(e["epoch"], e["confirmed"], "o-", color="#d62728", label="best confirmed")
     ax1.set_xlabel("epoch")
+    _epochs(ax1)
     t = s["by_time"]
     _step(ax2, t["gpu_hours"], t["raw"], color="#aaaaaa", label="best (any, incl. unconfirmed)")
     _step(ax2, t["gpu_hours"], t["confirmed"], color="#d62728", label="best confirmed")
-    ax2.set_xlabel("cumulative GPU-hours")
+    ax2.set_xlabel(f"cumulative {compute_unit(gpus)}")
     for ax in (ax1, ax2):
         _baseline(ax, pop)
         ax.set_ylabel(metric)
@@ -115,10 +135,10 @@ def plot_best(pop, s: dict, metric: str, out: Path) -> str:
         ax.legend(fontsize=8)
     ax1.set_title("best so far by epoch")
     ax2.set_title("best so far by compute")
-    return _save(fig, out / "best_so_far.png")
+    return fig
 
 
-def plot_scatter(pop, metric: str, out: Path) -> str:
+def plot_scatter(pop, metric: str) -> Figure:
     fig = Figure(figsize=(11, 4.5))
     ax = fig.subplots()
     rng = random.Random(0)  # fixed jitter: the same population draws the same picture
@@ -136,14 +156,15 @@ def plot_scatter(pop, metric: str, out: Path) -> str:
                    edgecolors="black", lw=1, label="promoted / confirmed")
     _baseline(ax, pop)
     ax.set_xlabel("epoch")
+    _epochs(ax)
     ax.set_ylabel(metric)
     ax.set_title("every executed idea, by origin")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=4)
-    return _save(fig, out / "ideas_by_epoch.png")
+    return fig
 
 
-def plot_execution(s: dict, out: Path) -> str:
+def plot_execution(s: dict) -> Figure:
     fig = Figure(figsize=(7, 3.6))
     ax = fig.subplots()
     e = s["by_epoch"]
@@ -154,40 +175,54 @@ def plot_execution(s: dict, out: Path) -> str:
                     va="bottom", fontsize=7)
     ax.set_ylim(0, 1.1)
     ax.set_xlabel("epoch")
+    _epochs(ax)
     ax.set_ylabel("fraction that produced a metric")
     ax.set_title("execution rate per epoch")
     ax.grid(alpha=0.3, axis="y")
-    return _save(fig, out / "execution_rate.png")
+    return fig
 
 
-def plot_cost(pop, s: dict, metric: str, out: Path) -> str:
-    fig = Figure(figsize=(11, 3.8))
-    ax, ax3 = fig.subplots(1, 2)
+def plot_cost(pop, s: dict, metric: str, gpus: int = 1) -> Figure:
+    """Four panels, one unit each (no twin axes, whose two scales suggest a relation that is not
+    there): cumulative LLM USD and compute, then each per unit of confirmed improvement."""
+    fig = Figure(figsize=(11, 6.4))
+    (a_usd, a_cpu), (u_usd, u_cpu) = fig.subplots(2, 2, sharex=True)
     t = s["by_time"]
-    ax.plot(t["n"], t["usd"], color="#2ca02c", label="LLM USD")
-    ax.set_xlabel("ideas finished")
-    ax.set_ylabel("cumulative LLM USD", color="#2ca02c")
-    ax2 = ax.twinx()
-    ax2.plot(t["n"], t["gpu_hours"], color="#9467bd", label="GPU-hours")
-    ax2.set_ylabel("cumulative GPU-hours", color="#9467bd")
-    ax.set_title("cumulative spend")
-    ax.grid(alpha=0.3)
+    unit = compute_unit(gpus)
+    a_usd.plot(t["n"], t["usd"], color="#2ca02c")
+    a_usd.set_ylabel("USD")
+    a_usd.set_title("cumulative LLM spend")
+    _from_zero(a_usd, t["usd"], "LLM spend")
+    a_cpu.plot(t["n"], t["gpu_hours"], color="#9467bd")
+    a_cpu.set_ylabel(unit)
+    a_cpu.set_title(f"cumulative compute ({unit})")
+    _from_zero(a_cpu, t["gpu_hours"], "compute")
     # cost per unit of improvement: spend so far / |confirmed best - baseline|, once there is one
     b = pop.baseline_value
     pts = [(n, usd, gh, abs(c - b)) for n, usd, gh, c in zip(t["n"], t["usd"], t["gpu_hours"], t["confirmed"])
            if b is not None and c is not None and c != b]
-    if pts:
-        ax3.plot([p[0] for p in pts], [p[1] / p[3] for p in pts], color="#2ca02c", label="USD per unit")
-        ax4 = ax3.twinx()
-        ax4.plot([p[0] for p in pts], [p[2] / p[3] for p in pts], color="#9467bd", label="GPU-hours per unit")
-        ax4.set_ylabel("GPU-hours per unit", color="#9467bd")
-    else:
-        ax3.text(0.5, 0.5, "no confirmed improvement yet", ha="center", va="center", transform=ax3.transAxes)
-    ax3.set_xlabel("ideas finished")
-    ax3.set_ylabel(f"USD per 1.0 {metric}", color="#2ca02c")
-    ax3.set_title("cost per unit of improvement (confirmed best)")
-    ax3.grid(alpha=0.3)
-    return _save(fig, out / "cost.png")
+    for ax, k, what, color in ((u_usd, 1, "USD", "#2ca02c"), (u_cpu, 2, unit, "#9467bd")):
+        ax.set_title(f"{what} per 1.0 {metric} of confirmed improvement", fontsize=10)
+        ax.set_ylabel(f"{what} per unit")
+        ax.set_xlabel("ideas finished")
+        if pts:
+            ys = [p[k] / p[3] for p in pts]
+            ax.plot([p[0] for p in pts], ys, color=color)
+            _from_zero(ax, ys, what)
+        else:
+            ax.set_ylim(0, 1)
+            ax.text(0.5, 0.5, "no confirmed improvement yet", ha="center", va="center", transform=ax.transAxes,
+                    color="#666")
+    for ax in (a_usd, a_cpu, u_usd, u_cpu):
+        ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    return fig
+
+
+def figures(pop, s: dict, m) -> dict[str, Figure]:
+    """Every figure of the report by file name (drawn, not saved: tests inspect their axes)."""
+    return {"best_so_far.png": plot_best(pop, s, m.metric, m.gpus), "ideas_by_epoch.png": plot_scatter(pop, m.metric),
+            "execution_rate.png": plot_execution(s), "cost.png": plot_cost(pop, s, m.metric, m.gpus)}
 
 
 def _num(v, nd=4) -> str:
@@ -227,10 +262,11 @@ def _html(cfg, research, summ: dict, rows: list[dict], images: list[str], s: dic
         lines.append(f"<li class='unconf'>best unconfirmed (a single measurement, not a result yet): "
                      f"{result(summ['best_unconfirmed'])}</li>")
     lines += [
-        f"<li>spend: ${sp['usd']:.2f} LLM, {sp['tokens']:,} tokens, {sp['gpu_hours']:.2f} GPU-hours</li>",
+        f"<li>spend: ${sp['usd']:.2f} LLM, {sp['tokens']:,} tokens, " +
+        (f"{sp['gpu_hours']:.2f} GPU-hours" if summ["gpus"] else f"{sp['cpu_hours']:.2f} CPU-hours") + "</li>",
         "<li>cost per unit of improvement over the baseline: " +
-        (f"${cpi['usd']:.2f} and {cpi['gpu_hours']:.2f} GPU-hours per 1.0 {e(m)}" if cpi["usd"] is not None
-         else "n/a (no confirmed improvement yet)") + "</li>",
+        (f"${cpi['usd']:.2f}" + (f" and {cpi['gpu_hours']:.2f} GPU-hours" if summ["gpus"] else "") +
+         f" per 1.0 {e(m)}" if cpi["usd"] is not None else "n/a (no confirmed improvement yet)") + "</li>",
         "</ul>",
     ]
     for img in images:
@@ -253,7 +289,8 @@ def _html(cfg, research, summ: dict, rows: list[dict], images: list[str], s: dic
     for ep, ex, at, c, r in zip(e_["epoch"], e_["executed"], e_["attempted"], e_["confirmed"], e_["raw"]):
         lines.append(f"<tr><td>{ep}</td><td>{ex} / {at}</td><td>{_num(c)}</td><td>{_num(r)}</td></tr>")
     lines.append("</table><p>Execution rate: ideas that produced a metric over ideas that were attempted "
-                 "(implement_failed, rejected, failed, timed_out and lost count as not executed; duplicates "
+                 "(implement_failed, rejected, failed, timed_out, lost and suspicious count as not executed; "
+                 "duplicates "
                  "and cancelled ideas were never attempted).</p></body></html>")
     return "\n".join(lines) + "\n"
 
@@ -265,9 +302,8 @@ def write_report(cfg, out_dir: Path) -> Path:
     research, pop = load(cfg)
     m = research.manifest
     summ = summary(cfg, research, pop)
-    s = series(pop, m.goal)
-    images = [plot_best(pop, s, m.metric, out), plot_scatter(pop, m.metric, out), plot_execution(s, out),
-              plot_cost(pop, s, m.metric, out)]
+    s = series(pop, m.goal, m.gpus)
+    images = [_save(fig, out / name) for name, fig in figures(pop, s, m).items()]
     rows = [r for r in leaderboard(cfg, research=research, pop=pop) if r["value"] is not None][:TOP_K]
     index = out / "index.html"
     index.write_text(_html(cfg, research, summ, rows, images, s))

@@ -6,8 +6,9 @@ baseline commit (never from a work tree a trial could edit).
 from __future__ import annotations
 
 import hashlib
+import shlex
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import defaults
@@ -15,14 +16,35 @@ from .config import Config, ConfigError
 from .gitrepo import GitRepo
 from .manifest import MANIFEST_FILE, EnvManifest, ManifestError, parse_manifest
 
-HOOK = """#!/bin/sh
-# installed by autoresearchd init: poke the daemon when an idea branch changes (the clock is the safety net)
+# Every hook the daemon installs first re-executes itself with an empty environment (PATH and the
+# git dir only): a push or a ref update may come from a process that holds secrets.
+_HOOK_HEAD = """#!/bin/sh
+# installed by autoresearchd (rewritten when it changes): %s
+if [ -z "${AR_HOOK_CLEAN:-}" ]; then
+  exec env -i AR_HOOK_CLEAN=1 PATH="$PATH" GIT_DIR="$(git rev-parse --absolute-git-dir)" "$0" "$@"
+fi
+"""
+_POKE = _HOOK_HEAD % "poke the daemon when an idea branch changes (the clock is the safety net)" + """\
 case "$0" in *reference-transaction) [ "$1" = committed ] || exit 0 ;; esac
 grep -q ' refs/heads/idea/' || exit 0
-f="$(git rev-parse --git-dir)/autoresearch/poke"
+f="$GIT_DIR/autoresearch/poke"
 [ -d "$(dirname "$f")" ] && date +%s > "$f"
 exit 0
 """
+# A push may add idea branches (or move the baseline); the daemon's results, leases, logs, records
+# and provenance marks are written by the daemon alone, so a push cannot forge a result or an origin.
+_GUARD = _HOOK_HEAD % "a push may not write the daemon's own refs" + """\
+rc=0
+while read -r old new ref; do
+  case "$ref" in
+    refs/autoresearch/*|refs/notes/autoresearch|refs/notes/autoresearch-*)
+      echo "autoresearchd: refusing to update $ref: only the daemon writes its results and records" >&2; rc=1 ;;
+  esac
+done
+exit $rc
+"""
+HOOKS = {"reference-transaction": _POKE, "post-receive": _POKE, "pre-receive": _GUARD}
+_OURS = "# installed by autoresearchd"
 
 
 def template_path(cfg: Config, name: str) -> Path:
@@ -48,18 +70,46 @@ def create_from_template(template: Path, dest: Path) -> GitRepo:
     return repo
 
 
-def configure(repo: GitRepo) -> None:
-    """Idempotent: plain `git log` shows result notes; fetches from clones bring notes along."""
-    repo.config_set("notes.displayRef", defaults.NOTES_REF, add=True)
-    repo.config_set("receive.denyCurrentBranch", "updateInstead")
+def configure(repo: GitRepo) -> list[str]:
+    """Idempotent: plain `git log` shows result notes; fetches from clones bring notes along.
+    Returns what it newly wrote into the repo's git config and hooks (empty when nothing). Called
+    only by `init` and `start`: reading commands (status, doctor, ...) write nothing (consent)."""
+    wrote = []
+    if defaults.NOTES_REF not in repo.git("config", "--get-all", "notes.displayRef", check=False).split():
+        repo.config_set("notes.displayRef", defaults.NOTES_REF, add=True)
+        wrote.append(f"notes.displayRef={defaults.NOTES_REF}")
+    if repo.config_get("receive.denyCurrentBranch") != "updateInstead":
+        repo.config_set("receive.denyCurrentBranch", "updateInstead")
+        wrote.append("receive.denyCurrentBranch=updateInstead")
     repo.ensure_notes_ref(defaults.NOTES_REF)
     hooks = repo.git_dir / "hooks"
     hooks.mkdir(exist_ok=True)
-    for name in ("reference-transaction", "post-receive"):
+    for name, text in HOOKS.items():
         h = hooks / name
-        if not h.exists():
-            h.write_text(HOOK)
-            h.chmod(0o755)
+        try:
+            current = h.read_text(errors="replace")
+        except OSError:
+            current = None
+        if current == text or (current is not None and _OURS not in "\n".join(current.splitlines()[:2])):
+            continue            # up to date, or the user's own hook: left alone
+        h.write_text(text)
+        h.chmod(0o755)
+        wrote.append(f"hooks/{name}")
+    (repo.git_dir / "autoresearch").mkdir(exist_ok=True)
+    return wrote
+
+
+def consent_message(repo: GitRepo, wrote: list[str]) -> str | None:
+    """The one line that says what `configure` wrote into a repo and how to take it out again."""
+    if not wrote:
+        return None
+    hooks = [w.removeprefix("hooks/") for w in wrote if w.startswith("hooks/")]
+    keys = [w.split("=", 1)[0] for w in wrote if "=" in w]
+    undo = [f"git config --unset-all {k}" for k in keys]
+    if hooks:
+        undo.append("rm " + " ".join(shlex.quote(str(repo.git_dir / "hooks" / h)) for h in hooks))
+    return (f"wrote into {repo.git_dir}: {', '.join(wrote)} (so plain `git log` shows results and pushes "
+            f"wake the daemon); to remove: {' && '.join(undo)}")
 
 
 @dataclass
@@ -68,6 +118,8 @@ class Research:
     baseline_ref: str
     manifest: EnvManifest
     why: str = ""          # why this repo is the research repo (start says it)
+    configured: str | None = None   # what open_research(configure_repo=True) wrote, as one line
+    _prepare_keys: dict = field(default_factory=dict, repr=False)
 
     @property
     def baseline_commit(self) -> str:
@@ -89,9 +141,29 @@ class Research:
         digest = hashlib.sha256("\n".join(f"{e.sha} {e.path}" for e in entries).encode()).hexdigest()[:16]
         return self.repo.archive(self.baseline_commit, files), digest
 
+    def prepare_key(self) -> str:
+        """The cache key of the manifest's prepare step (empty when there is none), from the baseline."""
+        if not self.manifest.prepare:
+            return ""
+        from autoresearchd.runners.prepare import prepare_key
+        base = self.baseline_commit
+        if base not in self._prepare_keys:        # one ls-tree per baseline, not one per dispatch
+            files = [f for f in self.frozen_files(base) if _match_any(f, self.manifest.prepare_inputs)]
+            entries = self.repo.ls_tree(base, files) if files else []
+            self._prepare_keys[base] = prepare_key(self.manifest, [(e.path, e.sha) for e in entries])
+        return self._prepare_keys[base]
+
+
+def _match_any(path: str, globs: list[str]) -> bool:
+    from .manifest import _match
+    return _match(path, globs)
+
 
 def load_manifest(repo: GitRepo, rev: str, cfg: Config | None = None) -> EnvManifest:
-    if cfg is not None and cfg.env is not None:
+    # A config file that is the repo's own manifest (what `adopt` writes) is read from the baseline
+    # commit like any manifest: an uncommitted edit on disk never changes what the daemon enforces.
+    own = cfg is not None and cfg.path is not None and cfg.path == (repo.path / MANIFEST_FILE).resolve()
+    if cfg is not None and cfg.env is not None and not own:
         return cfg.env
     text = repo.read_blob(f"{rev}:{MANIFEST_FILE}")
     if text is None:
@@ -119,7 +191,9 @@ def research_path(cfg: Config) -> tuple[Path, str]:
             f"the default research.repo ({cfg.research.repo}), created from env '{cfg.research.env}'")
 
 
-def open_research(cfg: Config, create: bool = True) -> Research:
+def open_research(cfg: Config, create: bool = True, configure_repo: bool = False) -> Research:
+    """Open (or, with `create`, create) the research repo. Only `configure_repo=True` (init, start)
+    writes git config or hooks into it; the message saying so is `Research.configured`."""
     path, why = research_path(cfg)
     if _is_repo(path):
         repo = GitRepo(path)
@@ -127,8 +201,7 @@ def open_research(cfg: Config, create: bool = True) -> Research:
         repo = create_from_template(template_path(cfg, cfg.research.env), path)
     else:
         raise ConfigError(f"research repo {path} ({why}) does not exist; run `autoresearchd init` or `start`")
-    configure(repo)
-    (repo.git_dir / "autoresearch").mkdir(exist_ok=True)
+    message = consent_message(repo, configure(repo)) if configure_repo else None
     head = repo.git("symbolic-ref", "-q", "--short", "HEAD", check=False).strip() or "main"
     manifest = load_manifest(repo, cfg.research.baseline or head, cfg)
     branch = cfg.research.baseline or manifest.baseline
@@ -136,4 +209,4 @@ def open_research(cfg: Config, create: bool = True) -> Research:
     if repo.rev_parse(ref) is None:
         raise ConfigError(f"baseline branch '{branch}' not found in {path}")
     manifest = load_manifest(repo, ref, cfg)
-    return Research(repo, ref, manifest, why)
+    return Research(repo, ref, manifest, why, configured=message)

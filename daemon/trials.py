@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 
 from . import defaults
-from .decide import BEST_DECISIONS, GOOD_DECISIONS, aggregate, baseline_complete, decide, improvement, pooled_std
+from .decide import (BEST_DECISIONS, GOOD_DECISIONS, aggregate, baseline_complete, decide, identical_seeds,
+                     improvement, pooled_std)
 from .gitrepo import GitRepo
 from .ideas import Idea
 from .notes import Lease, Note, Status, Trial, format_leases, format_note, parse_leases, parse_note
@@ -81,6 +82,35 @@ def build_note(trials: list[Trial], idea: Idea | None, pop: Population, manifest
     return note
 
 
+IDENTICAL_FLAG = "identical_seeds"
+NOISE_UNKNOWN_FLAG = ("noise_unknown: the baseline seeds were identical, so the noise is unknown and "
+                      "nothing is promoted (see the baseline note)")
+
+
+def identical_warning(values: list[float], metric: str) -> str:
+    """The flag (and log line) for a baseline whose seeds all gave the same value: what happened and
+    what to do about it."""
+    return (f"{IDENTICAL_FLAG}: all {len(values)} baseline seeds gave an identical {metric} = {values[0]!r}: "
+            "`run` ignores $AUTORESEARCH_SEED, so the noise is unknown and no idea is promoted. Seed every "
+            "RNG from $AUTORESEARCH_SEED (docs/bring-your-own-repo.md), or, if runs really are "
+            "deterministic, set `deterministic = true` in [env] (one baseline seed)")
+
+
+def flag_identical(note: Note, manifest) -> str | None:
+    """On a complete baseline note whose seeds all gave one value (and no `deterministic = true`),
+    add the identical-seeds flag. Returns the flag, for the log."""
+    if manifest.deterministic or not baseline_complete(note) or not identical_seeds(note.values):
+        return None
+    flag = identical_warning(note.values, manifest.metric)
+    note.flags = sorted(set(note.flags) | {flag})
+    return flag
+
+
+def seed_warning(note: Note | None) -> str | None:
+    """The identical-seeds flag of a baseline note, if it has one."""
+    return next((f for f in (note.flags if note else []) if f.startswith(IDENTICAL_FLAG)), None)
+
+
 def fill_baseline(note: Note, idea: Idea | None, pop: Population, manifest, policy_cfg,
                   confirmed: bool = False) -> bool:
     """Set baseline, delta, parent delta and decision when the baseline is known. True if changed."""
@@ -110,10 +140,13 @@ def fill_baseline(note: Note, idea: Idea | None, pop: Population, manifest, poli
     if confirmed:
         # judge on the fresh seeds alone: the first seed was selected for looking good
         vals = [t.value for t in note.trials if t.seed != 0 and t.value is not None] or vals
+    noise_known = manifest.deterministic or not identical_seeds(b.values)
+    if not noise_known:
+        note.flags = sorted(set(note.flags) | {NOISE_UNKNOWN_FLAG})
     note.decision = decide(sum(vals) / len(vals), manifest.goal, b.value, b.std,
                            best_value(pop, manifest.goal, idea.commit), policy_cfg.noise_mult,
                            policy_cfg.confirm_seeds > 0, confirmed, n=len(vals), k=len(b.values),
-                           std=pooled_std(vals, b.values))
+                           std=pooled_std(vals, b.values), noise_known=noise_known)
     return True
 
 

@@ -29,8 +29,8 @@ log = logging.getLogger("autoresearchd")
 
 CONFIG_KEYS = ("idea_id", "title", "origin", "parents", "epoch", "seeds", "host", "accelerator", "metric", "goal",
                "model", "branch", "commit")
-SUMMARY_KEYS = ("value", "values", "std", "delta", "baseline", "decision", "status", "wall_s", "gpu_s",
-                "cost_usd", "tokens", "error")
+SUMMARY_KEYS = ("value", "suspect_value", "values", "std", "delta", "baseline", "decision", "status", "wall_s", "gpu_s",
+                "cpu_s", "cost_usd", "tokens", "error")
 MAX_DIFF = 200_000
 
 
@@ -77,11 +77,15 @@ class WandbMirror:
                "model": idea.model if idea is not None else None,
                "branch": (idea.branch or "").removeprefix("refs/heads/") if idea is not None else None,
                "commit": commit}
-        summary = {"value": note.value, "values": list(note.values), "std": note.std, "delta": note.delta,
+        # a suspicious (tampered or implausible) value is kept as `suspect_value`, never under the metric's
+        # own name or `value`, so no W&B chart or sort ever ranks it as a best result
+        trusted = note.status.value == "succeeded"
+        summary = {"value": note.value if trusted else None, "suspect_value": None if trusted else note.value,
+                   "values": list(note.values), "std": note.std, "delta": note.delta,
                    "baseline": note.baseline, "decision": note.decision, "status": note.status.value,
-                   "wall_s": note.wall_s, "gpu_s": note.gpu_s, "cost_usd": note.cost_usd, "tokens": note.tokens,
+                   "wall_s": note.wall_s, "gpu_s": note.gpu_s, "cpu_s": note.cpu_s, "cost_usd": note.cost_usd, "tokens": note.tokens,
                    "error": (note.error or "")[:2000] or None}
-        if note.value is not None:
+        if note.value is not None and trusted:
             summary[m.metric] = note.value
         tags = [t for t in (origin, note.status.value, note.decision,
                             f"epoch-{epoch}" if epoch is not None else None) if t]

@@ -59,6 +59,9 @@ class LLMPolicy(Policy):
         self._pending: list[_Pending] = []
         self._floor: dict[int, int] = {}     # epoch -> position reached by this process
         self._seq = 0
+        # spend of calls that yielded no idea: carried onto the next proposals, so the Cost-USD
+        # trailers add up to every call made (the spend recorded equals the sum of the calls)
+        self._unbilled = (0.0, 0)
 
     # -- where we are ---------------------------------------------------------------------------
     def _refresh(self, population) -> None:
@@ -130,16 +133,25 @@ class LLMPolicy(Policy):
         known = [i.title for i in population.ideas] + [p.title for p in self._pending]
         accepted: list[Proposal] = []
         dropped: list[Proposal] = []
+        carry_usd, carry_tok = self._unbilled
         for call in range(1 + MAX_FOLLOWUPS):
             want = plan.k - len(accepted)
             meta = {"n": want, "known_titles": known + [p.title for p in accepted + dropped]}
             try:
                 c = llm.complete(messages, system=plan.system, purpose="propose", meta=meta)
-            except LLMError:
+            except LLMError as e:
+                spent = getattr(e, "completion", None)    # answered (and billed), but unusable
+                if spent is not None:
+                    carry_usd += spent.cost_usd
+                    carry_tok += spent.input_tokens + spent.output_tokens
+                self._unbilled = (carry_usd, carry_tok)
                 if call == 0:
                     raise
                 break       # a failed follow-up: keep what this batch already has
             parsed = parse_ideas(c.text)[:want]
+            if not parsed:
+                carry_usd += c.cost_usd
+                carry_tok += c.input_tokens + c.output_tokens
             share = len(parsed) or 1
             new_dups: list[Proposal] = []
             for idea in parsed:
@@ -149,12 +161,17 @@ class LLMPolicy(Policy):
                                 cost_usd=c.cost_usd / share,
                                 tokens=(c.input_tokens + c.output_tokens) // share,
                                 model=c.model, prompt_hash=plan.prompt_hash)
+                if carry_usd or carry_tok:           # the first idea after unusable answers pays for them
+                    prop.cost_usd += carry_usd
+                    prop.tokens += carry_tok
+                    carry_usd, carry_tok = 0.0, 0
                 self._check_duplicate(prop, population)
                 if prop.dropped_reason:
                     new_dups.append(prop)
                 else:
                     accepted.append(prop)
             dropped += new_dups
+            self._unbilled = (carry_usd, carry_tok)
             if len(accepted) >= plan.k or call == MAX_FOLLOWUPS:
                 break
             messages += [{"role": "assistant", "content": c.text},

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from autoresearchd.manifest import EnvManifest
 
-from .outcome import outcome_from_files  # noqa: F401  (re-exported: the runners' shared API)
+from .outcome import outcome_from_files, whole_tail  # noqa: F401  (re-exported: the runners' shared API)
 from .protocol import (HostUnreachable, PollState, Runner, Shell, Slot, TrialOutcome,  # noqa: F401
                        TrialSpec)
 from .trialdir import (_MINE_FN, _POLL_FN, _PROBE, SECRET_NAME, STARTING_GRACE_S, _slot_file,  # noqa: F401
@@ -47,6 +47,8 @@ class ShellRunner:
         detached = type(self).launch is ShellRunner.launch
         self.prestage = max(1, int(getattr(cfg, "prestage", None) or self.PRESTAGE)) if detached else 1
         self._pool: ThreadPoolExecutor | None = None
+        # trial dir -> when its run started (seen by the last poll); absent while a trial waits for its slot
+        self.started_at: dict[str, float] = {}
         self._pool_lock = threading.Lock()
 
     # -- subclass hooks ------------------------------------------------------------------------
@@ -74,7 +76,7 @@ class ShellRunner:
 
     def _launched(self, sh: Shell, rc: int, out: bytes, err: bytes) -> dict[str, Any]:
         if rc != 0 or not out.split() or not out.split()[-1].isdigit():
-            raise RuntimeError(f"could not start the trial on {sh.name}: {err.decode(errors='replace')[-500:]}")
+            raise RuntimeError(f"could not start the trial on {sh.name}: {whole_tail(err) or f'exit {rc}'}")
         return {"pid": int(out.split()[-1])}
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -116,18 +118,58 @@ class ShellRunner:
                              self.cfg.log_tail_bytes, self.data_env(slot.host), self.scheduler_gpus, lock,
                              f"{root}/.events")
         fused = type(self).launch is ShellRunner.launch
-        # Fresh directory: a retry of the same trial id starts clean.
-        cmd = (f"rm -rf {q(tdir)} && mkdir -p {q(tdir)} {q(root)}/.slots && cd {q(tdir)} && "
-               f"tar -x --no-same-owner -f - && mkdir -p code eval" + (f" && {self.LAUNCH}" if fused else ""))
+        # Room first (nothing is written to a disk without min_free_mb free), then a fresh directory: a
+        # retry of the same trial id starts clean. A failure removes what it staged, so a full disk is
+        # not left fuller.
+        cmd = (f"{{ mkdir -p {q(root)}/.slots && {self.space_check(root, slot.host)} && "
+               f"rm -rf {q(tdir)} && mkdir -p {q(tdir)} && cd {q(tdir)} && "
+               f"tar -x --no-same-owner -f - && mkdir -p code eval" + (f" && {self.LAUNCH}" if fused else "") +
+               f"; }} || {{ rc=$?; cd / && rm -rf {q(tdir)}; exit $rc; }}")
         submitted = time.time()
         rc, out, err = sh.run(cmd, stdin=bundle(spec, env_text), timeout=300)
         if fused:
             extra = self._launched(sh, rc, out, err)
         elif rc != 0:
-            raise RuntimeError(f"copying the trial to {slot.host} failed: {err.decode(errors='replace')[-300:]}")
+            raise RuntimeError(f"copying the trial to {slot.host} failed: {whole_tail(err) or f'exit {rc}'}")
         else:
             extra = self.launch(sh, tdir, spec, slot)
         return {"host": slot.host, "slot": slot.slot, "dir": tdir, "submitted": submitted, **extra}
+
+    # -- host health -------------------------------------------------------------------------------
+    def min_free_kb(self, host: str) -> int:
+        """Free space a host's work root needs before a trial is staged there (0: no check)."""
+        return 0
+
+    def space_check(self, root: str, host: str) -> str:
+        """Shell that fails (exit 75) with the `df` figure and the path when `root`'s disk has less
+        than min_free_kb free."""
+        need = int(self.min_free_kb(host))
+        if need <= 0:
+            return "true"
+        q = shlex.quote
+        return (f"avail=$(df -Pk {q(root)} | awk 'NR==2 {{print $4}}') && {{ [ \"$avail\" -ge {need} ] || "
+                f"{{ printf 'only %s kB free on the disk holding %s on %s (df -Pk); min_free_mb = {need / 1024:g}\\n' "
+                f"\"$avail\" {q(root)} {q(host)} >&2; exit 75; }}; }}")
+
+    def check_host(self, host: str, force: bool = False) -> str | None:
+        """A health probe: None when the host can take a trial (it answers, its work root is
+        writable, enough space is free), else why not, whole. `force` reconnects at once."""
+        try:
+            if force:
+                self.reconnect(host)
+            root = self.work_root(host).rstrip("/")
+            q = shlex.quote(root)
+            rc, _, err = self.shell_for(host).run(
+                f"mkdir -p {q}/.slots && t={q}/.probe.$$ && : > \"$t\" && rm -f \"$t\" && "
+                f"{self.space_check(root, host)}", timeout=60)
+        except Exception as e:  # noqa: BLE001 - any failure is the verdict
+            return str(e)
+        if rc != 0:
+            return whole_tail(err) or f"the work root check on {host} exited {rc}"
+        return None
+
+    def reconnect(self, host: str) -> None:
+        """Drop any connection back-off for `host` (its next command connects at once)."""
 
     def poll(self, handle: dict[str, Any]) -> PollState:
         return self._poll_batched([handle])[0]
@@ -155,7 +197,13 @@ class ShellRunner:
             if rc != 0 or len(words) != len(idx):
                 return
             for i, w in zip(idx, words):
-                out[i] = self._state(w, handles[i])
+                word, _, began = w.partition("@")
+                out[i] = self._state(word, handles[i])
+                if began:
+                    try:
+                        self.started_at[handles[i]["dir"]] = float(began)
+                    except ValueError:
+                        pass
         self.map(one, list(groups))
         return out
 
@@ -167,7 +215,7 @@ class ShellRunner:
         return {"done": PollState.DONE, "missing": PollState.MISSING, "running": PollState.RUNNING,
                 "dead": PollState.LOST}.get(word, PollState.UNREACHABLE)
 
-    FILES: ClassVar[list[str]] = ["run.rc", "run.timed_out", "started", "done", "tamper.txt", "run_result.json",
+    FILES: ClassVar[list[str]] = ["prepare.rc", "prepare.log", "run.rc", "run.timed_out", "started", "done", "tamper.txt", "run_result.json",
                                   "eval.rc", "eval.timed_out", "eval_result.json", "run.head", "run.tail",
                                   "eval.head", "eval.tail", "wrapper.log"]
 
@@ -201,9 +249,13 @@ class ShellRunner:
             for i, got, probe in zip(idx, files, probes):
                 o = out[i] = outcome_from_files(got, self.manifest, probe)
                 if o.exit_code is None and not o.timed_out and (hint := self._disk_hint(sh, handles[i]["dir"])):
-                    o.error = f"{o.error}; {hint}"
+                    o.error, o.host_fault = f"{o.error}; {hint}", hint
         self.map(one, list(groups))
         return out
+
+    def disk_hint(self, handle: dict[str, Any]) -> str | None:
+        """"the disk holding DIR on HOST is full (...)" when a dead trial's disk is full, else None."""
+        return self._disk_hint(self.shell_for(handle["host"]), handle["dir"])
 
     def _disk_hint(self, sh: Shell, d: str) -> str | None:
         """Why the wrapper could not even write the run's exit code: most often a full disk."""
@@ -228,7 +280,10 @@ class ShellRunner:
         cache = self.__dict__.setdefault("_probes", {})
         hit = cache.get(host)
         if hit is None or time.monotonic() - hit[0] > self.PROBE_TTL_S:
-            hit = cache[host] = (time.monotonic(), sh.run(_PROBE, timeout=60)[1].decode(errors="replace"))
+            # the trials' PATH, so the fingerprint names the python (and torch) the runs really use
+            prefix = self.path_prefix(host)
+            path = "export PATH=" + '"$PATH"'.join(shlex.quote(part) for part in prefix.split("$PATH")) + "\n"
+            hit = cache[host] = (time.monotonic(), sh.run(path + _PROBE, timeout=60)[1].decode(errors="replace"))
         return hit[1]
 
     def _read_files(self, sh: Shell, d: str, names: list[str]) -> dict[str, bytes]:
@@ -243,7 +298,7 @@ class ShellRunner:
                   "; do [ -f \"$f\" ] && printf '%s\\0' \"$f\"; done | tar -c --null -T - -f -")
         rc, out, err = sh.run(script, timeout=120)
         if rc != 0:
-            raise RuntimeError(f"reading trial files on {sh.name} failed: {err.decode(errors='replace')[-300:]}")
+            raise RuntimeError(f"reading trial files on {sh.name} failed: {whole_tail(err) or f'exit {rc}'}")
         res: list[dict[str, bytes]] = [{} for _ in dirs]
         where = {r: k for k, r in enumerate(rels)}
         with tarfile.open(fileobj=io.BytesIO(out)) as tf:

@@ -23,6 +23,19 @@ def _float(b: bytes | None) -> float | None:
         return None
 
 
+def whole_tail(data: bytes | str, limit: int = 2000) -> str:
+    """The end of an error text, cut only between lines (or words), never inside one: a message
+    cut mid-word hides where the problem is."""
+    text = (data.decode(errors="replace") if isinstance(data, bytes) else data).strip()
+    if len(text) <= limit:
+        return text
+    cut = text[-limit:]
+    for sep in ("\n", " "):
+        if sep in cut:
+            return "... " + cut.split(sep, 1)[1].lstrip()
+    return "... " + cut
+
+
 def _joined_log(files: dict[str, bytes], prefix: str) -> bytes:
     head, tail = files.get(prefix + ".head", b""), files.get(prefix + ".tail", b"")
     if tail:
@@ -54,10 +67,15 @@ def outcome_from_files(files: dict[str, bytes], manifest: EnvManifest, probe: st
     else:
         metrics = parse_metrics(run_log.decode(errors="replace"), files.get("run_result.json"))
         source = "run"
-    if timed_out:
+    prep_rc = _int(files.get("prepare.rc"))
+    if prep_rc not in (0, None):
+        why = f"timed out after {manifest.prepare_budget_s}s" if prep_rc == 124 else f"exited {prep_rc}"
+        tail = files.get("prepare.log", b"").decode(errors="replace")[-1500:].strip()
+        error = f"prepare {why} (the run did not start)" + (f"; its output ends with:\n{tail}" if tail else "")
+    elif timed_out:
         error = "run exceeded its time budget of %ss" % manifest.time_budget_s
     elif rc is None:
-        wrapper = files.get("wrapper.log", b"").decode(errors="replace")[-300:].strip()
+        wrapper = whole_tail(files.get("wrapper.log", b""), 1000)
         error = "run left no exit code (killed, or the wrapper failed)" + (f": {wrapper}" if wrapper else "")
     elif rc != 0:
         error = f"run exited {rc}"

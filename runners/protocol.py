@@ -32,6 +32,7 @@ class TrialSpec:
     eval_tar: bytes | None = None    # git archive of the baseline's frozen files (harness)
     frozen_paths: list[str] = field(default_factory=list)
     purpose: str = "idea"
+    prepare_key: str = ""            # hash of the prepare step's inputs (runners/prepare.py)
 
 
 class PollState(str, Enum):
@@ -56,6 +57,7 @@ class TrialOutcome:
     software: str | None = None
     eval_exit_code: int | None = None
     requeue: bool = False            # e.g. Slurm preemption: run again, not a failure
+    host_fault: str | None = None    # the host, not the run, failed it (its disk filled): run it elsewhere
 
 
 class Shell(Protocol):

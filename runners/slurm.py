@@ -252,6 +252,8 @@ class SlurmRunner(ShellRunner):
         s = m.time_budget_s + defaults.KILL_GRACE_S + self.scfg.time_margin_s
         if m.evaluate:
             s += m.eval_budget_s + defaults.KILL_GRACE_S
+        if m.prepare:      # the job prepares on its node first when that node has no cached copy yet
+            s += m.prepare_budget_s + defaults.KILL_GRACE_S
         return int(s)
 
     def sbatch_argv(self, tdir: str, spec: TrialSpec) -> list[str]:

@@ -24,6 +24,7 @@ from typing import ClassVar
 
 import paramiko
 
+from autoresearchd import defaults
 from autoresearchd.manifest import EnvManifest
 
 from .base import HostUnreachable, ShellRunner, Slot
@@ -32,7 +33,10 @@ log = logging.getLogger(__name__)
 
 SSH_CONFIG_ENV = "AUTORESEARCHD_SSH_CONFIG"   # overrides ~/.ssh/config (tests point it elsewhere)
 MAX_CHANNELS = 8          # concurrent channels per connection; OpenSSH's MaxSessions defaults to 10
-RETRY_AFTER_S = (2.0, 30.0)  # after failed connects, fail fast for 2 s, doubling up to 30 s, then retry
+# After a failed connect, commands fail fast for 1 s, doubling up to 3 s, then connect again: a host
+# that comes back is seen within a few seconds (a long back-off once made the daemon declare finished
+# trials lost after their host was back), and a dead one costs one connect time-out per interval.
+RETRY_AFTER_S = defaults.RECONNECT_S
 _CHUNK = 32768
 
 
@@ -186,6 +190,11 @@ class SSHShell:
                     raise HostUnreachable(f"host {self.name}: connection to {self._where()} lost: {e}") from None
         raise AssertionError("unreachable")
 
+    def reset_backoff(self) -> None:
+        """The next command connects at once (the last probe before a lease is declared lost)."""
+        with self._lock:
+            self._retry_at = 0.0
+
     def connected(self) -> bool:
         c = self._client
         return c is not None and c.get_transport() is not None and c.get_transport().is_active()
@@ -321,6 +330,15 @@ class SSHRunner(ShellRunner):
                 s.reachable = ok
                 out.append(s)
         return out
+
+    def min_free_kb(self, host: str) -> int:
+        h = self.hosts.get(host)
+        return int((h.min_free_mb if h is not None else 0) * 1024)
+
+    def reconnect(self, host: str) -> None:
+        if host in self._shells:
+            self._shells[host].reset_backoff()
+            self._reach.pop(host, None)
 
     def shell_for(self, host: str) -> SSHShell:
         try:

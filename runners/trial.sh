@@ -1,13 +1,27 @@
 #!/usr/bin/env bash
 # autoresearchd trial wrapper. Runs detached in its trial directory; needs only bash and coreutils.
 # Layout: code/ (the idea's tree), eval/ (frozen harness from the baseline), trial.env (quoted vars).
-# Writes: run.head/run.tail (capped log), run.bytes, run.rc, timed_out, eval.*, tamper.txt, done.
+# Writes: prepare.rc/prepare.log (when the manifest has `prepare`), run.head/run.tail (capped log), run.bytes, run.rc, timed_out, eval.*, tamper.txt, done.
 # Pre-staged trials wait here for their slot's lock (AR_SLOT_LOCK) before `started` and the budget clock.
 set -u
 cd "$(dirname "$0")" || exit 97
 T=$PWD
 . "$T/trial.env"
 echo $$ > "$T/pgid"
+
+# The once-per-host prepare step (runners/prepare.sh): before the slot lock and the budget clock, so
+# its time counts against neither budget; cached in <work_root>/.prepared/<key>.
+if [ -n "${AR_PREPARE:-}" ]; then
+  export AUTORESEARCH_PREPARED="${T%/*}/.prepared/$AR_PREPARE_KEY"
+  AR_PREPARE=$AR_PREPARE AR_SETUP=$AR_SETUP AR_PREPARE_BUDGET=$AR_PREPARE_BUDGET AR_KILL_GRACE=$AR_KILL_GRACE \
+    bash "$T/prepare.sh" "${T%/*}" "$AR_PREPARE_KEY" "$T/eval" "$T/prepare.log"
+  echo $? > "$T/prepare.rc"
+  if [ "$(cat "$T/prepare.rc")" != 0 ]; then
+    date +%s.%N > "$T/started"; date +%s.%N > "$T/done"
+    [ -n "${AR_EVENTS:-}" ] && echo "${T##*/}" >> "$AR_EVENTS" 2>/dev/null
+    exit 0
+  fi
+fi
 
 # The slot lock: held on fd 9 until this wrapper exits (however it exits: the kernel drops it), so a
 # trial staged behind the running one starts the moment the slot frees. Children do not inherit it.
@@ -74,6 +88,7 @@ if [ -n "${AR_EVALUATE:-}" ] && [ "$(cat "$T/run.rc")" = 0 ] && [ ! -e "$T/run.t
 PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1 PYTHONDONTWRITEBYTECODE=1 \
 CUDA_VISIBLE_DEVICES=$(q "${CUDA_VISIBLE_DEVICES:-}") AUTORESEARCH_SEED=$(q "$AUTORESEARCH_SEED") \
 AUTORESEARCH_ARTIFACTS=$(q "$T/artifacts") AUTORESEARCH_RESULT=$(q "$T/eval_result.json") \
+AUTORESEARCH_PREPARED=$(q "${AUTORESEARCH_PREPARED:-}") \
 $AR_DATA_ENV bash -c $(q "$cmd")"
 fi
 date +%s.%N > "$T/finished"

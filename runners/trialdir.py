@@ -14,6 +14,7 @@ from importlib import resources
 
 from autoresearchd import defaults
 
+from .prepare import prepare_key
 from .protocol import Slot, TrialSpec
 
 
@@ -37,7 +38,8 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   n=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
   c=$(nvidia-smi -L 2>/dev/null | wc -l); [ -n "$n" ] && acc="$c x $n"
 fi
-sw=$(cd / && python3 -c 'import sys,platform;v="py"+platform.python_version()
+py=python; command -v python >/dev/null 2>&1 || py=python3   # the interpreter trials' `python` finds
+sw=$(cd / && "$py" -c 'import sys,platform;v="py"+platform.python_version()
 try:
   import torch;v+=" torch"+torch.__version__+(" cuda"+torch.version.cuda if torch.version.cuda else "")
 except Exception: pass
@@ -61,6 +63,10 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
         "AR_RUN": m.run,
         "AR_EVALUATE": m.evaluate or "",
         "AR_SETUP": m.setup or "",
+        "AR_PREPARE": m.prepare or "",
+        # a caller that gives no key (doctor --run) still gets a cache of its own, never the bare dir
+        "AR_PREPARE_KEY": spec.prepare_key or (prepare_key(m, []) if m.prepare else ""),
+        "AR_PREPARE_BUDGET": str(int(m.prepare_budget_s)),
         "AR_BUDGET": str(int(m.time_budget_s)),
         "AR_EVAL_BUDGET": str(int(m.eval_budget_s)),
         "AR_KILL_GRACE": str(defaults.KILL_GRACE_S),
@@ -98,9 +104,12 @@ _POLL_FN = _MINE_FN + r"""st() {
   s=; if [ -d /proc/1 ]; then { read -r s < "/proc/$p/stat"; } 2>/dev/null; s=${s##*) }; s=${s%% *}
     mine "$1" "$p" || s=
   else s=$(ps -o stat= -p "$p" 2>/dev/null); fi
-  if [ -e "$1/done" ]; then echo done; elif [ -z "$s" ] || [ "${s#Z}" != "$s" ]; then echo dead; else echo running; fi
+  if [ -e "$1/done" ]; then echo done; elif [ -z "$s" ] || [ "${s#Z}" != "$s" ]; then echo dead
+  else t=; { read -r t < "$1/started"; } 2>/dev/null; case $t in ''|*[!0-9.]*) echo running;; *) echo "running@$t";; esac; fi
 }
 """
+# "running@T": the run started at T (epoch seconds, the wrapper's `started` stamp); plain "running": it
+# is placed on the host and still waits for its slot (pre-staging), so its budget clock has not started.
 # A trial whose wrapper has not written its pid file yet (crash between lease and submit) counts as
 # starting for this long after submit, then as lost.
 STARTING_GRACE_S = 60.0
@@ -111,7 +120,7 @@ def _slot_file(slot: str) -> str:
 
 
 def bundle(spec: TrialSpec, env_text: str) -> bytes:
-    """One tar holding code/ (the commit), eval/ (the harness), trial.sh and trial.env, so a trial
+    """One tar holding code/ (the commit), eval/ (the harness), trial.sh, prepare.sh and trial.env, so a trial
     directory is placed with a single upload."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as out:
@@ -127,7 +136,9 @@ def bundle(spec: TrialSpec, env_text: str) -> bytes:
                     if m.islnk():        # hard links name a member of the same archive
                         m.linkname = f"{prefix}/{m.linkname}"
                     out.addfile(m, src.extractfile(m) if m.isreg() else None)
-        for name, data, mode in (("trial.sh", trial_script(), 0o755), ("trial.env", env_text.encode(), 0o644)):
+        from .prepare import prepare_script
+        for name, data, mode in (("trial.sh", trial_script(), 0o755), ("prepare.sh", prepare_script(), 0o755),
+                                 ("trial.env", env_text.encode(), 0o644)):
             ti = tarfile.TarInfo(name)
             ti.size, ti.mode, ti.mtime = len(data), mode, int(time.time())
             out.addfile(ti, io.BytesIO(data))

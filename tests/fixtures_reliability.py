@@ -269,7 +269,9 @@ def build_population(repo_path: Path, n: int, *, prefix: str = "load", notes: bo
         out += [f"commit {ref}\n".encode(), f"mark :{k + 1}\n".encode(),
                 f"committer t <t@t> {ts + k} +0000\n".encode(), f"data {len(msg)}\n".encode(), msg,
                 f"from {base}\n".encode(), f"M 100644 inline {value_file}\n".encode(),
-                f"data {len(value)}\n".encode(), value, b"\n"]
+                f"data {len(value)}\n".encode(), value, b"\n",
+                # the daemon's provenance mark: these stand for ideas the daemon wrote
+                f"reset refs/autoresearch/ideas/{prefix}-{k:06d}\nfrom :{k + 1}\n\n".encode()]
     if notes:
         out += [f"commit {NOTES}\n".encode(), f"committer t <t@t> {ts + n} +0000\n".encode(), b"data 5\nnotes\n"]
         parent = subprocess.run(["git", "-C", str(repo_path), "rev-parse", "-q", "--verify", NOTES],

@@ -24,7 +24,7 @@ from autoresearchd.decide import decide
 from autoresearchd.gitrepo import GitRepo
 from autoresearchd.ideas import branch_for, format_message, make_idea_id
 from autoresearchd.notes import Lease, Note, Status, Trial, format_leases, format_note
-from autoresearchd.population import PROPOSALS_PREFIX, RECORDS_PREFIX
+from autoresearchd.population import IDEAS_PREFIX, PROPOSALS_PREFIX, RECORDS_PREFIX
 
 MANIFEST = """[env]
 name = "pop"
@@ -183,12 +183,14 @@ def build_population(repo_path, n: int, seed: int = 0, with_failures: bool = Tru
         code = TRAIN.replace("0.001", f"{0.001 + k * 1e-6:.6f}").encode()
         branch = branch_for(idea_id, title, origin)
         mark = s.commit(branch, ts, msg, base_ref, {"train.py": code})
+        if origin != "human":            # the daemon's mark: its own commits' trailers are believed
+            s.reset(IDEAS_PREFIX + idea_id, f":{mark}")
         by_epoch.setdefault(epoch, []).append(idea_id)
         if status == Status.QUEUED:
             continue
         if status == Status.RUNNING:
             lz = Lease(trial_id=f"{idea_id}-s0", seed=0, runner="local", host="gpu-a", slot="0",
-                       started=time.time() - 120, heartbeat=time.time())
+                       started=time.time() - 150, began=time.time() - 120, heartbeat=time.time())
             leases.append((f":{mark}", format_leases([lz])))
             continue
         logdata = f"run {k}\n".encode() * 50 + b"---\nval_loss: 3.2\n"

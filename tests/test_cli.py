@@ -46,6 +46,10 @@ def test_graceful_stop_leaves_detached_runs_then_restart_harvests(toy_env, tmp_p
     assert p.returncode == 0, out
     st = cli("--config", str(cfg), "status")
     assert st.returncode == 0 and "daemon not running" in st.stdout
+    # the detached trial is still recorded as running in git: status lists it (read from the leases)
+    flat = " ".join(st.stdout.split())
+    assert "(daemon stopped: detached trials run on" in flat and "trials running: " in flat, flat
+    assert any(ln.split()[1:2] == ["s0"] and "slow" in ln for ln in st.stdout.splitlines()), st.stdout
     time.sleep(3.5)                                    # the detached trial finishes on its own
     p2 = cli("--config", str(cfg), "start", "--until", "idle")
     assert p2.returncode == 0, p2.stderr
@@ -97,3 +101,40 @@ def test_status_and_ideas_without_daemon(toy_env, tmp_path):
     ideas = cli("--config", str(cfg), "ideas", "--json")
     assert ideas.returncode == 0 and '"Queued idea"' in ideas.stdout
     assert os.path.exists(toy_env)
+
+
+def test_start_detach_returns_at_once_inside_command_substitution(toy_env, tmp_path):
+    """`x=$(autoresearchd start --detach)` must not wait for the daemon: the child keeps none of the
+    caller's streams (they go to the log), in a session of its own."""
+    run = (toy_env / "run.py").read_text().replace("x = 1.0", "x = 0.9")
+    sha = branch_idea(toy_env, "d/one", "detached", {"run.py": run})
+    cfg = write_config(tmp_path, toy_env)
+    cmd = f'x=$({sys.executable} -m autoresearchd.cli --config "{cfg}" start --detach 2>&1); printf "%s" "$x"'
+    t0 = time.monotonic()
+    p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - t0
+    state = toy_env / ".git" / "autoresearch"
+    pidfile = state / "daemon.pid"
+    pid = None
+    try:
+        assert p.returncode == 0 and "pid" in p.stdout and "daemon.log" in p.stdout, (p.stdout, p.stderr)
+        pid = int(p.stdout.split("pid ", 1)[1].split(")", 1)[0])
+        assert took < 5, f"start --detach held the caller's output for {took:.1f} s"
+        os.kill(pid, 0)                                            # the daemon lives on
+        assert os.getsid(pid) == pid, "the daemon is not in a session of its own"
+        deadline = time.time() + 60
+        while time.time() < deadline and not git(toy_env, "notes", "--ref", "refs/notes/autoresearch",
+                                                   "list").count(sha):
+            time.sleep(0.2)
+        assert sha in git(toy_env, "notes", "--ref", "refs/notes/autoresearch", "list"), "the daemon did no work"
+        assert "research repo" in (state / "daemon.log").read_text()
+    finally:
+        if pid is not None:
+            cli("--config", str(cfg), "stop")
+            deadline = time.time() + 30
+            while pidfile.exists() and time.time() < deadline:
+                time.sleep(0.1)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -6,7 +6,7 @@ from autoresearchd import defaults
 from autoresearchd.gitrepo import GitRepo
 from autoresearchd.ideas import branch_for, format_message
 from autoresearchd.notes import Note, Status, format_note
-from autoresearchd.population import RECORDS_PREFIX, read_population
+from autoresearchd.population import IDEAS_PREFIX, RECORDS_PREFIX, read_population
 from autoresearchd.policies.dedupe import PENDING, DuplicateIndex, normalize
 
 LS = ("[Experiment] Label smoothing of 0.1 on the cross-entropy loss to soften the targets and reduce "
@@ -81,6 +81,7 @@ def test_sync_indexes_every_idea_whatever_its_status(tmp_path):
     for idea_id, text, status, origin, record in specs:
         c = repo.commit_tree(repo.tree_of(base), [base], format_message(
             text.split(".")[0], text, {"Idea-Id": idea_id, "Origin": origin, "Epoch": 0}))
+        repo.update_ref(IDEAS_PREFIX + idea_id, c)
         repo.update_ref(RECORDS_PREFIX + idea_id if record else branch_for(idea_id, idea_id, origin), c)
         repo.note_write(defaults.NOTES_REF, c, format_note(Note(status=status, error="x")))
     # a person's branch: no trailers, no note

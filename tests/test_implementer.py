@@ -160,3 +160,40 @@ def test_prompt_context(setup):
     assert "## evaluate.py (READ-ONLY: frozen)" in text
     assert "(hidden from this view)" in text and "do not show" not in text
     assert "    3| x = 1.0" in text
+
+
+def test_safety_rejection_is_final_not_sent_back(setup):
+    """A diff refused by a safety rule (here: a frozen file) ends the idea at once: the model is not
+    asked again, although revisions are left."""
+    make, fake = setup
+    _, research, impl = make("[implementer]\nmax_revisions = 2\n")
+    fake.script(Reply(FROZEN), Reply(GOOD), Reply(GOOD))
+    idea_id = propose(impl)
+    assert impl.implement(idea_id) is None
+    assert len(fake.requests) == 1, "a safety rejection was sent back to the model"
+    note = parse_note(research.repo.note_read("refs/notes/autoresearch",
+                                              research.repo.rev_parse(RECORDS_PREFIX + idea_id)))
+    assert note.status == Status.REJECTED and "evaluate.py" in note.error
+
+
+MISCOUNTED = """```diff
+--- a/run.py
++++ b/run.py
+@@ -2,7 +2,9 @@
+ random.seed(int(os.environ.get("AUTORESEARCH_SEED", "0")))
+-x = 1.0
++x = 0.5
+ with open("out.txt", "w") as f:
+```
+"""
+
+
+def test_complete_diff_with_wrong_counts_is_recounted(setup):
+    """The answer is complete (closed fence) but its @@ header declares 7/9 lines for a 3/3 hunk: the
+    counts are recounted and the diff applies on the first attempt; nothing calls it truncated."""
+    make, fake = setup
+    _, research, impl = make("[implementer]\nmax_revisions = 0\n")
+    fake.script(Reply(MISCOUNTED))
+    branch = impl.implement(propose(impl))
+    assert branch, "a complete diff with wrong hunk counts was refused"
+    assert b"x = 0.5" in research.repo.read_files(branch, ["run.py"])["run.py"]

@@ -151,5 +151,65 @@ def test_render_progress_shows_epoch_and_running_trials(pop300):
     console.print(render_progress(state, pop, time_budget_s=600, ideas_per_epoch=30))
     text = console.export_text()
     assert "epoch 9:" in text and "implemented of 30" in text and "slots 1/2 busy" in text
-    assert "$0.2500 of $5.00" in text and trials[0]["trial"] in text and "/ 10:00" in text
+    assert "$0.2500 of $5.00" in text and f"{trials[0]['idea']} s0" in text and "/ 10:00" in text
     console.print(render_progress(None, pop))   # no state, no budget: still renders
+
+
+def _pop_with(tmp_path, trials: list[tuple[str, float, float | None]], extra_ideas=()):
+    """A population whose baseline has running leases (trial title, started, began)."""
+    from autoresearchd.gitrepo import GitRepo
+    from autoresearchd.notes import Lease
+    from autoresearchd.trials import Ledger
+    from conftest import git
+    d = tmp_path / "r"
+    d.mkdir()
+    git(d, "init", "-q", "-b", "main")
+    (d / ".autoresearch.toml").write_text('[env]\nrun = "true"\nmetric = "loss"\n')
+    git(d, "add", "-A")
+    git(d, "commit", "-qm", "baseline")
+    repo = GitRepo(d)
+    base = repo.rev_parse("refs/heads/main")
+    Ledger(repo).write_leases(base, [Lease(trial_id=f"baseline-{base[:8]}-s{k}", seed=k, runner="local",
+                                           host="local", slot=str(k), started=st, began=b)
+                                     for k, (_, st, b) in enumerate(trials)])
+    return d, read_population(repo, "refs/heads/main")
+
+
+def test_progress_at_80_columns_counts_running_trials_from_their_start(tmp_path):
+    now = time.time()
+    # seed 0 has run 4:10 of its 5:00 budget, after waiting 20 minutes on the host for its slot;
+    # seed 1 is placed and still waits for its slot
+    _, pop = _pop_with(tmp_path, [("a", now - 1450, now - 250), ("b", now - 30, None)])
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))
+    console.print(render_progress({"slots": [{"state": "busy"}]}, pop, time_budget_s=300, now=now))
+    text = console.export_text()
+    lines = text.splitlines()
+    assert all(len(ln) <= 80 for ln in lines), text
+    assert "running 1 (+1 waiting for a slot)" in text, text     # not "running 0" while trials run
+    row = next(ln for ln in lines if "baseline s0" in ln)
+    assert "4:10 / 5:00" in row, text                             # from its start, against the run budget
+    assert "24:" not in text and "25:00" not in text              # not from queueing, not another budget
+    assert "waiting 0:30" in next(ln for ln in lines if "baseline s1" in ln)
+    assert "run budget 5:00" in text
+
+
+def test_progress_keeps_numbers_when_titles_are_long(pop300):
+    _, _, pop = pop300
+    idea = next(i for i in pop.ideas if i.leases)
+    idea.title = "[bold]Markup[/bold] is shown as typed, in a very long title " * 4
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))
+    console.print(render_progress(None, pop, time_budget_s=600, now=time.time()))
+    text = console.export_text()
+    row = next((ln for ln in text.splitlines() if idea.idea_id in ln), text)
+    assert len(row) <= 80 and "/ 10:00" in row and "…" in row and "[bold]" in row, text
+
+
+def test_progress_counts_duplicates_apart_from_not_implementable(pop300):
+    from autoresearchd.progress import epoch_counts
+    from autoresearchd.notes import Status
+    _, _, pop = pop300
+    c = epoch_counts(pop)
+    here = [i for i in pop.ideas if i.epoch == c["epoch"] and i.origin != "human" and not i.branch]
+    assert c["duplicates"] == sum(1 for i in here if i.status == Status.DUPLICATE)
+    assert c["failed_to_implement"] == sum(1 for i in here if i.status in (Status.IMPLEMENT_FAILED,
+                                                                            Status.REJECTED))

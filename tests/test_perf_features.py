@@ -103,6 +103,9 @@ def test_prestaged_trial_waits_for_the_slot_and_its_budget_starts_when_it_runs(r
     time.sleep(0.5)
     assert r.poll(second) == PollState.RUNNING          # waiting counts as running: the lease stays live
     assert not Path(second["dir"], "started").exists()   # ... but its clock has not started
+    assert second["dir"] not in r.started_at             # so views show it waiting, not running
+    assert r.poll(first) == PollState.RUNNING
+    assert r.started_at[first["dir"]] == pytest.approx(stamp(first, "started"), abs=0.01)   # lease.began
     wait_states(r, [first, second], {PollState.DONE})
     a, b = r.fetch(first), r.fetch(second)
     assert not a.timed_out and not b.timed_out and a.error is None and b.error is None

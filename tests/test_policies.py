@@ -14,7 +14,7 @@ from autoresearchd.ideas import branch_for, format_message
 from autoresearchd.llm.base import Completion, LLMError, Provider
 from autoresearchd.manifest import EnvManifest
 from autoresearchd.notes import Note, Status, format_note
-from autoresearchd.population import RECORDS_PREFIX, read_population
+from autoresearchd.population import IDEAS_PREFIX, RECORDS_PREFIX, read_population
 from autoresearchd.policies import get
 from autoresearchd.policies.evolutionary import schedule
 from autoresearchd.policies.prompting import parse_ideas, prompt_hash
@@ -80,6 +80,7 @@ class Pop:
                                            "Parents": [on] if on else None})
         c = self.repo.commit_tree(tree, [parent], msg)
         ref = RECORDS_PREFIX + idea_id if record else branch_for(idea_id, title, origin)
+        self.repo.update_ref(IDEAS_PREFIX + idea_id, c)     # written "by the daemon": trailers believed
         self.repo.update_ref(ref, c)
         self.commits[idea_id] = c
         if value is not None or status is not None:

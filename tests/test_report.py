@@ -75,3 +75,33 @@ def test_report_of_an_empty_search(tmp_path):
     index = write_report(load_config(write_cfg(tmp_path, repo.path)), tmp_path / "r")
     assert index.is_file() and "none yet" in index.read_text()
     assert all((tmp_path / "r" / f).stat().st_size > 1000 for f in FIGURES)
+
+
+def test_figures_of_a_small_cpu_search_with_no_spend(tmp_path):
+    """Whole-number epoch ticks, CPU-hours (not GPU-hours) for a gpus = 0 env, a zero spend drawn
+    from 0 (not -0.04..0.04), and no twin axes in the cost figure."""
+    from autoresearchd.report import _save, figures
+    repo = build_population(tmp_path / "research", 12, seed=5, per_epoch=5)
+    research_cfg = load_config(write_cfg(tmp_path, repo.path))
+    p = read_population(repo, "refs/heads/main")
+    from autoresearchd.research import open_research
+    m = open_research(research_cfg, create=False).manifest.model_copy(update={"gpus": 0})
+    s = series(p, m.goal, m.gpus)
+    s["by_time"]["usd"] = [0.0] * len(s["by_time"]["usd"])          # a replay run: nothing spent
+    figs = figures(p, s, m)
+    for name in ("best_so_far.png", "ideas_by_epoch.png", "execution_rate.png"):
+        ax = figs[name].axes[0]
+        lo, hi = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+        assert ticks and all(float(t).is_integer() for t in ticks), (name, ticks)
+    labels = " ".join(ax.get_xlabel() + " " + ax.get_ylabel() + " " + ax.get_title()
+                      for f in figs.values() for ax in f.axes)
+    assert "GPU" not in labels and "CPU-hours" in labels, labels
+    cost = figs["cost.png"]
+    assert len(cost.axes) == 4 and all(len(ax.get_shared_x_axes().get_siblings(ax)) == 4 for ax in cost.axes)
+    usd = cost.axes[0]
+    assert usd.get_ylim() == (0, 1) and any("no LLM spend" in t.get_text() for t in usd.texts)
+    assert all(ax.get_ylim()[0] == 0 for ax in cost.axes)
+    for name, fig in figs.items():                      # they render
+        _save(fig, tmp_path / name)
+        assert (tmp_path / name).stat().st_size > 5000

@@ -60,10 +60,13 @@ def test_tampering_never_changes_the_metric_of_record(toy_env, tmp_path):
     commits = {name: branch_idea(toy_env, f"t/{name}", f"tamper {name}", {"run.py": base_run + code})
                for name, code in TAMPERS.items()}
     pop = run_until_settled(write_config(tmp_path, toy_env))
+    detected = {"overwrite_evaluate", "sitecustomize"}     # the runner reports these as tamper evidence
     for name, c in commits.items():
         n = pop.by_commit[c].note
-        assert n.status == Status.SUCCEEDED, (name, n.error)
+        assert n.status == (Status.SUSPICIOUS if name in detected else Status.SUCCEEDED), (name, n.error)
         assert 0.8 <= n.value < 0.82, (name, n.value)     # evaluate's number from the real artifact
+        if name in detected:                              # kept visible, never promoted or ranked
+            assert n.decision is None and pop.by_commit[c].value is None and n.error.startswith("tamper:")
     assert any("evaluate.py" in t for t in pop.by_commit[commits["overwrite_evaluate"]].note.tamper)
     assert any("sitecustomize.py" in t for t in pop.by_commit[commits["sitecustomize"]].note.tamper)
     assert pop.by_commit[commits["overwrite_evaluate"]].note.harness == pop.baseline_note.harness

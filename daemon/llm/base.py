@@ -20,6 +20,7 @@ class LLMError(Exception):
     def __init__(self, msg: str, retryable: bool = False, status: int | None = None):
         super().__init__(msg)
         self.retryable, self.status = retryable, status
+        self.completion: Completion | None = None    # set when an answer came back (and cost) but was unusable
 
 
 class BudgetExhausted(LLMError):
@@ -177,6 +178,8 @@ class Provider:
                 c.cost_usd = self.cost(c.model, c.input_tokens, c.output_tokens)
             self.budget.record(c, purpose)
             if not c.text.strip():
-                raise LLMError("the model returned an empty response", retryable=False)
+                e = LLMError("the model returned an empty response", retryable=False)
+                e.completion = c        # billed all the same: the caller attributes its cost
+                raise e
             return c
         raise LLMError(f"gave up after {self.cfg.max_retries + 1} attempts: {last}")
