@@ -8,6 +8,8 @@ Runs the corpus in tests/data/diffs through three appliers, each given the same 
 "recovered" = the result equals the expected files exactly; "wrong" = it applied but the files differ.
 Cases that must NOT apply (unsafe, ambiguous, truncated, broken) are counted separately: applying one
 of them is a wrong apply too. A second table does the same for randomly mangled diffs of random edits.
+A third (bench/implementers.py) sends scripted multi-file and check-failing ideas through each
+implementer end to end: the diff implementer and the coding-agent CLIs (`claude`, `codex`, when installed).
 
     .venv/bin/python bench/apply_rate.py
 """
@@ -133,10 +135,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mangled", type=int, default=200, help="random mangled diffs to add (0: none)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-implementers", action="store_true", help="skip the end-to-end implementer table")
     args = ap.parse_args()
     bad = corpus_table()
     if args.mangled:
         bad += mangled_table(args.mangled, args.seed)
+    if not args.no_implementers:
+        sys.path.insert(0, str(ROOT / "bench"))
+        from implementers import implementer_table
+        bad += implementer_table(ROOT)
     return 1 if bad else 0
 
 

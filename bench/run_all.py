@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/run_all.py [--quick] [--big] [--load 300] [--skip NAME,...] [--only NAME,...]
 
-Other benches (apply_rate, dedupe, runner_overhead, dispatch, population, promotion) run as subprocesses
+Other benches (apply_rate, dedupe, runner_overhead, dispatch, population, promotion, serve) run as subprocesses
 with small arguments when --quick is given; the last lines of each one's output (its figures) are
 shown. Its own figures:
   - population read (the policies' and CLI's view of the repo) at 1k and 10k ideas with notes (100k with
@@ -33,6 +33,7 @@ OTHERS = {
     "dispatch": ([], []),
     "population": ([], []),
     "promotion": (["--trials", "100"], []),
+    "serve": (["--ideas", "1000", "--updates", "20"], []),
 }
 
 

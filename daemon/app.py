@@ -87,7 +87,7 @@ def make_policy(cfg: Config):
 
 
 def build_daemon(cfg: Config, with_llm: bool = True):
-    from .implementer import Implementer
+    from .implementer import make_implementer
     from .loop import Daemon
     research = open_research(cfg, configure_repo=True)
     if research.configured:
@@ -102,7 +102,10 @@ def build_daemon(cfg: Config, with_llm: bool = True):
     if with_llm:
         llm, note = make_llm(cfg, research)
         policy = make_policy(cfg)
-        implementer = Implementer(research, llm, cfg)
+        try:
+            implementer = make_implementer(research, llm, cfg)
+        except KeyError as e:
+            raise ConfigError(f"implementer.kind: {e.args[0]}") from None
     daemon = Daemon(cfg, research, runner, llm, policy, implementer, llm_note=note)
     from .wandb_mirror import attach
     attach(daemon, cfg)

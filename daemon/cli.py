@@ -1,5 +1,5 @@
 """The `autoresearchd` command line: init, adopt, start, stop, status, ideas, show, queue, doctor, report,
-export.
+export, serve.
 
 Configuration mistakes print one line and exit 2 (a traceback only with --debug).
 """
@@ -223,6 +223,11 @@ def cmd_export(args, cfg) -> int:
     return 0
 
 
+def cmd_serve(args, cfg) -> int:
+    from .serve import serve
+    return serve(cfg, host=args.host, port=args.port, token=args.token, token_file=args.token_file)
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
     try:
@@ -278,12 +283,19 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("export", help="export the population as trajectories")
     s.add_argument("--out", default="trajectories.jsonl", help="output file (default: trajectories.jsonl)")
     s.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl", help="file format (default: jsonl)")
+    from . import defaults
+    s = sub.add_parser("serve", help="a live, read-only web dashboard of the search")
+    s.add_argument("--host", default=defaults.SERVE_HOST, help="address to bind (anything but loopback needs a token)")
+    s.add_argument("--port", type=int, default=defaults.SERVE_PORT, help="0 picks a free port")
+    s.add_argument("--token", help="require this token (16+ characters) on every request")
+    s.add_argument("--token-file", help="read the token from this file")
     return p
 
 
 COMMANDS = {"init": cmd_init, "start": cmd_start, "stop": cmd_stop, "status": cmd_status, "ideas": cmd_ideas,
             "show": cmd_show, "queue": cmd_queue, "doctor": cmd_doctor, "adopt": cmd_adopt, "report": cmd_report,
-            "export": cmd_export}
+            "export": cmd_export,
+            "serve": cmd_serve}
 
 
 def main(argv: list[str] | None = None) -> int:

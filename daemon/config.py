@@ -133,9 +133,29 @@ class PolicyCfg(_Strict):
     noise_mult: float = defaults.NOISE_MULT
     confirm_seeds: int = defaults.CONFIRM_SEEDS
     duplicate_threshold: float = defaults.DUPLICATE_THRESHOLD
+    islands: int = Field(defaults.ISLANDS, ge=1)
+    migration_epochs: int = Field(defaults.MIGRATION_EPOCHS, ge=0)   # 0: islands never exchange
+    inspiration: Literal["sample", "top_diverse"] = defaults.INSPIRATION
+    novelty_threshold: float | None = Field(defaults.NOVELTY_THRESHOLD, ge=0, le=100)
+    novelty_judge: bool = defaults.NOVELTY_JUDGE
+
+
+class AgentCfg(_Strict):
+    """A coding-agent CLI as the implementer (docs/llm.md, "Coding agents")."""
+    command: str | None = None             # the CLI binary; default: `claude` / `codex` on PATH
+    model: str | None = None               # default: the CLI's own default model
+    base_url: str | None = None            # model API root (claude: the host; codex: including /v1)
+    api_key_env: str | None = None         # *name* of the key variable; default ANTHROPIC_/OPENAI_API_KEY
+    home: str | None = None                # HOME for the CLI (its login); default: a fresh one per session
+    wall_s: float = defaults.AGENT_WALL_S
+    max_turns: int = defaults.AGENT_MAX_TURNS
+    max_usd: float = defaults.AGENT_MAX_USD
+    sandbox: str = defaults.SANDBOX        # bwrap | apptainer | none (runners/sandbox.py)
 
 
 class ImplementerCfg(_Strict):
+    kind: str = defaults.IMPLEMENTER_KIND  # diff | claude-code | codex
+    agent: AgentCfg = Field(default_factory=AgentCfg)
     max_revisions: int = defaults.MAX_REVISIONS
     max_diff_bytes: int = defaults.MAX_DIFF_BYTES
     max_file_bytes: int = defaults.MAX_FILE_BYTES

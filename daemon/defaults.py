@@ -34,6 +34,15 @@ MAX_DIFF_BYTES = 200_000
 MAX_FILE_BYTES = 1_000_000
 CHECK_TIMEOUT_S = 120
 
+# Coding-agent implementers (implementer.kind = claude-code | codex; daemon/agent_*.py). A session is
+# one CLI run in a scratch worktree; these are its own limits, on top of the LLM budget.
+IMPLEMENTER_KIND = "diff"    # diff (one LLM call writes a unified diff) | claude-code | codex
+AGENT_WALL_S = 1200.0        # a session still running after this is stopped (process group killed)
+AGENT_MAX_TURNS = 40         # model requests per session
+AGENT_MAX_USD = 2.0          # a session whose spend passes this is stopped
+AGENT_KILL_GRACE_S = 3.0     # SIGTERM -> SIGKILL when a session is stopped
+AGENT_TOOLS = "Bash,Read,Edit,Write,Glob,Grep"   # Claude Code's allowed tools (no web, no sub-agents)
+
 LLM_TIMEOUT_S = 300.0
 LLM_MAX_RETRIES = 4
 LLM_BACKOFF_S = 1.0
@@ -56,5 +65,37 @@ NOISE_MULT = 2.0             # promotions by less than this many baseline stds n
 CONFIRM_SEEDS = 2
 DUPLICATE_THRESHOLD = 90.0   # rapidfuzz token_set_ratio
 
+# Search mechanisms (issue 21), measured in bench/search_sim.py; see docs/policies.md for the table.
+ISLANDS = 1                  # exploit sub-populations; 1 = one population (the paper's search)
+MIGRATION_EPOCHS = 2         # with islands: confirmed winners visit every island each this many epochs
+INSPIRATION = "sample"       # exploit shows a uniform sample of the winners; "top_diverse": best + diverse rest
+NOVELTY_THRESHOLD = None     # token_set_ratio of the novelty gate; None = off (only real duplicates dropped)
+NOVELTY_MIN_JACCARD = 0.55   # content-word overlap a pair needs before the gate compares it
+NOVELTY_JUDGE = False        # ask the LLM whether a gated pair is really the same experiment
+
 LOCAL_SLOTS = 1
 HUMAN_PRIORITY = True
+
+# `autoresearchd serve`, the live dashboard
+SERVE_HOST = "127.0.0.1"     # loopback only; any other bind needs a token
+SERVE_PORT = 8765
+SERVE_POLL_S = 1.0           # how often one shared watcher compares the notes refs (live updates within 2 s)
+SERVE_FULL_SCAN_EVERY = 5    # every Nth poll also fingerprints every idea ref (new branches with no note yet)
+SERVE_SSE_PING_S = 15.0      # keep-alive comment on idle event streams (proxies drop silent connections)
+SERVE_LOG_TAIL_BYTES = 8000  # log tail shown per trial on the idea page
+SERVE_DIFF_BYTES = 300_000   # larger diffs are cut (the full one is a `git` command away)
+SERVE_PAGE_ROWS = 100        # leaderboard rows per page
+
+# Sandbox (runners/sandbox.py): what an untrusted command sees of the host, read-only. An allow-list:
+# $HOME, /root, /var, /srv, the research repo and the other trials stay out. Add more per runner with
+# `sandbox_binds` (e.g. /opt or a cluster's /apps).
+SANDBOX = "bwrap"            # runner.sandbox: bwrap | apptainer | none (none must be chosen explicitly)
+SANDBOX_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+SANDBOX_ETC_FILES = ("/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.conf", "/etc/resolv.conf",
+                     "/etc/nsswitch.conf", "/etc/gai.conf", "/etc/ld.so.cache", "/etc/ld.so.conf",
+                     "/etc/ld.so.conf.d", "/etc/localtime", "/etc/ssl", "/etc/ca-certificates",
+                     "/etc/alternatives", "/etc/os-release", "/etc/mime.types")
+# passed through (when present) to a sandbox that asked for gpus > 0
+SANDBOX_GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
+                       "/dev/nvidia-caps", "/dev/dri", *(f"/dev/nvidia{i}" for i in range(16)))
+SANDBOX_IMAGE = ""           # apptainer's image (runner.sandbox_image); bwrap needs none

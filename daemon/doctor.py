@@ -82,6 +82,36 @@ def _llm(cfg, line) -> None:
     line(OK, f"LLM provider: {name}" + (f" ({why})" if why else ""))
     fallback = " (the replay provider will be used)" if cfg.llm.provider == "auto" else ""
     line(OK, "API keys present: " + (", ".join(sorted(set(keys))) or "none" + fallback))
+    if cfg.implementer.kind != "diff":
+        _agent(cfg, line)
+
+
+def _agent(cfg, line) -> None:
+    """A coding-agent implementer: its CLI's version, its sandbox and where its login comes from."""
+    from . import agent_cli
+    from autoresearchd.runners import sandbox
+    try:
+        cli = agent_cli.get(cfg.implementer.kind)
+    except KeyError:
+        return      # an unknown kind is one of the findings above
+    a = cfg.implementer.agent
+    exe = cli.find(a.command)
+    ver = ""
+    if exe:
+        try:
+            ver = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            ver = "(no version)"
+    if exe:      # a missing CLI is one of the findings above (start refuses it too)
+        line(OK, f"implementer {cli.name}: {exe} {ver}".rstrip())
+    try:
+        why = sandbox.get(a.sandbox).available()
+    except KeyError as e:
+        why = e.args[0]
+    line(OK if why is None else ERROR, f"agent sandbox: {a.sandbox}", why or "")
+    key = a.api_key_env or cli.key_env
+    line(OK, f"agent login: {key} is set" if os.environ.get(key) else
+         f"agent login: {key} not set; the CLI's own login in {a.home or '(a fresh HOME: none)'} will be used")
 
 
 def _runner(cfg, src: EnvSource, work_dir: Path | None):

@@ -7,6 +7,7 @@ is read in one `cat-file --batch` process.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -198,6 +199,11 @@ class GitRepo:
             res[name] = sha
         return res
 
+    def refs_digest(self, *prefixes: str) -> str:
+        """A short hash of every ref under the prefixes and its target: equal digests, unchanged refs."""
+        out = self.git("for-each-ref", "--format=%(objectname) %(refname)", *prefixes)
+        return hashlib.sha1(out.encode()).hexdigest()[:16]
+
     def update_ref(self, ref: str, new: str, old: str | None = None, reason: str = "autoresearchd") -> None:
         args = ["update-ref", "-m", reason, ref, new]
         if old is not None:
@@ -335,6 +341,38 @@ class GitRepo:
                     mode = mode if mode in ("100644", "100755") else "100644"
                     self.git("update-index", "--add", "--cacheinfo", f"{mode},{sha},{path}", env=env)
             return self.git("write-tree", env=env).strip()
+
+    def tree_from_dir(self, base: str, workdir: str | os.PathLike, keep: list[str] = (),
+                      max_file_bytes: int | None = None) -> str:
+        """The tree of a scratch directory (a coding agent's worktree) as `git add -A` stages it on
+        top of base's tree: symlinks stay symlinks and nested repositories become gitlinks, so the
+        safety gate sees them as they are; files its .gitignore names are left out. The `keep` paths
+        (files withheld from the directory on purpose, such as hidden ones) stay as in base.
+        Temporary index only; the research repo's own index and work tree are not touched."""
+        gitdir = self.git("rev-parse", "--absolute-git-dir").strip()
+        with tempfile.TemporaryDirectory(prefix="ard-idx-") as d:
+            env = {"GIT_INDEX_FILE": os.path.join(d, "index"), "GIT_DIR": gitdir,
+                   "GIT_WORK_TREE": str(workdir)}
+            self._run(["read-tree", base], env=env, cwd=Path(workdir))
+            if max_file_bytes is not None:
+                # refuse an oversized file before it is hashed into the repo's object store
+                out = self._run(["ls-files", "-z", "--others", "--modified", "--exclude-standard"],
+                                env=env, cwd=Path(workdir), binary=True)
+                for rel in filter(None, out.split(b"\0")):
+                    try:
+                        size = os.lstat(os.path.join(os.fsencode(workdir), rel)).st_size
+                    except OSError:
+                        continue
+                    if size > max_file_bytes:
+                        raise ValueError(f"{rel.decode(errors='replace')} would be {size} bytes, over the "
+                                         f"{max_file_bytes}-byte limit per file")
+            self._run(["-c", "core.autocrlf=false", "-c", "core.fileMode=true", "add", "-A", "--", "."],
+                      env=env, cwd=Path(workdir))
+            if keep:
+                lines = "".join(f"{e.mode} {e.type} {e.sha}\t{e.path}\n" for e in self.ls_tree(base, list(keep)))
+                if lines:
+                    self._run(["update-index", "--index-info"], input=lines.encode(), env=env, cwd=Path(workdir))
+            return self._run(["write-tree"], env=env, cwd=Path(workdir)).strip()
 
     def diff_tree_raw(self, a: str, b: str) -> list["RawChange"]:
         """Every changed blob between two commits or trees, with modes and ids (no rename detection)."""
@@ -497,8 +535,10 @@ def _stripspace(text: str) -> str:
     return text + "\n" if text else ""
 
 
-def state_dir(repo: GitRepo) -> Path:
-    """Daemon-private state (pidfile, worktrees, rng state) lives inside the git dir, never the work tree."""
+def state_dir(repo: GitRepo, create: bool = True) -> Path:
+    """Daemon-private state (pidfile, worktrees, rng state) lives inside the git dir, never the work tree.
+    Reading commands (status) pass create=False: they write nothing into a repo."""
     d = repo.git_dir / defaults.STATE_DIR.lstrip(".")
-    d.mkdir(parents=True, exist_ok=True)
+    if create:
+        d.mkdir(parents=True, exist_ok=True)
     return d

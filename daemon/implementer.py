@@ -25,6 +25,7 @@ from .gitrepo import GitRepo
 from .ideas import branch_for, format_message, make_idea_id, parse_message
 from .notes import Note, Status
 from .population import IDEAS_PREFIX, PROPOSALS_PREFIX, RECORDS_PREFIX
+from .registry import Registry
 from .trials import Ledger
 
 log = logging.getLogger("autoresearchd")
@@ -102,16 +103,12 @@ class Implementer:
         """Implement a recorded proposal. Returns the branch ref on success, None on failure."""
         from .llm import BudgetExhausted, LLMError
         from .patching import apply_diff, extract_diff
-        from .safety import SafetyRules
-        prop_commit = self.repo.rev_parse(PROPOSALS_PREFIX + idea_id)
-        if prop_commit is None:
+        loaded = self._load(idea_id)
+        if loaded is None:
             return None
-        msg = self.repo.commit_message(prop_commit)
-        title, body, trailers = parse_message(msg)
-        base = trailers.get("Base") or self.repo.git("rev-parse", prop_commit + "^").strip()
+        title, body, trailers, base = loaded
         m = self.research.manifest
-        rules = SafetyRules(is_frozen=m.is_frozen, max_file_bytes=self.cfg.implementer.max_file_bytes,
-                            max_diff_bytes=self.cfg.implementer.max_diff_bytes)
+        rules = self._rules()
         template = prompt_template("implement.md")
         prompt = template.format(context=m.context or m.description or m.name, metric=m.metric,
                                  goal_word="lower" if m.goal == "min" else "higher", time_budget_s=m.time_budget_s,
@@ -160,14 +157,38 @@ class Implementer:
             entry["error"] = error
             messages += [{"role": "assistant", "content": c.text},
                          {"role": "user", "content": prompt_template("revise.md").format(error=error)}]
+        trailers["Prompt-Hash"] = trailers.get("Prompt-Hash") or prompt_hash(template)
+        return self._finish(idea_id, title, body, trailers, base, tree, status, error, transcript,
+                            cost=cost, tokens=tokens, model=model, attempts=attempts)
+
+    def _load(self, idea_id: str):
+        """(title, body, trailers, base commit) of a recorded proposal, or None if it is gone."""
+        prop_commit = self.repo.rev_parse(PROPOSALS_PREFIX + idea_id)
+        if prop_commit is None:
+            return None
+        title, body, trailers = parse_message(self.repo.commit_message(prop_commit))
+        base = trailers.get("Base") or self.repo.git("rev-parse", prop_commit + "^").strip()
+        return title, body, trailers, base
+
+    def _rules(self):
+        from .safety import SafetyRules
+        return SafetyRules(is_frozen=self.research.manifest.is_frozen,
+                           max_file_bytes=self.cfg.implementer.max_file_bytes,
+                           max_diff_bytes=self.cfg.implementer.max_diff_bytes)
+
+    def _finish(self, idea_id: str, title: str, body: str, trailers: dict, base: str, tree: str | None,
+                status: Status, error: str | None, transcript: list, *, cost: float, tokens: int,
+                model: str | None, attempts: int) -> str | None:
+        """Store the transcript; then commit the idea's branch (tree set) or write a record with a
+        note saying why it failed. Returns the branch ref on success."""
+        m = self.research.manifest
         idea_cost = float(trailers.get("Idea-Cost-USD") or 0)
         idea_tokens = int(trailers.get("Idea-Tokens") or 0)
         blob = self.ledger.store_log(f"{idea_id}-implement",
                                      json.dumps(transcript, indent=1).encode())
         trailers.update({"Model": model or trailers.get("Model"), "Attempts": attempts,
                          "Tokens": tokens + idea_tokens, "Implement-Cost-USD": f"{cost:.6f}",
-                         "Cost-USD": f"{cost + idea_cost:.6f}", "Transcript": blob,
-                         "Prompt-Hash": trailers.get("Prompt-Hash") or prompt_hash(template)})
+                         "Cost-USD": f"{cost + idea_cost:.6f}", "Transcript": blob})
         if tree is not None:
             commit = self.repo.commit_tree(tree, [base], format_message(title, body, trailers))
             branch = branch_for(idea_id, title, trailers.get("Origin", "seed"))
@@ -214,12 +235,17 @@ class Implementer:
                          prepared=prepared)
 
 
+def _daemon_path() -> str:
+    """PATH for commands run on the daemon's machine: the daemon's interpreter first."""
+    return os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+
+
 def prepare_here(manifest, root: Path, key: str, src_tar: bytes | None) -> tuple[str | None, str]:
     """Run (or reuse) the prepare step on this machine under `root`, from the files in `src_tar`
     (the baseline's frozen files). Returns ($AUTORESEARCH_PREPARED, "") or (None, why it failed)."""
     from autoresearchd.runners.base import scrubbed_env  # prepare runs with the trials' environment
     from autoresearchd.runners.prepare import prepared_dir, run_prepare_local
-    env = dict(scrubbed_env(), PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+    env = dict(scrubbed_env(), PATH=_daemon_path(),
                **manifest.data)
     with tempfile.TemporaryDirectory(prefix="ard-prep-") as src:
         if src_tar:
@@ -250,7 +276,7 @@ def run_check(manifest, code_tar: bytes, timeout_s: float, prepared: str | None 
         tarfile.open(fileobj=io.BytesIO(code_tar)).extractall(code, filter="data")
         from autoresearchd.runners.base import scrubbed_env  # the check runs untrusted code too
         env = dict(scrubbed_env(), AUTORESEARCH_CHECK="1", AUTORESEARCH_SEED="0",
-                   PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+                   PATH=_daemon_path(),
                    **manifest.data, **({"AUTORESEARCH_PREPARED": prepared} if prepared else {}))
         try:
             p = subprocess.run(["bash", "-c", cmd], cwd=code, env=env, capture_output=True,
@@ -261,3 +287,18 @@ def run_check(manifest, code_tar: bytes, timeout_s: float, prepared: str | None 
             out = (p.stdout + p.stderr).decode(errors="replace")
             return f"the check command `{cmd}` failed (exit {p.returncode}). Its output ends with:\n{out[-3000:]}"
     return None
+
+
+# implementer.kind -> the class that writes ideas as code (docs/llm.md): one diff-writing LLM call
+# with self-revision, or a coding-agent CLI session behind the same gates.
+_REGISTRY = Registry("implementer", "implementers", {
+    "diff": "autoresearchd.implementer:Implementer",
+    "claude-code": "autoresearchd.agent_implementer:AgentImplementer",
+    "codex": "autoresearchd.agent_implementer:AgentImplementer",
+})
+names, get = _REGISTRY.names, _REGISTRY.get
+
+
+def make_implementer(research, llm, cfg) -> Implementer:
+    """The implementer that `implementer.kind` names (KeyError lists the valid kinds)."""
+    return get(cfg.implementer.kind)(research, llm, cfg)

@@ -31,7 +31,7 @@ from .trials import seed_warning
 
 def daemon_state(repo) -> dict | None:
     """The daemon's heartbeat file, with `alive` (its pid exists) and `fresh` (recent heartbeat)."""
-    p = state_dir(repo) / "daemon.json"
+    p = state_dir(repo, create=False) / "daemon.json"
     try:
         st = json.loads(p.read_text())
     except (OSError, ValueError):
@@ -388,7 +388,14 @@ def _attempts(console, repo, sha: str | None) -> None:
     for a in attempts:
         err = a.get("error")
         line = f"  attempt {a.get('attempt')}: " + (f"via {a['method']}: " if a.get("method") else "")
+        if a.get("implementer"):       # a coding-agent session: its summary, then its steps
+            line += (f"{a['implementer']} session {a.get('session', '?')}, {a.get('turns', 0)} turns, "
+                     f"{a.get('wall_s', 0)}s, ${a.get('cost_usd', 0)}: ")
         _plain(console, line + ("ok" if not err else err.strip()[:1500]))
+        if a.get("events"):
+            from .agent_cli import steps
+            for s in steps(a["events"]):
+                _plain(console, f"    {s}")
 
 
 def _logs(console, repo, note, full: bool) -> None:

@@ -201,6 +201,7 @@ def llm_findings(cfg: Config, src: EnvSource | None) -> list[Finding]:
     bad = _registry_name("policy.name", policy_registry.names(), cfg.policy.name)
     if bad:
         out.append(bad)
+    out += _implementer_findings(cfg)
     name, _ = llm_registry.resolve_provider_name(cfg.llm)
     if name == "none":
         return out
@@ -220,6 +221,26 @@ def llm_findings(cfg: Config, src: EnvSource | None) -> list[Finding]:
     model = cfg.llm.model or default_model(name)
     if cfg.llm.budget_usd is not None and model not in cfg.llm.prices:
         out.append(Finding(ERROR, unpriced_message(model)))
+    return out
+
+
+def _implementer_findings(cfg: Config) -> list[Finding]:
+    """implementer.kind names a known implementer; a coding agent's CLI is installed, and its
+    sessions can be priced (docs/llm.md, "Coding agents")."""
+    from . import agent_cli, implementer
+    kind, a = cfg.implementer.kind, cfg.implementer.agent
+    bad = _registry_name("implementer.kind", implementer.names(), kind)
+    if bad or kind == "diff":
+        return [bad] if bad else []
+    cli = agent_cli.get(kind)
+    out = []
+    if cli.find(a.command) is None:
+        out.append(Finding(ERROR, f"implementer.kind = '{kind}': {cli.missing_hint()}"))
+    if a.model and cfg.llm.budget_usd is not None and a.model not in cfg.llm.prices:
+        out.append(Finding(ERROR, unpriced_message(a.model)))
+    elif kind == "codex" and (not a.model or a.model not in cfg.llm.prices):
+        out.append(Finding(WARN, "codex reports no cost: give implementer.agent.model a price in llm.prices, "
+                                 "or its sessions count as $0 and implementer.agent.max_usd cannot stop them"))
     return out
 
 

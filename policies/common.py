@@ -20,6 +20,7 @@ from typing import Callable
 
 from ..llm.base import LLMError
 from ..notes import Status
+from . import novelty
 from .base import Policy, Proposal
 from .dedupe import PENDING, DuplicateIndex
 from .prompting import ParsedIdea, Prompts, parse_ideas, render
@@ -56,6 +57,8 @@ class LLMPolicy(Policy):
         super().__init__(cfg, prompts_dir)
         self.prompts = Prompts(prompts_dir)
         self._index: DuplicateIndex | None = None
+        self._novel: DuplicateIndex | None = None      # the novelty gate's looser index
+        self._llm = None                               # for the novelty judge
         self._pending: list[_Pending] = []
         self._floor: dict[int, int] = {}     # epoch -> position reached by this process
         self._seq = 0
@@ -69,9 +72,15 @@ class LLMPolicy(Policy):
         if self._index is None:
             self._index = DuplicateIndex(self.cfg.duplicate_threshold)
         self._index.sync(population)
+        if self.cfg.novelty_threshold is not None:
+            if self._novel is None:
+                self._novel = novelty.gate_index(self.cfg.novelty_threshold)
+            self._novel.sync(population)
         titles = {i.title for i in population.ideas}
         for p in [p for p in self._pending if p.title in titles]:
             self._index.remove(p.key)
+            if self._novel is not None and p.key in self._novel:
+                self._novel.remove(p.key)
             self._pending.remove(p)
 
     def cursor(self, population) -> tuple[int, int]:
@@ -105,6 +114,7 @@ class LLMPolicy(Policy):
         """Whole batches until at least n ideas are accepted (dropped duplicates come along)."""
         if n <= 0:
             return []
+        self._llm = llm
         self._refresh(population)
         out: list[Proposal] = []
         accepted = 0
@@ -185,19 +195,31 @@ class LLMPolicy(Policy):
         # Name the original, not an earlier proposal that was itself recorded as its duplicate.
         hits.sort(key=lambda k: k in population.by_id and population.by_id[k].status == Status.DUPLICATE)
         hit = hits[0] if hits else None
+        gated = False
+        if hit is None and self._novel is not None:
+            spent: list = []
+            hit = novelty.too_close(self._novel, text, population, self._pending, self._llm,
+                                    self.cfg.novelty_judge, spent)
+            gated = hit is not None
+            for c in spent:          # the judge's calls are billed to the proposal they judged
+                prop.cost_usd += c.cost_usd
+                prop.tokens += c.input_tokens + c.output_tokens
         if hit is None:
             self._seq += 1
             key = f"{PENDING}{prop.epoch}:{self._seq}"
             self._index.add(key, text)
+            if self._novel is not None:
+                self._novel.add(key, text)
             self._pending.append(_Pending(key, prop.title, prop.epoch))
             return
+        what = "too close to (novelty gate)" if gated else "duplicate of"
         if hit.startswith(PENDING):
             other = next((p.title for p in self._pending if p.key == hit), hit)
-            prop.dropped_reason = f"duplicate of the earlier proposal '{other}'"
+            prop.dropped_reason = f"{what} the earlier proposal '{other}'"
         else:
             other = population.by_id[hit].title if hit in population.by_id else ""
             prop.duplicate_of = hit
-            prop.dropped_reason = f"duplicate of {hit}" + (f" ('{other}')" if other else "")
+            prop.dropped_reason = f"{what} {hit}" + (f" ('{other}')" if other else "")
 
     def _followup(self, missing: int, parsed: int, asked: int, dups: list[Proposal]) -> str:
         problems = []

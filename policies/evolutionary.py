@@ -21,6 +21,7 @@ import re
 
 from ..notes import Status
 from .common import BatchPlan, LLMPolicy
+from .diversity import diverse_sample, island_candidates
 from .prompting import ParsedIdea, describe_ideas
 
 MAX_PARENT_IDS = 3
@@ -95,18 +96,35 @@ class EvolutionaryPolicy(LLMPolicy):
         return self._explore(population, env, epoch, batch_no, k, rng, avoid)
 
     def _exploit(self, population, env, epoch, batch_no, k, rng, avoid) -> BatchPlan | None:
+        cfg = self.cfg
         preferred, others = exploit_candidates(population, env)
+        if cfg.islands > 1:
+            island = batch_no % cfg.islands
+            preferred, others = (island_candidates(c, population, island, cfg.islands, epoch,
+                                                   cfg.migration_epochs) for c in (preferred, others))
         if not preferred and not others:
             return None
-        m = max(1, self.cfg.max_parents)
+        m = max(1, cfg.max_parents)
+        extra = []
         if population.baseline_value is None:
             shown = (preferred + others)[:m]          # no baseline: the best measured ideas
+        elif cfg.inspiration == "top_diverse":
+            ranked = sorted(preferred + others, key=lambda i: (i.value if env.goal == "min" else -i.value))
+            shown = ranked[:max(1, m // 2)]
+            rest = [i for i in history(population) if i not in shown
+                    and not (i.note and i.note.decision == "demoted")]
+            extra = diverse_sample(rest, m - len(shown), rng)
         else:
             shown = rng.sample(preferred, min(m, len(preferred)))
             shown += rng.sample(others, min(m - len(shown), len(others)))
+        inspiration = ""
+        if extra:
+            inspiration = ("## Other experiments, for inspiration\n\nA diverse sample of the other results "
+                           "(what did not beat the baseline, and why some failed):\n\n"
+                           + describe_ideas(extra, population, env) + "\n")
         prompt = self.prompts.page("exploit", population, env, k, avoid=avoid,
-                                   parents=describe_ideas(shown, population, env))
-        by_id = {i.idea_id: i for i in shown}
+                                   parents=describe_ideas(shown, population, env), inspiration=inspiration)
+        by_id = {i.idea_id: i for i in shown + extra}
 
         def lineage(idea: ParsedIdea):
             cited = cited_parents(idea, by_id)[:MAX_PARENT_IDS]

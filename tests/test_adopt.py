@@ -269,3 +269,15 @@ def test_init_says_what_it_wrote_and_the_removal_line_removes_it(make_repo, tmp_
     assert g.config_get("notes.displayRef") is None and g.config_get("receive.denyCurrentBranch") is None
     assert not (g.git_dir / "hooks" / "post-receive").exists()
     assert not (g.git_dir / "hooks" / "reference-transaction").exists()
+
+
+def test_reading_commands_write_nothing_into_the_repo(toy_env, tmp_path):
+    """Consent: before `init` or `start`, `doctor` and `status` leave the user's .git as it was."""
+    from conftest import write_config
+    cfg = write_config(tmp_path, toy_env)
+    g = GitRepo(toy_env)
+    before = sorted(p.name for p in g.git_dir.iterdir()), (g.git_dir / "config").read_text()
+    for cmd in ("doctor", "status"):
+        cli("--config", str(cfg), cmd, cwd=tmp_path)
+    assert (sorted(p.name for p in g.git_dir.iterdir()), (g.git_dir / "config").read_text()) == before
+    assert not [h for h in (g.git_dir / "hooks").iterdir() if not h.name.endswith(".sample")]

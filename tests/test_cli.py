@@ -111,15 +111,21 @@ def test_start_detach_returns_at_once_inside_command_substitution(toy_env, tmp_p
     cfg = write_config(tmp_path, toy_env)
     cmd = f'x=$({sys.executable} -m autoresearchd.cli --config "{cfg}" start --detach 2>&1); printf "%s" "$x"'
     t0 = time.monotonic()
+    cli("--version")
+    startup = time.monotonic() - t0           # the interpreter and CLI alone, on this machine now
+    t0 = time.monotonic()
     p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
     took = time.monotonic() - t0
+    # 5 s, unless the machine is so loaded that starting the CLI alone takes more than 2 s
+    limit = max(5.0, 2.5 * startup)
+    print(f"\nx=$(autoresearchd start --detach) returned in {took:.1f} s (CLI start-up {startup:.1f} s)")
     state = toy_env / ".git" / "autoresearch"
     pidfile = state / "daemon.pid"
     pid = None
     try:
         assert p.returncode == 0 and "pid" in p.stdout and "daemon.log" in p.stdout, (p.stdout, p.stderr)
         pid = int(p.stdout.split("pid ", 1)[1].split(")", 1)[0])
-        assert took < 5, f"start --detach held the caller's output for {took:.1f} s"
+        assert took < limit, f"start --detach held the caller's output for {took:.1f} s (limit {limit:.1f} s)"
         os.kill(pid, 0)                                            # the daemon lives on
         assert os.getsid(pid) == pid, "the daemon is not in a session of its own"
         deadline = time.time() + 60

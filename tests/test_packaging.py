@@ -50,6 +50,9 @@ def test_wheel_install(tmp_path):
     import zipfile
     names = zipfile.ZipFile(wheel).namelist()
     assert "autoresearchd/runners/trial.sh" in names and "autoresearchd/prompts/implement.md" in names
+    # the dashboard's page and its vendored chart library (with its licence) ship in the wheel
+    for f in ("web/index.html", "web/app.js", "web/app.css", "web/vendor/uPlot.iife.min.js", "web/vendor/uPlot.LICENSE"):
+        assert "autoresearchd/" + f in names, f
 
 
 @pytest.mark.skipif(not (REPO_ROOT / "envs" / "tinygpt" / "train.py").exists(), reason="tinygpt not present")

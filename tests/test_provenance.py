@@ -167,7 +167,7 @@ def test_pushed_provenance_hacks_and_titles_end_to_end(make_repo, tmp_path, monk
                          "research")
     cfg_path = write_config(tmp_path, research, '[wandb]\nenabled = false\n')
     from autoresearchd.research import open_research
-    open_research(load_config(cfg_path))               # installs the hooks, as `init`/`start` does
+    open_research(load_config(cfg_path), configure_repo=True)   # installs the hooks, as `init`/`start` do
     cl = tmp_path / "clone"
     git(tmp_path, "clone", "-q", f"file://{research}", str(cl))
     # an honest improvement whose message forges every provenance trailer the daemon knows
