@@ -10,7 +10,7 @@ from autoresearchd import llm as llm_registry
 from autoresearchd import policies as policy_registry
 from autoresearchd import runners as runner_registry
 
-from . import gitrepo
+from . import defaults, gitrepo
 from .config import Config, ConfigError
 from .research import Research, open_research
 
@@ -26,8 +26,14 @@ def make_runner(cfg: Config, research: Research | None, *, manifest=None, local_
         raise ConfigError(f"runner.kind: {e.args[0]}") from None
     manifest = manifest or research.manifest
     if cfg.runner.kind == "local":
-        return cls(cfg.runner, manifest, local_dir or gitrepo.state_dir(research.repo) / "trials")
-    return cls(cfg.runner, manifest)
+        # outside the research repo: a trial must never reach its .git (hooks, notes) or work tree
+        runner = cls(cfg.runner, manifest, local_dir or defaults.local_trial_root(str(research.repo.path)))
+    else:
+        runner = cls(cfg.runner, manifest)
+    # only the README's config-less demo may fall back to no sandbox (flagged) where bwrap is missing;
+    # everyone else gets an error until they install it or choose runner.sandbox = "none"
+    runner.sandbox_fallback = cfg.runner.sandbox is None and cfg.path is None
+    return runner
 
 
 def default_replay_file(cfg: Config, research: Research) -> Path | None:

@@ -114,7 +114,12 @@ class RunnerCfg(_Strict):
     kind: str = "local"
     slots: int = defaults.LOCAL_SLOTS       # local runner on CPU
     gpus: list[int] = Field(default_factory=list)  # local GPU ids; one slot per env.gpus of them
-    work_root: str | None = None           # local trial dirs (default: inside the git dir)
+    work_root: str | None = None           # local trial dirs (default: defaults.local_trial_root)
+    # how run and evaluate are isolated on every host: bwrap | apptainer | none. Unset means bwrap, and
+    # only the config-less embedded demo may then fall back to none (flagged) where bwrap is missing.
+    sandbox: Literal["bwrap", "apptainer", "none"] | None = None
+    sandbox_binds: list[str] = Field(default_factory=list)  # more host dirs visible read-only inside
+    sandbox_image: str = defaults.SANDBOX_IMAGE             # apptainer's image (.sif or a directory)
     hosts: list[HostCfg] = Field(default_factory=list)
     slurm: SlurmCfg = Field(default_factory=SlurmCfg)
     prestage: int | None = None            # trials placed per slot (the next waits on the host); default 2

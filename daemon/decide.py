@@ -141,6 +141,8 @@ def aggregate(trials: list[Trial]) -> dict:
         "accelerator": first.accelerator if first else None,
         "software": first.software if first else None,
         "harness": first.harness if first else None,
+        # the weakest isolation any seed had: one unsandboxed seed makes the result unsandboxed
+        "sandbox": "none" if any(t.sandbox == "none" for t in trials) else (first.sandbox if first else None),
         # accelerator time is counted only where the trial had GPUs; a CPU trial is CPU time
         "gpu_s": sum((t.wall_s or 0) * t.gpus for t in trials if t.gpus > 0)
         if any(t.gpus > 0 for t in trials) else None,

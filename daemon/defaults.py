@@ -99,3 +99,19 @@ SANDBOX_ETC_FILES = ("/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.conf"
 SANDBOX_GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
                        "/dev/nvidia-caps", "/dev/dri", *(f"/dev/nvidia{i}" for i in range(16)))
 SANDBOX_IMAGE = ""           # apptainer's image (runner.sandbox_image); bwrap needs none
+# host variables passed into run and evaluate when set (the rest of the environment stays out; a name
+# that looks like a secret never passes)
+SANDBOX_PASS_ENV = ("LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM_THREADS", "TZ")
+
+
+def local_trial_root(repo_path: str) -> str:
+    """Default trial root of the local runner: outside the research repo (its .git and work tree),
+    under ~/.cache, one folder per research repo."""
+    import hashlib
+    import os
+    name = os.path.basename(os.path.abspath(repo_path).rstrip("/")) or "repo"
+    tag = hashlib.sha256(os.path.abspath(repo_path).encode()).hexdigest()[:10]
+    return os.path.join(os.path.expanduser(LOCAL_TRIAL_ROOT), f"{name}-{tag}")
+
+
+LOCAL_TRIAL_ROOT = "~/.cache/autoresearchd/trials"

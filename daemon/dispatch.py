@@ -298,7 +298,7 @@ class Dispatcher(Recovery):
                           metrics=out.metrics, exit_code=out.exit_code, host=lz.host, wall_s=out.wall_s,
                           gpus=self.research.manifest.gpus, log=log_sha, error=error, tamper=out.tamper,
                           harness=harness or digest, accelerator=out.accelerator, software=out.software,
-                          faults=list(lz.faults))
+                          sandbox=out.sandbox, faults=list(lz.faults))
         log.info("trial %s on %s: %s %s", lz.trial_id, lz.host, status.value,
                  f"{m.metric}={value:.4f}" if value is not None else (error or ""))
         return lz
@@ -457,6 +457,7 @@ class Dispatcher(Recovery):
 
     def _submit(self, job: Job, slot, tar, frozen) -> dict:
         from autoresearchd.runners.base import TrialSpec
-        spec = TrialSpec(job.trial_id, job.commit, job.seed, self.research.manifest, self.repo.archive(job.commit),
-                         tar, frozen, job.purpose, self.research.prepare_key())
+        m = self.research.manifest
+        spec = TrialSpec(job.trial_id, job.commit, job.seed, m, self.repo.archive(job.commit, exclude=m.heldout()),
+                         tar, [f for f in frozen if f not in m.heldout()], job.purpose, self.research.prepare_key())
         return self.runner.submit(spec, slot)

@@ -48,6 +48,7 @@ def doctor(cfg, console, run: bool = False, budget_s: int | None = None) -> int:
         line(f.level, f.what, f.hint)
     if src is not None and not any(f.level == ERROR for f in found):
         _hosts(cfg, src, line)
+        _sandboxes(cfg, src, line)
     _llm(cfg, line)
     if run:
         if not line.ok:
@@ -73,6 +74,32 @@ def _hosts(cfg, src: EnvSource, line) -> None:
     line(ERROR if bad or not slots else OK,
          f"runner '{cfg.runner.kind}': {len(slots)} slot(s)" + (f", unreachable: {', '.join(bad)}" if bad else ""),
          "check the host entries and known_hosts (docs/hosts.md)")
+
+
+def _sandboxes(cfg, src: EnvSource, line) -> None:
+    """Which sandbox isolates trials on each host; `none` (chosen or fallen back to) is a warning."""
+    kind = cfg.runner.sandbox or defaults.SANDBOX
+    with tempfile.TemporaryDirectory(prefix="ard-doctor-") as work:
+        runner = _runner(cfg, src, Path(work))
+        try:
+            hosts = sorted({s.host for s in runner.slots() if s.reachable})
+            for host in hosts:
+                try:
+                    hs = runner.host_sandbox(host)
+                except Exception as e:  # noqa: BLE001 - reported, as a failure
+                    line(ERROR, f"sandbox on {host}: {e}")
+                    continue
+                if hs.sandbox.isolated:
+                    line(OK, f"sandbox on {host}: {hs.sandbox.name}")
+                else:
+                    why = 'runner.sandbox = "none"' if kind == "none" else f"{kind} unavailable"
+                    line(WARN, f"sandbox on {host}: none ({why}): trials can reach the evaluator, the daemon's "
+                               f"files and this host; notes say `sandbox: none`",
+                         "docs/security.md; Debian: apt-get install bubblewrap")
+        except Exception as e:  # noqa: BLE001 - doctor reports, it does not crash
+            line(ERROR, f"sandbox: {e}")
+        finally:
+            runner.close()
 
 
 def _llm(cfg, line) -> None:
@@ -129,7 +156,8 @@ def _tars(cfg, src: EnvSource) -> tuple[bytes, bytes | None, list[str], str]:
         branch = cfg.research.baseline or m.baseline
         commit = repo.rev_parse(branch if branch.startswith("refs/") else f"refs/heads/{branch}")
         frozen = sorted(f for f in src.files if m.is_frozen(f))
-        return repo.archive(commit), (repo.archive(commit, frozen) if frozen else None), frozen, commit
+        return (repo.archive(commit, exclude=m.heldout()), (repo.archive(commit, frozen) if frozen else None),
+                frozen, commit)
 
     def tar_of(paths: list[str]) -> bytes:
         buf = io.BytesIO()
@@ -138,7 +166,8 @@ def _tars(cfg, src: EnvSource) -> tuple[bytes, bytes | None, list[str], str]:
                 t.add(src.root / p, arcname=p)
         return buf.getvalue()
     frozen = sorted(f for f in src.files if m.is_frozen(f))
-    return tar_of(src.files), (tar_of(frozen) if frozen else None), frozen, "template"
+    code = [f for f in src.files if not any(f == h or f.startswith(h + "/") for h in m.heldout())]
+    return tar_of(code), (tar_of(frozen) if frozen else None), frozen, "template"
 
 
 def _tail(text: str) -> str:
@@ -149,13 +178,16 @@ def _run_baseline(cfg, src: EnvSource, line, console, budget_s: int | None) -> N
     from autoresearchd.runners.base import TrialSpec
     from autoresearchd.runners.protocol import PollState
 
-    from .implementer import run_check
+    from .implementer import check_sandbox, run_check
     m = src.manifest
     if budget_s:
         m = m.model_copy(update={"time_budget_s": int(budget_s)})
     code, harness, frozen, commit = _tars(cfg, src)
     if m.check:
-        why = run_check(m, code, cfg.implementer.check_timeout_s)
+        try:
+            why = run_check(m, code, cfg.implementer.check_timeout_s, sandbox=check_sandbox(cfg))
+        except RuntimeError as e:
+            why = f"the check was not run: {e}"
         if why:
             line(ERROR, f"check failed: {why.splitlines()[0]}")
             console.print(escape(_tail(why)), highlight=False, soft_wrap=True)

@@ -278,9 +278,11 @@ class GitRepo:
         blobs = self.cat_file_batch([e.sha for e in entries])
         return {e.path: blobs.get(e.sha, b"") for e in entries}
 
-    def archive(self, rev: str, paths: list[str] | None = None) -> bytes:
-        """A tar of the tree at rev, so a host needs neither git nor access to the repo."""
-        return self.git("archive", "--format=tar", rev, "--", *(paths or []), binary=True)
+    def archive(self, rev: str, paths: list[str] | None = None, exclude: list[str] | None = None) -> bytes:
+        """A tar of the tree at rev, so a host needs neither git nor access to the repo; `exclude`
+        leaves paths out (the evaluator's held-out files never reach run)."""
+        spec = list(paths or (["."] if exclude else [])) + [f":(exclude,literal){p}" for p in exclude or []]
+        return self.git("archive", "--format=tar", rev, "--", *spec, binary=True)
 
     def diff(self, a: str, b: str, stat: bool = False) -> str:
         args = ["diff", "--no-color", "--no-ext-diff"]

@@ -21,6 +21,10 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from autoresearchd.runners.sandbox import SandboxRequest
+from autoresearchd.runners.sandbox import get as get_sandbox
+
+from . import defaults
 from .gitrepo import GitRepo
 from .ideas import branch_for, format_message, make_idea_id, parse_message
 from .notes import Note, Status
@@ -210,11 +214,13 @@ class Implementer:
     def _prepare(self) -> tuple[str | None, str]:
         """The prepare step on the daemon machine, so `check` sees what trials see. It shares the
         local runner's cache (<git-dir>/autoresearch/trials/.prepared/<key>): it runs once."""
-        from .gitrepo import state_dir
-        r = self.cfg.runner
+        r, m = self.cfg.runner, self.research.manifest
         root = Path(r.work_root).expanduser().resolve() if r.kind == "local" and r.work_root \
-            else state_dir(self.repo) / "trials"       # where runners/local.py puts trials
-        return prepare_here(self.research.manifest, root, self.research.prepare_key(), self.research.harness()[0])
+            else Path(defaults.local_trial_root(str(self.repo.path)))    # where the local runner puts trials
+        # the harness less the evaluator's held-out files: run and check read the prepared dir
+        files = [f for f in self.research.frozen_files() if f not in m.heldout()]
+        harness = self.repo.archive(self.research.baseline_commit, files) if files else None
+        return prepare_here(m, root, self.research.prepare_key(), harness)
 
     def _check(self, tree: str, changed: list[str]) -> str | None:
         """Pre-GPU checks: compile the changed Python files, then the env's quick `check`."""
@@ -231,8 +237,18 @@ class Implementer:
             prepared, why = self._prepare()
             if prepared is None:
                 return why
-        return run_check(self.research.manifest, self.repo.archive(tree), self.cfg.implementer.check_timeout_s,
-                         prepared=prepared)
+        m = self.research.manifest
+        try:
+            sandbox = self._check_sandbox()
+        except RuntimeError as e:          # no usable sandbox here: never run the idea's code bare
+            return f"the check command `{m.check}` was not run: {e}"
+        return run_check(m, self.repo.archive(tree, exclude=m.heldout()), self.cfg.implementer.check_timeout_s,
+                         prepared=prepared, sandbox=sandbox)
+
+    def _check_sandbox(self):
+        if getattr(self, "_sandbox", None) is None:
+            self._sandbox = check_sandbox(self.cfg)
+        return self._sandbox
 
 
 def _daemon_path() -> str:
@@ -257,7 +273,22 @@ def prepare_here(manifest, root: Path, key: str, src_tar: bytes | None) -> tuple
     return str(prepared_dir(root, key)), ""
 
 
-def run_check(manifest, code_tar: bytes, timeout_s: float, prepared: str | None = None) -> str | None:
+def check_sandbox(cfg):
+    """The sandbox the check runs in on this machine: the runner's kind, with the same rule when it
+    is missing (an error, or for the config-less demo a flagged fallback). Raises RuntimeError."""
+    from autoresearchd.runners import sandbox as sandboxes
+    from autoresearchd.runners.isolation import resolve
+    from autoresearchd.runners.local import LocalShell
+    rc = cfg.runner
+    kind = rc.sandbox or defaults.SANDBOX
+    if kind == "none":
+        return sandboxes.get("none")
+    return resolve(LocalShell(), "check", kind, rc.sandbox_image, os.environ.get("PATH", ""),
+                   rc.sandbox is None and cfg.path is None).sandbox
+
+
+def run_check(manifest, code_tar: bytes, timeout_s: float, prepared: str | None = None,
+              sandbox=None) -> str | None:
     """The env's quick `check` command in a scratch copy of the code: None, or why it failed.
     `doctor --run` uses it on the baseline, the implementer on every implemented idea. `prepared`:
     the prepare step's output directory on this machine ($AUTORESEARCH_PREPARED); when the manifest
@@ -278,8 +309,12 @@ def run_check(manifest, code_tar: bytes, timeout_s: float, prepared: str | None 
         env = dict(scrubbed_env(), AUTORESEARCH_CHECK="1", AUTORESEARCH_SEED="0",
                    PATH=_daemon_path(),
                    **manifest.data, **({"AUTORESEARCH_PREPARED": prepared} if prepared else {}))
+        # the idea's code on this machine: in the sandbox (only the scratch copy is writable)
+        ro = [os.path.expanduser(v) for v in manifest.data.values() if v.startswith(("/", "~/"))]
+        req = SandboxRequest(argv=["bash", "-c", cmd], cwd=str(code), writable=[d], env=env, path=env["PATH"],
+                             network=manifest.network, readonly=ro + ([prepared] if prepared else []))
         try:
-            p = subprocess.run(["bash", "-c", cmd], cwd=code, env=env, capture_output=True,
+            p = subprocess.run((sandbox or get_sandbox("none")).argv(req), cwd=code, env=env, capture_output=True,
                                timeout=timeout_s, start_new_session=True)
         except subprocess.TimeoutExpired:
             return f"the check command `{cmd}` did not finish within {timeout_s:.0f}s"

@@ -38,6 +38,11 @@ class EnvManifest(BaseModel):
     prepare_budget_s: int = defaults.PREPARE_BUDGET_S
     deterministic: bool = False                # run gives the same value for every seed: one baseline seed
     data: dict[str, str] = Field(default_factory=dict)  # env variables such as DATA_DIR
+    # env variables only the evaluator sees (validation split, held-out seeds). A relative value names
+    # a baseline file withheld from run's code/ and from the LLM (shipped only in the evaluator's
+    # dir); an absolute one a host path bound read-only into the evaluator's sandbox only.
+    eval_data: dict[str, str] = Field(default_factory=dict)
+    network: bool = False                      # run may reach the network (the evaluator never does)
     baseline: str = "main"
     editable: list[str] = Field(default_factory=list)  # globs shown to the LLM (default: all text files)
     context: str = ""                          # free text for the ideator: the task, the rules
@@ -52,10 +57,15 @@ class EnvManifest(BaseModel):
         return v
 
     def is_frozen(self, path: str) -> bool:
-        return path == MANIFEST_FILE or _match(path, self.frozen) or _match(path, self.prepare_inputs)
+        return path == MANIFEST_FILE or _match(path, self.frozen) or _match(path, self.prepare_inputs) \
+            or _match(path, self.heldout())
 
     def is_hidden(self, path: str) -> bool:
-        return _match(path, self.hidden)
+        return _match(path, self.hidden) or _match(path, self.heldout())
+
+    def heldout(self) -> list[str]:
+        """Repo paths only the evaluator sees: the relative values of `eval_data`."""
+        return [v.strip("/") for v in self.eval_data.values() if not v.startswith(("/", "~/"))]
 
     def better(self, a: float, b: float) -> bool:
         """True if a is strictly better than b under the goal."""

@@ -63,6 +63,7 @@ class Trial(BaseModel):
     harness: str | None = None      # hash of the evaluation harness blobs
     accelerator: str | None = None
     software: str | None = None
+    sandbox: str | None = None      # what isolated run and evaluate: bwrap | apptainer | none
     faults: list[str] = Field(default_factory=list)   # host faults met before this run ("host: reason")
 
 
@@ -99,6 +100,7 @@ class Note(BaseModel):
     accelerator: str | None = None
     software: str | None = None
     harness: str | None = None
+    sandbox: str | None = None      # bwrap | apptainer | none (an unsandboxed result says so)
     tamper: list[str] = Field(default_factory=list)
     superseded: list[str] = Field(default_factory=list)   # trials of this commit run twice; not counted
     flags: list[str] = Field(default_factory=list)   # e.g. cross_accelerator: compared across hardware

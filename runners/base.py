@@ -17,8 +17,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
+from autoresearchd import defaults
 from autoresearchd.manifest import EnvManifest
 
+from .isolation import HostSandbox, host_path, resolve, trial_sandbox
+from .prepare import prepare_key
 from .outcome import outcome_from_files, whole_tail  # noqa: F401  (re-exported: the runners' shared API)
 from .protocol import (HostUnreachable, PollState, Runner, Shell, Slot, TrialOutcome,  # noqa: F401
                        TrialSpec)
@@ -39,6 +42,8 @@ class ShellRunner:
     PRESTAGE: ClassVar[int] = 2          # trials per slot: one running, one waiting for the slot lock
     REDERIVABLE: ClassVar[tuple[str, ...]] = ("pid", "submitted")   # handle keys poll() can do without
     MAX_PARALLEL: ClassVar[int] = 8      # hosts polled / fetched / cleaned at once
+    # the config-less embedded demo may run unsandboxed (flagged) where bwrap is missing; set by make_runner
+    sandbox_fallback: bool = False
 
     def __init__(self, cfg, manifest: EnvManifest):
         self.cfg = cfg
@@ -63,6 +68,15 @@ class ShellRunner:
 
     def data_env(self, host: str) -> dict[str, str]:
         return dict(self.manifest.data)
+
+    def host_sandbox(self, host: str) -> HostSandbox:
+        """The sandbox that isolates trials on `host` (runner.sandbox, probed there once)."""
+        cache = self.__dict__.setdefault("_sandboxes", {})
+        if host not in cache:
+            kind = getattr(self.cfg, "sandbox", None) or defaults.SANDBOX
+            cache[host] = resolve(self.shell_for(host), host, kind, getattr(self.cfg, "sandbox_image", ""),
+                                  self.path_prefix(host), self.sandbox_fallback)
+        return cache[host]
 
     # Braces: only the wrapper goes to the background. Without them `&` backgrounds the whole
     # `cd && setsid ...` list in a subshell that keeps our stdout open until the trial ends.
@@ -114,16 +128,23 @@ class ShellRunner:
         tdir = f"{root}/{spec.trial_id}"
         q = shlex.quote
         lock = f"{root}/.slots/{_slot_file(slot.slot)}.lock" if self.prestage > 1 else ""
+        hs = self.host_sandbox(slot.host)
+        # `~/x` data paths name the host user's home: inside, HOME is the trial's own directory
+        data = {k: host_path(v, hs.home) or v for k, v in self.data_env(slot.host).items()}
+        m = spec.manifest
+        key = spec.prepare_key or (prepare_key(m, []) if m.prepare else "")
+        sandbox = trial_sandbox(hs, tdir, m, data, list(getattr(self.cfg, "sandbox_binds", [])),
+                                f"{root}/.prepared/{key}" if m.prepare else None)
         env_text = trial_env(spec, slot, self.path_prefix(slot.host), self.cfg.log_head_bytes,
-                             self.cfg.log_tail_bytes, self.data_env(slot.host), self.scheduler_gpus, lock,
-                             f"{root}/.events")
+                             self.cfg.log_tail_bytes, data, self.scheduler_gpus, lock,
+                             f"{root}/.events", sandbox)
         fused = type(self).launch is ShellRunner.launch
         # Room first (nothing is written to a disk without min_free_mb free), then a fresh directory: a
         # retry of the same trial id starts clean. A failure removes what it staged, so a full disk is
         # not left fuller.
         cmd = (f"{{ mkdir -p {q(root)}/.slots && {self.space_check(root, slot.host)} && "
                f"rm -rf {q(tdir)} && mkdir -p {q(tdir)} && cd {q(tdir)} && "
-               f"tar -x --no-same-owner -f - && mkdir -p code eval" + (f" && {self.LAUNCH}" if fused else "") +
+               f"tar -x --no-same-owner -f - && mkdir -p code" + (f" && {self.LAUNCH}" if fused else "") +
                f"; }} || {{ rc=$?; cd / && rm -rf {q(tdir)}; exit $rc; }}")
         submitted = time.time()
         rc, out, err = sh.run(cmd, stdin=bundle(spec, env_text), timeout=300)
@@ -133,7 +154,8 @@ class ShellRunner:
             raise RuntimeError(f"copying the trial to {slot.host} failed: {whole_tail(err) or f'exit {rc}'}")
         else:
             extra = self.launch(sh, tdir, spec, slot)
-        return {"host": slot.host, "slot": slot.slot, "dir": tdir, "submitted": submitted, **extra}
+        return {"host": slot.host, "slot": slot.slot, "dir": tdir, "submitted": submitted,
+                "sandbox": sandbox.kind, **extra}
 
     # -- host health -------------------------------------------------------------------------------
     def min_free_kb(self, host: str) -> int:
@@ -216,7 +238,7 @@ class ShellRunner:
                 "dead": PollState.LOST}.get(word, PollState.UNREACHABLE)
 
     FILES: ClassVar[list[str]] = ["prepare.rc", "prepare.log", "run.rc", "run.timed_out", "started", "done", "tamper.txt", "run_result.json",
-                                  "eval.rc", "eval.timed_out", "eval_result.json", "run.head", "run.tail",
+                                  "eval.rc", "eval.timed_out", "run.head", "run.tail",
                                   "eval.head", "eval.tail", "wrapper.log"]
 
     def fetch(self, handle: dict[str, Any]) -> TrialOutcome:
@@ -248,6 +270,7 @@ class ShellRunner:
                 return
             for i, got, probe in zip(idx, files, probes):
                 o = out[i] = outcome_from_files(got, self.manifest, probe)
+                o.sandbox = handles[i].get("sandbox")
                 if o.exit_code is None and not o.timed_out and (hint := self._disk_hint(sh, handles[i]["dir"])):
                     o.error, o.host_fault = f"{o.error}; {hint}", hint
         self.map(one, list(groups))

@@ -58,7 +58,8 @@ def outcome_from_files(files: dict[str, bytes], manifest: EnvManifest, probe: st
     if manifest.evaluate:
         eval_rc = _int(files.get("eval.rc"))
         if rc == 0 and not timed_out:
-            metrics = parse_metrics(eval_log.decode(errors="replace"), files.get("eval_result.json"))
+            # the evaluator's own captured stdout only: no file in the trial directory is believed
+            metrics = parse_metrics(eval_log.decode(errors="replace"))
             source = "evaluate"
             if "eval.timed_out" in files:
                 error = "evaluation timed out"

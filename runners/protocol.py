@@ -57,6 +57,7 @@ class TrialOutcome:
     software: str | None = None
     eval_exit_code: int | None = None
     requeue: bool = False            # e.g. Slurm preemption: run again, not a failure
+    sandbox: str | None = None       # the sandbox kind the trial ran in (bwrap, apptainer, none)
     host_fault: str | None = None    # the host, not the run, failed it (its disk filled): run it elsewhere
 
 

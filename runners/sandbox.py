@@ -13,13 +13,15 @@ Stable API (other modules build on it; extend, do not break):
     get(name) -> Sandbox;  names() -> list[str]
     Sandbox.name; Sandbox.available() -> str | None (None: usable here, else a one-line reason);
     Sandbox.argv(req) -> list[str] (the full command line, ready for subprocess/execvp);
-    Sandbox.prefix(req) -> list[str] (the same without req.argv, for wrappers that append a command).
+    Sandbox.prefix(req) -> list[str] (the same without req.argv, for wrappers that append a command);
+    Sandbox.check_script() -> str (shell printing `ok` or a one-line reason: probes a remote host);
+    env_dirs(path) -> list[str];  ENV_DIRS_SCRIPT, prefixes(bin_dirs) (the same for a remote host).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
+import shlex
 import subprocess
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -41,25 +43,44 @@ class SandboxRequest:
     path: str | None = None                           # PATH whose */bin parents are bound read-only
 
 
-def env_dirs(path: str | None) -> list[str]:
-    """The install prefixes behind a PATH (`/opt/venv/bin` -> `/opt/venv`), and those of the
-    interpreters its `python*` links resolve to (a venv's base Python): the Python environment and its
-    tools, bound read-only so `python` inside finds the same packages."""
-    out: list[str] = []
+# Lists, for the PATH it runs with, the directories to bind read-only: for each PATH entry and each
+# directory its `python*` links resolve to (a venv's base interpreter), the install prefix when it
+# holds a Python environment (pyvenv.cfg, conda-meta, lib/python3*), else just that bin directory
+# (so ~/.cargo/bin binds, ~/.cargo and its credentials do not). Entries this user cannot reach are
+# left out (bwrap refuses them). One listing for every host, this one included (bash).
+ENV_DIRS_SCRIPT = r"""IFS=:; for d in $PATH; do case $d in /*) [ -d "$d" ] || continue
+  xs=("$d"); for p in "$d"/python*; do [ -e "$p" ] && xs+=("$(dirname -- "$(readlink -f -- "$p")")"); done
+  for x in "${xs[@]}"; do
+    r=${x%/bin}; set -- "$r"/lib/python3*
+    if [ -n "$r" ] && [ "$r" != "$x" ] && { [ -e "$r/pyvenv.cfg" ] || [ -d "$r/conda-meta" ] || [ -e "$1" ]; }
+    then printf '%s\n' "$r"; else printf '%s\n' "$x"; fi
+  done;; esac; done; true"""
 
-    def add(bindir: str) -> None:
-        bindir = bindir.rstrip("/")
-        if bindir.endswith("/bin") and bindir.startswith("/") and len(bindir) > 4:
-            if (p := bindir[:-4]) not in out:
-                out.append(p)
-    for d in (path or "").split(os.pathsep):
-        add(d)
-        try:
-            links = [e.path for e in os.scandir(d) if e.name.startswith("python")] if d.startswith("/") else []
-        except OSError:
-            continue
-        for link in links:
-            add(os.path.dirname(os.path.realpath(link)))
+
+def prefixes(dirs: list[str]) -> list[str]:
+    """The absolute directories of an ENV_DIRS_SCRIPT listing, in order, once each."""
+    out: list[str] = []
+    for d in dirs:
+        d = d.strip().rstrip("/")
+        if d.startswith("/") and d not in out:
+            out.append(d)
+    return out
+
+
+def env_dirs(path: str | None) -> list[str]:
+    """The Python environment and tools behind a PATH on this machine, to bind read-only so that
+    `python` inside finds the same packages (a venv, its base interpreter, ~/.local, conda)."""
+    p = subprocess.run(["bash", "-c", ENV_DIRS_SCRIPT], capture_output=True, text=True,
+                       env={"PATH": path or os.environ.get("PATH", "")}, timeout=30)
+    return prefixes(p.stdout.splitlines())
+
+
+def _ro_dirs(req: SandboxRequest) -> list[str]:
+    """req.readonly and the env dirs of req.path, once each, less what the system binds cover."""
+    out: list[str] = []
+    for d in (env_dirs(req.path) if req.path else []) + list(req.readonly):
+        if d not in out and not any(d == s or d.startswith(s + "/") for s in defaults.SANDBOX_SYSTEM_DIRS):
+            out.append(d)
     return out
 
 
@@ -68,8 +89,18 @@ class Sandbox:
     name: ClassVar[str] = ""
     isolated: ClassVar[bool] = True          # False only for `none`
 
-    def available(self) -> str | None:
+    def check_script(self) -> str:
+        """Shell that prints `ok` where this sandbox works, else a one-line reason."""
         raise NotImplementedError
+
+    def available(self) -> str | None:
+        """None when usable on this machine, else why not (one line)."""
+        try:
+            p = subprocess.run(["bash", "-c", self.check_script()], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return f"{self.name}: cannot check: {e}"
+        out = (p.stdout.strip().splitlines() or [f"{self.name}: check failed"])[-1]
+        return None if out == "ok" else out
 
     def prefix(self, req: SandboxRequest) -> list[str]:
         raise NotImplementedError
@@ -82,22 +113,13 @@ class Bwrap(Sandbox):
     """bubblewrap: unprivileged user namespaces (or a setuid bwrap); the default."""
     name = "bwrap"
 
-    def available(self) -> str | None:
-        exe = shutil.which("bwrap")
-        if not exe:
-            return f"bwrap not found; {INSTALL_HINT}"
-        # a real start: bwrap exists but user namespaces may be off (kernel.unprivileged_userns_clone=0,
+    def check_script(self) -> str:
+        # a real start: bwrap may exist while user namespaces are off (kernel.unprivileged_userns_clone=0,
         # an AppArmor restriction, a container without CAP_SYS_ADMIN)
-        try:
-            p = subprocess.run([exe, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
-                               capture_output=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            return f"bwrap does not start: {e}"
-        if p.returncode != 0:
-            why = p.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
-            return f"bwrap cannot create a sandbox here ({why[0]}); user namespaces may be disabled " \
-                   f"(see docs/security.md: use sandbox = \"apptainer\" or a setuid bwrap)"
-        return None
+        return ("if ! command -v bwrap >/dev/null 2>&1; then echo " + shlex.quote(f"bwrap not found; {INSTALL_HINT}") +
+                "; elif e=$(bwrap --ro-bind / / --unshare-all --die-with-parent true 2>&1); then echo ok; "
+                "else echo \"bwrap cannot create a sandbox here (${e##*$'\\n'}); user namespaces may be off: "
+                "see docs/security.md (apptainer, or a setuid bwrap)\"; fi")
 
     def prefix(self, req: SandboxRequest) -> list[str]:
         a = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
@@ -107,15 +129,16 @@ class Bwrap(Sandbox):
             a += ["--ro-bind-try", d, d]
         for f in defaults.SANDBOX_ETC_FILES:
             a += ["--ro-bind-try", f, f]
-        a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp"]
         if req.gpus > 0:
             a += ["--ro-bind-try", "/sys", "/sys"]
             for dev in defaults.SANDBOX_GPU_DEVICES:
                 a += ["--dev-bind-try", dev, dev]
-        for d in env_dirs(req.path) + list(req.readonly):
+        for d in _ro_dirs(req):
             a += ["--ro-bind-try", d, d]
         for d in req.writable:
             a += ["--bind", d, d]
+        a += ["--remount-ro", "/"]       # the sandbox's own root too: only the writable binds and /tmp take writes
         for k, v in req.env.items():
             a += ["--setenv", k, v]
         return a + ["--chdir", req.cwd, "--"]
@@ -130,13 +153,11 @@ class Apptainer(Sandbox):
     def __init__(self, image: str | None = None):
         self.image = image or defaults.SANDBOX_IMAGE
 
-    def available(self) -> str | None:
-        exe = shutil.which("apptainer") or shutil.which("singularity")
-        if not exe:
-            return "apptainer not found; install apptainer (https://apptainer.org/docs/admin/main/installation.html)"
+    def check_script(self) -> str:
         if not self.image:
-            return "apptainer needs an image: set runner.sandbox_image"
-        return None
+            return "echo 'apptainer needs an image: set runner.sandbox_image'"
+        return ("if command -v apptainer >/dev/null 2>&1; then echo ok; else echo 'apptainer not found on PATH; "
+                "install it (https://apptainer.org/docs/admin/main/installation.html)'; fi")
 
     def prefix(self, req: SandboxRequest) -> list[str]:
         a = ["apptainer", "exec", "--contain", "--cleanenv", "--no-home", "--no-mount", "home,cwd",
@@ -145,7 +166,7 @@ class Apptainer(Sandbox):
             a += ["--net", "--network", "none"]
         if req.gpus > 0:
             a.append("--nv")
-        for d in env_dirs(req.path) + list(req.readonly):
+        for d in _ro_dirs(req):
             a += ["--bind", f"{d}:{d}:ro"]
         for d in req.writable:
             a += ["--bind", f"{d}:{d}:rw"]
@@ -159,8 +180,8 @@ class NoSandbox(Sandbox):
     name = "none"
     isolated = False
 
-    def available(self) -> str | None:
-        return None
+    def check_script(self) -> str:
+        return "echo ok"
 
     def prefix(self, req: SandboxRequest) -> list[str]:
         # still a clean environment and the requested directory, nothing more

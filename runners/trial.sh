@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # autoresearchd trial wrapper. Runs detached in its trial directory; needs only bash and coreutils.
-# Layout: code/ (the idea's tree), eval/ (frozen harness from the baseline), trial.env (quoted vars).
-# Writes: prepare.rc/prepare.log (when the manifest has `prepare`), run.head/run.tail (capped log), run.bytes, run.rc, timed_out, eval.*, tamper.txt, done.
+# Layout: code/ (the idea's tree), eval.tar (the baseline's frozen files), trial.env (quoted vars).
+# Writes: prepare.rc/prepare.log (when the manifest has `prepare`), run.head/run.tail (capped log), run.bytes,
+# run.rc, timed_out, eval.*, tamper.txt, done.
+# Isolation: run and evaluate each start through their sandbox's prefix (AR_SB_RUN, AR_SB_EVAL, built
+# by runners/sandbox.py) with a clean environment. run sees code/ (writable) and nothing else of this
+# directory; eval/ is unpacked only once run's sandbox (its PID namespace) is gone, and the evaluator
+# sees eval/, the declared artifacts (read-only) and the eval-only data. Status files stay out here.
 # Pre-staged trials wait here for their slot's lock (AR_SLOT_LOCK) before `started` and the budget clock.
 set -u
 cd "$(dirname "$0")" || exit 97
@@ -13,9 +18,13 @@ echo $$ > "$T/pgid"
 # its time counts against neither budget; cached in <work_root>/.prepared/<key>.
 if [ -n "${AR_PREPARE:-}" ]; then
   export AUTORESEARCH_PREPARED="${T%/*}/.prepared/$AR_PREPARE_KEY"
+  # its source: the baseline's frozen files less the evaluator's held-out ones (run sees its output)
+  rm -rf "$T/prep-src" && mkdir "$T/prep-src" && { [ ! -s "$T/eval.tar" ] || tar -x --no-same-owner -f "$T/eval.tar" -C "$T/prep-src"; }
+  for h in "${AR_HELDOUT[@]}"; do rm -rf -- "$T/prep-src/$h"; done
   AR_PREPARE=$AR_PREPARE AR_SETUP=$AR_SETUP AR_PREPARE_BUDGET=$AR_PREPARE_BUDGET AR_KILL_GRACE=$AR_KILL_GRACE \
-    bash "$T/prepare.sh" "${T%/*}" "$AR_PREPARE_KEY" "$T/eval" "$T/prepare.log"
+    bash "$T/prepare.sh" "${T%/*}" "$AR_PREPARE_KEY" "$T/prep-src" "$T/prepare.log"
   echo $? > "$T/prepare.rc"
+  rm -rf "$T/prep-src"
   if [ "$(cat "$T/prepare.rc")" != 0 ]; then
     date +%s.%N > "$T/started"; date +%s.%N > "$T/done"
     [ -n "${AR_EVENTS:-}" ] && echo "${T##*/}" >> "$AR_EVENTS" 2>/dev/null
@@ -60,11 +69,25 @@ run_budgeted() {  # $1 budget seconds, $2 log prefix, $3 command string; records
   echo "$rc" > "$T/$log.rc"
 }
 
+q() { printf '%q' "$1"; }
+# one command line: the sandbox prefix (array named $1), a clean environment ($3...), bash -c $2
+sandboxed() {
+  local -n pre=$1; local cmd=$2 out= a; shift 2
+  for a in "${pre[@]}" env -i "$@" bash -c "$cmd"; do out+="$(q "$a") "; done
+  printf '%s' "$out"
+}
+# what both steps get: nothing of the host's environment but these (never a secret)
+base_env=(PATH="$PATH" LANG=C.UTF-8 AUTORESEARCH_SEED="$AUTORESEARCH_SEED" AUTORESEARCH_TRIAL="$AUTORESEARCH_TRIAL"
+          AUTORESEARCH_TIME_BUDGET_S="$AUTORESEARCH_TIME_BUDGET_S" "${AR_DATA[@]}")
+[ -n "${CUDA_VISIBLE_DEVICES+x}" ] && base_env+=(CUDA_VISIBLE_DEVICES="$CUDA_VISIBLE_DEVICES")
+[ -n "${AUTORESEARCH_PREPARED:-}" ] && base_env+=(AUTORESEARCH_PREPARED="$AUTORESEARCH_PREPARED")
+for v in "${AR_PASS_ENV[@]}"; do [ -n "${!v+x}" ] && base_env+=("$v=${!v}"); done
+
 mkdir -p "$T/artifacts"
 checksum_frozen "$T/frozen.before"
 cd "$T/code"
-export AUTORESEARCH_RESULT="$T/run_result.json" AUTORESEARCH_ARTIFACTS="$T/artifacts"
-run_budgeted "$AR_BUDGET" run "${AR_SETUP:+$AR_SETUP && }$AR_RUN"
+run_budgeted "$AR_BUDGET" run "$(sandboxed AR_SB_RUN "${AR_SETUP:+$AR_SETUP && }$AR_RUN" "${base_env[@]}" \
+  HOME="$T/code" AUTORESEARCH_ARTIFACTS="$T/code" AUTORESEARCH_RESULT="$T/code/.autoresearch_result.json")"
 cd "$T"
 checksum_frozen "$T/frozen.after"
 cmp -s "$T/frozen.before" "$T/frozen.after" || diff "$T/frozen.before" "$T/frozen.after" > "$T/tamper.txt"
@@ -72,24 +95,26 @@ for f in sitecustomize.py usercustomize.py; do
   found=$(find "$T/code" -name "$f" -newer "$T/started" 2>/dev/null | head -n 3)
   [ -n "$found" ] && echo "run wrote $found" >> "$T/tamper.txt"
 done
+C=$(readlink -f -- "$T/code")
+# a plain file or directory at exactly code/$1: no link on the way, none inside
+plain() { local r; r=$(readlink -f -- "$C/$1") && [ "$r" = "$C/${1#./}" ] && [ -z "$(find "$r" -type l 2>/dev/null | head -n 1)" ]; }
+r="$T/code/.autoresearch_result.json"
+[ -f "$r" ] && plain .autoresearch_result.json && head -c 1000000 "$r" > "$T/run_result.json"
 
 if [ -n "${AR_EVALUATE:-}" ] && [ "$(cat "$T/run.rc")" = 0 ] && [ ! -e "$T/run.timed_out" ]; then
-  # Trust nothing from run but the declared artifacts: copy them out of code/ into a fresh dir,
-  # then evaluate from the frozen harness with a clean environment (no PYTHONPATH, no user site).
+  # run is over (sandboxed: its PID namespace is gone, so none of its processes is left). Take only
+  # the declared artifacts out of code/, then unpack the evaluator from the baseline's frozen files.
   for a in "${AR_ARTIFACTS[@]}"; do
-    if [ -e "$T/code/$a" ] && [ ! -L "$T/code/$a" ]; then
-      mkdir -p "$T/artifacts/$(dirname "$a")"; cp -r "$T/code/$a" "$T/artifacts/$a"
-    fi
+    [ -e "$T/code/$a" ] || [ -L "$T/code/$a" ] || continue
+    if plain "$a"; then mkdir -p "$T/artifacts/$(dirname "$a")"; mv -- "$T/code/$a" "$T/artifacts/$a"
+    else echo "run wrote a link at or inside artifact $a" >> "$T/tamper.txt"; fi
   done
+  rm -rf "$T/eval" && mkdir "$T/eval" && { [ ! -s "$T/eval.tar" ] || tar -x --no-same-owner -f "$T/eval.tar" -C "$T/eval"; }
   cd "$T/eval"
-  q() { printf '%q' "$1"; }
-  cmd="${AR_SETUP:+$AR_SETUP && }$AR_EVALUATE"
-  run_budgeted "$AR_EVAL_BUDGET" eval "env -i PATH=$(q "$AR_PATH") HOME=$(q "$HOME") LANG=C.UTF-8 \
-PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1 PYTHONDONTWRITEBYTECODE=1 \
-CUDA_VISIBLE_DEVICES=$(q "${CUDA_VISIBLE_DEVICES:-}") AUTORESEARCH_SEED=$(q "$AUTORESEARCH_SEED") \
-AUTORESEARCH_ARTIFACTS=$(q "$T/artifacts") AUTORESEARCH_RESULT=$(q "$T/eval_result.json") \
-AUTORESEARCH_PREPARED=$(q "${AUTORESEARCH_PREPARED:-}") \
-$AR_DATA_ENV bash -c $(q "$cmd")"
+  run_budgeted "$AR_EVAL_BUDGET" eval "$(sandboxed AR_SB_EVAL "${AR_SETUP:+$AR_SETUP && }$AR_EVALUATE" \
+    "${base_env[@]}" HOME="$T/eval" PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1 PYTHONDONTWRITEBYTECODE=1 \
+    AUTORESEARCH_ARTIFACTS="$T/artifacts" "${AR_EVAL_DATA[@]}")"
+  cd "$T"
 fi
 date +%s.%N > "$T/finished"
 mv -f "$T/finished" "$T/done"

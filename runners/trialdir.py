@@ -14,6 +14,7 @@ from importlib import resources
 
 from autoresearchd import defaults
 
+from .isolation import TrialSandbox
 from .prepare import prepare_key
 from .protocol import Slot, TrialSpec
 
@@ -50,9 +51,10 @@ echo "accelerator: $acc"; echo "software: $sw"
 
 def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_tail: int,
               data_env: dict[str, str], scheduler_gpus: bool = False, slot_lock: str = "",
-              events: str = "") -> str:
+              events: str = "", sandbox: TrialSandbox | None = None) -> str:
     """The quoted variables file that trial.sh sources. Every value goes through shlex.quote.
-    With `scheduler_gpus` (Slurm --gres), CUDA_VISIBLE_DEVICES is left as the job got it."""
+    With `scheduler_gpus` (Slurm --gres), CUDA_VISIBLE_DEVICES is left as the job got it.
+    `sandbox`: the prefixes that isolate run and evaluate (default: none, a clean environment only)."""
     m = spec.manifest
     q = shlex.quote
 
@@ -73,13 +75,19 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
         "AR_LOG_HEAD": str(cfg_head),
         "AR_LOG_TAIL": str(cfg_tail),
         "AR_PATH": path_prefix,
-        "AR_DATA_ENV": " ".join(f"{k}={q(v)}" for k, v in data_env.items()),
         "AR_SLOT_LOCK": slot_lock,     # trial.sh waits for this lock before its clock starts
         "AR_EVENTS": events,           # trial.sh appends a line here when it is done
     }
     out = [f"{k}={qpath(v) if k == 'AR_PATH' else q(v)}" for k, v in lines.items()]
     out.append("AR_FROZEN=(" + " ".join(q(p) for p in spec.frozen_paths) + ")")
     out.append("AR_ARTIFACTS=(" + " ".join(q(p) for p in m.artifacts) + ")")
+    sb = sandbox or TrialSandbox()
+    arrays = {"AR_SB_RUN": sb.run_prefix, "AR_SB_EVAL": sb.eval_prefix,
+              "AR_DATA": [f"{k}={v}" for k, v in data_env.items()],
+              "AR_EVAL_DATA": [f"{k}={v}" for k, v in sb.eval_env.items()],
+              "AR_HELDOUT": m.heldout(),     # never copied where run can read (the prepare step's source)
+              "AR_PASS_ENV": [n for n in defaults.SANDBOX_PASS_ENV if not SECRET_NAME.search(n)]}
+    out += [f"{k}=(" + " ".join(q(x) for x in v) + ")" for k, v in arrays.items()]
     exports = {"AUTORESEARCH_SEED": str(spec.seed), "AUTORESEARCH_TRIAL": spec.trial_id,
                "AUTORESEARCH_TIME_BUDGET_S": str(int(m.time_budget_s)),
                **({} if scheduler_gpus else {"CUDA_VISIBLE_DEVICES": ",".join(map(str, slot.gpus))}),
@@ -120,11 +128,11 @@ def _slot_file(slot: str) -> str:
 
 
 def bundle(spec: TrialSpec, env_text: str) -> bytes:
-    """One tar holding code/ (the commit), eval/ (the harness), trial.sh, prepare.sh and trial.env, so a trial
-    directory is placed with a single upload."""
+    """One tar holding code/ (the commit), eval.tar (the harness: trial.sh unpacks it only after run
+    is gone), trial.sh, prepare.sh and trial.env, so a trial directory is placed with a single upload."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as out:
-        for prefix, data in (("code", spec.code_tar), ("eval", spec.eval_tar)):
+        for prefix, data in (("code", spec.code_tar),):
             d = tarfile.TarInfo(prefix)
             d.type, d.mode = tarfile.DIRTYPE, 0o755
             out.addfile(d)
@@ -138,7 +146,7 @@ def bundle(spec: TrialSpec, env_text: str) -> bytes:
                     out.addfile(m, src.extractfile(m) if m.isreg() else None)
         from .prepare import prepare_script
         for name, data, mode in (("trial.sh", trial_script(), 0o755), ("prepare.sh", prepare_script(), 0o755),
-                                 ("trial.env", env_text.encode(), 0o644)):
+                                 ("trial.env", env_text.encode(), 0o644), ("eval.tar", spec.eval_tar or b"", 0o644)):
             ti = tarfile.TarInfo(name)
             ti.size, ti.mode, ti.mtime = len(data), mode, int(time.time())
             out.addfile(ti, io.BytesIO(data))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -81,7 +82,9 @@ def toy_env(make_repo):
 
 def write_config(path: Path, research: Path, extra: str = "") -> Path:
     cfg = path / ".autoresearch.toml"
-    cfg.write_text(f'[research]\nrepo = "{research}"\n[runner]\nkind = "local"\nslots = 2\n'
+    # sandbox = "none": these daemon tests count runs in files outside the trial (docs/security.md);
+    # the sandbox itself is tested by test_sandbox, test_tamper and the runner contract
+    cfg.write_text(f'[research]\nrepo = "{research}"\n[runner]\nsandbox = "none"\nkind = "local"\nslots = 2\n'
                    f'[daemon]\ntick_s = 0.3\n[policy]\nbaseline_seeds = 2\n[llm]\nprovider = "none"\n{extra}')
     return cfg
 
@@ -121,3 +124,20 @@ def wait_file(p: Path, timeout: float = 30.0) -> str:
             return p.read_text().strip()
         time.sleep(0.05)
     raise AssertionError(f"{p} never appeared")
+
+
+def sleeper() -> str:
+    """A `sleep` argument no other process has: the run's PIDs are its sandbox's (a PID namespace),
+    so the host finds its processes by command line (sleeper_pids)."""
+    return f"1000.{uuid.uuid4().int % 10**9:09d}"
+
+
+def sleeper_pids(arg: str) -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and (p / "cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", arg.encode()]:
+                out.append(int(p.name))
+        except OSError:
+            continue
+    return out

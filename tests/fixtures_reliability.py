@@ -129,7 +129,10 @@ def write_cfg(path: Path, research: Path, llm: str = 'provider = "none"', runner
     """A config file; sections given as text (rest may carry [daemon]/[policy]/... tables)."""
     path.mkdir(parents=True, exist_ok=True)
     cfg = path / ".autoresearch.toml"
-    cfg.write_text(f'[research]\nrepo = "{research}"\n[runner]\n{runner}\n[llm]\n{llm}\n{rest}')
+    # sandbox = "none" unless the runner text picks one: these daemon tests count runs in files
+    # outside the trial, which a sandboxed run cannot write (test_tamper picks bwrap)
+    sandbox = "" if "sandbox =" in runner else 'sandbox = "none"\n'
+    cfg.write_text(f'[research]\nrepo = "{research}"\n[runner]\n{sandbox}{runner}\n[llm]\n{llm}\n{rest}')
     return cfg
 
 

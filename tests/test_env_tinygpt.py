@@ -46,7 +46,8 @@ def copy_template(dst: Path) -> Path:
 def frozen_dir(dst: Path) -> Path:
     """A directory holding only the frozen files, like the daemon's eval/ export."""
     dst.mkdir()
-    for rel in manifest().frozen:
+    for rel in manifest().frozen + manifest().heldout():
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(TEMPLATE / rel, dst / rel)
     return dst
 
@@ -98,6 +99,17 @@ def test_manifest_parses_and_names_real_files():
         assert (TEMPLATE / rel).is_file(), rel
     assert m.is_frozen("evaluate.py") and m.is_frozen("data.py") and not m.is_frozen("train.py")
     assert m.artifacts == ["out/model.pt"]
+    # the validation split's seed is for the evaluator only: withheld from run and from the LLM
+    assert m.heldout() == ["heldout/val_seed"] and (TEMPLATE / "heldout/val_seed").is_file()
+    assert m.is_hidden("heldout/val_seed") and m.is_frozen("heldout/val_seed")
+
+
+def test_validation_split_needs_the_heldout_seed(tmp_path):
+    """Without the held-out seed (a trial's code/ has none) the validation split cannot be made."""
+    code = copy_template(tmp_path / "code")
+    shutil.rmtree(code / "heldout")
+    p = run_py(["-c", "import data; data.val_tokens()"], code, clean=True)
+    assert p.returncode != 0 and "for evaluate.py only" in p.stderr
 
 
 # -- (b) check mode ----------------------------------------------------------------------------
@@ -228,8 +240,9 @@ def _trial(template_repo, tmp_path, data_env: dict[str, str], budget_s: float):
     repo, base = template_repo
     m = manifest().model_copy(update={"data": data_env})
     runner = LocalRunner(RunnerCfg(), m, tmp_path / "trials")
-    spec = TrialSpec(trial_id="t1", commit=base, seed=0, manifest=m, code_tar=repo.archive(base),
-                     eval_tar=repo.archive(base, m.frozen), frozen_paths=list(m.frozen), purpose="baseline")
+    spec = TrialSpec(trial_id="t1", commit=base, seed=0, manifest=m, code_tar=repo.archive(base, exclude=m.heldout()),
+                     eval_tar=repo.archive(base, m.frozen + m.heldout()), frozen_paths=list(m.frozen),
+                     purpose="baseline")
     handle = runner.submit(spec, runner.slots()[0])
     deadline = time.monotonic() + budget_s
     while runner.poll(handle) != PollState.DONE:
@@ -237,6 +250,7 @@ def _trial(template_repo, tmp_path, data_env: dict[str, str], budget_s: float):
         time.sleep(0.5)
     out = runner.fetch(handle)
     eval_files = sorted(p.name for p in (Path(handle["dir"]) / "eval").iterdir())
+    assert not (Path(handle["dir"]) / "code" / "heldout").exists()
     return out, eval_files
 
 
@@ -244,7 +258,7 @@ def test_trial_through_local_runner_short(template_repo, tmp_path):
     out, eval_files = _trial(template_repo, tmp_path, {"TINYGPT_STEPS": "20"}, 240)
     assert out.error is None, out.log.decode(errors="replace")[-2000:]
     assert out.metrics_source == "evaluate" and out.tamper == []
-    assert eval_files == sorted(manifest().frozen)
+    assert eval_files == sorted(manifest().frozen + ["heldout"])
     assert out.metrics["val_loss"] < math.log(256) - 0.5
     assert "steps: 20" in out.log.decode()
 

@@ -197,3 +197,17 @@ def test_complete_diff_with_wrong_counts_is_recounted(setup):
     branch = impl.implement(propose(impl))
     assert branch, "a complete diff with wrong hunk counts was refused"
     assert b"x = 0.5" in research.repo.read_files(branch, ["run.py"])["run.py"]
+
+
+@pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap is needed for the sandboxed check")
+def test_the_check_runs_the_ideas_code_in_the_sandbox(setup):
+    """The check executes LLM-written code on the daemon's machine: in the sandbox, the research
+    repo's .git (its hooks) is out of reach."""
+    make, fake = setup
+    cfg, research, impl = make()
+    hook = research.repo.git_dir / "hooks" / "post-commit-check-probe"
+    line = (f'[open(p, "w").close() for p in [{str(hook)!r}] '
+            f'if __import__("os").access(__import__("os").path.dirname(p), 2)]')
+    fake.script(Reply(GOOD.replace("+x = 0.5\n", f"+x = 0.5\n+{line}\n").replace("@@ -1,6 +1,6 @@", "@@ -1,6 +1,7 @@")))
+    assert impl.implement(propose(impl))
+    assert not hook.exists(), "the check reached the research repo's .git"

@@ -247,7 +247,7 @@ def toy(make_repo, log: Path, secs: float):
 
 def config(tmp_path, repo, slots=1, tick=0.3) -> Path:
     cfg = tmp_path / ".autoresearch.toml"
-    cfg.write_text(f'[research]\nrepo = "{repo}"\n[runner]\nkind = "local"\nslots = {slots}\n'
+    cfg.write_text(f'[research]\nrepo = "{repo}"\n[runner]\nsandbox = "none"\nkind = "local"\nslots = {slots}\n'
                    f'[daemon]\ntick_s = {tick}\n[policy]\nbaseline_seeds = 1\nconfirm_seeds = 0\n'
                    f'[llm]\nprovider = "none"\n')
     return cfg
@@ -275,7 +275,8 @@ def test_kill_9_while_a_prestaged_trial_waits_gives_one_result_each(make_repo, t
     p = subprocess.Popen([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), "start"],
                          env=dict(os.environ, PYTHONUNBUFFERED="1"), stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True)
-    work = GitRepo(repo).git_dir / "autoresearch" / "trials"
+    from autoresearchd import defaults
+    work = Path(defaults.local_trial_root(str(repo)))     # outside the research repo (and its .git)
     deadline = time.time() + 60
     waiting = []
     while time.time() < deadline and not waiting:       # one running, one staged without `started`

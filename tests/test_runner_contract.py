@@ -23,7 +23,7 @@ from autoresearchd.manifest import EnvManifest
 from autoresearchd.runners.base import PollState, TrialSpec
 from autoresearchd.runners.local import LocalRunner
 
-from conftest import wait_file
+from conftest import sleeper, sleeper_pids, wait_file
 
 
 def make_local(request, tmp_path, manifest, gpus=0, **cfg):
@@ -139,11 +139,15 @@ def test_no_metrics_says_so(make_runner, code):
 
 
 def test_time_budget_kills_process_group(make_runner, code):
-    m = manifest("sleep 1000 & echo $! > gc.pid; sleep 1000", time_budget_s=2)
+    z = sleeper()
+    m = manifest(f"sleep {z} & echo $! > gc.pid; sleep 1000", time_budget_s=2)
     h, out = run_trial(make_runner(m), m, code(TRAIN)[0])
     assert out.timed_out and "time budget" in out.error
-    gc = int((Path(h["dir"]) / "code" / "gc.pid").read_text())
-    assert wait_gone(gc), "the run's grandchild survived the time-out"
+    assert (Path(h["dir"]) / "code" / "gc.pid").exists()
+    deadline = time.monotonic() + 15
+    while sleeper_pids(z) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not sleeper_pids(z), "the run's grandchild survived the time-out"
 
 
 def test_frozen_evaluate_ignores_tampering(make_runner, code):
@@ -166,14 +170,18 @@ def test_frozen_evaluate_ignores_tampering(make_runner, code):
 
 
 def test_cancel_kills_running_trial(make_runner, code):
-    m = manifest("echo $$ > run.pid2; sleep 1000 & echo $! > gc.pid; wait")
+    z = sleeper()
+    m = manifest(f"echo $$ > run.pid2; sleep {z} & echo $! > gc.pid; sleep 1000; wait")
     r = make_runner(m)
     spec = TrialSpec(trial_id="t cancel; " + uuid.uuid4().hex[:10], commit="0" * 40, seed=0, manifest=m,
                      code_tar=code(TRAIN)[0])
     h = r.submit(spec, r.slots()[0])
     d = Path(h["dir"]) / "code"
-    pids = [int(wait_file(d / "gc.pid")), int(wait_file(d / "run.pid2"))]
-    assert r.poll(h) == PollState.RUNNING
+    wait_file(d / "gc.pid") and wait_file(d / "run.pid2")
+    deadline = time.monotonic() + 15        # the pid file can come before the child's exec of sleep
+    while not (pids := sleeper_pids(z)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pids and r.poll(h) == PollState.RUNNING
     r.cancel(h)
     assert all(wait_gone(p) for p in pids)
     assert wait_done(r, h, timeout=30) in (PollState.LOST, PollState.DONE)
@@ -208,7 +216,7 @@ NASTY = "a;touch pwned1 $(touch pwned2) `touch pwned3` \"dq\" 'sq' \\ \n ünïc�
 def test_metacharacters_do_not_inject(make_runner, code):
     m = manifest('printf %s "$DATA_X" > data.txt; printf %s "$AUTORESEARCH_TRIAL" > trial.txt; '
                  'printf "%s\\n" "a;b \\$(x) \\`y\\` \'q\'" > cmd.txt; echo ---; echo score: 1',
-                 evaluate='printf %s "$DATA_X" > "$AUTORESEARCH_ARTIFACTS/eval_data.txt"; echo ---; echo score: 2',
+                 evaluate='printf %s "$DATA_X" > eval_data.txt; echo ---; echo score: 2',
                  data={"DATA_X": NASTY})
     tid = "t;touch pwned4 $(touch pwned5) `touch pwned6` 'q\" ü " + uuid.uuid4().hex[:6]
     h, out = run_trial(make_runner(m), m, code(TRAIN)[0], trial_id=tid)
@@ -218,5 +226,5 @@ def test_metacharacters_do_not_inject(make_runner, code):
     assert (d / "code" / "data.txt").read_text() == NASTY
     assert (d / "code" / "trial.txt").read_text() == tid
     assert (d / "code" / "cmd.txt").read_text() == "a;b $(x) `y` 'q'\n"
-    assert (d / "artifacts" / "eval_data.txt").read_text() == NASTY
+    assert (d / "eval" / "eval_data.txt").read_text() == NASTY
     assert not [p for p in d.parent.rglob("pwned*")], "a metacharacter was executed"

@@ -234,7 +234,8 @@ def test_daemon_secrets_do_not_reach_the_job(slurm_cluster, tmp_path, monkeypatc
     m = manifest('echo "[${ARD_TEST_API_KEY-gone}] [${ARD_TEST_PLAIN-gone}]"; echo ---; echo "loss: 1"')
     r, h = submit(slurm_cluster, tmp_path, m, "secret1")
     assert wait_done(r, h) is PollState.DONE
-    assert b"[gone] [plain-value]" in r.fetch(h).log
+    # run gets a clean environment (docs/environment.md): not even the daemon's harmless variables
+    assert b"[gone] [gone]" in r.fetch(h).log
 
 
 @pytest.mark.slurm
@@ -271,7 +272,7 @@ def test_scancel_from_outside_is_recorded_as_cancelled(slurm_cluster, tmp_path):
 
 @pytest.mark.slurm
 def test_restart_harvests_from_the_handle_alone(slurm_cluster, tmp_path):
-    m = manifest('echo run >> ../runs.count; sleep 1; echo ---; echo "loss: 2"')
+    m = manifest('echo run >> runs.count; sleep 1; echo ---; echo "loss: 2"')
     r, h = submit(slurm_cluster, tmp_path, m, "restart1")
     stored = json.dumps(h)                 # what the lease note keeps
     r.close()
@@ -281,7 +282,7 @@ def test_restart_harvests_from_the_handle_alone(slurm_cluster, tmp_path):
     assert wait_done(r2, h2) is PollState.DONE
     out = r2.fetch(h2)
     assert out.metrics == {"loss": 2.0}
-    assert (Path(h2["dir"]) / "runs.count").read_text() == "run\n"       # ran exactly once
+    assert (Path(h2["dir"]) / "code" / "runs.count").read_text() == "run\n"       # ran exactly once
     assert r2.poll(h2) is PollState.DONE                                  # harvest is repeatable
     rows = [ln for ln in (slurm_cluster.base / "log/jobcomp.txt").read_text().splitlines()
             if f"JobId={h2['job_id']} " in ln]
@@ -403,7 +404,8 @@ def test_daemon_kill_9_then_restart_harvests_slurm_job_once(slurm_cluster, toy_e
         "x = 1.0", f"open({str(counter)!r}, 'a').write('run\\n')\nimport time; time.sleep(4)\nx = 0.9")
     idea = branch_idea(toy_env, "slow/slurm", "Slow idea", {"run.py": slow})
     cfg = tmp_path / ".autoresearch.toml"
-    cfg.write_text(f'[research]\nrepo = "{toy_env}"\n[runner]\nkind = "slurm"\n[runner.slurm]\n'
+    # sandbox = "none": the run counts itself in a file of this test's (a sandboxed run cannot)
+    cfg.write_text(f'[research]\nrepo = "{toy_env}"\n[runner]\nkind = "slurm"\nsandbox = "none"\n[runner.slurm]\n'
                    f'work_root = "{tmp_path}/slurm-trials"\nmax_jobs = 3\n[daemon]\ntick_s = 0.3\n'
                    f'[policy]\nbaseline_seeds = 2\n[llm]\nprovider = "none"\n')
     p = subprocess.Popen([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), "start"],

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from shards import DATA_VAR, write_shard  # noqa: E402
+from shards import DATA_VAR, VAL_DATA_VAR, write_shard  # noqa: E402
 
 REMOTE = {"10B": "sample-10BT", "100B": "sample-100BT"}
 
@@ -36,9 +36,11 @@ def tokenize(text: str, encode, eot: int) -> np.ndarray:
 class ShardWriter:
     """Packs a stream of tokenized documents into fixed-size shards: val first, then train."""
 
-    def __init__(self, out: str | os.PathLike, shard_tokens: int):
+    def __init__(self, out: str | os.PathLike, shard_tokens: int, val_out: str | os.PathLike | None = None):
         self.out, self.size = Path(out), shard_tokens
+        self.val_out = Path(val_out) if val_out else self.out    # eval-only: outside the training folder
         self.out.mkdir(parents=True, exist_ok=True)
+        self.val_out.mkdir(parents=True, exist_ok=True)
         self.buf = np.empty(shard_tokens, dtype=np.uint16)
         self.fill, self.index, self.written = 0, 0, []
 
@@ -58,7 +60,7 @@ class ShardWriter:
 
     def _flush(self) -> None:
         split = "val" if self.index == 0 else "train"
-        path = self.out / f"fineweb_{split}_{self.index:06d}.bin"
+        path = (self.val_out if split == "val" else self.out) / f"fineweb_{split}_{self.index:06d}.bin"
         write_shard(path, self.buf[:self.fill])
         print(f"wrote {self.fill:,} tokens to {path}", flush=True)
         self.written.append(path)
@@ -79,6 +81,9 @@ def _encode_doc(doc: dict) -> np.ndarray:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.environ.get(DATA_VAR), help=f"output folder (default ${DATA_VAR})")
+    ap.add_argument("--val-out", default=os.environ.get(VAL_DATA_VAR),
+                    help=f"folder for the validation shard, which only the evaluator sees (default ${VAL_DATA_VAR}; "
+                         f"unset: --out)")
     ap.add_argument("--version", choices=sorted(REMOTE), default="10B")
     ap.add_argument("--shard-tokens", type=int, default=100_000_000)
     ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
@@ -89,7 +94,8 @@ def main(argv=None) -> int:
     from datasets import load_dataset     # only this script needs it; the GPU hosts may lack it
     import multiprocessing as mp
     docs = load_dataset("HuggingFaceFW/fineweb", name=REMOTE[a.version], split="train", streaming=True)
-    writer = ShardWriter(out, a.shard_tokens)
+    val_out = Path(os.path.expandvars(os.path.expanduser(a.val_out))) if a.val_out else None
+    writer = ShardWriter(out, a.shard_tokens, val_out)
     with mp.Pool(a.workers) as pool:
         for toks in pool.imap(_encode_doc, docs, chunksize=16):
             writer.add(toks)

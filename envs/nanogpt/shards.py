@@ -26,6 +26,9 @@ VOCAB_SIZE = 50257                 # GPT-2's vocabulary
 VAL_TOKENS = 10_485_760            # tokens the frozen evaluation scores (the paper's figure)
 ARTIFACT = "out/model.pt2"         # where train.py saves the exported model, relative to the run dir
 DATA_VAR = "NANOGPT_DATA"
+# the validation shards' folder, given to the evaluator only (the manifest's eval_data): run's
+# sandbox never sees it. Unset (local debugging), they are read from $NANOGPT_DATA.
+VAL_DATA_VAR = "NANOGPT_VAL_DATA"
 
 
 def write_shard(path: str | os.PathLike, tokens) -> None:
@@ -78,6 +81,8 @@ def data_dir(root: str | None = None) -> Path:
 
 
 def shard_paths(split: str, root: str | None = None) -> list[str]:
+    if split == "val" and root is None and os.environ.get(VAL_DATA_VAR):
+        root = os.environ[VAL_DATA_VAR]
     d = data_dir(root)
     paths = sorted(glob.glob(str(d / f"fineweb_{split}_*.bin")))
     if not paths:

@@ -11,13 +11,15 @@ Structure a model can learn, from easy to hard:
 
 The train and validation splits come from different generator seeds, so they are disjoint
 documents of the same language. Training code must use `train_tokens()` only; the validation
-split belongs to evaluate.py.
+split belongs to evaluate.py: its seed is held out (heldout/val_seed, the manifest's `eval_data`),
+so the daemon gives it to the evaluator's sandbox only and a trial's code/ does not hold it.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
+import os
 import random
 
 VOCAB_SIZE = 256
@@ -31,7 +33,8 @@ NOUN0, VERB0, ADJ0, ADV0, NAME0 = 16, 96, 176, 216, 240     # noun/verb lemma i:
 N_ADV, N_NAME = 24, 16
 N_TOPIC = 8
 
-_TRAIN_SEED, _VAL_SEED = 1234, 98765
+_TRAIN_SEED = 1234
+VAL_SEED_VAR = "TINYGPT_VAL_SEED_FILE"      # set for evaluate.py only (manifest eval_data)
 TRAIN_TOKENS, VAL_TOKENS = 1_000_000, 129 * 512     # val: 512 windows of SEQ_LEN + 1
 
 
@@ -145,8 +148,20 @@ def train_tokens() -> list[int]:
     return _cache["train"]
 
 
+def _val_seed() -> int:
+    """The held-out seed of the validation split: from $TINYGPT_VAL_SEED_FILE (the evaluator's), or
+    heldout/val_seed beside this file in a full checkout (local debugging)."""
+    path = os.environ.get(VAL_SEED_VAR) or os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                         "heldout", "val_seed")
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        raise SystemExit("tinygpt: the validation split is for evaluate.py only (no held-out seed here)") from None
+
+
 def val_tokens() -> list[int]:
     """The validation split. For evaluate.py only: training on it is against the rules."""
     if "val" not in _cache:
-        _cache["val"] = _generate(_VAL_SEED, VAL_TOKENS)
+        _cache["val"] = _generate(_val_seed(), VAL_TOKENS)
     return _cache["val"]

@@ -1,0 +1,94 @@
+"""How a trial is isolated on a host: the host is probed once for its sandbox and the Python
+environment behind its PATH, then each trial gets two prefixes (runners/sandbox.py) that trial.sh
+puts before `run` and before the evaluator.
+
+run sees the system, the Python environment and the data (read-only) and its code/ (writable).
+The evaluator sees the same system, its own fresh eval/ (the baseline's frozen files), the declared
+artifacts and the eval-only data, read-only. Neither sees the trial directory's status files, the
+other trials, the research repo or the daemon's home.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from dataclasses import dataclass, field
+
+from autoresearchd.manifest import EnvManifest
+
+from . import sandbox as sandboxes
+from .protocol import Shell
+
+log = logging.getLogger("autoresearchd")
+
+
+@dataclass
+class TrialSandbox:
+    """What trial.env carries: the sandbox kind and the prefixes of run and evaluate."""
+    kind: str = "none"
+    run_prefix: list[str] = field(default_factory=list)
+    eval_prefix: list[str] = field(default_factory=list)
+    eval_env: dict[str, str] = field(default_factory=dict)    # eval-only variables, host paths
+
+
+@dataclass
+class HostSandbox:
+    sandbox: sandboxes.Sandbox
+    env_dirs: list[str]
+    home: str
+
+
+def probe_script(sb: sandboxes.Sandbox, path: str) -> str:
+    """One round trip: the host's $HOME, whether the sandbox works there, and its env dirs."""
+    qpath = '"$PATH"'.join(shlex.quote(p) for p in path.split("$PATH"))
+    script = (f'echo "home $HOME"; export PATH={qpath}; echo "check $({sb.check_script()})"; '
+              f"({sandboxes.ENV_DIRS_SCRIPT}) 2>/dev/null | while IFS= read -r l; do printf 'dir %s\\n' \"$l\"; done")
+    return f"exec bash -c {shlex.quote(script)}"     # bash whatever the login shell is
+
+
+def probe_host(sh: Shell, sb: sandboxes.Sandbox, path: str) -> tuple[str | None, list[str], str]:
+    """(None or why the sandbox does not work, env dirs, $HOME) on the host behind `sh`."""
+    rc, out, err = sh.run(probe_script(sb, path), timeout=60)
+    lines = out.decode(errors="replace").splitlines()
+    home = next((x[5:] for x in lines if x.startswith("home ")), "")
+    check = next((x[6:] for x in lines if x.startswith("check ")), None)
+    if rc != 0 or check is None:
+        raise RuntimeError(f"probing the sandbox on {sh.name} failed: {err.decode(errors='replace')[-300:]}")
+    dirs = sandboxes.prefixes([x[4:] for x in lines if x.startswith("dir ")])
+    return (None if check.strip() == "ok" else check.strip()), dirs, home
+
+
+def resolve(sh: Shell, host: str, kind: str, image: str, path: str, fallback: bool) -> HostSandbox:
+    """The sandbox to use on `host`. Where it does not work: an error, or (only for the config-less
+    embedded demo, `fallback`) a one-line warning and `none`, which every note then records."""
+    sb = sandboxes.get(kind, image=image) if kind == "apptainer" else sandboxes.get(kind)
+    why, dirs, home = probe_host(sh, sb, path)
+    if why is None:
+        return HostSandbox(sb, dirs, home)
+    if fallback:
+        log.warning("%s: %s. Trials run UNSANDBOXED (notes say `sandbox: none`).", host, why)
+        return HostSandbox(sandboxes.get("none"), dirs, home)
+    raise RuntimeError(f"sandbox '{kind}' does not work on {host}: {why}; "
+                       f"or set runner.sandbox = \"none\" to run trials without one (docs/security.md)")
+
+
+def host_path(v: str, home: str) -> str | None:
+    """An absolute host path named by a data value (`/x`, `~/x`), else None."""
+    if v.startswith("~/") and home:
+        return home.rstrip("/") + v[1:]
+    return v if v.startswith("/") else None
+
+
+def trial_sandbox(hs: HostSandbox, tdir: str, m: EnvManifest, data_env: dict[str, str],
+                  binds: list[str], prepared: str | None = None) -> TrialSandbox:
+    """The run and evaluate prefixes for the trial directory `tdir` (`prepared`: the prepare step's
+    output on this host, read-only to both)."""
+    data = [p for v in data_env.values() if (p := host_path(v, hs.home))]
+    eval_env = {k: (host_path(v, hs.home) or f"{tdir}/eval/{v.strip('/')}") for k, v in m.eval_data.items()}
+    eval_only = [v for k, v in eval_env.items() if host_path(m.eval_data[k], hs.home)]
+    ro = hs.env_dirs + list(binds) + data + ([prepared] if prepared else [])
+    run = sandboxes.SandboxRequest(argv=[], cwd=f"{tdir}/code", writable=[f"{tdir}/code"], readonly=ro,
+                                   network=m.network, gpus=m.gpus)
+    ev = sandboxes.SandboxRequest(argv=[], cwd=f"{tdir}/eval", writable=[f"{tdir}/eval"],
+                                  readonly=ro + eval_only + [f"{tdir}/artifacts"], network=False, gpus=m.gpus)
+    return TrialSandbox(hs.sandbox.name, hs.sandbox.prefix(run), hs.sandbox.prefix(ev), eval_env)
