@@ -68,10 +68,12 @@ class Daemon:
                     pop = read_population(self.repo, self.research.baseline_ref)
                 if self.dispatcher.backfill(pop):
                     pop = read_population(self.repo, self.research.baseline_ref)
+                if not self._stopping.is_set():
+                    self.dispatcher.dispatch(pop, self.jobs(pop))
+                # after dispatch, so a burst of pushes does not delay the trials that can start now
                 if self.dispatcher.reject_on_arrival(pop):
                     pop = read_population(self.repo, self.research.baseline_ref)
                 if not self._stopping.is_set():
-                    self.dispatcher.dispatch(pop, self.jobs(pop))
                     self._resume_proposals(pop)
                     self._maybe_refill(pop)
                 self._write_state(pop)
