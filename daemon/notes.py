@@ -167,15 +167,18 @@ def _fmt_value(v: Any) -> str:
 SIG_DIGITS = 12     # a note keeps 12 significant digits: measurements, never binary float noise
 
 
-def tidy(v: Any) -> Any:
+def tidy(v: Any, key: str = "") -> Any:
     """Floats rounded to SIG_DIGITS significant digits (3.1450319999999996 -> 3.145032), in lists
-    and dicts too; non-finite values are left alone."""
+    and dicts too; durations (keys ending in `_s`) to the millisecond, since a clock reading has no
+    more meaning than that; non-finite values are left alone."""
     if isinstance(v, float):
-        return float(f"{v:.{SIG_DIGITS}g}") if math.isfinite(v) else v
+        if not math.isfinite(v):
+            return v
+        return round(v, 3) if key.endswith("_s") else float(f"{v:.{SIG_DIGITS}g}")
     if isinstance(v, list):
-        return [tidy(x) for x in v]
+        return [tidy(x, key) for x in v]
     if isinstance(v, dict):
-        return {k: tidy(x) for k, x in v.items()}
+        return {k: tidy(x, k) for k, x in v.items()}
     return v
 
 

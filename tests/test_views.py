@@ -35,6 +35,15 @@ def test_notes_carry_no_float_noise():
     assert back.value == 3.145032 and back.values == [3.145032, 0.3] and back.trials[0].value == 0.3
 
 
+def test_durations_are_kept_to_the_millisecond():
+    # a clock reading like 953.032406569 s has no meaning past the millisecond
+    n = Note(status=Status.SUCCEEDED, metric="val_loss", value=3.1, wall_s=953.032406569, cpu_s=953.032406569,
+             trials=[Trial(trial_id="t", seed=0, status=Status.SUCCEEDED, value=3.1, wall_s=61.123456789)])
+    text = format_note(n)
+    assert "wall_s: 953.032\n" in text and "cpu_s: 953.032\n" in text and '"wall_s":61.123' in text
+    assert parse_note(text).trials[0].wall_s == 61.123
+
+
 def _measured(repo_path, idea_title, seeds_values, decision, baseline=(1.0, 1.01)):
     """A baseline note and one idea branch with a note, written as the daemon writes them."""
     sha = branch_idea(repo_path, "h/one", f"{idea_title}\n\nModel: some-model\n", {"run.py": "print(2)\n"})
