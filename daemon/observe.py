@@ -358,9 +358,18 @@ def _plain(console, text: str) -> None:
 def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> int:
     research, pop = load(cfg)
     repo = research.repo
+    if ref == "baseline":          # the baseline is no idea, but its note and logs are worth reading
+        if not pop.baseline_note:
+            _plain(console, f"baseline {pop.baseline_commit}: no result yet")
+            return 1
+        _plain(console, f"baseline  commit: {pop.baseline_commit}")
+        _plain(console, repo.note_read(defaults.NOTES_REF, pop.baseline_commit) or "")
+        _logs(console, repo, pop.baseline_note, full_log)
+        return 0
     idea = pop.resolve(ref)
     if idea is None:
-        _plain(console, f"no idea matches '{ref}' (try an idea id, a branch name or a commit prefix)")
+        _plain(console, f"no idea matches '{ref}' (try an idea id, a branch name, a commit prefix "
+                        "or 'baseline')")
         return 1
     console.print(Text(idea.title, style="bold") + Text(f"  ({idea.idea_id}, {idea.origin}, epoch {idea.epoch}, "
                                                        f"{idea.status.value})"), highlight=False)

@@ -82,6 +82,12 @@ def test_show_prints_only_known_facts(toy_env, tmp_path):
     assert "model: some-model" in out and "attempts: None" not in out and "attempts" not in out.split("\n\n")[0]
 
 
+def test_show_baseline_prints_its_note(toy_env, tmp_path):
+    _measured(toy_env, "Any idea", [0.7], "promoted")      # writes the baseline's note too
+    out = cli(write_config(tmp_path, toy_env), "show", "baseline")
+    assert out.startswith("baseline  commit: ") and "status: succeeded" in out and "values: [1.0,1.01]" in out, out
+
+
 def test_software_fingerprint_names_the_trials_python_and_torch(tmp_path):
     from autoresearchd.config import RunnerCfg
     from autoresearchd.manifest import EnvManifest
