@@ -17,6 +17,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)     # the daemon runs this with PYTHONSAFEPATH=1: find data.py explicitly
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # spinning OpenMP waiters crawl on a busy machine
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
