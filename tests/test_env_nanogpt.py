@@ -111,7 +111,8 @@ def test_whole_trial_through_the_wrapper(tmp_path, make_repo, data):
     files = {p.relative_to(ENV).as_posix(): p.read_text() for p in ENV.rglob("*")
              if p.is_file() and "__pycache__" not in p.parts}
     repo = GitRepo(make_repo(files))
-    m = manifest().model_copy(update={"data": {"NANOGPT_DATA": str(data), "NANOGPT_NPROC": "2", **TINY}})
+    m = manifest().model_copy(update={"data": {"NANOGPT_DATA": str(data), "NANOGPT_NPROC": "2", **TINY},
+                                     "eval_data": {"NANOGPT_VAL_DATA": str(data)}})   # val shards: evaluator only
     frozen = [MANIFEST_FILE, *m.frozen]
     spec = TrialSpec(trial_id="t1", commit="HEAD", seed=0, manifest=m, code_tar=repo.archive("HEAD"),
                      eval_tar=repo.archive("HEAD", frozen), frozen_paths=frozen)
