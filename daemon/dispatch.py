@@ -231,6 +231,14 @@ class Dispatcher(Recovery):
         if state == PollState.LOST and (full := self.disk_full(lz)):   # its wrapper could not write for lack of space
             self._cleanups.append(lz.handle)
             return self._host_fault(lz, full, "requeued")
+        if state == PollState.MISSING and lz.began is None and lz.heartbeat < self.started \
+                and lz.trial_id not in self._last_seen:
+            # leased by an earlier daemon process that died before the trial dir existed: the daemon's
+            # fault, not the idea's, so the seed is placed again without spending a retry
+            log.warning("trial %s was never placed (the daemon stopped mid-submit): back to the queue",
+                        lz.trial_id)
+            lz.state, lz.error = "requeued", "the daemon stopped before the trial was placed"
+            return lz
         return self._lost(lz, f"trial vanished on {lz.host} ({state.value})")
 
     def _lost(self, lz: Lease, why: str) -> Lease:

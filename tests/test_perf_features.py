@@ -196,7 +196,8 @@ def test_submit_is_one_round_trip_and_places_the_same_trial_dir(runner_for, tmp_
     tar = code_tar(tmp_path, files, executable=("run.sh",), links={"link": "pkg/deep/mod.py"})
     eval_tar = code_tar(tmp_path, {"evaluate.py": "print(1)\n"})
     slot = r.slots()[0]
-    r.work_root(slot.host)                               # resolve ~ first: that round trip is cached
+    r.work_root(slot.host)                               # resolve ~ and probe the sandbox first: both
+    r.host_sandbox(slot.host)                            # round trips are cached per host
     counting = CountingShell(r.shell_for(slot.host))
     r.shell_for = lambda host: counting
     h = r.submit(spec(m, tar, eval_tar=eval_tar), slot)
@@ -207,18 +208,24 @@ def test_submit_is_one_round_trip_and_places_the_same_trial_dir(runner_for, tmp_
         assert (d / "code" / rel).read_text() == text
     assert os.access(d / "code" / "run.sh", os.X_OK)
     assert (d / "code" / "link").is_symlink() and os.readlink(d / "code" / "link") == "pkg/deep/mod.py"
-    assert (d / "eval" / "evaluate.py").read_text() == "print(1)\n"
+    # the evaluator ships as eval.tar; without an `evaluate` command it is never unpacked
+    assert (d / "eval.tar").stat().st_size > 0 and not (d / "eval").exists()
     assert (d / "trial.sh").read_bytes() == trial_script()
     assert "AR_SLOT_LOCK=" in (d / "trial.env").read_text()
     assert r.fetch(h).metrics == {"score": 3.0}
 
 
-def test_submit_without_eval_harness_still_has_eval_dir(runner_for, tmp_path):
-    m = manifest("echo ---; echo score: 1")
+def test_eval_dir_appears_only_after_the_run_is_over(runner_for, tmp_path):
+    """The run never sees eval/: it is unpacked from eval.tar once run's processes are gone."""
+    m = manifest("test ! -e ../eval || exit 3; echo ---; echo score: 1")
+    m.evaluate = "cat evaluate.py"
     r = runner_for(m)
-    h = r.submit(spec(m, code_tar(tmp_path, {"a": "a"})), r.slots()[0])
-    assert Path(h["dir"], "eval").is_dir() and Path(h["dir"], "code", "a").read_text() == "a"
+    h = r.submit(spec(m, code_tar(tmp_path, {"a": "a"}), eval_tar=code_tar(tmp_path, {"evaluate.py": "---\nscore: 2\n"})),
+                 r.slots()[0])
+    assert not Path(h["dir"], "eval").exists() and Path(h["dir"], "code", "a").read_text() == "a"
     wait_states(r, [h], {PollState.DONE})
+    assert Path(h["dir"], "eval", "evaluate.py").read_text() == "---\nscore: 2\n"
+    assert r.fetch(h).metrics == {"score": 2.0}
 
 
 # -- the daemon ---------------------------------------------------------------------------------------
