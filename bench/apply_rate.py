@@ -2,7 +2,7 @@
 
 Runs the corpus in tests/data/diffs through three appliers, each given the same text (the diff that
 `extract_diff` found in the model's answer, so the baselines are not penalised for prose and fences):
-  ours       autoresearchd.patching.apply_diff (git apply, repaired diff, fuzzy locator, safety gates)
+  ours       autoresearchd.implement.patching.apply_diff (git apply, repaired diff, fuzzy locator, safety gates)
   git apply  plain `git apply` in a fresh checkout of the base codebase
   patch -p1  GNU patch (default fuzz 2) in a fresh checkout
 "recovered" = the result equals the expected files exactly; "wrong" = it applied but the files differ.
@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from autoresearchd.gitrepo import GitRepo
-from autoresearchd.patching import apply_diff, extract_diff
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.implement.patching import apply_diff, extract_diff
 from fixtures_patching import (
     CASES,
     DATA,

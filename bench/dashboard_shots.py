@@ -20,8 +20,8 @@ from dashserver import Server, chromium  # noqa: E402
 from popbuilder import build_population, write_cfg  # noqa: E402
 
 from autoresearchd.config import load_config  # noqa: E402
-from autoresearchd.gitrepo import state_dir  # noqa: E402
-from autoresearchd.observe import leaderboard  # noqa: E402
+from autoresearchd.store.gitrepo import state_dir  # noqa: E402
+from autoresearchd.views.observe import leaderboard  # noqa: E402
 
 
 def main() -> int:

@@ -43,8 +43,8 @@ from fixtures_sshd import Fleet  # noqa: E402
 from autoresearchd import defaults  # noqa: E402
 from autoresearchd.app import build_daemon  # noqa: E402
 from autoresearchd.config import load_config  # noqa: E402
-from autoresearchd.gitrepo import GitRepo  # noqa: E402
-from autoresearchd.notes import parse_note  # noqa: E402
+from autoresearchd.store.gitrepo import GitRepo  # noqa: E402
+from autoresearchd.store.notes import parse_note  # noqa: E402
 
 MANIFEST = """[env]
 name = "sleepy"

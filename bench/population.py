@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from popbuilder import build_population, write_cfg  # noqa: E402
 
 from autoresearchd.config import load_config  # noqa: E402
-from autoresearchd.export import records  # noqa: E402
-from autoresearchd.observe import leaderboard, summary  # noqa: E402
-from autoresearchd.population import read_population  # noqa: E402
+from autoresearchd.views.export import records  # noqa: E402
+from autoresearchd.views.observe import leaderboard, summary  # noqa: E402
+from autoresearchd.store.population import read_population  # noqa: E402
 
 
 def _clear() -> None:

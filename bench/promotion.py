@@ -12,7 +12,7 @@ import argparse
 import random
 import statistics
 
-from autoresearchd.decide import BEST_DECISIONS, decide, pooled_std
+from autoresearchd.engine.judge import BEST_DECISIONS, decide, pooled_std
 
 
 def ours(rng, mu, sigma, k, confirm, mult) -> bool:

@@ -71,8 +71,8 @@ def population_read(n: int) -> tuple[float, float, float]:
     """(seconds to build n ideas with notes, first read, best of two more reads in the same process)."""
     from fixtures_reliability import build_population
 
-    from autoresearchd.gitrepo import GitRepo
-    from autoresearchd.population import read_population
+    from autoresearchd.store.gitrepo import GitRepo
+    from autoresearchd.store.population import read_population
     with tempfile.TemporaryDirectory(prefix="ard-bench-") as tmp:
         repo_path = make_env(Path(tmp))
         t = time.monotonic()

@@ -35,12 +35,12 @@ from search_ideator import Ideator, IdeatorServer  # noqa: E402
 
 from autoresearchd import policies  # noqa: E402
 from autoresearchd.config import LLMCfg, PolicyCfg, Price  # noqa: E402
-from autoresearchd.decide import BEST_DECISIONS, decide, pooled_std  # noqa: E402
-from autoresearchd.ideas import Idea, make_idea_id  # noqa: E402
+from autoresearchd.engine.judge import BEST_DECISIONS, decide, pooled_std  # noqa: E402
+from autoresearchd.store.ideas import Idea, make_idea_id  # noqa: E402
 from autoresearchd.llm.openai_provider import OpenAIProvider  # noqa: E402
 from autoresearchd.manifest import EnvManifest  # noqa: E402
-from autoresearchd.notes import Note, Status  # noqa: E402
-from autoresearchd.population import Population  # noqa: E402
+from autoresearchd.store.notes import Note, Status  # noqa: E402
+from autoresearchd.store.population import Population  # noqa: E402
 
 ENV = EnvManifest(name="sim", run="true", metric="val_loss", goal="min", time_budget_s=600,
                   context="Improve the training recipe of a small language model.")
@@ -204,7 +204,7 @@ class Run:
 
 def ci95(xs: list[float]) -> tuple[float, float]:
     """Mean and the half-width of a t-based 95% interval."""
-    from autoresearchd.decide import t975
+    from autoresearchd.engine.judge import t975
     m = statistics.fmean(xs)
     if len(xs) < 2:
         return m, 0.0

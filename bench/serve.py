@@ -31,8 +31,8 @@ from dashserver import Server, ok_note  # noqa: E402
 from popbuilder import BASELINE_VALUES, build_population, write_cfg  # noqa: E402
 
 from autoresearchd import defaults  # noqa: E402
-from autoresearchd.gitrepo import GitRepo, state_dir  # noqa: E402
-from autoresearchd.notes import format_note  # noqa: E402
+from autoresearchd.store.gitrepo import GitRepo, state_dir  # noqa: E402
+from autoresearchd.store.notes import format_note  # noqa: E402
 
 FIRST_PAGE = ["/", "/static/app.js", "/static/app.css", "/static/vendor/uPlot.iife.min.js",
               "/static/vendor/uPlot.min.css", "/api/overview", "/api/ideas"]

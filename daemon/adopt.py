@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from .config import ConfigError
-from .gitrepo import GitError, GitRepo
-from .manifest import MANIFEST_FILE
+from autoresearchd.config import ConfigError
+from autoresearchd.store.gitrepo import GitError, GitRepo
+from autoresearchd.manifest import MANIFEST_FILE
 
 EVAL_FILE = "autoresearch_eval.py"
 EXPORT_FILE = "autoresearch_export.py"

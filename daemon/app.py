@@ -10,9 +10,11 @@ from autoresearchd import llm as llm_registry
 from autoresearchd import policies as policy_registry
 from autoresearchd import runners as runner_registry
 
-from . import defaults, gitrepo
-from .config import Config, ConfigError
-from .research import Research, open_research
+from autoresearchd import defaults
+
+from autoresearchd.store import gitrepo
+from autoresearchd.config import Config, ConfigError
+from autoresearchd.research import Research, open_research
 
 log = logging.getLogger("autoresearchd")
 
@@ -47,7 +49,7 @@ def default_replay_file(cfg: Config, research: Research) -> Path | None:
 
 def restore_spend(provider, research: Research) -> None:
     """The budget counts what earlier runs of the daemon already spent (from the commit trailers)."""
-    from .population import read_population
+    from autoresearchd.store.population import read_population
     pop = read_population(research.repo, research.baseline_ref)
     for i in pop.ideas:
         cost = i.cost_usd if i.cost_usd is not None else float(i.trailers.get("Idea-Cost-USD") or 0)
@@ -69,7 +71,7 @@ def make_llm(cfg: Config, research: Research):
             raise ConfigError("llm: no API key is set and no replay file is configured (llm.replay_file); "
                               "set ANTHROPIC_API_KEY or OPENAI_API_KEY, or point llm.replay_file at a JSONL file")
         provider = cls(cfg.llm, path=str(path))
-        from .replaypos import load_position, saver
+        from autoresearchd.store.replaypos import load_position, saver
         done = load_position(research.repo, path)
         provider.resume(done)
         provider.on_served = saver(research.repo, path)
@@ -79,7 +81,7 @@ def make_llm(cfg: Config, research: Research):
         provider = cls(cfg.llm)
         note = f"{name}:{provider.model}"
         if cfg.llm.budget_usd is not None and provider.model not in cfg.llm.prices:
-            from .validate import unpriced_message    # an unpriced model would never trip the budget
+            from autoresearchd.validate import unpriced_message    # an unpriced model would never trip the budget
             raise ConfigError(unpriced_message(provider.model))
     restore_spend(provider, research)
     return provider, note
@@ -93,8 +95,8 @@ def make_policy(cfg: Config):
 
 
 def build_daemon(cfg: Config, with_llm: bool = True):
-    from .implementer import make_implementer
-    from .loop import Daemon
+    from autoresearchd.implement.implementer import make_implementer
+    from autoresearchd.engine.loop import Daemon
     research = open_research(cfg, configure_repo=True)
     if research.configured:
         log.info("%s", research.configured)
@@ -113,6 +115,6 @@ def build_daemon(cfg: Config, with_llm: bool = True):
         except KeyError as e:
             raise ConfigError(f"implementer.kind: {e.args[0]}") from None
     daemon = Daemon(cfg, research, runner, llm, policy, implementer, llm_note=note)
-    from .wandb_mirror import attach
+    from autoresearchd.views.wandb_mirror import attach
     attach(daemon, cfg)
     return daemon

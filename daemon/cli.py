@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.logging import RichHandler
 
-from .config import ConfigError, load_config
+from autoresearchd.config import ConfigError, load_config
 
 console = Console(stderr=False)
 err = Console(stderr=True)
@@ -39,8 +39,8 @@ def _setup_logging(level: str, logfile: Path | None = None) -> None:
 
 
 def cmd_init(args, cfg) -> int:
-    from .research import configure, consent_message, create_from_template, research_path, template_path
-    from .gitrepo import GitRepo
+    from autoresearchd.research import configure, consent_message, create_from_template, research_path, template_path
+    from autoresearchd.store.gitrepo import GitRepo
     dest = Path(args.dir).resolve() if args.dir else research_path(cfg)[0]
     if (dest / ".git").exists():
         repo = GitRepo(dest)
@@ -62,19 +62,19 @@ def _refuse_second_daemon(cfg) -> None:
     """Before building anything (recovery reads and writes leases) and before --detach forks: a
     daemon already running on this repo makes `start` exit 2 naming it. The daemon itself holds
     the lock (loop.hold_daemon_lock); this only probes it."""
-    from .gitrepo import GitRepo, state_dir
-    from .loop import hold_daemon_lock
-    from .research import _is_repo, research_path
+    from autoresearchd.store.gitrepo import GitRepo, state_dir
+    from autoresearchd.engine.loop import hold_daemon_lock
+    from autoresearchd.research import _is_repo, research_path
     path, _ = research_path(cfg)
     if _is_repo(path):
         os.close(hold_daemon_lock(state_dir(GitRepo(path)), path))
 
 
 def cmd_start(args, cfg) -> int:
-    from .app import build_daemon
-    from .gitrepo import state_dir
-    from .loop import settled
-    from .validate import require_valid
+    from autoresearchd.app import build_daemon
+    from autoresearchd.store.gitrepo import state_dir
+    from autoresearchd.engine.loop import settled
+    from autoresearchd.validate import require_valid
     if args.max_ideas is not None:
         cfg.daemon.max_ideas = args.max_ideas
     warnings = require_valid(cfg)        # the same checks as `doctor`, before anything is created
@@ -125,7 +125,7 @@ def cmd_start(args, cfg) -> int:
     if not args.detach and console.is_terminal:
         from rich.live import Live
 
-        from .progress import render_progress
+        from autoresearchd.views.progress import render_progress
         live = Live(console=console, refresh_per_second=1, transient=True)
         live.start()
 
@@ -141,8 +141,8 @@ def cmd_start(args, cfg) -> int:
 
 
 def cmd_stop(args, cfg) -> int:
-    from .research import open_research
-    from .gitrepo import state_dir
+    from autoresearchd.research import open_research
+    from autoresearchd.store.gitrepo import state_dir
     research = open_research(cfg, create=False)
     pidfile = state_dir(research.repo) / "daemon.pid"
     if not pidfile.is_file():
@@ -166,31 +166,31 @@ def cmd_stop(args, cfg) -> int:
 
 
 def cmd_status(args, cfg) -> int:
-    from .observe import status
+    from autoresearchd.views.observe import status
     return status(cfg, console, as_json=args.json)
 
 
 def cmd_ideas(args, cfg) -> int:
-    from .observe import ideas_table
+    from autoresearchd.views.observe import ideas_table
     return ideas_table(cfg, console, status=args.status, origin=args.origin, epoch=args.epoch,
                        as_json=args.json, limit=args.limit)
 
 
 def cmd_show(args, cfg) -> int:
-    from .observe import show
+    from autoresearchd.views.observe import show
     return show(cfg, console, args.idea, diff=args.diff, full_log=args.log)
 
 
 def cmd_queue(args, cfg) -> int:
-    from .human import queue_text
+    from autoresearchd.engine.human import queue_text
     idea_id = queue_text(cfg, args.text, parent=args.parent, title=args.title)
     console.print(f"queued {idea_id}: the daemon will implement it (Origin: human)")
     return 0
 
 
 def cmd_adopt(args, cfg) -> int:
-    from . import adopt
-    from .gitrepo import GitRepo
+    from autoresearchd import adopt
+    from autoresearchd.store.gitrepo import GitRepo
     root = Path(args.dir or ".").resolve()
     if not root.is_dir() or (found := GitRepo.discover(root)) is None or found.path != root:
         raise ConfigError(f"{root} is not the top of a git repo; adopt works on a repo's root (git init first)")
@@ -216,7 +216,7 @@ def cmd_adopt(args, cfg) -> int:
 
 
 def cmd_doctor(args, cfg) -> int:
-    from .doctor import doctor
+    from autoresearchd.views.doctor import doctor
     return doctor(cfg, console, run=args.run, budget_s=args.budget_s)
 
 
@@ -226,21 +226,21 @@ def cmd_report(args, cfg) -> int:
     except ImportError:
         raise ConfigError("report needs matplotlib: pip install 'autoresearchd[report]' "
                           "(or pip install matplotlib)") from None
-    from .report import write_report
+    from autoresearchd.views.report import write_report
     path = write_report(cfg, Path(args.out))
     console.print(f"wrote {path}")
     return 0
 
 
 def cmd_export(args, cfg) -> int:
-    from .export import export
+    from autoresearchd.views.export import export
     n = export(cfg, Path(args.out), fmt=args.format)
     console.print(f"exported {n} ideas to {args.out}")
     return 0
 
 
 def cmd_serve(args, cfg) -> int:
-    from .serve import serve
+    from autoresearchd.views.serve import serve
     return serve(cfg, host=args.host, port=args.port, token=args.token, token_file=args.token_file)
 
 
@@ -299,7 +299,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("export", help="export the population as trajectories")
     s.add_argument("--out", default="trajectories.jsonl", help="output file (default: trajectories.jsonl)")
     s.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl", help="file format (default: jsonl)")
-    from . import defaults
+    from autoresearchd import defaults
     s = sub.add_parser("serve", help="a live, read-only web dashboard of the search")
     s.add_argument("--host", default=defaults.SERVE_HOST, help="address to bind (anything but loopback needs a token)")
     s.add_argument("--port", type=int, default=defaults.SERVE_PORT, help="0 picks a free port")

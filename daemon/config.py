@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from . import defaults
-from .manifest import EnvManifest
+from autoresearchd import defaults
+from autoresearchd.manifest import EnvManifest
 
 
 class ConfigError(Exception):

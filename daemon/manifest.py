@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from . import defaults
+from autoresearchd import defaults
 
 MANIFEST_FILE = ".autoresearch.toml"
 
@@ -97,5 +97,5 @@ def parse_manifest(text: str, source: str = MANIFEST_FILE) -> EnvManifest:
     try:
         return EnvManifest.model_validate(data["env"])
     except ValidationError as e:
-        from .config import format_validation_error
+        from autoresearchd.config import format_validation_error
         raise ManifestError(format_validation_error(e, EnvManifest, source + " [env]")) from None

@@ -11,10 +11,10 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import defaults
-from .config import Config, ConfigError
-from .gitrepo import GitRepo
-from .manifest import MANIFEST_FILE, EnvManifest, ManifestError, parse_manifest
+from autoresearchd import defaults
+from autoresearchd.config import Config, ConfigError
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.manifest import MANIFEST_FILE, EnvManifest, ManifestError, parse_manifest
 
 # Every hook the daemon installs first re-executes itself with an empty environment (PATH and the
 # git dir only): a push or a ref update may come from a process that holds secrets.
@@ -155,7 +155,7 @@ class Research:
 
 
 def _match_any(path: str, globs: list[str]) -> bool:
-    from .manifest import _match
+    from autoresearchd.manifest import _match
     return _match(path, globs)
 
 

@@ -14,8 +14,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import Config, ConfigError
-from .manifest import MANIFEST_FILE, EnvManifest
+from autoresearchd.config import Config, ConfigError
+from autoresearchd.manifest import MANIFEST_FILE, EnvManifest
 
 ERROR, WARN, OK = "error", "warn", "ok"
 
@@ -45,8 +45,8 @@ def _registry_name(what: str, names: list[str], name: str) -> Finding | None:
 def env_source(cfg: Config) -> EnvSource:
     """The manifest and file list `start` would use, read without creating or configuring anything.
     Raises ConfigError naming the exact key at fault."""
-    from .gitrepo import GitRepo
-    from .research import _is_repo, load_manifest, research_path, template_path
+    from autoresearchd.store.gitrepo import GitRepo
+    from autoresearchd.research import _is_repo, load_manifest, research_path, template_path
     path, _ = research_path(cfg)        # the repo `start` would use (init DIR's repo is DIR itself)
     if _is_repo(path):
         repo = GitRepo(path)
@@ -72,7 +72,7 @@ def env_source(cfg: Config) -> EnvSource:
         raise ConfigError(f"research.env: the env template {p} {why}; give a directory holding an "
                           f"environment (docs/environment.md) or a packaged env name (tinygpt, nanogpt, grpo)")
     root = template_path(cfg, name)
-    from .manifest import ManifestError, parse_manifest
+    from autoresearchd.manifest import ManifestError, parse_manifest
     try:
         manifest = cfg.env or parse_manifest((root / MANIFEST_FILE).read_text(), f"{root.name}/{MANIFEST_FILE}")
     except ManifestError as e:
@@ -134,7 +134,7 @@ def manifest_findings(src: EnvSource, cfg: Config) -> list[Finding]:
 
 
 def _glob_hits(glob: str, path: str) -> bool:
-    from .manifest import _match
+    from autoresearchd.manifest import _match
     return _match(path, [glob])
 
 
@@ -186,7 +186,7 @@ def runner_findings(cfg: Config, m: EnvManifest | None) -> list[Finding]:
 def _construct(cfg: Config, m: EnvManifest | None) -> list[Finding]:
     """Build the runner without connecting: host entries it cannot use (an ssh alias with no ssh
     config, duplicate names) are refused here rather than as a traceback at start."""
-    from .app import make_runner
+    from autoresearchd.app import make_runner
     try:
         make_runner(cfg, None, manifest=m or EnvManifest(run="true", metric="m")).close()
     except (ValueError, ConfigError) as e:
@@ -228,7 +228,8 @@ def llm_findings(cfg: Config, src: EnvSource | None) -> list[Finding]:
 def _implementer_findings(cfg: Config) -> list[Finding]:
     """implementer.kind names a known implementer; a coding agent's CLI is installed, and its
     sessions can be priced (docs/llm.md, "Coding agents")."""
-    from . import agent_cli, implementer
+    from autoresearchd.implement import agent_cli
+    from autoresearchd.implement import implementer
     kind, a = cfg.implementer.kind, cfg.implementer.agent
     bad = _registry_name("implementer.kind", implementer.names(), kind)
     if bad or kind == "diff":
@@ -253,9 +254,9 @@ def unpriced_message(model: str) -> str:
 
 def default_model(provider: str) -> str:
     if provider == "anthropic":
-        from .llm.anthropic_provider import DEFAULT_MODEL
+        from autoresearchd.llm.anthropic_provider import DEFAULT_MODEL
     elif provider == "openai":
-        from .llm.openai_provider import DEFAULT_MODEL
+        from autoresearchd.llm.openai_provider import DEFAULT_MODEL
     else:
         return "unknown"
     return DEFAULT_MODEL

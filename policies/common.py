@@ -18,8 +18,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..llm.base import LLMError
-from ..notes import Status
+from autoresearchd.llm.base import LLMError
+from autoresearchd.store.notes import Status
 from . import novelty
 from .base import Policy, Proposal
 from .dedupe import PENDING, DuplicateIndex

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from ..notes import Status
+from autoresearchd.store.notes import Status
 from .common import BatchPlan, LLMPolicy
 from .diversity import diverse_sample, island_candidates
 from .prompting import ParsedIdea, describe_ideas

@@ -8,7 +8,7 @@ chain of changes that led to the best version and the recent failures with their
 
 from __future__ import annotations
 
-from ..notes import FAILURES
+from autoresearchd.store.notes import FAILURES
 from .common import BatchPlan, LLMPolicy
 from .evolutionary import PREFERRED
 from .prompting import describe_idea, describe_ideas, fmt_num

@@ -11,8 +11,8 @@ keeps the gate's verdict, so a flaky model never lets more through than the gate
 
 from __future__ import annotations
 
-from .. import defaults
-from ..llm.base import LLMError
+from autoresearchd import defaults
+from autoresearchd.llm.base import LLMError
 from .dedupe import PENDING, DuplicateIndex
 
 JUDGE_PROMPT = """Two proposed machine-learning experiments follow. Do they test the same change (the

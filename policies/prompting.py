@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ..notes import Status
+from autoresearchd.store.notes import Status
 
 MAX_IDEA_CHARS = 1500     # one idea shown in a prompt is cut here (the paper showed whole ideas)
 MAX_ERROR_CHARS = 300

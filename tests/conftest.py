@@ -107,8 +107,8 @@ def run_until_settled(cfg_path, timeout=120, with_llm=False):
 
     from autoresearchd.app import build_daemon
     from autoresearchd.config import load_config
-    from autoresearchd.loop import settled
-    from autoresearchd.population import read_population
+    from autoresearchd.engine.loop import settled
+    from autoresearchd.store.population import read_population
     d = build_daemon(load_config(cfg_path), with_llm=with_llm)
     t0 = time.time()
     d.run_forever(install_signals=False, until=lambda pop: settled(pop) or time.time() - t0 > timeout)

@@ -10,9 +10,9 @@ import sys
 import time
 
 from autoresearchd import defaults
-from autoresearchd.gitrepo import GitRepo
-from autoresearchd.ideas import format_message
-from autoresearchd.notes import Note, Status, Trial, format_note
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.ideas import format_message
+from autoresearchd.store.notes import Note, Status, Trial, format_note
 
 
 class Server:

@@ -14,8 +14,8 @@ import pytest
 
 from autoresearchd.app import build_daemon
 from autoresearchd.config import load_config
-from autoresearchd.loop import settled
-from autoresearchd.population import read_population
+from autoresearchd.engine.loop import settled
+from autoresearchd.store.population import read_population
 
 from conftest import TOY_RUN
 from fixtures_reliability import wait_for, write_cfg

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from autoresearchd.manifest import _match
-from autoresearchd.safety import SafetyRules
+from autoresearchd.implement.safety import SafetyRules
 
 DATA = Path(__file__).parent / "data" / "diffs"
 SPEC = json.loads((DATA / "cases.json").read_text())

@@ -27,9 +27,9 @@ from pathlib import Path
 
 from fake_llm import Delay, Reply
 
-from autoresearchd.gitrepo import GitRepo
-from autoresearchd.ideas import parse_message
-from autoresearchd.notes import parse_leases, parse_note
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.ideas import parse_message
+from autoresearchd.store.notes import parse_leases, parse_note
 
 NOTES = "refs/notes/autoresearch"
 RUNS = "refs/notes/autoresearch-runs"

@@ -4,7 +4,7 @@
 human / greedy / best_of_n origins), their result notes (per-seed trials, deltas, decisions), logs,
 implementer transcripts, and a few queued, running and implementing ideas, all in one
 `git fast-import` stream, so 10,000 ideas take seconds. The same notes schema and trailers the
-daemon writes are used (autoresearchd.notes / autoresearchd.ideas), so every reader sees real data.
+daemon writes are used (autoresearchd.store.notes / autoresearchd.store.ideas), so every reader sees real data.
 
 Fixed points tests can rely on: the best confirmed idea is titled "Best confirmed idea", a luckier
 unconfirmed one "Lucky single run" (decision pending), and the first idea of epoch 1 is a child of
@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 from autoresearchd import defaults
-from autoresearchd.decide import decide
-from autoresearchd.gitrepo import GitRepo
-from autoresearchd.ideas import branch_for, format_message, make_idea_id
-from autoresearchd.notes import Lease, Note, Status, Trial, format_leases, format_note
-from autoresearchd.population import IDEAS_PREFIX, PROPOSALS_PREFIX, RECORDS_PREFIX
+from autoresearchd.engine.judge import decide
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.ideas import branch_for, format_message, make_idea_id
+from autoresearchd.store.notes import Lease, Note, Status, Trial, format_leases, format_note
+from autoresearchd.store.population import IDEAS_PREFIX, PROPOSALS_PREFIX, RECORDS_PREFIX
 
 MANIFEST = """[env]
 name = "pop"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from autoresearchd.gitrepo import GitRepo
-from autoresearchd.notes import Status
-from autoresearchd.population import read_population
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.notes import Status
+from autoresearchd.store.population import read_population
 
 from conftest import git
 

@@ -15,11 +15,11 @@ from rich.console import Console
 
 from autoresearchd.app import make_llm
 from autoresearchd.config import load_config
-from autoresearchd.implementer import make_implementer
-from autoresearchd.notes import Status, parse_note
-from autoresearchd.observe import show
+from autoresearchd.implement.implementer import make_implementer
+from autoresearchd.store.notes import Status, parse_note
+from autoresearchd.views.observe import show
 from autoresearchd.policies.base import Proposal
-from autoresearchd.population import RECORDS_PREFIX, read_population
+from autoresearchd.store.population import RECORDS_PREFIX, read_population
 from autoresearchd.research import open_research
 from autoresearchd.runners import sandbox
 
@@ -248,7 +248,7 @@ def test_agent_cli_doctor_reports_the_cli(agent_setup, tmp_path):
     make, _ = agent_setup
     _, research, impl, _ = make("claude-code", [])
     con = Console(record=True, width=240)
-    from autoresearchd.doctor import doctor
+    from autoresearchd.views.doctor import doctor
     doctor(impl.cfg, con)
     out = con.export_text()
     assert "implementer claude-code:" in out and "(Claude Code)" in out and "agent sandbox: bwrap" in out
@@ -300,8 +300,8 @@ def test_agent_cli_worktree_staging_sees_symlinks_and_keeps_hidden(toy_env, tmp_
     the worktree's .gitignore'd outputs are left out."""
     import io
     import tarfile
-    from autoresearchd.gitrepo import GitRepo
-    from autoresearchd.safety import SafetyRules, check_tree_change
+    from autoresearchd.store.gitrepo import GitRepo
+    from autoresearchd.implement.safety import SafetyRules, check_tree_change
     repo = GitRepo(toy_env)
     wt = tmp_path / "wt"
     wt.mkdir()

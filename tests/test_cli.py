@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from autoresearchd.gitrepo import GitRepo
+from autoresearchd.store.gitrepo import GitRepo
 
 from conftest import branch_idea, git, write_config
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from autoresearchd import defaults
-from autoresearchd.gitrepo import GitRepo
-from autoresearchd.ideas import branch_for, format_message
-from autoresearchd.notes import Note, Status, format_note
-from autoresearchd.population import IDEAS_PREFIX, RECORDS_PREFIX, read_population
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.ideas import branch_for, format_message
+from autoresearchd.store.notes import Note, Status, format_note
+from autoresearchd.store.population import IDEAS_PREFIX, RECORDS_PREFIX, read_population
 from autoresearchd.policies.dedupe import PENDING, DuplicateIndex, normalize
 
 LS = ("[Experiment] Label smoothing of 0.1 on the cross-entropy loss to soften the targets and reduce "

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from autoresearchd.envs import template_dir
-from autoresearchd.gitrepo import GitRepo
+from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.manifest import MANIFEST_FILE, parse_manifest
 from autoresearchd.runners.base import PollState, Slot, TrialSpec
 from autoresearchd.runners.local import LocalRunner

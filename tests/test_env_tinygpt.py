@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from autoresearchd.config import RunnerCfg
-from autoresearchd.gitrepo import GitRepo
+from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.manifest import parse_manifest
 from autoresearchd.runners.base import PollState, TrialSpec
 from autoresearchd.runners.local import LocalRunner

@@ -11,7 +11,7 @@ import pytest
 
 from autoresearchd.config import LLMCfg
 from autoresearchd.llm.replay import ReplayProvider
-from autoresearchd.population import read_population
+from autoresearchd.store.population import read_population
 
 from popbuilder import build_population, write_cfg
 
@@ -94,7 +94,7 @@ def test_round_trip_through_the_replay_provider(exported):
 
 def test_unknown_format_is_refused(exported, tmp_path):
     from autoresearchd.config import load_config
-    from autoresearchd.export import export
+    from autoresearchd.views.export import export
     cfg, *_ = exported
     with pytest.raises(ValueError, match="valid: jsonl, parquet"):
         export(load_config(cfg), tmp_path / "x.csv", fmt="csv")

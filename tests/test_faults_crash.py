@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from fake_llm import FakeLLM
 
-from autoresearchd.gitrepo import GitRepo
+from autoresearchd.store.gitrepo import GitRepo
 
 from conftest import TOY_RUN, branch_idea
 from fixtures_reliability import (Daemon, ToyLLM, idea_refs, invariants, llm_config, run_until_idle, wait_for,
@@ -125,7 +125,6 @@ def test_kill9_during_dispatch_and_note_writes(toy_env, tmp_path):
 
 @pytest.mark.slow
 def test_kill9_during_implement_and_proposals(toy_env, tmp_path):
-    pytest.importorskip("autoresearchd.patching", reason="needs daemon/patching.py (diff apply)")
     rng = random.Random(99)
     with FakeLLM() as fake:
         toy = ToyLLM(propose_delay=0.3, implement_delay=1.5)
@@ -193,7 +192,7 @@ def test_stale_git_locks_left_by_a_killed_writer_are_cleared(toy_env, tmp_path):
 
 def test_fresh_lock_of_a_live_writer_is_respected(toy_env):
     """A lock younger than STALE_LOCK_S may belong to a live git process: it is left alone."""
-    from autoresearchd.gitrepo import GitError
+    from autoresearchd.store.gitrepo import GitError
     repo = GitRepo(toy_env)
     lock = toy_env / ".git/refs/heads/idea/busy.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)

@@ -18,9 +18,9 @@ import pytest
 from fixtures_hosts import Running, counted_run, host_toml, no_ssh_config, on_host, shared_dir, ssh_cfg  # noqa: F401
 from fixtures_sshd import have_sshd, ssh_fleet  # noqa: F401
 
-from autoresearchd.gitrepo import GitRepo
-from autoresearchd.notes import Status
-from autoresearchd.population import read_population
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.notes import Status
+from autoresearchd.store.population import read_population
 
 from conftest import TOY_RUN, branch_idea
 from fixtures_reliability import invariants, wait_for

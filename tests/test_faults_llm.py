@@ -13,13 +13,11 @@ from fake_llm import Delay, Empty, FakeLLM, Garbage, Reply, Status as HTTP
 
 from autoresearchd.app import build_daemon
 from autoresearchd.config import load_config
-from autoresearchd.gitrepo import GitRepo
-from autoresearchd.notes import Status
-from autoresearchd.population import read_population
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.notes import Status
+from autoresearchd.store.population import read_population
 
 from fixtures_reliability import ToyLLM, invariants, llm_config, toy_diff, write_cfg
-
-pytest.importorskip("autoresearchd.patching", reason="needs daemon/patching.py (diff apply)")
 
 
 def run_daemon(cfg, until, timeout=90):

@@ -2,7 +2,7 @@
 timed-out baseline is said plainly (not silently re-run), and ideas measured against a partial
 baseline are judged once it is complete. Real git, real subprocesses, the local runner."""
 
-from autoresearchd.notes import Status, parse_note
+from autoresearchd.store.notes import Status, parse_note
 
 from conftest import TOY_MANIFEST, branch_idea, git, run_until_settled, write_config
 
@@ -62,8 +62,8 @@ def test_status_shows_seed_0_before_the_other_seeds(toy_env, tmp_path):
 
     from autoresearchd.app import build_daemon
     from autoresearchd.config import load_config
-    from autoresearchd.observe import status
-    from autoresearchd.progress import render_progress
+    from autoresearchd.views.observe import status
+    from autoresearchd.views.progress import render_progress
     (toy_env / "run.py").write_text(SLOW_LATER_SEEDS.replace("time.sleep(3)", "time.sleep(60)"))
     git(toy_env, "commit", "-qam", "very slow later seeds")
     cfg = load_config(write_config(tmp_path, toy_env))
@@ -107,12 +107,13 @@ def test_timed_out_baseline_is_said_plainly_not_retried(make_repo, tmp_path):
 def test_ideas_are_judged_against_the_complete_baseline(toy_env, tmp_path):
     """An idea whose note lands between baseline seeds gets its decision when the last seed is in;
     with one baseline seed configured, the baseline is complete at seed 0."""
-    from autoresearchd.dispatch import Dispatcher
+    from autoresearchd.engine.dispatch import Dispatcher
     from autoresearchd.config import load_config
     from autoresearchd.research import open_research
-    from autoresearchd.population import read_population
-    from autoresearchd.trials import Ledger, fill_baseline
-    from autoresearchd.notes import Note, Trial
+    from autoresearchd.store.population import read_population
+    from autoresearchd.engine.judge import fill_baseline
+    from autoresearchd.store.ledger import Ledger
+    from autoresearchd.store.notes import Note, Trial
     lower = branch_idea(toy_env, "a/lower", "Lower x", {"run.py": (toy_env / "run.py").read_text()
                         .replace("x = 1.0", "x = 0.5")})
     cfg = load_config(write_config(tmp_path, toy_env))
@@ -156,8 +157,8 @@ def test_init_then_start_inside_runs_that_repo_and_pushed_branches(tmp_path, mon
     from autoresearchd.app import build_daemon
     from autoresearchd.cli import main
     from autoresearchd.config import load_config
-    from autoresearchd.loop import settled
-    from autoresearchd.population import read_population
+    from autoresearchd.engine.loop import settled
+    from autoresearchd.store.population import read_population
     from autoresearchd.validate import require_valid
     from conftest import TOY_EVAL, TOY_RUN
     template = tmp_path / "toy-template"
@@ -229,8 +230,8 @@ def test_one_slot_runs_baseline_seed_0_first(toy_env, tmp_path):
     two raced for the slot lock, and seed 1 winning doubled the wait for the first note."""
     from autoresearchd.app import build_daemon
     from autoresearchd.config import load_config
-    from autoresearchd.loop import settled
-    from autoresearchd.population import read_population
+    from autoresearchd.engine.loop import settled
+    from autoresearchd.store.population import read_population
     cfg = load_config(write_config(tmp_path, toy_env))
     cfg.runner.slots = 1
     d = build_daemon(cfg, with_llm=False)
@@ -252,7 +253,7 @@ def test_status_says_stopping_after_a_graceful_stop(toy_env, tmp_path, capsys):
     from autoresearchd.app import build_daemon
     from autoresearchd.cli import main
     from autoresearchd.config import load_config
-    from autoresearchd.population import read_population
+    from autoresearchd.store.population import read_population
     cfg = write_config(tmp_path, toy_env)
     daemon = build_daemon(load_config(cfg), with_llm=False)
     daemon._write_state(read_population(daemon.repo, daemon.research.baseline_ref))

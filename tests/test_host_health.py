@@ -25,8 +25,8 @@ from fixtures_hosts import (Running, counted_run, host_toml, no_ssh_config, on_h
 from fixtures_sshd import have_sshd, ssh_fleet  # noqa: F401
 from rich.console import Console
 
-from autoresearchd.gitrepo import GitRepo
-from autoresearchd.observe import status
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.views.observe import status
 
 from conftest import TOY_RUN, branch_idea
 from fixtures_reliability import invariants, wait_for

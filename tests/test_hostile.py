@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from fake_llm import FakeLLM, Reply
 
-from autoresearchd.gitrepo import GitRepo
-from autoresearchd.notes import Status, parse_note
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.notes import Status, parse_note
 
 from conftest import TOY_RUN, branch_idea, git
 from fixtures_reliability import ToyLLM, invariants, llm_config, run_until_idle, toy_diff, write_cfg
@@ -61,7 +61,6 @@ def hostile_diffs(marker: Path) -> dict[int, tuple[str, str]]:
 
 
 def test_hostile_llm_diffs_are_refused_before_anything_runs(toy_env, tmp_path):
-    pytest.importorskip("autoresearchd.patching", reason="needs daemon/patching.py (diff apply)")
     marker = tmp_path / f"pwned-{uuid.uuid4().hex[:6]}"
     diffs = hostile_diffs(marker)
 
@@ -114,7 +113,6 @@ def _commit_tree(repo: Path, entries: list[tuple[str, str, bytes]], message: str
 
 
 def test_hostile_pushed_branches_are_rejected_with_reasons(toy_env, tmp_path):
-    pytest.importorskip("autoresearchd.safety", reason="needs daemon/safety.py (tree checks)")
     counter = tmp_path / "ran.log"
     run_py = TOY_RUN.replace("x = 1.0", f"open({str(counter)!r}, 'a').write('ran\\n')\nx = 0.8").encode()
     cases = {

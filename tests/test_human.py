@@ -6,9 +6,9 @@ import time
 
 from autoresearchd.app import build_daemon
 from autoresearchd.config import load_config
-from autoresearchd.loop import settled
-from autoresearchd.notes import Status
-from autoresearchd.population import read_population
+from autoresearchd.engine.loop import settled
+from autoresearchd.store.notes import Status
+from autoresearchd.store.population import read_population
 
 from conftest import git, write_config
 
@@ -36,7 +36,7 @@ def set_x(value):
 def run_daemon(cfg, timeout=120, watcher=True):
     d = build_daemon(load_config(cfg), with_llm=False)
     if not watcher:
-        import autoresearchd.watch as w
+        import autoresearchd.engine.watch as w
         w_start, w.start_watcher = w.start_watcher, lambda repo, poke: None
     t0 = time.time()
     try:
@@ -79,8 +79,8 @@ def test_force_push_queues_new_tip_old_result_stays(toy_env, tmp_path):
     pop = run_daemon(cfg)
     assert pop.by_commit[new].note.value < 0.62
     # the old commit is no longer on a branch, but its note is still there
-    from autoresearchd.gitrepo import GitRepo
-    from autoresearchd.notes import parse_note
+    from autoresearchd.store.gitrepo import GitRepo
+    from autoresearchd.store.notes import parse_note
     old_note = parse_note(GitRepo(toy_env).note_read("refs/notes/autoresearch", old))
     assert 0.8 <= old_note.value < 0.82
     # ... and the old commit itself stays reachable, with its result in every view
@@ -94,8 +94,8 @@ def test_force_push_queues_new_tip_old_result_stays(toy_env, tmp_path):
 
     from rich.console import Console
 
-    from autoresearchd.export import export
-    from autoresearchd.observe import ideas_table, show
+    from autoresearchd.views.export import export
+    from autoresearchd.views.observe import ideas_table, show
     c = load_config(cfg)
     out = io.StringIO()
     ideas_table(c, Console(file=out, width=300), as_json=True)

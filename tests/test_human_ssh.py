@@ -6,7 +6,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from autoresearchd.notes import Status
+from autoresearchd.store.notes import Status
 
 from conftest import git, run_until_settled, write_config
 from fixtures_sshd import ssh_fleet  # noqa: F401

@@ -7,11 +7,11 @@ import pytest
 
 from autoresearchd.app import make_llm
 from autoresearchd.config import load_config
-from autoresearchd.implementer import Implementer, render_files
+from autoresearchd.implement.implementer import Implementer, render_files
 from autoresearchd.llm import BudgetExhausted
-from autoresearchd.notes import Status, parse_note
+from autoresearchd.store.notes import Status, parse_note
 from autoresearchd.policies.base import Proposal
-from autoresearchd.population import PROPOSALS_PREFIX, RECORDS_PREFIX, read_population
+from autoresearchd.store.population import PROPOSALS_PREFIX, RECORDS_PREFIX, read_population
 from autoresearchd.research import open_research
 
 from conftest import TOY_EVAL, TOY_MANIFEST, TOY_RUN

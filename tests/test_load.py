@@ -17,9 +17,9 @@ import time
 
 import pytest
 
-from autoresearchd.gitrepo import GitRepo
-from autoresearchd.notes import parse_note
-from autoresearchd.population import read_population
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.notes import parse_note
+from autoresearchd.store.population import read_population
 
 from fixtures_reliability import Daemon, build_population, invariants, write_cfg
 

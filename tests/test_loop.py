@@ -7,8 +7,8 @@ import subprocess
 import sys
 import time
 
-from autoresearchd.gitrepo import GitRepo
-from autoresearchd.notes import Status
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.notes import Status
 
 from conftest import branch_idea, git, run_until_settled, write_config
 

@@ -11,9 +11,9 @@ import time
 import pytest
 from rich.console import Console
 
-from autoresearchd.gitrepo import state_dir
-from autoresearchd.population import read_population
-from autoresearchd.progress import render_progress, running_trials
+from autoresearchd.store.gitrepo import state_dir
+from autoresearchd.store.population import read_population
+from autoresearchd.views.progress import render_progress, running_trials
 
 from popbuilder import build_population, write_cfg
 
@@ -109,7 +109,7 @@ def test_ideas_at_80_columns_in_a_terminal_keeps_titles_and_ranks(pop300):
     import io
 
     from autoresearchd.config import load_config
-    from autoresearchd.observe import ideas_table
+    from autoresearchd.views.observe import ideas_table
     cfg, _, _ = pop300
     buf = io.StringIO()
     assert ideas_table(load_config(cfg), Console(file=buf, width=80, force_terminal=True, color_system=None),
@@ -175,9 +175,9 @@ def test_render_progress_shows_epoch_and_running_trials(pop300):
 
 def _pop_with(tmp_path, trials: list[tuple[str, float, float | None]], extra_ideas=()):
     """A population whose baseline has running leases (trial title, started, began)."""
-    from autoresearchd.gitrepo import GitRepo
-    from autoresearchd.notes import Lease
-    from autoresearchd.trials import Ledger
+    from autoresearchd.store.gitrepo import GitRepo
+    from autoresearchd.store.notes import Lease
+    from autoresearchd.store.ledger import Ledger
     from conftest import git
     d = tmp_path / "r"
     d.mkdir()
@@ -234,8 +234,8 @@ def test_progress_keeps_numbers_when_titles_are_long(pop300):
 
 
 def test_progress_counts_duplicates_apart_from_not_implementable(pop300):
-    from autoresearchd.progress import epoch_counts
-    from autoresearchd.notes import Status
+    from autoresearchd.views.progress import epoch_counts
+    from autoresearchd.store.notes import Status
     _, _, pop = pop300
     c = epoch_counts(pop)
     here = [i for i in pop.ideas if i.epoch == c["epoch"] and i.origin != "human" and not i.branch]

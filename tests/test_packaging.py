@@ -28,7 +28,13 @@ def check_install(venv: Path, site: Path):
     out = subprocess.run([str(venv / "bin" / "autoresearchd"), "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "init" in out.stdout and "start" in out.stdout
     code = ("import autoresearchd, autoresearchd.runners.local, autoresearchd.policies, autoresearchd.llm, "
-            "autoresearchd.envs as e; print(e.template_dir('tinygpt'))")
+            "autoresearchd.envs as e; print(e.template_dir('tinygpt'))\n"
+            # the package data each role package reads at run time, through importlib.resources
+            "from importlib import resources\n"
+            "from autoresearchd.implement.implementer import prompt_template\n"
+            "assert prompt_template('implement.md').strip()\n"
+            "assert resources.files('autoresearchd.views').joinpath('web', 'index.html').is_file()\n"
+            "assert resources.files('autoresearchd').joinpath('templates', 'autoresearch_eval.py.tmpl').is_file()")
     p = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd="/")
     assert p.returncode == 0, p.stderr
     assert Path(p.stdout.strip(), "train.py").is_file()
@@ -49,10 +55,10 @@ def test_wheel_install(tmp_path):
     check_install(venv, site)
     import zipfile
     names = zipfile.ZipFile(wheel).namelist()
-    assert "autoresearchd/runners/trial.sh" in names and "autoresearchd/prompts/implement.md" in names
+    assert "autoresearchd/runners/trial.sh" in names and "autoresearchd/implement/prompts/implement.md" in names
     # the dashboard's page and its vendored chart library (with its licence) ship in the wheel
     for f in ("web/index.html", "web/app.js", "web/app.css", "web/vendor/uPlot.iife.min.js", "web/vendor/uPlot.LICENSE"):
-        assert "autoresearchd/" + f in names, f
+        assert "autoresearchd/views/" + f in names, f
 
 
 @pytest.mark.skipif(not (REPO_ROOT / "envs" / "tinygpt" / "train.py").exists(), reason="tinygpt not present")

@@ -17,10 +17,10 @@ import pytest
 from fixtures_sshd import ssh_fleet  # noqa: F401  (fixture, started only when an ssh case runs)
 
 from autoresearchd.config import RunnerCfg, load_config
-from autoresearchd.gitrepo import GitRepo
+from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.manifest import EnvManifest
-from autoresearchd.notes import Status
-from autoresearchd.population import read_population
+from autoresearchd.store.notes import Status
+from autoresearchd.store.population import read_population
 from autoresearchd.runners.base import PollState, TrialSpec, trial_script
 from autoresearchd.runners.local import LocalRunner
 

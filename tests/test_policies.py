@@ -9,12 +9,12 @@ import pytest
 
 from autoresearchd import defaults
 from autoresearchd.config import LLMCfg, PolicyCfg
-from autoresearchd.gitrepo import GitRepo
-from autoresearchd.ideas import branch_for, format_message
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.ideas import branch_for, format_message
 from autoresearchd.llm.base import Completion, LLMError, Provider
 from autoresearchd.manifest import EnvManifest
-from autoresearchd.notes import Note, Status, format_note
-from autoresearchd.population import IDEAS_PREFIX, RECORDS_PREFIX, read_population
+from autoresearchd.store.notes import Note, Status, format_note
+from autoresearchd.store.population import IDEAS_PREFIX, RECORDS_PREFIX, read_population
 from autoresearchd.policies import get
 from autoresearchd.policies.evolutionary import schedule
 from autoresearchd.policies.prompting import parse_ideas, prompt_hash

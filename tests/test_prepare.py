@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from autoresearchd.app import make_llm
 from autoresearchd.config import load_config
-from autoresearchd.implementer import Implementer
+from autoresearchd.implement.implementer import Implementer
 from autoresearchd.manifest import parse_manifest
-from autoresearchd.notes import Status
+from autoresearchd.store.notes import Status
 from autoresearchd.policies.base import Proposal
 from autoresearchd.research import open_research
 from autoresearchd.runners.prepare import prepare_key
@@ -113,8 +113,8 @@ def test_check_runs_where_prepare_has_run(make_repo, tmp_path):
 
 def test_run_check_without_a_cache_prepares_first(make_repo, tmp_path):
     """`doctor --run` checks the baseline with run_check alone: prepare runs first there too."""
-    from autoresearchd.gitrepo import GitRepo
-    from autoresearchd.implementer import run_check
+    from autoresearchd.store.gitrepo import GitRepo
+    from autoresearchd.implement.implementer import run_check
     check = 'check = "test -s \\"$AUTORESEARCH_PREPARED/data.txt\\""\n'
     repo, counter = _env(make_repo, tmp_path, check=check)
     g = GitRepo(repo)

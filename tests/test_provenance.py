@@ -13,13 +13,13 @@ import pytest
 from rich.console import Console
 
 from autoresearchd.config import WandbCfg, load_config
-from autoresearchd.decide import aggregate
-from autoresearchd.gitrepo import GitRepo, git_env
+from autoresearchd.engine.judge import aggregate
+from autoresearchd.store.gitrepo import GitRepo, git_env
 from autoresearchd.manifest import EnvManifest, ManifestError, parse_manifest
-from autoresearchd.notes import Lease, Note, Status, Trial
+from autoresearchd.store.notes import Lease, Note, Status, Trial
 from autoresearchd.research import _HOOK_HEAD, HOOKS
-from autoresearchd.trials import build_note
-from autoresearchd.trust import suspicion
+from autoresearchd.engine.judge import build_note
+from autoresearchd.store.trust import suspicion
 
 from conftest import TOY_EVAL, TOY_RUN, branch_idea, git, run_until_settled, write_config
 from fixtures_sshd import have_sshd, ssh_fleet  # noqa: F401
@@ -69,14 +69,14 @@ def test_one_suspicious_seed_taints_the_commit_and_is_never_promoted():
         by_id: dict = {}
         ideas: list = []
     from autoresearchd.config import PolicyCfg
-    from autoresearchd.ideas import Idea
+    from autoresearchd.store.ideas import Idea
     n = build_note([ok, bad], Idea(idea_id="e000-x", commit="c" * 40, title="t", text="t"), Pop(), M, PolicyCfg())
     assert n.status == Status.SUSPICIOUS and n.decision is None and n.value is not None
 
 
 def test_only_commits_the_daemon_marked_keep_their_trailers(tmp_path):
-    from autoresearchd.ideas import format_message
-    from autoresearchd.population import IDEAS_PREFIX, read_population
+    from autoresearchd.store.ideas import format_message
+    from autoresearchd.store.population import IDEAS_PREFIX, read_population
     repo = GitRepo.init(tmp_path / "r")
     (repo.path / "a").write_text("a\n")
     base = repo.commit_all_initial("base")
@@ -202,7 +202,7 @@ def test_pushed_provenance_hacks_and_titles_end_to_end(make_repo, tmp_path, monk
     # the budget and the epoch did not move; the best is the honest idea, everywhere it is shown
     from autoresearchd.app import restore_spend
     from autoresearchd.llm.base import Budget
-    from autoresearchd.observe import leaderboard, summary
+    from autoresearchd.views.observe import leaderboard, summary
     from autoresearchd.research import open_research as reopen
 
     class P:
@@ -235,13 +235,13 @@ def test_pushed_provenance_hacks_and_titles_end_to_end(make_repo, tmp_path, monk
     assert p.returncode == 0, p.stderr[-2000:]
     html_text = next((tmp_path / "rep").glob("*.html")).read_text()
     assert "<script>" not in html_text and "&lt;script&gt;alert(2)&lt;/script&gt;" in html_text
-    from autoresearchd.export import records
+    from autoresearchd.views.export import records
     recs = {r["idea_id"]: r for r in records(cfg)}
     assert recs[h.idea_id]["result"] is None and recs[t.idea_id]["result"] is None
     assert recs[f.idea_id]["origin"] == "human" and recs[f.idea_id]["cost"]["usd"] == 0
 
     # W&B: a suspicious value is never logged under the metric or `value`; the title is data
-    from autoresearchd.wandb_mirror import WandbMirror
+    from autoresearchd.views.wandb_mirror import WandbMirror
     w = WandbMirror(WandbCfg(enabled=True), reopen(cfg).manifest, background=False)
     ph = w.payload(hack, h, h.note)
     assert "score" not in ph["summary"] and ph["summary"]["value"] is None
@@ -255,10 +255,10 @@ def test_pushed_provenance_hacks_and_titles_end_to_end(make_repo, tmp_path, monk
 
 
 def test_progress_renders_a_markup_title_as_text():
-    from autoresearchd.ideas import Idea
-    from autoresearchd.progress import render_progress
+    from autoresearchd.store.ideas import Idea
+    from autoresearchd.views.progress import render_progress
 
-    from autoresearchd.population import Population
+    from autoresearchd.store.population import Population
     pop = Population([Idea(idea_id="e000-x", commit="c" * 40, title=EVIL, text="t",
                            leases=[Lease(trial_id="e000-x-s0", seed=0, runner="local", host="local", slot="0",
                                          started=time.time() - 5, heartbeat=time.time())])], None, None)

@@ -10,8 +10,8 @@ import pytest
 from matplotlib import image as mpimg
 
 from autoresearchd.config import load_config
-from autoresearchd.population import read_population
-from autoresearchd.report import series, write_report
+from autoresearchd.store.population import read_population
+from autoresearchd.views.report import series, write_report
 
 from popbuilder import build_population, write_cfg
 
@@ -94,7 +94,7 @@ def test_figures_of_the_first_minutes_have_whole_number_ticks(tmp_path):
     """One epoch and one finished idea (what a new user's first `report` shows): the epoch and
     idea-count axes span less than 1, where integer ticks fell back to -0.045, 0.945, ...; and the
     cumulative compute, a single point, is drawn (a line through one point is invisible)."""
-    from autoresearchd.report import figures
+    from autoresearchd.views.report import figures
     repo = build_population(tmp_path / "research", 1, seed=2, with_failures=False)
     p = read_population(repo, "refs/heads/main")
     from autoresearchd.research import open_research
@@ -117,7 +117,7 @@ def test_figures_of_the_first_minutes_have_whole_number_ticks(tmp_path):
 def test_figures_of_a_small_cpu_search_with_no_spend(tmp_path):
     """Whole-number epoch ticks, CPU-hours (not GPU-hours) for a gpus = 0 env, a zero spend drawn
     from 0 (not -0.04..0.04), and no twin axes in the cost figure."""
-    from autoresearchd.report import _save, figures
+    from autoresearchd.views.report import _save, figures
     repo = build_population(tmp_path / "research", 12, seed=5, per_epoch=5)
     research_cfg = load_config(write_cfg(tmp_path, repo.path))
     p = read_population(repo, "refs/heads/main")

@@ -17,10 +17,7 @@ from types import SimpleNamespace
 import pytest
 from fixtures_slurm import make_slurm_runner, slurm_cluster, tar_of  # noqa: F401  (fixture)
 
-try:                                    # the ssh runner's loopback fleet, for the login-node test
-    from fixtures_sshd import ssh_fleet  # noqa: F401
-except ImportError:
-    ssh_fleet = None
+from fixtures_sshd import ssh_fleet  # noqa: F401  (fixture: the ssh runner's loopback fleet, for the login node)
 
 from autoresearchd.config import RunnerCfg
 from autoresearchd.manifest import EnvManifest
@@ -359,9 +356,6 @@ def test_slurm_time_limit_is_a_timeout(slurm_cluster, tmp_path):
 def test_login_node_over_ssh(slurm_cluster, request):
     """[runner.slurm] login: every command runs over SSH on the login node (here a loopback sshd
     whose user submits to the test cluster); the job runs as that user in its home directory."""
-    pytest.importorskip("autoresearchd.runners.ssh")
-    if ssh_fleet is None:
-        pytest.skip("tests/fixtures_sshd.py (the ssh runner's fleet) is not present")
     fleet = request.getfixturevalue("ssh_fleet")
     host = fleet.host_cfg(0)
     m = manifest('echo "user=$(id -un)"; echo ---; echo "loss: 0.5"')
@@ -393,10 +387,10 @@ def test_daemon_kill_9_then_restart_harvests_slurm_job_once(slurm_cluster, toy_e
 
     from autoresearchd.app import build_daemon
     from autoresearchd.config import load_config
-    from autoresearchd.gitrepo import GitRepo
-    from autoresearchd.loop import settled
-    from autoresearchd.notes import Status
-    from autoresearchd.population import read_population
+    from autoresearchd.store.gitrepo import GitRepo
+    from autoresearchd.engine.loop import settled
+    from autoresearchd.store.notes import Status
+    from autoresearchd.store.population import read_population
 
     monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
     counter = tmp_path / "runs.log"

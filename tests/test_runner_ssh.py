@@ -42,7 +42,7 @@ def spec(m, code_tar) -> TrialSpec:
 
 @pytest.fixture
 def tar(make_repo):
-    from autoresearchd.gitrepo import GitRepo
+    from autoresearchd.store.gitrepo import GitRepo
     return GitRepo(make_repo(TRAIN)).archive("HEAD")
 
 

@@ -102,7 +102,7 @@ def test_a_host_without_the_sandbox_fails_or_the_demo_falls_back_flagged(caplog)
 
 def _trial(runner: LocalRunner, m: EnvManifest, make_repo) -> tuple[dict, object]:
     repo = make_repo({".autoresearch.toml": TOY_MANIFEST, "run.py": TOY_RUN, "evaluate.py": TOY_EVAL}, "r")
-    from autoresearchd.gitrepo import GitRepo
+    from autoresearchd.store.gitrepo import GitRepo
     g = GitRepo(repo)
     spec = TrialSpec("t-" + uuid.uuid4().hex[:8], "0" * 40, 0, m, g.archive("HEAD"), g.archive("HEAD", ["evaluate.py"]),
                      ["evaluate.py"])

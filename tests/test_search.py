@@ -5,7 +5,7 @@ nor skips ideas."""
 
 import re
 
-from autoresearchd.notes import Status
+from autoresearchd.store.notes import Status
 
 from conftest import TOY_RUN, run_until_settled, write_config
 from fake_llm import FakeLLM, Reply

@@ -7,6 +7,7 @@ log, the state dir, the trial dirs and every W&B file are searched for the key v
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 import subprocess
@@ -20,7 +21,6 @@ from fake_llm import FakeLLM, Reply, Status as HTTP
 from conftest import TOY_EVAL, TOY_MANIFEST, TOY_RUN
 from fixtures_reliability import ToyLLM, llm_config, toy_diff, wait_for, write_cfg
 
-pytest.importorskip("autoresearchd.patching", reason="needs daemon/patching.py (diff apply)")
 
 # an idea whose code dumps its environment to stdout (and so to the run log)
 DUMP = toy_diff(0.5).replace("+x = 0.5000\n", "+x = 0.5\n+print(sorted(os.environ.items()))\n") \
@@ -51,11 +51,9 @@ def test_no_secret_reaches_git_logs_state_or_wandb(make_repo, tmp_path):
     env_repo = make_repo({".autoresearch.toml": manifest, "run.py": TOY_RUN, "evaluate.py": TOY_EVAL}, "research")
     wandb_dir = tmp_path / "wandb"
     wandb_dir.mkdir()
-    try:
-        import autoresearchd.wandb_mirror  # noqa: F401
-        wandb = "[wandb]\nenabled = true\nmode = \"offline\"\nproject = \"secrets-test\"\n"
-    except ImportError:
-        wandb = ""
+    # the W&B mirror is checked too where its optional dependency (wandb) is installed
+    wandb = ("[wandb]\nenabled = true\nmode = \"offline\"\nproject = \"secrets-test\"\n"
+             if importlib.util.find_spec("wandb") else "")
     leak = f"Incorrect API key provided: {keys['OPENAI_API_KEY']}. You can find your API key at ..."
 
     def implement(req, value):

@@ -11,7 +11,7 @@ import logging
 from rich.console import Console
 
 from autoresearchd.config import load_config
-from autoresearchd.observe import status
+from autoresearchd.views.observe import status
 
 from conftest import TOY_EVAL, TOY_MANIFEST, branch_idea, run_until_settled, write_config
 

@@ -13,12 +13,11 @@ from fake_llm import Empty, FakeLLM, Reply
 
 from autoresearchd.app import build_daemon
 from autoresearchd.config import load_config
-from autoresearchd.observe import summary
-from autoresearchd.population import read_population
+from autoresearchd.views.observe import summary
+from autoresearchd.store.population import read_population
 
 from fixtures_reliability import ToyLLM, is_propose, llm_config, write_cfg
 
-pytest.importorskip("autoresearchd.patching", reason="needs daemon/patching.py (diff apply)")
 
 PRICE_IN, PRICE_OUT = 3.0, 15.0     # USD per million tokens of "fake-model"
 

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from autoresearchd.gitrepo import GitRepo
-from autoresearchd.notes import Status
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.notes import Status
 from autoresearchd.runners import sandbox as sandboxes
 
 from conftest import branch_idea
@@ -306,7 +306,7 @@ def run_suite(make_repo, tmp_path, runner_toml: str, trials_root: Path):
         for p in escaped:               # never leave an escaped payload behind (the assertion says so)
             p.unlink()
         assert not escaped, f"the shadow attack wrote {escaped}"
-    from autoresearchd.population import read_population
+    from autoresearchd.store.population import read_population
     r = GitRepo(repo)
     pop = read_population(r, "refs/heads/main")
     base = pop.baseline_note

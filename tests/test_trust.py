@@ -1,7 +1,7 @@
 """Trustworthy results: confirmation runs demote a lucky single seed, and a run that tampers with
 its own evaluation cannot change the metric of record (the note flags what it can detect)."""
 
-from autoresearchd.notes import Status
+from autoresearchd.store.notes import Status
 
 from conftest import branch_idea, run_until_settled, write_config
 

@@ -9,10 +9,10 @@ import os
 import subprocess
 import sys
 
-from autoresearchd.gitrepo import GitRepo
-from autoresearchd.notes import Note, Status, Trial, format_note, parse_note
-from autoresearchd.population import IDEAS_PREFIX
-from autoresearchd.trials import Ledger
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.notes import Note, Status, Trial, format_note, parse_note
+from autoresearchd.store.population import IDEAS_PREFIX
+from autoresearchd.store.ledger import Ledger
 
 from conftest import branch_idea, write_config
 

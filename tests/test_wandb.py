@@ -12,8 +12,8 @@ import pytest
 
 from autoresearchd.app import build_daemon
 from autoresearchd.config import WandbCfg, load_config
-from autoresearchd.population import read_population
-from autoresearchd.wandb_mirror import CONFIG_KEYS, WandbMirror, attach
+from autoresearchd.store.population import read_population
+from autoresearchd.views.wandb_mirror import CONFIG_KEYS, WandbMirror, attach
 
 from popbuilder import build_population, write_cfg
 

@@ -1,0 +1,58 @@
+"""The gate every idea commit passes before it may run: it shares history with the baseline and its
+change is safe (no frozen files, symlinks, submodules, oversize files). Pushed branches are checked
+as soon as they appear, not when they reach the front of the queue, so an invalid push gets its
+`rejected` note within seconds of the push (the push wakes the tick at once).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from autoresearchd.store.ideas import Idea
+from autoresearchd.store.notes import Note, Status
+
+log = logging.getLogger("autoresearchd")
+
+
+class Gate:
+    def __init__(self, cfg, research, write_note):
+        self.cfg, self.research, self.repo = cfg, research, research.repo
+        self._write_note = write_note        # (commit, idea, note): the dispatcher's, with its observers
+        self._why: dict[str, str | None] = {}
+
+    def why(self, idea: Idea) -> str | None:
+        """Why this commit may not run (None if it may). Cached per commit."""
+        if idea.commit in self._why:
+            return self._why[idea.commit]
+        base = self.research.baseline_commit
+        why = None
+        mb = self.repo.merge_base(idea.commit, base)
+        if mb is None:
+            why = "the branch shares no history with the baseline (no merge-base); rebase it onto " + \
+                  self.research.baseline_ref.removeprefix("refs/heads/")
+        else:
+            from autoresearchd.implement.safety import SafetyRules, check_tree_change
+            rules = SafetyRules(is_frozen=self.research.manifest.is_frozen,
+                                max_file_bytes=self.cfg.implementer.max_file_bytes,
+                                max_diff_bytes=self.cfg.implementer.max_diff_bytes)
+            why = check_tree_change(self.repo, mb, idea.commit, rules)
+        self._why[idea.commit] = why
+        return why
+
+    def reject(self, idea: Idea, why: str) -> None:
+        log.info("rejected %s: %s", idea.branch or idea.idea_id, why)
+        self._write_note(idea.commit, idea, Note(status=Status.REJECTED, idea_id=idea.idea_id,
+                                                 metric=self.research.manifest.metric, error=why))
+
+    def reject_new(self, pop) -> bool:
+        """Check every idea branch not yet noted, run or implementing; note the invalid ones."""
+        rejected = False
+        with self.repo.notes_batch():
+            for idea in pop.ideas:
+                if not idea.branch or idea.proposal or idea.note is not None or idea.leases:
+                    continue
+                why = self.why(idea)
+                if why:
+                    self.reject(idea, why)
+                    rejected = True
+        return rejected

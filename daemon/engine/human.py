@@ -1,0 +1,61 @@
+"""Ideas from people. A pushed `idea/*` branch needs nothing here: the reconcile finds it, validates
+it on arrival (merge-base, frozen files, sizes) and runs it with Origin human. `queue_text` records
+an idea given in words as a proposal, so the implementer writes it exactly like an LLM idea (in
+replay mode only when the replay file records it: there is no model to write anything else).
+"""
+
+from __future__ import annotations
+
+from autoresearchd.policies.base import Proposal
+
+from autoresearchd.config import ConfigError
+from autoresearchd.implement.implementer import Implementer
+from autoresearchd.store.population import read_population
+from autoresearchd.research import open_research
+
+
+def queue_text(cfg, text: str, parent: str | None = None, title: str | None = None) -> str:
+    text = text.strip()
+    if not text:
+        raise ConfigError("queue: the idea text is empty")
+    research = open_research(cfg)
+    pop = read_population(research.repo, research.baseline_ref)
+    base, parents = None, []
+    if parent:
+        p = pop.resolve(parent)
+        if p is None or not p.branch:
+            raise ConfigError(f"queue --parent: no runnable idea matches '{parent}'")
+        base, parents = p.commit, [p.idea_id]
+    title = replay_title(cfg, research, text, title) or title or text.splitlines()[0][:100]
+    prop = Proposal(title=title, text=text, origin="human", epoch=max(pop.max_epoch(), 0), parents=parents,
+                    base_commit=base)
+    idea_id = Implementer(research, None, cfg).record_proposal(prop)
+    if idea_id is None:
+        raise ConfigError("queue: this exact idea is already queued or recorded")
+    return idea_id
+
+
+def replay_title(cfg, research, text: str, title: str | None) -> str | None:
+    """In replay mode the implementer can only serve recorded diffs: an idea in words is queued only
+    when the replay file holds a matching record (then under that record's title, so it is found);
+    otherwise the command says so at once instead of ending in implement_failed later."""
+    from autoresearchd.llm import resolve_provider_name
+
+    from autoresearchd.app import default_replay_file
+    from autoresearchd.llm.base import LLMError
+    from autoresearchd.llm.replay import ReplayProvider, title_of
+    if resolve_provider_name(cfg.llm)[0] != "replay":
+        return None
+    path = default_replay_file(cfg, research)
+    if path is None:
+        raise ConfigError("queue: replay mode (no API key) has no replay file, so nothing can implement "
+                          "an idea in words; set ANTHROPIC_API_KEY or OPENAI_API_KEY, or push a branch")
+    try:
+        rec = ReplayProvider(cfg.llm, path=path).find(title or text)
+    except LLMError as e:
+        raise ConfigError(f"queue: {e}") from None
+    if rec is None:
+        raise ConfigError(f"queue: replay mode (no API key) cannot implement free text: {path.name} has no "
+                          f"recorded idea matching '{title or title_of(text)}'. Set ANTHROPIC_API_KEY or "
+                          f"OPENAI_API_KEY, queue a recorded title, or push a branch with the code")
+    return rec.title

@@ -1,0 +1,334 @@
+"""Pure decisions, no I/O: which trials a commit still needs, in what order, and what a set of
+per-seed results means (noise-aware promotion against the measured baseline).
+
+Decisions written into result notes:
+  worse         worse than the baseline by more than the noise margin
+  within_noise  not distinguishable from the baseline
+  improved      better than the baseline beyond noise, but not the best
+  pending       would be the new best by less than the margin: confirmation seeds are queued
+  promoted      the new best by more than the margin (or confirmation disabled)
+  confirmed     pending, then confirmed by fresh seeds
+  demoted       pending, then not confirmed
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from autoresearchd.store.ideas import Idea
+from autoresearchd.store.notes import Lease, Note, Status, Trial
+from autoresearchd.store.population import Population
+
+BEST_DECISIONS = ("promoted", "confirmed")
+GOOD_DECISIONS = ("promoted", "confirmed", "improved")
+
+
+@dataclass
+class Job:
+    commit: str
+    seed: int
+    purpose: str                    # baseline | idea | confirm
+    idea: Idea | None = None
+    retries: int = 0                # failures that count against the idea (max_retries)
+    priority: tuple = field(default_factory=tuple)
+    attempt: int = 0                # placements so far, whoever failed: names the trial (-rN)
+    faults: list[str] = field(default_factory=list)   # host faults met so far ("host: reason")
+
+    @property
+    def trial_id(self) -> str:
+        tag = self.idea.idea_id if self.idea else "baseline"
+        n = max(self.attempt, self.retries)
+        return f"{tag}-{self.commit[:8]}-s{self.seed}" + (f"-r{n}" if n else "")
+
+
+def baseline_seeds(k: int) -> list[int]:
+    return list(range(max(1, k)))
+
+
+def confirm_seeds(k: int) -> list[int]:
+    return list(range(1, k + 1))
+
+
+def seeds_needed(note: Note | None, purpose: str, k_baseline: int, k_confirm: int) -> list[int]:
+    if purpose == "baseline":
+        return baseline_seeds(k_baseline)
+    if note is not None and note.decision == "pending":
+        return [0] + confirm_seeds(k_confirm)
+    return [0]
+
+
+def baseline_complete(note: Note | None) -> bool:
+    """The baseline is final: each of its planned seeds has a result, or one failed (no more run).
+    The baseline note is written as soon as seed 0 is in and amended by the later seeds; ideas get
+    a decision only against a complete baseline, since the noise margin needs every seed's value."""
+    if note is None:
+        return False
+    if any(t.status != Status.SUCCEEDED for t in note.trials) or not note.seeds_planned:
+        return True
+    have = {t.seed for t in note.trials}
+    return all(s in have for s in baseline_seeds(note.seeds_planned))
+
+
+def baseline_jobs_open(note: Note | None) -> bool:
+    """More baseline seeds may run: none yet, or every seed so far succeeded (after a failed or
+    timed-out seed the others would only repeat it)."""
+    return note is None or all(t.status == Status.SUCCEEDED for t in note.trials)
+
+
+@dataclass
+class Missing:
+    """A seed to (re)run: what its earlier attempts leave it with."""
+    seed: int
+    retries: int = 0
+    attempt: int = 0
+    faults: list[str] = field(default_factory=list)
+
+
+def attempt_of(lz: Lease) -> int:
+    a = getattr(lz, "attempt", None)
+    return lz.retries if a is None else a
+
+
+def missing_seeds(needed: list[int], note: Note | None, leases: list[Lease]) -> list[Missing]:
+    """Every needed seed that has neither a result nor a live lease. A `lost` lease (the trial failed
+    on a healthy host) spends one of the idea's retries; a `requeued` or `stale` one (a host fault)
+    does not, it only adds to the seed's host faults."""
+    have = {t.seed for t in (note.trials if note else [])}
+    out = []
+    for s in needed:
+        if s in have:
+            continue
+        mine = [lz for lz in leases if lz.seed == s]
+        if any(getattr(lz, "state", "running") in ("running", "done") for lz in mine):
+            continue
+        retries = max((lz.retries + (lz.state == "lost") for lz in mine), default=0)
+        attempt = max((attempt_of(lz) + 1 for lz in mine), default=0)
+        faults = max((list(getattr(lz, "faults", None) or []) for lz in mine), key=len, default=[])
+        out.append(Missing(s, retries, attempt, faults))
+    return out
+
+
+def aggregate(trials: list[Trial]) -> dict:
+    """Summary fields for a note from its trials: mean and std over the successful seeds."""
+    ok = [t for t in trials if t.status == Status.SUCCEEDED and t.value is not None]
+    suspect = sorted((t for t in trials if t.status == Status.SUSPICIOUS), key=lambda t: t.seed)
+    if suspect:
+        # one tampered or implausible seed taints the commit: its numbers stay visible, never trusted
+        vals = [t.value for t in sorted(ok + suspect, key=lambda t: t.seed) if t.value is not None]
+        status = Status.SUSPICIOUS
+    elif ok:
+        vals = [t.value for t in sorted(ok, key=lambda t: t.seed)]
+        status = Status.SUCCEEDED
+    else:
+        vals = []
+        # the first failure's status and reason explain the idea
+        worst = sorted(trials, key=lambda t: t.seed)[0] if trials else None
+        status = worst.status if worst else Status.FAILED
+    first = sorted(trials, key=lambda t: t.seed)[0] if trials else None
+    return {
+        "status": status,
+        "value": statistics.fmean(vals) if vals else None,
+        "std": statistics.stdev(vals) if len(vals) > 1 else (0.0 if vals else None),
+        "values": vals,
+        "seeds": sorted(t.seed for t in trials),
+        "host": first.host if first else None,
+        "wall_s": first.wall_s if first else None,
+        "exit_code": first.exit_code if first else None,
+        "seed": first.seed if first else None,
+        "error": suspect[0].error if suspect else next((t.error for t in sorted(trials, key=lambda t: t.seed)
+                                                         if t.error), None),
+        "log": first.log if first else None,
+        "accelerator": first.accelerator if first else None,
+        "software": first.software if first else None,
+        "harness": first.harness if first else None,
+        # the weakest isolation any seed had: one unsandboxed seed makes the result unsandboxed
+        "sandbox": "none" if any(t.sandbox == "none" for t in trials) else (first.sandbox if first else None),
+        # accelerator time is counted only where the trial had GPUs; a CPU trial is CPU time
+        "gpu_s": sum((t.wall_s or 0) * t.gpus for t in trials if t.gpus > 0)
+        if any(t.gpus > 0 for t in trials) else None,
+        "cpu_s": sum((t.wall_s or 0) for t in trials if t.gpus <= 0) if any(t.gpus <= 0 for t in trials) else None,
+        "tamper": sorted({x for t in trials for x in t.tamper}),
+    }
+
+
+def identical_seeds(values: list[float]) -> bool:
+    """Several seeds, one value: the run does not honour its seed (or is deterministic)."""
+    return len(values) > 1 and len(set(values)) == 1
+
+
+def improvement(value: float, ref: float, goal: str) -> float:
+    """Positive when value is better than ref."""
+    return (ref - value) if goal == "min" else (value - ref)
+
+
+# Student t 0.975 quantiles by degrees of freedom: with 2-3 seeds a sample std is itself noisy, so a
+# fixed "2 sigma" margin promotes no-op ideas far more often than 5% of the time (bench/promotion.py).
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042]
+
+
+def t975(dof: int) -> float:
+    return _T975[dof - 1] if 1 <= dof <= len(_T975) else 1.96
+
+
+def pooled_std(a: list[float], b: list[float]) -> float | None:
+    """Pooled sample std of two groups (None with fewer than 2 degrees of freedom... of 1)."""
+    dof = len(a) - 1 + len(b) - 1
+    if dof < 1:
+        return None
+    ss = sum((x - statistics.fmean(a)) ** 2 for x in a) if len(a) > 1 else 0.0
+    ss += sum((x - statistics.fmean(b)) ** 2 for x in b) if len(b) > 1 else 0.0
+    return (ss / dof) ** 0.5
+
+
+def decide(value: float, goal: str, baseline: float | None, baseline_std: float | None,
+           best: float | None, noise_mult: float, confirm_enabled: bool, confirmed: bool = False,
+           n: int = 1, k: int = 1, std: float | None = None, noise_known: bool = True) -> str | None:
+    """The decision for `value` (a mean over n seeds) against the baseline (a mean over k seeds) and
+    `best`, the best confirmed/promoted value so far. A margin is a noise multiple (at least the
+    t quantile for the degrees of freedom) times the standard error of the difference: a single
+    run against sqrt(1 + 1/k) baseline stds; a confirmed mean against the pooled std (`std`).
+    With `noise_known` False (baseline seeds came back identical: the run ignores its seed) no margin
+    can be computed, so nothing is promoted: a gain is only `improved`."""
+    if baseline is None:
+        return None
+    if not noise_known:
+        vs = improvement(value, baseline, goal)
+        return "improved" if vs > 0 else "worse" if vs < 0 else "within_noise"
+    s = baseline_std or 0.0
+    single = max(noise_mult, t975(k - 1) if k > 1 else noise_mult) * s * (1 + 1 / max(1, k)) ** 0.5
+    vs_base = improvement(value, baseline, goal)
+    reference = best if best is not None and improvement(best, baseline, goal) > 0 else baseline
+    vs_best = improvement(value, reference, goal)
+    if confirmed:
+        dof = n - 1 + k - 1
+        sp = std if std is not None else s
+        margin = max(noise_mult, t975(dof)) * sp * (1 / max(1, n) + 1 / max(1, k)) ** 0.5
+        return "confirmed" if vs_best > 0 and vs_base > margin else "demoted"
+    if vs_best > 0:
+        if vs_best <= single and confirm_enabled:
+            return "pending"
+        return "promoted"
+    if vs_base > single:
+        return "improved"
+    if vs_base < -single:
+        return "worse"
+    return "within_noise"
+
+
+def order_key(job: Job, human_priority: bool) -> tuple:
+    """Baseline first (everything is measured against it), then humans (if prioritised), then LLM
+    ideas oldest first. Confirmations run behind human ideas but ahead of new LLM ideas, so the
+    policy does not build on a lucky run for long."""
+    rank = {"baseline": 0, "confirm": 2, "idea": 3}[job.purpose]
+    if job.purpose == "idea" and job.idea is not None and job.idea.origin == "human" and human_priority:
+        rank = 1
+    idea = job.idea
+    return (rank, idea.epoch if idea else 0, idea.committed_at if idea else 0, job.commit, job.seed)
+
+
+# -- a result note's verdict, from its trials and the population ---------------------------------
+def best_value(pop: Population, goal: str, exclude: str | None = None) -> float | None:
+    vals = [i.value for i in pop.ideas if i.value is not None and i.commit != exclude
+            and i.note and i.note.decision in BEST_DECISIONS]
+    if not vals:
+        return None
+    return min(vals) if goal == "min" else max(vals)
+
+
+def build_note(trials: list[Trial], idea: Idea | None, pop: Population, manifest, policy_cfg,
+               confirmed: bool = False) -> Note:
+    """A result note from finished trials, with deltas against the baseline at the same seeds."""
+    agg = aggregate(trials)
+    note = Note(metric=manifest.metric, goal=manifest.goal, idea_id=idea.idea_id if idea else "baseline",
+                trials=sorted(trials, key=lambda t: t.seed), **agg)
+    if idea is not None and idea.tokens is not None:
+        note.tokens, note.cost_usd = idea.tokens, idea.cost_usd
+        split = {"ideation": idea.trailers.get("Idea-Cost-USD"), "implementation": idea.trailers.get("Implement-Cost-USD")}
+        note.cost = {k: float(v) for k, v in split.items() if v is not None}
+    fill_baseline(note, idea, pop, manifest, policy_cfg, confirmed)
+    return note
+
+
+IDENTICAL_FLAG = "identical_seeds"
+NOISE_UNKNOWN_FLAG = ("noise_unknown: the baseline seeds were identical, so the noise is unknown and "
+                      "nothing is promoted (see the baseline note)")
+
+
+def identical_warning(values: list[float], metric: str) -> str:
+    """The flag (and log line) for a baseline whose seeds all gave the same value: what happened and
+    what to do about it."""
+    return (f"{IDENTICAL_FLAG}: all {len(values)} baseline seeds gave an identical {metric} = {values[0]!r}: "
+            "`run` ignores $AUTORESEARCH_SEED, so the noise is unknown and no idea is promoted. Seed every "
+            "RNG from $AUTORESEARCH_SEED (docs/bring-your-own-repo.md), or, if runs really are "
+            "deterministic, set `deterministic = true` in [env] (one baseline seed)")
+
+
+def flag_identical(note: Note, manifest) -> str | None:
+    """On a complete baseline note whose seeds all gave one value (and no `deterministic = true`),
+    add the identical-seeds flag. Returns the flag, for the log."""
+    if manifest.deterministic or not baseline_complete(note) or not identical_seeds(note.values):
+        return None
+    flag = identical_warning(note.values, manifest.metric)
+    note.flags = sorted(set(note.flags) | {flag})
+    return flag
+
+
+def seed_warning(note: Note | None) -> str | None:
+    """The identical-seeds flag of a baseline note, if it has one."""
+    return next((f for f in (note.flags if note else []) if f.startswith(IDENTICAL_FLAG)), None)
+
+
+def fill_baseline(note: Note, idea: Idea | None, pop: Population, manifest, policy_cfg,
+                  confirmed: bool = False) -> bool:
+    """Set baseline, delta, parent delta and decision when the baseline is known. True if changed."""
+    b = pop.baseline_note
+    if idea is None or b is None or b.status != Status.SUCCEEDED or b.value is None:
+        return False
+    if note.status != Status.SUCCEEDED or note.value is None:
+        note.baseline, note.baseline_std = b.value, b.std
+        return True
+    # delta against the baseline at the same seeds, where the baseline has them
+    per_seed = {t.seed: t.value for t in b.trials if t.value is not None}
+    paired = [(t.value - per_seed[t.seed]) for t in note.trials if t.value is not None and t.seed in per_seed]
+    note.baseline, note.baseline_std = b.value, b.std
+    note.delta = sum(paired) / len(paired) if paired else note.value - b.value
+    if b.accelerator and note.accelerator and _accel_class(b.accelerator) != _accel_class(note.accelerator):
+        flag = f"cross_accelerator: {note.accelerator} vs baseline {b.accelerator}"
+        note.flags = sorted(set(note.flags) | {flag})
+    parent = pop.by_id.get(idea.parents[0]) if idea.parents else None
+    if parent is not None and parent.value is not None:
+        note.parent_delta = note.value - parent.value
+    if note.decision in ("confirmed", "demoted") and not confirmed:
+        return True
+    if not baseline_complete(b):
+        note.decision = None    # decided when the baseline's last seed is in (Dispatcher.backfill)
+        return True
+    vals = note.values
+    if confirmed:
+        # judge on the fresh seeds alone: the first seed was selected for looking good
+        vals = [t.value for t in note.trials if t.seed != 0 and t.value is not None] or vals
+    noise_known = manifest.deterministic or not identical_seeds(b.values)
+    if not noise_known:
+        note.flags = sorted(set(note.flags) | {NOISE_UNKNOWN_FLAG})
+    note.decision = decide(sum(vals) / len(vals), manifest.goal, b.value, b.std,
+                           best_value(pop, manifest.goal, idea.commit), policy_cfg.noise_mult,
+                           policy_cfg.confirm_seeds > 0, confirmed, n=len(vals), k=len(b.values),
+                           std=pooled_std(vals, b.values), noise_known=noise_known)
+    return True
+
+
+def _accel_class(acc: str) -> str:
+    """'8 x NVIDIA H100 80GB HBM3' -> 'NVIDIA H100 80GB HBM3': the count may differ, the model may not."""
+    return acc.split(" x ", 1)[-1].strip()
+
+
+def beats_baseline(idea: Idea, pop: Population, goal: str) -> bool:
+    b = pop.baseline_value
+    if idea.value is None:
+        return False
+    if idea.note and idea.note.decision:
+        return idea.note.decision in GOOD_DECISIONS
+    return b is not None and improvement(idea.value, b, goal) > 0

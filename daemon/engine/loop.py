@@ -1,0 +1,338 @@
+"""The clock: an idempotent reconcile, run by an apscheduler interval job and poked by events.
+
+One tick: read refs and notes; poll the runner and write notes for finished trials; dispatch
+queued work into free slots; ask the policy for more ideas when the queue runs low. Killing the
+daemon with -9 and starting it again is just another tick. The first SIGTERM/SIGINT stops
+dispatching and exits after the current tick (detached runs keep going); the second exits at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from autoresearchd.store import gitrepo
+from autoresearchd.engine.judge import Job, baseline_complete, baseline_jobs_open, missing_seeds, order_key, seeds_needed
+from autoresearchd.config import ConfigError
+from autoresearchd.engine.dispatch import Dispatcher
+from autoresearchd.store.notes import Status
+from autoresearchd.store.population import Population, read_population
+
+log = logging.getLogger("autoresearchd")
+logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: max instances" is by design
+
+
+class Daemon:
+    def __init__(self, cfg, research, runner, llm=None, policy=None, implementer=None, console=None,
+                 llm_note: str | None = None):
+        self.cfg, self.research, self.runner = cfg, research, runner
+        self.repo = research.repo
+        self.llm, self.policy, self.implementer = llm, policy, implementer
+        self.llm_note = llm_note
+        self.dispatcher = Dispatcher(cfg, research, runner)
+        self.dispatcher.wake = self.poke          # a degraded host passed its probe: dispatch now
+        self.started = time.time()
+        self.state_dir = gitrepo.state_dir(self.repo)
+        self._tick_lock = threading.Lock()
+        self._passes = 0                  # reconcile passes so far (run_forever re-reads git after one)
+        self._dirty = threading.Event()
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._signals = 0
+        self._pool = ThreadPoolExecutor(max(1, cfg.implementer.concurrency), thread_name_prefix="implement")
+        self._implementing: set[str] = set()
+        self._proposing = False
+        self._stop_reason: str | None = None
+        self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1})
+        self.watcher = None
+        self.last_pop: Population | None = None       # the latest tick's view, for the progress display
+        self.last_state: dict = {}
+
+    # -- the reconcile -----------------------------------------------------------------------------
+    def tick(self) -> Population:
+        with self._tick_lock:
+            while True:
+                self._dirty.clear()
+                pop = read_population(self.repo, self.research.baseline_ref)
+                if self.dispatcher.harvest(pop):
+                    pop = read_population(self.repo, self.research.baseline_ref)
+                if self.dispatcher.backfill(pop):
+                    pop = read_population(self.repo, self.research.baseline_ref)
+                if not self._stopping.is_set():
+                    self.dispatcher.dispatch(pop, self.jobs(pop))
+                # after dispatch, so a burst of pushes does not delay the trials that can start now
+                if self.dispatcher.reject_on_arrival(pop):
+                    pop = read_population(self.repo, self.research.baseline_ref)
+                if not self._stopping.is_set():
+                    self._resume_proposals(pop)
+                    self._maybe_refill(pop)
+                self._write_state(pop)
+                self._passes += 1
+                if not self._dirty.is_set() or self._stopping.is_set():
+                    return pop
+
+    def jobs(self, pop: Population) -> list[Job]:
+        p = self.cfg.policy
+        jobs: list[Job] = []
+        if pop.baseline_commit and baseline_jobs_open(pop.baseline_note):
+            for m in missing_seeds(seeds_needed(None, "baseline", p.baseline_seeds, 0), pop.baseline_note,
+                                   pop.baseline_leases):
+                jobs.append(Job(pop.baseline_commit, m.seed, "baseline", None, m.retries, attempt=m.attempt,
+                                faults=m.faults))
+        for idea in pop.ideas:
+            if not idea.branch or idea.proposal:
+                continue
+            if idea.note is not None and idea.note.decision != "pending":
+                continue
+            purpose = "confirm" if idea.note is not None else "idea"
+            needed = seeds_needed(idea.note, "idea", p.baseline_seeds, p.confirm_seeds)
+            for m in missing_seeds(needed, idea.note, idea.leases):
+                jobs.append(Job(idea.commit, m.seed, purpose, idea, m.retries, attempt=m.attempt, faults=m.faults))
+        jobs.sort(key=lambda j: order_key(j, self.cfg.daemon.human_priority))
+        return jobs
+
+    # -- ideas ---------------------------------------------------------------------------------------
+    def _stop_condition(self, pop: Population) -> str | None:
+        d = self.cfg.daemon
+        llm_ideas = [i for i in pop.ideas if i.origin != "human"]
+        if d.max_ideas is not None and len(llm_ideas) >= d.max_ideas:
+            return f"max_ideas reached ({len(llm_ideas)})"
+        if d.max_epochs is not None and pop.max_epoch() >= d.max_epochs - 1 and self.policy is not None:
+            epoch_full = len([i for i in llm_ideas if i.epoch == pop.max_epoch()]) >= self.cfg.policy.ideas_per_epoch
+            if pop.max_epoch() >= d.max_epochs or epoch_full:
+                return f"max_epochs reached ({d.max_epochs})"
+        if self.llm is not None and self.llm.budget.exhausted:
+            return "LLM budget exhausted"
+        if d.max_gpu_hours is not None:
+            gpu_h = sum((i.note.gpu_s or 0) for i in pop.ideas if i.note) / 3600
+            if gpu_h >= d.max_gpu_hours:
+                return f"GPU-hour budget reached ({gpu_h:.2f} h)"
+        if d.target is not None:
+            best = pop.best(self.research.manifest.goal, confirmed_only=True)
+            if best is not None and not self.research.manifest.better(d.target, best.value):
+                return f"target {d.target} reached by {best.idea_id}"
+        return self._stop_reason
+
+    def _resume_proposals(self, pop: Population) -> None:
+        """Proposals recorded in git but not implemented (e.g. after a crash) are implemented now."""
+        if self.implementer is None or (self.llm is not None and self.llm.budget.exhausted):
+            return
+        for idea in pop.implementing():
+            if idea.idea_id not in self._implementing:
+                self._submit_implementation(idea.idea_id)
+
+    def _submit_implementation(self, idea_id: str) -> None:
+        self._implementing.add(idea_id)
+
+        def work():
+            from autoresearchd.llm import BudgetExhausted
+            try:
+                self.implementer.implement(idea_id)
+            except BudgetExhausted as e:  # the proposal stays recorded; raise the budget to resume
+                self._stop_reason = str(e)
+                log.info("%s: %s stays proposed", e, idea_id)
+            except Exception:  # noqa: BLE001 - a failed implementation must never kill the daemon
+                log.exception("implementing %s failed", idea_id)
+            finally:
+                self._implementing.discard(idea_id)
+                self.poke()
+        self._pool.submit(work)
+
+    def _maybe_refill(self, pop: Population) -> None:
+        if self.policy is None or self.llm is None or self.implementer is None or self._proposing:
+            return
+        free = sum(1 for s in self.dispatcher.free_slots())
+        ready = len(pop.queued()) + len(pop.implementing()) + len(self._implementing)
+        want = free + self.cfg.policy.queue_buffer - ready
+        if want <= 0:
+            return
+        reason = self._stop_condition(pop)
+        if reason:
+            if reason != getattr(self, "_said_stop", None):
+                log.info("not proposing more ideas: %s", reason)
+                self._said_stop = reason
+            return
+        if pop.baseline_note is None and pop.max_epoch() >= 0 and self.cfg.policy.name != "best_of_n":
+            return  # epoch 0 is proposed once; later epochs need the measured baseline
+        self._proposing = True
+        n = max(want, self.cfg.policy.batch)
+
+        def work():
+            from autoresearchd.llm import BudgetExhausted, LLMError
+            try:
+                proposals = self.policy.propose(pop, n, self.research.manifest, self.llm)
+                cap = self.cfg.daemon.max_epochs
+                for prop in proposals:
+                    if cap is not None and prop.epoch >= cap:
+                        continue      # a batch that ran past the last epoch is not started
+                    idea_id = self.implementer.record_proposal(prop)
+                    if idea_id and prop.dropped_reason is None:
+                        self._submit_implementation(idea_id)
+            except BudgetExhausted as e:
+                self._stop_reason = str(e)
+                log.info("%s", e)
+            except LLMError as e:
+                log.warning("proposing failed: %s", e)
+            except Exception:  # noqa: BLE001
+                log.exception("proposing failed")
+            finally:
+                self._proposing = False
+                self.poke()
+        self._pool.submit(work)
+
+    # -- running ------------------------------------------------------------------------------------
+    def poke(self) -> None:
+        """An event (new idea, finished implementation, watcher) wants a tick now."""
+        self._dirty.set()
+        job = self.scheduler.get_job("reconcile") if self.scheduler.running else None
+        if job is not None:
+            try:
+                job.modify(next_run_time=datetime.now(job.next_run_time.tzinfo if job.next_run_time else None))
+            except Exception:  # noqa: BLE001 - the interval tick is the safety net
+                pass
+
+    def _start_event_waiters(self) -> None:
+        """One thread per host blocks in the runner until a trial there finishes, then pokes: a freed
+        slot is refilled at once instead of at the next clock tick."""
+        if getattr(self.runner, "wait_event", None) is None:
+            return
+        try:
+            hosts = self.runner.event_hosts()
+        except Exception as e:  # noqa: BLE001 - events only make things faster
+            log.warning("no trial events (%s); relying on the clock", e)
+            return
+        for host in hosts:
+            threading.Thread(target=self._wait_events, args=(host,), daemon=True,
+                             name=f"events-{host}").start()
+
+    def _wait_events(self, host: str) -> None:
+        while not self._stopping.is_set():
+            t = time.monotonic()
+            try:
+                if self.runner.wait_event(host, 10.0):
+                    self.poke()
+                    continue
+            except Exception as e:  # noqa: BLE001 - host down: the clock and the lease TTL handle it
+                log.debug("events from %s: %s", host, e)
+            if time.monotonic() - t < 1.0:          # failing fast: do not spin
+                self._stopping.wait(self.cfg.daemon.tick_s)
+
+    def _safe_tick(self) -> None:
+        try:
+            self.tick()
+        except Exception:  # noqa: BLE001
+            log.exception("reconcile failed; retrying on the next tick")
+
+    def _write_state(self, pop: Population) -> None:
+        slots = self.dispatcher.slot_table()
+        state = {"pid": os.getpid(), "started": self.started, "heartbeat": time.time(),
+                 "slots": slots, "hosts": self.dispatcher.host_table(),   # health: degraded + reason (daemon/health.py)
+                 "implementing": sorted(self._implementing), "proposing": self._proposing,
+                 "stop_reason": self._stop_condition(pop) if self.policy else None,
+                 "llm": self.llm_note,
+                 "budget": ({"usd": self.llm.budget.usd, "calls": self.llm.budget.calls,
+                             "tokens": self.llm.budget.input_tokens + self.llm.budget.output_tokens,
+                             "max_usd": self.llm.budget.max_usd} if self.llm else None)}
+        self.last_pop, self.last_state = pop, state
+        tmp = self.state_dir / "daemon.json.tmp"
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, self.state_dir / "daemon.json")
+
+    def _on_signal(self, signum, frame) -> None:
+        self._signals += 1
+        if self._signals >= 2:
+            log.warning("second signal: exiting now")
+            os._exit(130)
+        log.info("stopping: no new dispatches; detached runs keep going (signal again to exit at once)")
+        self._stopping.set()
+        self._stopped.set()
+        # the heartbeat stops with the scheduler, while implementations in flight may take minutes
+        # (their checks train under load): say so in the state file, so `status` shows "stopping"
+        try:
+            p = self.state_dir / "daemon.json"
+            state = json.loads(p.read_text())
+            state["stopping_since"] = time.time()
+            p.with_suffix(".stop.tmp").write_text(json.dumps(state))
+            os.replace(p.with_suffix(".stop.tmp"), p)
+        except (OSError, ValueError):
+            pass
+
+    def run_forever(self, install_signals: bool = True, until=None, progress=None) -> None:
+        """Foreground loop. `until(pop)` (tests, `--until`) ends it when it returns True;
+        `progress(pop, state)` is called about every second (the rich progress display)."""
+        pidfile = self.state_dir / "daemon.pid"
+        lock = hold_daemon_lock(self.state_dir, self.repo.path)     # before the pidfile: it names the holder
+        if install_signals:
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        pidfile.write_text(str(os.getpid()))   # after the handlers: `stop` may signal as soon as it exists
+        from autoresearchd.engine.watch import start_watcher
+        self.watcher = start_watcher(self.repo, self.poke)
+        self.scheduler.add_job(self._safe_tick, "interval", seconds=self.cfg.daemon.tick_s, id="reconcile",
+                               next_run_time=datetime.now())
+        self.scheduler.start()
+        self._start_event_waiters()
+        try:
+            seen, pop = -1, None
+            while not self._stopped.wait(0.5):
+                if progress is not None and self.last_pop is not None:
+                    progress(self.last_pop, self.last_state)
+                if until is not None:
+                    if seen != self._passes:        # git changes only through a pass (or pokes one)
+                        seen, pop = self._passes, read_population(self.repo, self.research.baseline_ref)
+                    if until(pop) and not self._proposing and not self._implementing:
+                        break
+        finally:
+            self._stopping.set()
+            self.scheduler.shutdown(wait=True)
+            if self.watcher is not None:
+                self.watcher.stop()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            with self._tick_lock:  # let a tick in progress finish its writes
+                pass
+            self.runner.close()
+            try:
+                pidfile.unlink()
+            except FileNotFoundError:
+                pass
+            os.close(lock)
+
+
+def hold_daemon_lock(sd: Path, repo_path: Path) -> int:
+    """One daemon per research repo: an exclusive flock on <state dir>/daemon.lock, held for the
+    daemon's life and released by the kernel when it exits (kill -9 too). Two daemons on one repo
+    would dispatch the same trials twice and remove each other's pidfile. Returns the fd to keep;
+    raises ConfigError naming the daemon that holds it."""
+    fd = os.open(sd / "daemon.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        try:
+            pid = (sd / "daemon.pid").read_text().strip()
+        except OSError:
+            pid = "unknown"
+        raise ConfigError(f"autoresearchd is already running on {repo_path} (pid {pid}); "
+                          f"`autoresearchd status` shows it, `autoresearchd stop` stops it") from None
+    return fd
+
+
+def settled(pop: Population) -> bool:
+    """Nothing queued, implementing or running: useful for `--until idle` and tests."""
+    # a measured idea whose note came before the baseline's last seed is decided by the next tick's
+    # backfill (it may then need confirmation seeds): until then the search is not settled
+    undecided = pop.baseline_value is not None and any(
+        i.note is not None and i.note.status == Status.SUCCEEDED and i.note.decision is None for i in pop.ideas)
+    return (baseline_complete(pop.baseline_note) and not pop.queued() and not pop.running()
+            and not pop.implementing() and all(i.note is None or i.note.decision != "pending" for i in pop.ideas)
+            and all(i.status != Status.QUEUED for i in pop.ideas) and not undecided)

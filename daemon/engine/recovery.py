@@ -1,0 +1,182 @@
+"""Host faults and stale trials: the dispatcher's rules for when a host, not an idea, fails.
+
+- A host fault (submit failed, work root full or unwritable, the disk filled during the run, the host
+  silent past the lease TTL) opens the host's circuit breaker (daemon/health.py) and sends the seed
+  back to the queue for a healthy host *without* spending one of the idea's retries. The lease keeps
+  the fault ("host: reason") so a seed that meets `daemon.max_host_faults` of them, each on a host
+  that had just passed its probe, is given up as `lost` with every reason in its note.
+- Before a lease is declared lost for silence, the host gets one last probe (a fresh connect).
+- A trial whose host went silent past the TTL stays in the lease note as `stale`: it may still live
+  there. When the host answers again, a stale trial that finished while its seed has no result yet
+  gives the result (its twin, re-run elsewhere, is cancelled); otherwise it is cancelled and its
+  directory removed. The trial that does not count is listed in the note's `superseded`, never as a
+  second result.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from autoresearchd.store.notes import Lease, Status, Trial
+from autoresearchd.runners.base import HostUnreachable, PollState
+
+log = logging.getLogger("autoresearchd")
+
+
+class Recovery:
+    """Mixed into Dispatcher (which provides cfg, runner, ledger, health, _pool, _cleanups, ...)."""
+
+    # -- host faults ---------------------------------------------------------------------------------
+    def _host_fault(self, lz: Lease, why: str, state: str) -> Lease:
+        """The host failed this trial: requeue the seed for a healthy host, keeping its retries."""
+        self.health.fault(lz.host, why)
+        lz.faults = list(lz.faults) + [f"{lz.host}: {why}"]
+        lz.error = why
+        limit = self.cfg.daemon.max_host_faults
+        if len(lz.faults) >= limit:
+            log.warning("trial %s: %d host faults, giving up: %s", lz.trial_id, len(lz.faults), why)
+            lz.state = "done"
+            lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, status=Status.LOST, host=lz.host,
+                              error=f"no healthy host could run it: {len(lz.faults)} host faults "
+                                    f"(daemon.max_host_faults = {limit}): " + "; ".join(lz.faults))
+        else:
+            log.warning("trial %s back to the queue (host fault %d of %d, no retry spent): %s",
+                        lz.trial_id, len(lz.faults), limit, why)
+            lz.state = state
+        return lz
+
+    def submit_failed(self, lz: Lease, slot_key: str, e: Exception) -> None:
+        """A failed submit is the host's fault. A lost connection may have left the trial started, so
+        its lease stays `stale` (looked at again when the host answers); a command that failed cleaned
+        up after itself, so the lease is only `requeued`."""
+        state = "stale" if isinstance(e, HostUnreachable) else "requeued"
+        self._host_fault(lz, f"submit to {slot_key} failed: {e}", state)
+
+    def disk_full(self, lz: Lease) -> str | None:
+        """Why a trial that died on a host that answers left nothing: its disk is full (or None)."""
+        hint = getattr(self.runner, "disk_hint", None)
+        try:
+            return hint(lz.handle) if hint is not None else None
+        except Exception:  # noqa: BLE001 - only a hint
+            return None
+
+    def _unreachable_why(self, host: str) -> str:
+        errors = getattr(self.runner, "errors", {}) or {}
+        return errors.get(host) or f"host {host} does not answer"
+
+    # -- probes ----------------------------------------------------------------------------------------
+    def probe_due(self) -> None:
+        """Probe the degraded hosts whose back-off ran out, off the tick's path; a verdict wakes the loop."""
+        check = getattr(self.runner, "check_host", None)
+        for host in self.health.due():
+            if check is None:
+                self.health.probed(host, None)
+                continue
+
+            def work(host=host):
+                try:
+                    why = check(host)
+                except Exception as e:  # noqa: BLE001 - any failure is the verdict
+                    why = str(e)
+                self.health.probed(host, why)
+                self._slots_cache = (0.0, [])
+                if why is None and self.wake is not None:
+                    self.wake()
+            self._pool.submit(work)
+
+    def last_probe(self, leases: list[Lease], states: dict) -> None:
+        """Leases about to be declared lost for silence: reconnect to their hosts now (no back-off) and
+        poll them once more. `states` (id(lease) -> PollState) is updated in place."""
+        now = time.time()
+        expiring = [lz for lz in leases if states.get(id(lz)) == PollState.UNREACHABLE
+                    and now - self._last_seen.get(lz.trial_id, max(lz.heartbeat, self.started))
+                    > self.cfg.daemon.lease_ttl_s]
+        if not expiring:
+            return
+        reconnect = getattr(self.runner, "reconnect", None)
+        for host in {lz.host for lz in expiring}:
+            if reconnect is not None:
+                reconnect(host)
+            log.info("host %s silent for more than %.0fs: one last probe before its trials are lost",
+                     host, self.cfg.daemon.lease_ttl_s)
+        for lz, st in zip(expiring, self._poll_states(expiring)):
+            states[id(lz)] = st
+
+    # -- stale trials ----------------------------------------------------------------------------------
+    def settle_stale(self, commit: str, leases: list[Lease], states: dict, outcomes: dict,
+                     note_seeds: set[int]) -> tuple[list[Lease], list[str]]:
+        """Resolve the stale trials of one commit whose host answers again. Returns the new lease list
+        and the trial ids superseded now (for the note)."""
+        out = list(leases)
+        superseded: list[str] = []
+        for k, lz in enumerate(out):
+            if lz.state != "stale":
+                continue
+            known = getattr(self.runner, "hosts", None)
+            if isinstance(known, dict) and lz.host not in known:
+                log.warning("stale trial %s: host %s is no longer configured; forgetting it", lz.trial_id, lz.host)
+                out[k] = None
+                continue
+            st = states.get(id(lz))
+            if st is None or st == PollState.UNREACHABLE:
+                continue
+            self.health.seen(lz.host)
+            has_result = lz.seed in note_seeds or any(o.state == "done" and o.seed == lz.seed for o in out)
+            twins = [o for o in out if o is not lz and o.state == "running" and o.seed == lz.seed]
+            if st == PollState.DONE and not has_result:
+                got = self._collect(lz.model_copy(deep=True), outcomes.get(id(lz)))
+                if got.state == "stale":
+                    continue               # the fetch failed: try again on the next tick
+                if got.state == "done":
+                    log.info("stale trial %s finished on %s while its host was away: its result counts",
+                             lz.trial_id, lz.host)
+                    out[k] = got
+                    for j, t in enumerate(out):     # the re-run elsewhere no longer counts
+                        if any(t is w for w in twins) and self._remove_trial(t):
+                            out[j] = self._superseded(t)
+                            superseded.append(t.trial_id)
+                    continue
+            if st == PollState.RUNNING and not has_result and not twins:
+                log.info("stale trial %s is still running on %s: kept", lz.trial_id, lz.host)
+                revived = lz.model_copy(deep=True)
+                revived.state, revived.heartbeat = "running", time.time()
+                self._last_seen[lz.trial_id] = time.time()
+                out[k] = revived
+                continue
+            if not self._remove_trial(lz):
+                continue                   # try again on the next tick
+            if st == PollState.MISSING:    # it never started: nothing ran twice
+                out[k] = None
+            else:
+                out[k] = self._superseded(lz)
+                superseded.append(lz.trial_id)
+        return [lz for lz in out if lz is not None], superseded
+
+    @staticmethod
+    def _superseded(lz: Lease) -> Lease:
+        s = lz.model_copy(deep=True)
+        s.state, s.result = "superseded", None
+        return s
+
+    def _remove_trial(self, lz: Lease) -> bool:
+        """Cancel a trial and remove its directory (synchronously: its lease goes only after)."""
+        try:
+            self.runner.cancel(lz.handle)
+            self.runner.cleanup(lz.handle)
+        except Exception as e:  # noqa: BLE001 - the host went away again: next tick
+            log.warning("removing trial %s on %s failed: %s", lz.trial_id, lz.host, e)
+            return False
+        log.info("trial %s on %s cancelled and removed (its twin counts)", lz.trial_id, lz.host)
+        return True
+
+    # -- status ----------------------------------------------------------------------------------------
+    def host_table(self) -> dict[str, dict]:
+        """Each host's health for daemon.json: breaker state and reason, or the connection error."""
+        table = self.health.table()
+        errors = getattr(self.runner, "errors", {}) or {}
+        for host, why in errors.items():
+            row = table.setdefault(host, {"state": "ok", "reason": None})
+            if row.get("state") == "ok":
+                row.update(state="unreachable", reason=why)
+        return table

@@ -1,0 +1,546 @@
+"""The one module that runs git. Everything else asks this module for refs, notes, commits and archives.
+
+Writes never touch the user's working tree, index or HEAD: commits are built with plumbing in a
+temporary index (GIT_INDEX_FILE), refs move with compare-and-swap `update-ref`, and every note
+is read in one `cat-file --batch` process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from autoresearchd import defaults
+
+
+class GitError(RuntimeError):
+    """A git command failed; `stderr` holds git's own words."""
+
+    def __init__(self, args: list[str], code: int, stderr: str):
+        super().__init__(f"git {' '.join(args[:3])}... failed ({code}): {stderr.strip()}")
+        self.code, self.stderr = code, stderr
+
+
+@dataclass(frozen=True)
+class RawChange:
+    """One line of `git diff-tree -r --raw`: modes are strings such as "100644", "120000", "000000"."""
+    old_mode: str
+    new_mode: str
+    old_sha: str
+    new_sha: str
+    status: str
+    path: str
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    mode: str
+    type: str
+    sha: str
+    size: int
+    path: str
+
+
+# A clean, deterministic environment for plumbing: no pager, no user hooks prompting, fixed identity
+# fallback so commits work on hosts without user.name configured. Variables whose names look secret
+# (API keys, tokens) are scrubbed from every git process: a hook or helper git might run must never
+# see them.
+_BASE_ENV = {
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_PAGER": "cat",
+    "LC_ALL": "C",
+}
+# A lock file left by a git process that was killed (kill -9 of the daemon's process group, OOM, power
+# loss) would block that ref forever. Git holds a ref lock for milliseconds, so one this old is stale.
+STALE_LOCK_S = 10.0
+_LOCK_RE = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "autoresearchd",
+    "GIT_AUTHOR_EMAIL": "autoresearchd@localhost",
+    "GIT_COMMITTER_NAME": "autoresearchd",
+    "GIT_COMMITTER_EMAIL": "autoresearchd@localhost",
+}
+
+
+# The daemon's own git runs no hooks (a hook planted in the git dir would otherwise run with the
+# daemon's rights on its next ref update) and no fsmonitor command, whatever the repo's config says.
+_GIT = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"]
+_CONFIG_KEY = re.compile(r"GIT_CONFIG_KEY_\d+")
+
+
+def git_env(extra: dict | None = None) -> dict[str, str]:
+    """The environment of every git process the daemon starts: its own, minus secrets, plus the
+    fixed plumbing settings and identity fallback."""
+    from autoresearchd.runners.trialdir import scrubbed_env
+    env = dict(scrubbed_env(), **_BASE_ENV)
+    # GIT_CONFIG_KEY_<n> names a config key (its value is GIT_CONFIG_VALUE_<n>): not a secret, and
+    # dropping it while GIT_CONFIG_COUNT stays would make every git command fail
+    env.update({k: v for k, v in os.environ.items() if _CONFIG_KEY.fullmatch(k)})
+    for k, v in _IDENTITY.items():
+        env.setdefault(k, v)
+    env.update(extra or {})
+    return env
+
+
+class GitRepo:
+    """A handle on one repository. Thread-safe for notes writes (serialised per ref)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path).resolve()
+        out = self._run(["rev-parse", "--absolute-git-dir"], cwd=self.path).strip()
+        self.git_dir = Path(out)
+        self._notes_lock = threading.Lock()
+        self._batch = threading.local()          # notes_batch(): queued note writes of this thread
+
+    # -- running git -------------------------------------------------------------------------
+    def _run(self, args: list[str], *, input: bytes | None = None, env: dict | None = None,
+             cwd: Path | None = None, check: bool = True, binary: bool = False):
+        full_env = git_env(env)
+        p = subprocess.run([*_GIT, *args], input=input, capture_output=True,
+                           cwd=cwd or getattr(self, "path", None), env=full_env)
+        if p.returncode != 0 and self._clear_stale_lock(p.stderr):
+            # the command failed to take its lock, so it changed nothing: run it again once
+            p = subprocess.run([*_GIT, *args], input=input, capture_output=True,
+                               cwd=cwd or getattr(self, "path", None), env=full_env)
+        if check and p.returncode != 0:
+            raise GitError(args, p.returncode, p.stderr.decode(errors="replace"))
+        return p.stdout if binary else p.stdout.decode(errors="replace")
+
+    def _clear_stale_lock(self, stderr: bytes) -> bool:
+        """Remove a stale `*.lock` inside our git dir that git named in `stderr`. True if removed."""
+        m = _LOCK_RE.search(stderr.decode(errors="replace"))
+        git_dir = getattr(self, "git_dir", None)
+        if not m or git_dir is None:
+            return False
+        lock = Path(m.group(1))
+        lock = lock if lock.is_absolute() else self.path / lock
+        try:
+            if git_dir not in lock.resolve().parents or time.time() - lock.stat().st_mtime < STALE_LOCK_S:
+                return False
+            lock.unlink()
+        except OSError:
+            return False
+        import logging
+        logging.getLogger("autoresearchd").warning("removed a stale git lock left by a killed process: %s", lock)
+        return True
+
+    def git(self, *args: str, input: bytes | None = None, env: dict | None = None,
+            check: bool = True, binary: bool = False):
+        return self._run(list(args), input=input, env=env, check=check, binary=binary)
+
+    # -- creation ----------------------------------------------------------------------------
+    @classmethod
+    def init(cls, path: str | os.PathLike, branch: str = "main") -> "GitRepo":
+        Path(path).mkdir(parents=True, exist_ok=True)
+        subprocess.run([*_GIT, "init", "-q", "-b", branch, str(path)], check=True, capture_output=True,
+                       env=git_env())
+        return cls(path)
+
+    @classmethod
+    def discover(cls, start: str | os.PathLike) -> "GitRepo | None":
+        p = subprocess.run([*_GIT, "rev-parse", "--show-toplevel"], cwd=start, capture_output=True, text=True,
+                           env=git_env())
+        return cls(p.stdout.strip()) if p.returncode == 0 else None
+
+    def commit_all_initial(self, message: str) -> str:
+        """Commit a freshly created template tree (used by `init`). Touches the real index: the
+        repo is brand new and belongs to the daemon."""
+        self.git("add", "-A")
+        self.git("commit", "-q", "--no-verify", "-m", message, env=_IDENTITY)
+        return self.rev_parse("HEAD")
+
+    def commit_paths(self, paths: list[str], message: str) -> str:
+        """Commit these work-tree files on the current branch, as the user (their user.name and
+        email when set). Used only by `adopt --commit`, when the user asked for it."""
+        env = {}
+        for who in ("AUTHOR", "COMMITTER"):
+            for key, var in (("user.name", f"GIT_{who}_NAME"), ("user.email", f"GIT_{who}_EMAIL")):
+                val = self.config_get(key)
+                if val:
+                    env[var] = val
+        self.git("add", "--", *paths)
+        self.git("commit", "-q", "-m", message, "--", *paths, env=env)
+        return self.rev_parse("HEAD")
+
+    def config_set(self, key: str, value: str, add: bool = False) -> None:
+        if add:
+            existing = self.git("config", "--get-all", key, check=False).split()
+            if value in existing:
+                return
+            self.git("config", "--add", key, value)
+        else:
+            self.git("config", key, value)
+
+    def config_get(self, key: str) -> str | None:
+        out = self.git("config", "--get", key, check=False).strip()
+        return out or None
+
+    # -- refs --------------------------------------------------------------------------------
+    def rev_parse(self, rev: str) -> str | None:
+        spec = rev if ":" in rev else rev + "^{object}"  # rev:path names a blob; ^{object} would mangle it
+        out = self.git("rev-parse", "--verify", "-q", spec, check=False).strip()
+        return out or None
+
+    def refs(self, prefix: str) -> dict[str, str]:
+        """refname -> object sha for every ref under prefix (one process, packed refs included)."""
+        out = self.git("for-each-ref", "--format=%(objectname) %(refname)", prefix)
+        res = {}
+        for line in out.splitlines():
+            sha, _, name = line.partition(" ")
+            res[name] = sha
+        return res
+
+    def refs_digest(self, *prefixes: str) -> str:
+        """A short hash of every ref under the prefixes and its target: equal digests, unchanged refs."""
+        out = self.git("for-each-ref", "--format=%(objectname) %(refname)", *prefixes)
+        return hashlib.sha1(out.encode()).hexdigest()[:16]
+
+    def update_ref(self, ref: str, new: str, old: str | None = None, reason: str = "autoresearchd") -> None:
+        args = ["update-ref", "-m", reason, ref, new]
+        if old is not None:
+            args.append(old)
+        self.git(*args)
+
+    def delete_ref(self, ref: str) -> None:
+        self.git("update-ref", "-d", ref, check=False)
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        out = self.git("merge-base", a, b, check=False).strip()
+        return out or None
+
+    def is_ancestor(self, a: str, b: str) -> bool:
+        return subprocess.run([*_GIT, "-C", str(self.path), "merge-base", "--is-ancestor", a, b],
+                              capture_output=True, env=git_env()).returncode == 0
+
+    # -- objects -----------------------------------------------------------------------------
+    def cat_file_batch(self, shas: list[str]) -> dict[str, bytes]:
+        """Read many objects in one `git cat-file --batch` process. Missing objects are omitted."""
+        if not shas:
+            return {}
+        uniq = list(dict.fromkeys(shas))
+        raw = self.git("cat-file", "--batch", input=("\n".join(uniq) + "\n").encode(), binary=True)
+        res, pos = {}, 0
+        for sha in uniq:
+            nl = raw.index(b"\n", pos)
+            header = raw[pos:nl].decode()
+            pos = nl + 1
+            if header.endswith(" missing") or header.endswith(" ambiguous"):
+                continue
+            size = int(header.rsplit(" ", 1)[1])
+            res[sha] = raw[pos:pos + size]
+            pos += size + 1
+        return res
+
+    def read_blob(self, rev: str) -> bytes | None:
+        if not self.rev_parse(rev):
+            return None
+        return self._run(["cat-file", "blob", rev], check=False, binary=True)
+
+    def hash_blob(self, data: bytes) -> str:
+        return self.git("hash-object", "-w", "--stdin", input=data).strip()
+
+    def commit_message(self, commit: str) -> str:
+        return self.git("log", "-1", "--format=%B", commit)
+
+    def commit_tree(self, tree: str, parents: list[str], message: str) -> str:
+        args = ["commit-tree", tree]
+        for p in parents:
+            args += ["-p", p]
+        return self.git(*args, input=message.encode(), env=_IDENTITY).strip()
+
+    def tree_of(self, commit: str) -> str:
+        return self.git("rev-parse", commit + "^{tree}").strip()
+
+    def ls_tree(self, rev: str, paths: list[str] | None = None) -> list[TreeEntry]:
+        out = self.git("ls-tree", "-r", "-l", "-z", rev, "--", *(paths or []), binary=True)
+        entries = []
+        for rec in out.split(b"\0"):
+            if not rec:
+                continue
+            meta, _, path = rec.partition(b"\t")
+            mode, typ, sha, size = meta.decode().split(None, 3)
+            entries.append(TreeEntry(mode, typ, sha, int(size) if size.strip() != "-" else 0,
+                                     path.decode(errors="surrogateescape")))
+        return entries
+
+    def read_files(self, rev: str, paths: list[str] | None = None) -> dict[str, bytes]:
+        """path -> content for every blob under rev (optionally restricted), in one batch."""
+        entries = [e for e in self.ls_tree(rev, paths) if e.type == "blob"]
+        blobs = self.cat_file_batch([e.sha for e in entries])
+        return {e.path: blobs.get(e.sha, b"") for e in entries}
+
+    def archive(self, rev: str, paths: list[str] | None = None, exclude: list[str] | None = None) -> bytes:
+        """A tar of the tree at rev, so a host needs neither git nor access to the repo; `exclude`
+        leaves paths out (the evaluator's held-out files never reach run)."""
+        spec = list(paths or (["."] if exclude else [])) + [f":(exclude,literal){p}" for p in exclude or []]
+        return self.git("archive", "--format=tar", rev, "--", *spec, binary=True)
+
+    def diff(self, a: str, b: str, stat: bool = False) -> str:
+        args = ["diff", "--no-color", "--no-ext-diff"]
+        if stat:
+            args.append("--stat")
+        return self.git(*args, a, b)
+
+    def diffs_first_parent(self, commits: list[str]) -> dict[str, str]:
+        """commit -> unified diff against its first parent, for many commits in one process
+        (export and reports read thousands of ideas; a root commit maps to "")."""
+        if not commits:
+            return {}
+        uniq = list(dict.fromkeys(commits))
+        out = self.git("diff-tree", "--stdin", "-p", "--diff-merges=first-parent", "--no-color", "--no-ext-diff",
+                       "--always", "--format=%x00%H", input=("\n".join(uniq) + "\n").encode(),
+                       binary=True).decode(errors="replace")
+        res = {c: "" for c in uniq}
+        for chunk in out.split("\0")[1:]:
+            sha, _, diff = chunk.partition("\n")
+            res[sha.strip()] = diff.lstrip("\n")
+        return res
+
+    def fast_import(self, stream: bytes) -> None:
+        """Feed a `git fast-import` stream (bulk creation of commits, refs and notes: benchmarks,
+        test populations, imports). Refs are only moved forward unless the stream says otherwise."""
+        self.git("fast-import", "--quiet", "--done", input=stream, env=_IDENTITY)
+
+    def changed_paths(self, a: str, b: str) -> list[tuple[str, str]]:
+        """(status, path) pairs between two commits; renames report both sides."""
+        out = self.git("diff", "--name-status", "--no-renames", "-z", a, b, binary=True).decode(
+            errors="surrogateescape")
+        parts = [p for p in out.split("\0") if p]
+        return [(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
+
+    def apply_to_tree(self, base: str, patch: bytes, extra_args: tuple[str, ...] = ()) -> str:
+        """Apply a patch onto base's tree in a throwaway index; return the new tree id.
+        Raises GitError with git's own message on failure."""
+        with tempfile.TemporaryDirectory(prefix="ard-idx-") as d:
+            env = {"GIT_INDEX_FILE": os.path.join(d, "index")}
+            self.git("read-tree", base, env=env)
+            self.git("apply", "--cached", "--recount", "--whitespace=nowarn", *extra_args, "-",
+                     input=patch, env=env)
+            return self.git("write-tree", env=env).strip()
+
+    def tree_with_files(self, base: str, files: dict[str, bytes | None]) -> str:
+        """A new tree = base's tree with whole files replaced (None deletes). Temporary index only.
+        A replaced file keeps its mode in base (an executable stays executable); new files are 100644."""
+        modes = {e.path: e.mode for e in self.ls_tree(base)} if files else {}
+        with tempfile.TemporaryDirectory(prefix="ard-idx-") as d:
+            env = {"GIT_INDEX_FILE": os.path.join(d, "index")}
+            self.git("read-tree", base, env=env)
+            for path, data in files.items():
+                if data is None:
+                    self.git("update-index", "--force-remove", "--", path, env=env)
+                else:
+                    sha = self.hash_blob(data)
+                    mode = modes.get(path, "100644")
+                    mode = mode if mode in ("100644", "100755") else "100644"
+                    self.git("update-index", "--add", "--cacheinfo", f"{mode},{sha},{path}", env=env)
+            return self.git("write-tree", env=env).strip()
+
+    def tree_from_dir(self, base: str, workdir: str | os.PathLike, keep: list[str] = (),
+                      max_file_bytes: int | None = None) -> str:
+        """The tree of a scratch directory (a coding agent's worktree) as `git add -A` stages it on
+        top of base's tree: symlinks stay symlinks and nested repositories become gitlinks, so the
+        safety gate sees them as they are; files its .gitignore names are left out. The `keep` paths
+        (files withheld from the directory on purpose, such as hidden ones) stay as in base.
+        Temporary index only; the research repo's own index and work tree are not touched."""
+        gitdir = self.git("rev-parse", "--absolute-git-dir").strip()
+        with tempfile.TemporaryDirectory(prefix="ard-idx-") as d:
+            env = {"GIT_INDEX_FILE": os.path.join(d, "index"), "GIT_DIR": gitdir,
+                   "GIT_WORK_TREE": str(workdir)}
+            self._run(["read-tree", base], env=env, cwd=Path(workdir))
+            if max_file_bytes is not None:
+                # refuse an oversized file before it is hashed into the repo's object store
+                out = self._run(["ls-files", "-z", "--others", "--modified", "--exclude-standard"],
+                                env=env, cwd=Path(workdir), binary=True)
+                for rel in filter(None, out.split(b"\0")):
+                    try:
+                        size = os.lstat(os.path.join(os.fsencode(workdir), rel)).st_size
+                    except OSError:
+                        continue
+                    if size > max_file_bytes:
+                        raise ValueError(f"{rel.decode(errors='replace')} would be {size} bytes, over the "
+                                         f"{max_file_bytes}-byte limit per file")
+            self._run(["-c", "core.autocrlf=false", "-c", "core.fileMode=true", "add", "-A", "--", "."],
+                      env=env, cwd=Path(workdir))
+            if keep:
+                lines = "".join(f"{e.mode} {e.type} {e.sha}\t{e.path}\n" for e in self.ls_tree(base, list(keep)))
+                if lines:
+                    self._run(["update-index", "--index-info"], input=lines.encode(), env=env, cwd=Path(workdir))
+            return self._run(["write-tree"], env=env, cwd=Path(workdir)).strip()
+
+    def diff_tree_raw(self, a: str, b: str) -> list["RawChange"]:
+        """Every changed blob between two commits or trees, with modes and ids (no rename detection)."""
+        out = self.git("diff-tree", "-r", "-z", "--no-renames", "--no-commit-id", a, b, binary=True)
+        parts = out.split(b"\0")
+        res, i = [], 0
+        while i + 1 < len(parts) and parts[i].startswith(b":"):
+            om, nm, osha, nsha, status = parts[i][1:].decode().split()
+            res.append(RawChange(om, nm, osha, nsha, status, parts[i + 1].decode(errors="surrogateescape")))
+            i += 2
+        return res
+
+    def object_sizes(self, shas: list[str]) -> dict[str, int]:
+        """sha -> size in bytes, without reading the contents (one `cat-file --batch-check`)."""
+        uniq = list(dict.fromkeys(shas))
+        if not uniq:
+            return {}
+        out = self.git("cat-file", "--batch-check=%(objectname) %(objectsize)",
+                       input=("\n".join(uniq) + "\n").encode())
+        res = {}
+        for line in out.splitlines():
+            sha, _, size = line.partition(" ")
+            if size.isdigit():
+                res[sha] = int(size)
+        return res
+
+    # -- notes -------------------------------------------------------------------------------
+    def notes_list(self, ref: str) -> dict[str, str]:
+        """annotated object sha -> note blob sha, for one notes ref (one process)."""
+        self._flush_notes()
+        if not self.rev_parse(ref):
+            return {}
+        out = self.git("notes", "--ref", ref, "list")
+        res = {}
+        for line in out.splitlines():
+            blob, _, obj = line.partition(" ")
+            res[obj] = blob
+        return res
+
+    def notes_read_all(self, ref: str) -> dict[str, str]:
+        """annotated object sha -> note text, all in one batch."""
+        listing = self.notes_list(ref)
+        blobs = self.cat_file_batch(list(listing.values()))
+        return {obj: blobs[b].decode(errors="replace") for obj, b in listing.items() if b in blobs}
+
+    def note_read(self, ref: str, obj: str) -> str | None:
+        self._flush_notes()
+        out = self._run(["notes", "--ref", ref, "show", obj], check=False, binary=True)
+        return out.decode(errors="replace") if out else None
+
+    def note_write(self, ref: str, obj: str, text: str) -> None:
+        """Write (replace) the note on obj. Serialised: git notes updates one ref per write."""
+        if getattr(self._batch, "queue", None) is not None:
+            self._batch.queue.append((ref, obj, text))
+            return
+        args = ["notes", "--ref", ref, "add", "-f", "-F", "-", obj]
+        with self._notes_lock:
+            for attempt in range(40):
+                try:
+                    self._run(args, input=text.encode(), env=_IDENTITY)
+                    return
+                except GitError as e:
+                    # another process (a CLI user, a second daemon) holds the ref lock: retry
+                    if "lock" not in e.stderr and "cannot lock" not in e.stderr:
+                        raise
+                    threading.Event().wait(0.02 * (attempt + 1))
+            raise GitError(args, 1, f"could not lock {ref} to write the note on {obj}")
+
+    def note_remove(self, ref: str, obj: str) -> None:
+        if getattr(self._batch, "queue", None) is not None:
+            self._batch.queue.append((ref, obj, None))
+            return
+        with self._notes_lock:
+            self._run(["notes", "--ref", ref, "remove", "--ignore-missing", obj], env=_IDENTITY, check=False)
+
+    # -- batched notes: one `git fast-import` commit per ref instead of a process per note ------
+    @contextmanager
+    def notes_batch(self):
+        """Within the block, this thread's note_write/note_remove calls are queued, then applied at
+        its end (or before this thread reads notes): one commit per ref, refs in the order of their
+        last write, so "result note, then clear the lease" keeps its order across refs."""
+        if getattr(self._batch, "queue", None) is not None:
+            yield                                # nested: the outer block applies everything
+            return
+        self._batch.queue = []
+        try:
+            yield
+        finally:
+            try:
+                self._flush_notes()
+            finally:
+                self._batch.queue = None
+
+    def _flush_notes(self) -> None:
+        queue = getattr(self._batch, "queue", None)
+        if not queue:
+            return
+        self._batch.queue = []
+        per_ref: dict[str, dict[str, str | None]] = {}
+        for ref, obj, text in queue:
+            per_ref.setdefault(ref, {})[obj] = text      # a later write to the same note wins
+        last = {ref: i for i, (ref, _, _) in enumerate(queue)}
+        for ref in sorted(per_ref, key=last.get):
+            self.notes_write_many(ref, per_ref[ref])
+
+    def ensure_notes_ref(self, ref: str) -> None:
+        """Create `ref` as an empty notes commit if it does not exist: with notes.displayRef set,
+        every `git log --notes` warns "notes ref ... is invalid" until the ref exists."""
+        if self.rev_parse(ref) is not None:
+            return
+        empty = self.git("mktree", input=b"").strip()
+        commit = self.commit_tree(empty, [], "Notes ref created by autoresearchd (no notes yet)")
+        try:
+            self.update_ref(ref, commit, "0" * len(commit))   # only if still absent: never clobber notes
+        except GitError:
+            pass                                               # someone wrote the first note meanwhile
+
+    def notes_write_many(self, ref: str, items: dict[str, str | None]) -> None:
+        """Write (text) or remove (None) the notes on many objects as one commit on ref. The ref
+        moves only if nobody moved it meanwhile (fast-import refuses a non-fast-forward); retried."""
+        if not items:
+            return
+        body = []
+        for obj, text in items.items():
+            if text is None:
+                body.append(f"N {'0' * 40} {obj}\n".encode())
+            else:
+                data = _stripspace(text).encode()
+                body.append(b"N inline %s\ndata %d\n%s\n" % (obj.encode(), len(data), data))
+        msg = b"Notes added by autoresearchd\n"
+        with self._notes_lock:
+            for attempt in range(40):
+                old = self.rev_parse(ref)
+                if old is None and all(t is None for t in items.values()):
+                    return                       # nothing to remove from a ref that does not exist
+                head = b"commit %s\ncommitter %s <%s> %d +0000\ndata %d\n%s\n" % (
+                    ref.encode(), _IDENTITY["GIT_COMMITTER_NAME"].encode(), _IDENTITY["GIT_COMMITTER_EMAIL"].encode(),
+                    int(time.time()), len(msg), msg)
+                stream = head + (b"from %s\n" % old.encode() if old else b"") + b"".join(body) + b"\n"
+                try:   # small imports as loose objects: no pack file per batch
+                    self._run(["-c", "fastimport.unpackLimit=1000000", "fast-import", "--quiet"], input=stream)
+                    return
+                except GitError as e:
+                    if "Not updating" not in e.stderr and "lock" not in e.stderr:
+                        raise
+                    threading.Event().wait(0.02 * (attempt + 1))
+            raise GitError(["fast-import"], 1, f"could not update {ref}: it kept moving")
+
+    def fsck(self) -> tuple[bool, str]:
+        p = subprocess.run([*_GIT, "-C", str(self.path), "fsck", "--no-progress"], capture_output=True, text=True,
+                           env=git_env())
+        return p.returncode == 0, p.stdout + p.stderr
+
+
+def _stripspace(text: str) -> str:
+    """What `git notes add` stores for a message: lines right-stripped, runs of blank lines
+    collapsed, no blank lines at either end, a final newline."""
+    lines = [ln.rstrip() for ln in text.splitlines()]
+    text = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip("\n")
+    return text + "\n" if text else ""
+
+
+def state_dir(repo: GitRepo, create: bool = True) -> Path:
+    """Daemon-private state (pidfile, worktrees, rng state) lives inside the git dir, never the work tree.
+    Reading commands (status) pass create=False: they write nothing into a repo."""
+    d = repo.git_dir / defaults.STATE_DIR.lstrip(".")
+    if create:
+        d.mkdir(parents=True, exist_ok=True)
+    return d

@@ -1,0 +1,156 @@
+"""Ideas as git objects: ids, branch names, and the commit message with its provenance trailers.
+
+An idea commit's message is the idea (title line, blank line, body) followed by trailers:
+Idea-Id, Origin, Parents, Epoch, Model, Attempts, Tokens, Cost-USD, Prompt-Hash. The trailers are
+believed only on commits the daemon wrote itself (`population` knows which: the daemon marks each
+under refs/autoresearch/ideas/). A commit somebody pushed is `as_pushed`: its message stays the idea,
+whatever trailers it carries are ignored, its id is derived from the commit and its origin is `human`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from dataclasses import dataclass, field, replace
+
+from autoresearchd.store.notes import Lease, Note, Status
+
+ORIGINS = ("seed", "exploit", "explore", "human", "greedy", "best_of_n", "baseline", "confirm")
+
+_TRAILER_KEYS = ["Idea-Id", "Origin", "Parents", "Epoch", "Model", "Attempts", "Tokens", "Cost-USD",
+                 "Prompt-Hash", "Idea-Cost-USD", "Implement-Cost-USD", "Idea-Tokens", "Transcript",
+                 "Duplicate-Of", "Base", "Implementer"]
+_TRAILER_RE = re.compile(r"^([A-Z][A-Za-z-]+): (.*)$")
+
+
+def make_idea_id(text: str, epoch: int, salt: str = "") -> str:
+    """Stable id: the same proposal (text, epoch, salt) always gets the same id, across restarts."""
+    h = hashlib.sha256(f"{epoch}\0{salt}\0{text}".encode()).hexdigest()[:8]
+    return f"e{epoch:03d}-{h}"
+
+
+def slugify(text: str, maxlen: int = 40) -> str:
+    """A branch-safe slug: ASCII letters, digits and dashes only (no shell or ref metacharacters)."""
+    t = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    t = re.sub(r"[^A-Za-z0-9]+", "-", t).strip("-").lower()
+    return (t[:maxlen].rstrip("-")) or "idea"
+
+
+def branch_for(idea_id: str, title: str, origin: str) -> str:
+    group = "human" if origin == "human" else idea_id.split("-")[0]
+    return f"refs/heads/idea/{group}/{slugify(title)}-{idea_id.split('-')[-1]}"
+
+
+def sanitize_ref_component(name: str) -> str:
+    """Make an arbitrary user string safe as one path component of a ref."""
+    return slugify(name, 60)
+
+
+@dataclass
+class Idea:
+    idea_id: str
+    commit: str | None
+    title: str
+    text: str
+    origin: str = "seed"
+    parents: list[str] = field(default_factory=list)
+    epoch: int = 0
+    branch: str | None = None
+    tree: str | None = None
+    base_commit: str | None = None      # the first parent of the idea commit
+    model: str | None = None
+    attempts: int | None = None
+    tokens: int | None = None
+    cost_usd: float | None = None
+    trailers: dict[str, str] = field(default_factory=dict)
+    note: Note | None = None
+    leases: list[Lease] = field(default_factory=list)
+    committed_at: int = 0
+    proposal: bool = False              # proposed, not yet implemented (refs/autoresearch/proposals/)
+
+    @property
+    def status(self) -> Status:
+        if self.note is not None:
+            return self.note.status
+        if self.proposal:
+            return Status.IMPLEMENTING
+        if any(lz.state == "running" for lz in self.leases):
+            return Status.RUNNING
+        return Status.QUEUED
+
+    @property
+    def value(self) -> float | None:
+        return self.note.value if self.note and self.note.status == Status.SUCCEEDED else None
+
+
+def format_message(title: str, body: str, trailers: dict[str, str | int | float | list[str] | None]) -> str:
+    title = " ".join(title.split())[:200] or "untitled idea"
+    lines = [title, ""]
+    body = body.strip()
+    if body:
+        lines += [body, ""]
+    for k, v in trailers.items():
+        if v is None or v == [] or v == "":
+            continue
+        if isinstance(v, list):
+            v = ", ".join(v)
+        v = " ".join(str(v).split())  # a trailer is one line, whatever the model wrote
+        lines.append(f"{k}: {v}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_message(msg: str) -> tuple[str, str, dict[str, str]]:
+    """(title, body, trailers). Trailers are the final paragraph's `Key: value` lines we know."""
+    lines = msg.rstrip("\n").split("\n")
+    title = lines[0].strip() if lines else ""
+    rest = lines[1:]
+    trailers: dict[str, str] = {}
+    end = len(rest)
+    while end > 0 and rest[end - 1].strip():
+        m = _TRAILER_RE.match(rest[end - 1])
+        if not m or m.group(1) not in _TRAILER_KEYS:
+            break
+        trailers[m.group(1)] = m.group(2).strip()
+        end -= 1
+    if not trailers:
+        end = len(rest)
+    body = "\n".join(rest[:end]).strip()
+    return title, body, trailers
+
+
+def idea_from_commit(commit: str, tree: str, first_parent: str | None, message: str,
+                     branch: str | None, committed_at: int = 0) -> Idea:
+    title, body, tr = parse_message(message)
+
+    def _int(k):
+        try:
+            return int(tr[k])
+        except (KeyError, ValueError):
+            return None
+
+    def _float(k):
+        try:
+            return float(tr[k])
+        except (KeyError, ValueError):
+            return None
+
+    origin = tr.get("Origin", "human")
+    idea_id = tr.get("Idea-Id") or pushed_id(commit)
+    parents = [p.strip() for p in tr.get("Parents", "").split(",") if p.strip()]
+    return Idea(idea_id=idea_id, commit=commit, title=title, text=body or title, origin=origin,
+                parents=parents, epoch=_int("Epoch") or 0, branch=branch, tree=tree,
+                base_commit=first_parent, model=tr.get("Model"), attempts=_int("Attempts"),
+                tokens=_int("Tokens"), cost_usd=_float("Cost-USD"), trailers=tr, committed_at=committed_at)
+
+
+def pushed_id(commit: str) -> str:
+    return f"h-{commit[:10]}"
+
+
+def as_pushed(idea: Idea) -> Idea:
+    """A commit the daemon did not write. Its message is kept as the idea (title and body, trailers
+    left out of the text), but provenance is the daemon's to decide: an `Origin: seed`, `Epoch: 99` or
+    `Cost-USD: 1e9` line in a pushed commit must not move the origin, the epoch or the budget."""
+    return replace(idea, idea_id=pushed_id(idea.commit or ""), origin="human", parents=[], epoch=0, model=None,
+                   attempts=None, tokens=None, cost_usd=None, trailers={})

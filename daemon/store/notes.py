@@ -1,0 +1,265 @@
+"""The versioned note schema: result notes (refs/notes/autoresearch) and run leases (-runs).
+
+A result note is a one-line human summary, a blank line, then `key: value` lines. Scalars are
+written raw, strings with newlines or quotes as JSON strings, lists and dicts as compact JSON.
+Parsing is tolerant (git-appraise style): unknown keys and unparsable lines are kept aside, never
+fatal, so older daemons can read newer notes and the other way round.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from autoresearchd import defaults
+
+
+class Status(str, Enum):
+    # derived states (never written as a result note)
+    QUEUED = "queued"
+    IMPLEMENTING = "implementing"
+    RUNNING = "running"
+    # terminal states, each written as a result note
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"                      # non-zero exit, or no metric reported
+    TIMED_OUT = "timed_out"
+    IMPLEMENT_FAILED = "implement_failed"  # diff never applied / never passed its checks
+    REJECTED = "rejected"                  # unsafe or frozen-touching code, unrelated branch
+    LOST = "lost"                          # host vanished more often than max_retries
+    DUPLICATE = "duplicate"                # same idea text or identical tree as an earlier idea
+    CANCELLED = "cancelled"
+    REFUSED = "refused"                    # evaluation harness differs from the baseline's
+    SUSPICIOUS = "suspicious"              # measured, but tampered with or outside the plausible range
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (Status.QUEUED, Status.IMPLEMENTING, Status.RUNNING)
+
+
+FAILURES = {Status.FAILED, Status.TIMED_OUT, Status.IMPLEMENT_FAILED, Status.REJECTED,
+            Status.LOST, Status.CANCELLED, Status.REFUSED, Status.SUSPICIOUS}
+
+
+class Trial(BaseModel):
+    """One execution of a commit with one seed."""
+    model_config = ConfigDict(extra="allow")
+    trial_id: str
+    seed: int
+    status: Status
+    value: float | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    exit_code: int | None = None
+    host: str | None = None
+    wall_s: float | None = None
+    gpus: int = 0
+    log: str | None = None          # blob sha, anchored under refs/autoresearch/logs/<trial_id>
+    error: str | None = None
+    tamper: list[str] = Field(default_factory=list)
+    harness: str | None = None      # hash of the evaluation harness blobs
+    accelerator: str | None = None
+    software: str | None = None
+    sandbox: str | None = None      # what isolated run and evaluate: bwrap | apptainer | none
+    faults: list[str] = Field(default_factory=list)   # host faults met before this run ("host: reason")
+
+
+class Note(BaseModel):
+    """A result note. `value` is the mean over successful seeds; every seed is kept in `trials`."""
+    model_config = ConfigDict(extra="allow", use_enum_values=False)
+    schema_: int = Field(defaults.NOTE_SCHEMA, alias="schema")
+    status: Status
+    idea_id: str | None = None
+    origin: str | None = None       # provenance as the daemon decided it (never a pushed commit's trailer)
+    epoch: int | None = None
+    metric: str | None = None
+    goal: str | None = None
+    value: float | None = None
+    std: float | None = None
+    seeds: list[int] = Field(default_factory=list)
+    values: list[float] = Field(default_factory=list)
+    baseline: float | None = None
+    baseline_std: float | None = None
+    delta: float | None = None
+    parent_delta: float | None = None
+    decision: str | None = None     # promoted | within_noise | worse | confirmed | demoted
+    host: str | None = None
+    wall_s: float | None = None
+    gpu_s: float | None = None      # wall time x GPUs, only for trials that had GPUs
+    cpu_s: float | None = None      # wall time of trials that ran with no GPU (gpus = 0)
+    exit_code: int | None = None
+    seed: int | None = None
+    error: str | None = None
+    log: str | None = None
+    duplicate_of: str | None = None
+    linked: str | None = None       # identical tree measured on this commit
+    seeds_planned: int | None = None  # baseline: seeds it will have (written at seed 0, amended per seed)
+    accelerator: str | None = None
+    software: str | None = None
+    harness: str | None = None
+    sandbox: str | None = None      # bwrap | apptainer | none (an unsandboxed result says so)
+    tamper: list[str] = Field(default_factory=list)
+    superseded: list[str] = Field(default_factory=list)   # trials of this commit run twice; not counted
+    flags: list[str] = Field(default_factory=list)   # e.g. cross_accelerator: compared across hardware
+    tokens: int | None = None
+    cost_usd: float | None = None
+    cost: dict[str, float] = Field(default_factory=dict)
+    trials: list[Trial] = Field(default_factory=list)
+    finished_at: float | None = None
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+_LIST_OR_DICT = {name for name, f in Note.model_fields.items()
+                 if getattr(f.annotation, "__origin__", None) in (list, dict)}
+
+
+def _fmt_duration(s: float | None) -> str:
+    if s is None:
+        return ""
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def summary_line(n: Note) -> str:
+    parts = [n.status.value]
+    if n.value is not None and n.metric:
+        v = f"{n.metric}={n.value:.4f}"
+        if len(n.values) > 1 and n.std is not None:
+            v += f"±{n.std:.4f}"
+        parts.append(v)
+        if n.seeds_planned and len(n.seeds) < n.seeds_planned:
+            parts.append(f"({len(n.seeds)} of {n.seeds_planned} seeds so far)")
+        if n.delta is not None:
+            parts.append(f"({n.delta:+.4f} vs baseline)")
+    if n.decision:
+        parts.append(f"[{n.decision}]")
+    if n.host:
+        parts.append(n.host)
+    if n.wall_s is not None:
+        parts.append(_fmt_duration(n.wall_s))
+    if n.error and n.status != Status.SUCCEEDED:
+        parts.append("— " + n.error.splitlines()[0][:120])
+    if n.duplicate_of:
+        parts.append(f"duplicate of {n.duplicate_of}")
+    return " ".join(parts)
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, Enum):
+        return str(v.value)
+    if isinstance(v, (list, dict)):
+        return json.dumps(v, separators=(",", ":"), sort_keys=True, default=str)
+    if isinstance(v, str):
+        if "\n" in v or v.startswith('"') or v != v.strip() or v == "":
+            return json.dumps(v)
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+SIG_DIGITS = 12     # a note keeps 12 significant digits: measurements, never binary float noise
+
+
+def tidy(v: Any, key: str = "") -> Any:
+    """Floats rounded to SIG_DIGITS significant digits (3.1450319999999996 -> 3.145032), in lists
+    and dicts too; durations (keys ending in `_s`) to the millisecond, since a clock reading has no
+    more meaning than that; non-finite values are left alone."""
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return v
+        return round(v, 3) if key.endswith("_s") else float(f"{v:.{SIG_DIGITS}g}")
+    if isinstance(v, list):
+        return [tidy(x, key) for x in v]
+    if isinstance(v, dict):
+        return {k: tidy(x, k) for k, x in v.items()}
+    return v
+
+
+def format_note(n: Note) -> str:
+    data = tidy(n.model_dump(mode="json", by_alias=True, exclude_none=True))
+    lines = [summary_line(n), ""]
+    order = ["schema", "status"] + [k for k in data if k not in ("schema", "status")]
+    for k in order:
+        v = data.get(k)
+        if v in (None, [], {}) and k not in ("schema", "status"):
+            continue
+        lines.append(f"{k}: {_fmt_value(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_note(text: str) -> Note | None:
+    """Parse a note; None if it has no status line we understand. Unknown keys are kept as extras."""
+    fields: dict[str, Any] = {}
+    for line in text.splitlines()[1:]:
+        key, sep, raw = line.partition(": ")
+        if not sep or not key or " " in key:
+            continue
+        raw = raw.strip()
+        try:
+            if key in _LIST_OR_DICT or key == "trials" or raw.startswith(("{", "[", '"')):
+                fields[key] = json.loads(raw)
+            else:
+                fields[key] = raw
+        except json.JSONDecodeError:
+            fields[key] = raw
+    if "status" not in fields:
+        return None
+    for _ in range(len(fields) + 1):
+        try:
+            return Note.model_validate(fields)
+        except ValidationError as e:
+            # Tolerate a newer or damaged note: drop the fields we cannot read, keep the rest.
+            bad = {err["loc"][0] for err in e.errors() if err["loc"]}
+            if "status" in bad or not bad:
+                return None
+            for k in bad:
+                fields.pop(k, None)
+    return None
+
+
+# -- leases -------------------------------------------------------------------------------------
+class Lease(BaseModel):
+    """What runs where. One lease note per commit holds every live trial of that commit."""
+    model_config = ConfigDict(extra="allow")
+    trial_id: str
+    seed: int
+    runner: str
+    host: str
+    slot: str
+    handle: dict[str, Any] = Field(default_factory=dict)
+    started: float = Field(default_factory=time.time)      # dispatched (placed on the host)
+    began: float | None = None      # its run started on the host (None: waiting for its slot, or unknown)
+    heartbeat: float = Field(default_factory=time.time)
+    retries: int = 0                # failures of this seed on healthy hosts so far (max_retries)
+    attempt: int | None = None      # placements of this seed so far (None: older leases, = retries)
+    faults: list[str] = Field(default_factory=list)   # host faults met so far: "host: reason"
+    purpose: str = "idea"           # idea | baseline | confirm
+    # running | done (result kept until the note is written) | lost (failed on a healthy host: a retry)
+    # | requeued (a host fault: no retry) | stale (a host fault; the trial may live on its host: it is
+    # cancelled and removed, or its result kept, when the host answers) | superseded (a twin counted)
+    state: str = "running"
+    result: Trial | None = None
+    error: str | None = None
+
+
+def format_leases(leases: list[Lease]) -> str:
+    body = json.dumps([lz.model_dump(mode="json") for lz in leases], separators=(",", ":"), sort_keys=True)
+    head = ", ".join(f"{lz.trial_id} on {lz.host}/{lz.slot}" for lz in leases) or "no live trials"
+    return f"running: {head}\n\nleases: {body}\n"
+
+
+def parse_leases(text: str) -> list[Lease]:
+    for line in text.splitlines():
+        if line.startswith("leases: "):
+            try:
+                return [Lease.model_validate(x) for x in json.loads(line[8:])]
+            except (json.JSONDecodeError, ValidationError):
+                return []
+    return []

@@ -1,0 +1,62 @@
+"""The search's curves as plain lists, computed from a population: best-so-far (raw and confirmed)
+against ideas finished, cumulative GPU-hours and LLM USD, and per epoch with the execution rate.
+
+Both `report` (matplotlib figures) and `serve` (the live dashboard's charts) draw from these.
+"""
+
+from __future__ import annotations
+
+from autoresearchd.store.notes import Status
+from autoresearchd.views.observe import compute_s, idea_usd, is_confirmed
+
+NOT_ATTEMPTED = {Status.DUPLICATE, Status.CANCELLED}   # never ran: left out of the execution rate
+
+
+def _finished(pop):
+    """Ideas with a result note, in the order their results arrived."""
+    done = [i for i in pop.ideas if i.note is not None]
+    return sorted(done, key=lambda i: (i.note.finished_at or i.committed_at, i.idea_id))
+
+
+def _better(goal: str):
+    return (lambda a, b: a < b) if goal == "min" else (lambda a, b: a > b)
+
+
+def series(pop, goal: str, gpus: int = 1) -> dict:
+    """Every curve the figures draw, as plain lists (tests and other tools can use them).
+    `gpu_hours` is the compute axis: GPU-hours for a GPU env, CPU-hours when gpus = 0."""
+    better = _better(goal)
+    gpu_h = compute_s(pop.baseline_note, gpus) / 3600
+    usd = 0.0
+    raw = conf = None
+    by_time = {"gpu_hours": [], "usd": [], "raw": [], "confirmed": [], "n": []}
+    for k, i in enumerate(_finished(pop), 1):
+        gpu_h += compute_s(i.note, gpus) / 3600
+        usd += idea_usd(i)
+        if i.value is not None:
+            raw = i.value if raw is None or better(i.value, raw) else raw
+            if is_confirmed(i):
+                conf = i.value if conf is None or better(i.value, conf) else conf
+        for key, v in (("gpu_hours", gpu_h), ("usd", usd), ("raw", raw), ("confirmed", conf), ("n", k)):
+            by_time[key].append(v)
+    epochs = sorted({i.epoch for i in pop.ideas})
+    by_epoch = {"epoch": epochs, "raw": [], "confirmed": [], "executed": [], "attempted": [], "rate": []}
+    raw = conf = None
+    grouped: dict[int, list] = {}
+    for i in pop.ideas:                 # one pass, not one per epoch: thousands of ideas over many epochs
+        grouped.setdefault(i.epoch, []).append(i)
+    for e in epochs:
+        here = grouped[e]
+        for i in here:
+            if i.value is not None:
+                raw = i.value if raw is None or better(i.value, raw) else raw
+                if is_confirmed(i):
+                    conf = i.value if conf is None or better(i.value, conf) else conf
+        attempted = [i for i in here if i.note is not None and i.note.status not in NOT_ATTEMPTED]
+        executed = [i for i in attempted if i.value is not None]
+        by_epoch["raw"].append(raw)
+        by_epoch["confirmed"].append(conf)
+        by_epoch["executed"].append(len(executed))
+        by_epoch["attempted"].append(len(attempted))
+        by_epoch["rate"].append(len(executed) / len(attempted) if attempted else None)
+    return {"by_time": by_time, "by_epoch": by_epoch}
