@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.implement.patching import apply_diff, extract_diff
+from autoresearchd.store.gitrepo import GitRepo
 from fixtures_patching import (
     CASES,
     DATA,

@@ -21,7 +21,7 @@ from popbuilder import build_population, write_cfg  # noqa: E402
 
 from autoresearchd.config import load_config  # noqa: E402
 from autoresearchd.store.gitrepo import state_dir  # noqa: E402
-from autoresearchd.views.observe import leaderboard  # noqa: E402
+from autoresearchd.views.summary import leaderboard  # noqa: E402
 
 
 def main() -> int:

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from autoresearchd.app import make_llm
 from autoresearchd.config import load_config
-from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.implement.implementer import make_implementer
 from autoresearchd.policies.base import Proposal
 from autoresearchd.research import open_research
+from autoresearchd.store.gitrepo import GitRepo
 from fake_agent_api import Done, FakeAgentAPI, Shell, Write
 from fake_llm import FakeLLM, Reply
 

@@ -3,8 +3,8 @@
 For each size it builds a research repo of N idea commits with result notes, logs and transcripts
 (one `git fast-import` stream, tests/popbuilder.py), then times:
   read      read_population(): every ref, commit and note in a fixed number of git processes
-  status    observe.summary() (includes its own read)
-  ideas     observe.leaderboard() (includes its own read)
+  status    summary.summary() (includes its own read)
+  ideas     summary.leaderboard() (includes its own read)
   export    export.records() (includes one diff-tree for all diffs)
   dedupe    the duplicate index over every idea text, if autoresearchd.policies.dedupe exists
 Each figure is the best of --repeat runs. Usage:
@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from popbuilder import build_population, write_cfg  # noqa: E402
 
 from autoresearchd.config import load_config  # noqa: E402
-from autoresearchd.views.export import records  # noqa: E402
-from autoresearchd.views.observe import leaderboard, summary  # noqa: E402
 from autoresearchd.store.population import read_population  # noqa: E402
+from autoresearchd.views.export import records  # noqa: E402
+from autoresearchd.views.summary import leaderboard, summary  # noqa: E402
 
 
 def _clear() -> None:

@@ -15,8 +15,8 @@ from importlib import resources
 from pathlib import Path
 
 from autoresearchd.config import ConfigError
-from autoresearchd.store.gitrepo import GitError, GitRepo
 from autoresearchd.manifest import MANIFEST_FILE
+from autoresearchd.store.gitrepo import GitError, GitRepo
 
 EVAL_FILE = "autoresearch_eval.py"
 EXPORT_FILE = "autoresearch_export.py"

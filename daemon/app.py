@@ -12,9 +12,9 @@ from autoresearchd import runners as runner_registry
 
 from autoresearchd import defaults
 
-from autoresearchd.store import gitrepo
 from autoresearchd.config import Config, ConfigError
 from autoresearchd.research import Research, open_research
+from autoresearchd.store import gitrepo
 
 log = logging.getLogger("autoresearchd")
 
@@ -95,8 +95,8 @@ def make_policy(cfg: Config):
 
 
 def build_daemon(cfg: Config, with_llm: bool = True):
-    from autoresearchd.implement.implementer import make_implementer
     from autoresearchd.engine.loop import Daemon
+    from autoresearchd.implement.implementer import make_implementer
     research = open_research(cfg, configure_repo=True)
     if research.configured:
         log.info("%s", research.configured)

@@ -62,9 +62,9 @@ def _refuse_second_daemon(cfg) -> None:
     """Before building anything (recovery reads and writes leases) and before --detach forks: a
     daemon already running on this repo makes `start` exit 2 naming it. The daemon itself holds
     the lock (loop.hold_daemon_lock); this only probes it."""
-    from autoresearchd.store.gitrepo import GitRepo, state_dir
     from autoresearchd.engine.loop import hold_daemon_lock
     from autoresearchd.research import _is_repo, research_path
+    from autoresearchd.store.gitrepo import GitRepo, state_dir
     path, _ = research_path(cfg)
     if _is_repo(path):
         os.close(hold_daemon_lock(state_dir(GitRepo(path)), path))
@@ -72,8 +72,8 @@ def _refuse_second_daemon(cfg) -> None:
 
 def cmd_start(args, cfg) -> int:
     from autoresearchd.app import build_daemon
-    from autoresearchd.store.gitrepo import state_dir
     from autoresearchd.engine.loop import settled
+    from autoresearchd.store.gitrepo import state_dir
     from autoresearchd.validate import require_valid
     if args.max_ideas is not None:
         cfg.daemon.max_ideas = args.max_ideas

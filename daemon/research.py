@@ -13,8 +13,8 @@ from pathlib import Path
 
 from autoresearchd import defaults
 from autoresearchd.config import Config, ConfigError
-from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.manifest import MANIFEST_FILE, EnvManifest, ManifestError, parse_manifest
+from autoresearchd.store.gitrepo import GitRepo
 
 # Every hook the daemon installs first re-executes itself with an empty environment (PATH and the
 # git dir only): a push or a ref update may come from a process that holds secrets.

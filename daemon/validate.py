@@ -45,8 +45,8 @@ def _registry_name(what: str, names: list[str], name: str) -> Finding | None:
 def env_source(cfg: Config) -> EnvSource:
     """The manifest and file list `start` would use, read without creating or configuring anything.
     Raises ConfigError naming the exact key at fault."""
-    from autoresearchd.store.gitrepo import GitRepo
     from autoresearchd.research import _is_repo, load_manifest, research_path, template_path
+    from autoresearchd.store.gitrepo import GitRepo
     path, _ = research_path(cfg)        # the repo `start` would use (init DIR's repo is DIR itself)
     if _is_repo(path):
         repo = GitRepo(path)

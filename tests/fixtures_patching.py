@@ -8,8 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from autoresearchd.manifest import _match
 from autoresearchd.implement.safety import SafetyRules
+from autoresearchd.manifest import _match
 
 DATA = Path(__file__).parent / "data" / "diffs"
 SPEC = json.loads((DATA / "cases.json").read_text())

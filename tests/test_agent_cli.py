@@ -16,12 +16,12 @@ from rich.console import Console
 from autoresearchd.app import make_llm
 from autoresearchd.config import load_config
 from autoresearchd.implement.implementer import make_implementer
-from autoresearchd.store.notes import Status, parse_note
-from autoresearchd.views.observe import show
 from autoresearchd.policies.base import Proposal
-from autoresearchd.store.population import RECORDS_PREFIX, read_population
 from autoresearchd.research import open_research
 from autoresearchd.runners import sandbox
+from autoresearchd.store.notes import Status, parse_note
+from autoresearchd.store.population import RECORDS_PREFIX, read_population
+from autoresearchd.views.observe import show
 
 from conftest import TOY_EVAL, TOY_MANIFEST, TOY_RUN
 from fake_agent_api import Done, Edit, FakeAgentAPI, Hang, Read, Shell, Write
@@ -300,8 +300,8 @@ def test_agent_cli_worktree_staging_sees_symlinks_and_keeps_hidden(toy_env, tmp_
     the worktree's .gitignore'd outputs are left out."""
     import io
     import tarfile
-    from autoresearchd.store.gitrepo import GitRepo
     from autoresearchd.implement.safety import SafetyRules, check_tree_change
+    from autoresearchd.store.gitrepo import GitRepo
     repo = GitRepo(toy_env)
     wt = tmp_path / "wt"
     wt.mkdir()

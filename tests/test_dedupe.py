@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from autoresearchd import defaults
+from autoresearchd.policies.dedupe import PENDING, DuplicateIndex, normalize
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import branch_for, format_message
 from autoresearchd.store.notes import Note, Status, format_note
 from autoresearchd.store.population import IDEAS_PREFIX, RECORDS_PREFIX, read_population
-from autoresearchd.policies.dedupe import PENDING, DuplicateIndex, normalize
 
 LS = ("[Experiment] Label smoothing of 0.1 on the cross-entropy loss to soften the targets and reduce "
       "overconfidence early in training.\n[Code Changes] In train.py pass label_smoothing=0.1 to "

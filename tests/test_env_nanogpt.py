@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autoresearchd.config import RunnerCfg
 from autoresearchd.envs import template_dir
-from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.manifest import MANIFEST_FILE, parse_manifest
 from autoresearchd.runners.base import PollState, Slot, TrialSpec
 from autoresearchd.runners.local import LocalRunner
 from autoresearchd.runners.metrics import parse_metrics
-from autoresearchd.config import RunnerCfg
+from autoresearchd.store.gitrepo import GitRepo
 
 ENV = template_dir("nanogpt")
 PY = sys.executable

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from autoresearchd.config import RunnerCfg
-from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.manifest import parse_manifest
 from autoresearchd.runners.base import PollState, TrialSpec
 from autoresearchd.runners.local import LocalRunner
+from autoresearchd.store.gitrepo import GitRepo
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "envs" / "tinygpt"

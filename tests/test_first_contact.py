@@ -107,13 +107,13 @@ def test_timed_out_baseline_is_said_plainly_not_retried(make_repo, tmp_path):
 def test_ideas_are_judged_against_the_complete_baseline(toy_env, tmp_path):
     """An idea whose note lands between baseline seeds gets its decision when the last seed is in;
     with one baseline seed configured, the baseline is complete at seed 0."""
-    from autoresearchd.engine.dispatch import Dispatcher
     from autoresearchd.config import load_config
-    from autoresearchd.research import open_research
-    from autoresearchd.store.population import read_population
+    from autoresearchd.engine.dispatch import Dispatcher
     from autoresearchd.engine.judge import fill_baseline
+    from autoresearchd.research import open_research
     from autoresearchd.store.ledger import Ledger
     from autoresearchd.store.notes import Note, Trial
+    from autoresearchd.store.population import read_population
     lower = branch_idea(toy_env, "a/lower", "Lower x", {"run.py": (toy_env / "run.py").read_text()
                         .replace("x = 1.0", "x = 0.5")})
     cfg = load_config(write_config(tmp_path, toy_env))

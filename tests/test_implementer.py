@@ -9,10 +9,10 @@ from autoresearchd.app import make_llm
 from autoresearchd.config import load_config
 from autoresearchd.implement.implementer import Implementer, render_files
 from autoresearchd.llm import BudgetExhausted
-from autoresearchd.store.notes import Status, parse_note
 from autoresearchd.policies.base import Proposal
-from autoresearchd.store.population import PROPOSALS_PREFIX, RECORDS_PREFIX, read_population
 from autoresearchd.research import open_research
+from autoresearchd.store.notes import Status, parse_note
+from autoresearchd.store.population import PROPOSALS_PREFIX, RECORDS_PREFIX, read_population
 
 from conftest import TOY_EVAL, TOY_MANIFEST, TOY_RUN
 from fake_llm import FakeLLM, Garbage, Empty, Reply, Status as HTTP

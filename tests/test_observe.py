@@ -176,8 +176,8 @@ def test_render_progress_shows_epoch_and_running_trials(pop300):
 def _pop_with(tmp_path, trials: list[tuple[str, float, float | None]], extra_ideas=()):
     """A population whose baseline has running leases (trial title, started, began)."""
     from autoresearchd.store.gitrepo import GitRepo
-    from autoresearchd.store.notes import Lease
     from autoresearchd.store.ledger import Ledger
+    from autoresearchd.store.notes import Lease
     from conftest import git
     d = tmp_path / "r"
     d.mkdir()
@@ -234,8 +234,8 @@ def test_progress_keeps_numbers_when_titles_are_long(pop300):
 
 
 def test_progress_counts_duplicates_apart_from_not_implementable(pop300):
-    from autoresearchd.views.progress import epoch_counts
     from autoresearchd.store.notes import Status
+    from autoresearchd.views.progress import epoch_counts
     _, _, pop = pop300
     c = epoch_counts(pop)
     here = [i for i in pop.ideas if i.epoch == c["epoch"] and i.origin != "human" and not i.branch]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.implement.patching import apply_diff, extract_diff
+from autoresearchd.store.gitrepo import GitRepo
 from fixtures_patching import CASES, DATA, expected_files, git, make_base_repo, response, rules
 
 

@@ -17,12 +17,12 @@ import pytest
 from fixtures_sshd import ssh_fleet  # noqa: F401  (fixture, started only when an ssh case runs)
 
 from autoresearchd.config import RunnerCfg, load_config
-from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.manifest import EnvManifest
-from autoresearchd.store.notes import Status
-from autoresearchd.store.population import read_population
 from autoresearchd.runners.base import PollState, TrialSpec, trial_script
 from autoresearchd.runners.local import LocalRunner
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.notes import Status
+from autoresearchd.store.population import read_population
 
 from conftest import branch_idea, git, wait_file
 

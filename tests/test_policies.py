@@ -9,15 +9,15 @@ import pytest
 
 from autoresearchd import defaults
 from autoresearchd.config import LLMCfg, PolicyCfg
-from autoresearchd.store.gitrepo import GitRepo
-from autoresearchd.store.ideas import branch_for, format_message
 from autoresearchd.llm.base import Completion, LLMError, Provider
 from autoresearchd.manifest import EnvManifest
-from autoresearchd.store.notes import Note, Status, format_note
-from autoresearchd.store.population import IDEAS_PREFIX, RECORDS_PREFIX, read_population
 from autoresearchd.policies import get
 from autoresearchd.policies.evolutionary import schedule
 from autoresearchd.policies.prompting import parse_ideas, prompt_hash
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.ideas import branch_for, format_message
+from autoresearchd.store.notes import Note, Status, format_note
+from autoresearchd.store.population import IDEAS_PREFIX, RECORDS_PREFIX, read_population
 
 ENV = EnvManifest(run="python train.py", metric="val_loss", goal="min", time_budget_s=1500,
                   context="Train a tiny GPT on Shakespeare characters.")

@@ -8,10 +8,10 @@ from autoresearchd.app import make_llm
 from autoresearchd.config import load_config
 from autoresearchd.implement.implementer import Implementer
 from autoresearchd.manifest import parse_manifest
-from autoresearchd.store.notes import Status
 from autoresearchd.policies.base import Proposal
 from autoresearchd.research import open_research
 from autoresearchd.runners.prepare import prepare_key
+from autoresearchd.store.notes import Status
 
 from conftest import TOY_MANIFEST, branch_idea, run_until_settled, write_config
 from fake_llm import FakeLLM, Reply
@@ -113,8 +113,8 @@ def test_check_runs_where_prepare_has_run(make_repo, tmp_path):
 
 def test_run_check_without_a_cache_prepares_first(make_repo, tmp_path):
     """`doctor --run` checks the baseline with run_check alone: prepare runs first there too."""
-    from autoresearchd.store.gitrepo import GitRepo
     from autoresearchd.implement.implementer import run_check
+    from autoresearchd.store.gitrepo import GitRepo
     check = 'check = "test -s \\"$AUTORESEARCH_PREPARED/data.txt\\""\n'
     repo, counter = _env(make_repo, tmp_path, check=check)
     g = GitRepo(repo)

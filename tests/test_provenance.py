@@ -14,11 +14,11 @@ from rich.console import Console
 
 from autoresearchd.config import WandbCfg, load_config
 from autoresearchd.engine.judge import aggregate
-from autoresearchd.store.gitrepo import GitRepo, git_env
-from autoresearchd.manifest import EnvManifest, ManifestError, parse_manifest
-from autoresearchd.store.notes import Lease, Note, Status, Trial
-from autoresearchd.research import _HOOK_HEAD, HOOKS
 from autoresearchd.engine.judge import build_note
+from autoresearchd.manifest import EnvManifest, ManifestError, parse_manifest
+from autoresearchd.research import _HOOK_HEAD, HOOKS
+from autoresearchd.store.gitrepo import GitRepo, git_env
+from autoresearchd.store.notes import Lease, Note, Status, Trial
 from autoresearchd.store.trust import suspicion
 
 from conftest import TOY_EVAL, TOY_RUN, branch_idea, git, run_until_settled, write_config
@@ -202,8 +202,8 @@ def test_pushed_provenance_hacks_and_titles_end_to_end(make_repo, tmp_path, monk
     # the budget and the epoch did not move; the best is the honest idea, everywhere it is shown
     from autoresearchd.app import restore_spend
     from autoresearchd.llm.base import Budget
-    from autoresearchd.views.observe import leaderboard, summary
     from autoresearchd.research import open_research as reopen
+    from autoresearchd.views.summary import leaderboard, summary
 
     class P:
         budget = Budget()

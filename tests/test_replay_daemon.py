@@ -9,8 +9,8 @@ from autoresearchd.cli import main
 from autoresearchd.config import load_config
 from autoresearchd.llm.replay import format_idea, to_record
 from autoresearchd.policies.prompting import parse_ideas
-from autoresearchd.store.population import read_population
 from autoresearchd.research import open_research
+from autoresearchd.store.population import read_population
 
 from conftest import TOY_RUN, git, write_config
 

@@ -18,10 +18,10 @@ from fixtures_sshd import ssh_fleet  # noqa: F401  (fixture, started only when a
 from fixtures_slurm import make_slurm, slurm_cluster  # noqa: F401  (fixture, started only for slurm cases)
 
 from autoresearchd.config import RunnerCfg
-from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.manifest import EnvManifest
 from autoresearchd.runners.base import PollState, TrialSpec
 from autoresearchd.runners.local import LocalRunner
+from autoresearchd.store.gitrepo import GitRepo
 
 from conftest import sleeper, sleeper_pids, wait_file
 

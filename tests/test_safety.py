@@ -8,8 +8,8 @@ import os
 import subprocess
 
 import pytest
-from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.implement.safety import SafetyRules, check_path, check_tree_change
+from autoresearchd.store.gitrepo import GitRepo
 
 RULES = SafetyRules(is_frozen=lambda p: p in ("prepare.py", ".autoresearch.toml") or p.startswith("eval/"),
                     max_file_bytes=4096, max_diff_bytes=8192)

@@ -16,8 +16,8 @@ from test_policies import ENV, Pop, answer, idea_block, policy
 
 from autoresearchd.config import LLMCfg, PolicyCfg, Price
 from autoresearchd.llm.openai_provider import OpenAIProvider
-from autoresearchd.store.notes import Status
 from autoresearchd.policies.diversity import island_of
+from autoresearchd.store.notes import Status
 
 ROOT = Path(__file__).resolve().parent.parent
 

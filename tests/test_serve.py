@@ -14,7 +14,7 @@ import pytest
 from autoresearchd import defaults
 from autoresearchd.config import load_config
 from autoresearchd.store.notes import Note, Status, Trial, format_note
-from autoresearchd.views.observe import leaderboard, summary
+from autoresearchd.views.summary import leaderboard, summary
 
 from dashserver import Server, add_idea, chromium, ok_note
 from popbuilder import BASELINE_VALUES, TRAIN, build_population, write_cfg
@@ -219,7 +219,7 @@ def test_other_binds_need_a_token(tmp_path, site):
 def test_snapshot_views_at_a_few_hundred_ideas(tmp_path):
     """The views' data without a browser: lineage bounded per level, failures grouped, curves cut to steps."""
     from autoresearchd.views.dashboard import Snapshot, steps
-    from autoresearchd.views.observe import load
+    from autoresearchd.views.summary import load
     repo = build_population(tmp_path / "research", 300, seed=5)
     cfg = load_config(write_cfg(tmp_path, repo.path))
     research, pop = load(cfg)

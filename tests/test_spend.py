@@ -13,8 +13,8 @@ from fake_llm import Empty, FakeLLM, Reply
 
 from autoresearchd.app import build_daemon
 from autoresearchd.config import load_config
-from autoresearchd.views.observe import summary
 from autoresearchd.store.population import read_population
+from autoresearchd.views.summary import summary
 
 from fixtures_reliability import ToyLLM, is_propose, llm_config, write_cfg
 

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import pytest
 
+from autoresearchd.runners import sandbox as sandboxes
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.notes import Status
-from autoresearchd.runners import sandbox as sandboxes
 
 from conftest import branch_idea
 from fixtures_reliability import run_until_idle, write_cfg

@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.ledger import Ledger
 from autoresearchd.store.notes import Note, Status, Trial, format_note, parse_note
 from autoresearchd.store.population import IDEAS_PREFIX
-from autoresearchd.store.ledger import Ledger
 
 from conftest import branch_idea, write_config
 

@@ -1,8 +1,8 @@
-"""Dispatch and harvest: move work between the queue (derived from refs), the runner and notes.
+"""Dispatch: move work from the queue (derived from refs) onto the runner's slots.
 
-Dispatch writes the lease before the runner starts anything; harvest stores the log, writes the
-result note, then clears the lease. Every idea is validated before it can run (frozen files, paths,
-symlinks, sizes, relation to the baseline) and identical trees are linked instead of re-run.
+Dispatch writes the lease before the runner starts anything; collect.py brings the results home.
+Every idea is validated before it can run (frozen files, paths, symlinks, sizes, relation to the
+baseline) and identical trees are linked instead of re-run.
 """
 
 from __future__ import annotations
@@ -12,25 +12,19 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from autoresearchd.engine.arrivals import Gate
-from autoresearchd.engine.judge import Job, baseline_complete, seeds_needed
+from autoresearchd.engine.collect import MEASURED, Collector
 from autoresearchd.engine.health import HostHealth
+from autoresearchd.engine.judge import fill_baseline
+from autoresearchd.engine.plan import Job
 from autoresearchd.store.ideas import Idea
-from autoresearchd.store.notes import Lease, Note, Status, Trial
-from autoresearchd.store.population import ARCHIVE_PREFIX, BRANCH_PREFIX, Population
-from autoresearchd.engine.recovery import Recovery
-from autoresearchd.engine.judge import build_note, fill_baseline, flag_identical, seed_warning
 from autoresearchd.store.ledger import Ledger
-from autoresearchd.store.trust import suspicion
-from autoresearchd.runners.base import PollState
+from autoresearchd.store.notes import Lease, Note
+from autoresearchd.store.population import ARCHIVE_PREFIX, BRANCH_PREFIX, Population
 
 log = logging.getLogger("autoresearchd")
 
-MEASURED = (Status.SUCCEEDED, Status.FAILED, Status.TIMED_OUT)
-POLLED = ("running", "stale")      # lease states whose trials are asked about each harvest
-KEPT = ("running", "stale")        # lease states that outlive their commit's result note
 
-
-class Dispatcher(Recovery):
+class Dispatcher(Collector):
     def __init__(self, cfg, research, runner):
         self.cfg, self.research, self.runner = cfg, research, runner
         self.repo = research.repo
@@ -102,264 +96,6 @@ class Dispatcher(Recovery):
             tar, digest = self.research.harness()
             self._harness = (base, tar, digest, self.research.frozen_files())
         return self._harness[1], self._harness[2]
-
-    # -- harvest -------------------------------------------------------------------------------------
-    def _units(self, pop: Population):
-        if pop.baseline_commit:
-            yield pop.baseline_commit, None, pop.baseline_note, pop.baseline_leases
-        for idea in pop.ideas:
-            if idea.leases:
-                yield idea.commit, idea, idea.note, idea.leases
-
-    def harvest(self, pop: Population) -> bool:
-        """Poll every live trial (one batched call per host), fetch the finished ones, write notes."""
-        changed = False
-        self._busy = {}
-        self._base = pop.baseline_commit
-        units = [u for u in self._units(pop) if u[3]]
-        live = [lz for u in units for lz in u[3] if lz.state in POLLED]
-        states = dict(zip(map(id, live), self._poll_states(live)))
-        self.last_probe([lz for lz in live if lz.state == "running"], states)
-        for lz in live:
-            if states[id(lz)] not in (PollState.UNREACHABLE, None):
-                self.health.seen(lz.host)
-        done = [lz for lz in live if states[id(lz)] == PollState.DONE]
-        outcomes = dict(zip(map(id, done), self._fetch_outcomes(done)))
-        with self.repo.notes_batch():      # every note and lease of this harvest: one commit per ref
-            for commit, idea, note, leases in units:
-                try:
-                    updated = [self._poll_one(lz, states.get(id(lz)), outcomes.get(id(lz))) for lz in leases]
-                    seeds = {t.seed for t in note.trials} if note else set()
-                    updated, _ = self.settle_stale(commit, updated, states, outcomes, seeds)
-                    late = [lz for lz in updated if lz.state == "superseded" and lz.seed in seeds]
-                    if late:     # the seed's result is already in the note: record them there, drop the leases
-                        note = note.model_copy(deep=True)
-                        note.superseded = sorted(set(note.superseded) | {lz.trial_id for lz in late})
-                        self._noted(commit, idea, note)
-                        updated = [lz for lz in updated if not any(lz is x for x in late)]
-                    moved = len(updated) != len(leases) or \
-                        any(a.model_dump() != b.model_dump() for a, b in zip(updated, leases))
-                    finished = self._maybe_finish(commit, idea, note, updated, pop)
-                    if moved and not finished:     # a finished unit's note holds the results; its leases are rewritten
-                        self.ledger.write_leases(commit, updated)
-                    changed |= moved or finished
-                except Exception:  # noqa: BLE001 - one stuck commit must not stop the others' harvest
-                    log.exception("harvesting %s failed; retrying on the next tick", commit[:10])
-                    for lz in leases:
-                        if lz.state == "running" and lz.trial_id not in self._busy.get(f"{lz.host}/{lz.slot}", []):
-                            self._occupy(f"{lz.host}/{lz.slot}", lz.trial_id)
-        self._flush_cleanups()
-        return changed
-
-    def _poll_states(self, live: list[Lease]) -> list:
-        many = getattr(self.runner, "poll_many", None)
-        if many is not None and live:
-            try:
-                return many([lz.handle for lz in live])
-            except Exception as e:  # noqa: BLE001 - an unexpected runner error counts as unreachable
-                log.warning("polling failed: %s", e)
-                return [PollState.UNREACHABLE] * len(live)
-        out = []
-        for lz in live:
-            try:
-                out.append(self.runner.poll(lz.handle))
-            except Exception as e:  # noqa: BLE001
-                log.warning("poll %s failed: %s", lz.trial_id, e)
-                out.append(PollState.UNREACHABLE)
-        return out
-
-    def _fetch_outcomes(self, done: list[Lease]) -> list:
-        """Outcomes (or the exception that stopped a fetch) of finished trials, hosts at once."""
-        many = getattr(self.runner, "fetch_many", None)
-        if many is not None and done:
-            try:
-                return many([lz.handle for lz in done])
-            except Exception as e:  # noqa: BLE001
-                return [e] * len(done)
-        out = []
-        for lz in done:
-            try:
-                out.append(self.runner.fetch(lz.handle))
-            except Exception as e:  # noqa: BLE001
-                out.append(e)
-        return out
-
-    def _flush_cleanups(self) -> None:
-        """Remove the directories of trials whose notes are written, off the tick's path."""
-        handles, self._cleanups = self._cleanups, []
-        if not handles:
-            return
-
-        def work():
-            try:
-                many = getattr(self.runner, "cleanup_many", None)
-                if many is not None:
-                    many(handles)
-                else:
-                    for h in handles:
-                        self.runner.cleanup(h)
-            except Exception:  # noqa: BLE001 - a leftover dir is harmless
-                pass
-        self._pool.submit(work)
-
-    def _poll_one(self, lease: Lease, state=None, outcome=None) -> Lease:
-        if lease.state != "running":
-            return lease
-        lz = lease.model_copy(deep=True)
-        now = time.time()
-        if state is None:
-            state = self._poll_states([lz])[0]
-        if state == PollState.RUNNING:
-            began = getattr(self.runner, "started_at", {}).pop(lz.handle.get("dir"), None)
-            if lz.began is None:     # the run has begun (not just placed): views count elapsed time from here
-                lz.began = began
-            self._occupy(f"{lz.host}/{lz.slot}", lz.trial_id)
-            self._last_seen[lz.trial_id] = now
-            if now - lz.heartbeat > self.cfg.daemon.heartbeat_s:
-                lz.heartbeat = now
-            return lz
-        if state == PollState.DONE:
-            return self._collect(lz, outcome)
-        if state == PollState.UNREACHABLE:
-            seen = self._last_seen.setdefault(lz.trial_id, max(lz.heartbeat, self.started))
-            self.health.fault(lz.host, self._unreachable_why(lz.host))
-            if now - seen <= self.cfg.daemon.lease_ttl_s:
-                self._occupy(f"{lz.host}/{lz.slot}", lz.trial_id)
-                return lz
-            # the last probe (Recovery.last_probe) failed too: the host's fault; the trial may live on
-            return self._host_fault(lz, f"host {lz.host} unreachable for more than "
-                                        f"{self.cfg.daemon.lease_ttl_s:.0f}s (daemon.lease_ttl_s)", "stale")
-        if state == PollState.LOST and (full := self.disk_full(lz)):   # its wrapper could not write for lack of space
-            self._cleanups.append(lz.handle)
-            return self._host_fault(lz, full, "requeued")
-        if state == PollState.MISSING and lz.began is None and lz.heartbeat < self.started \
-                and lz.trial_id not in self._last_seen:
-            # leased by an earlier daemon process that died before the trial dir existed: the daemon's
-            # fault, not the idea's, so the seed is placed again without spending a retry
-            log.warning("trial %s was never placed (the daemon stopped mid-submit): back to the queue",
-                        lz.trial_id)
-            lz.state, lz.error = "requeued", "the daemon stopped before the trial was placed"
-            return lz
-        return self._lost(lz, f"trial vanished on {lz.host} ({state.value})")
-
-    def _lost(self, lz: Lease, why: str) -> Lease:
-        log.warning("trial %s lost: %s (retry %d of %d)", lz.trial_id, why, lz.retries, self.cfg.daemon.max_retries)
-        try:
-            self.runner.cancel(lz.handle)
-        except Exception:  # noqa: BLE001 - the host may be gone
-            pass
-        self._cleanups.append(lz.handle)        # what it left (wrapper log, partial output) goes too
-        lz.error = why
-        if lz.retries >= self.cfg.daemon.max_retries:
-            lz.state = "done"
-            lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, status=Status.LOST, host=lz.host,
-                              error=f"{why}; gave up after {lz.retries + 1} attempts")
-        else:
-            lz.state = "lost"
-        return lz
-
-    def _collect(self, lz: Lease, out=None) -> Lease:
-        try:
-            if out is None:
-                out = self.runner.fetch(lz.handle)
-            elif isinstance(out, Exception):
-                raise out
-        except Exception as e:  # noqa: BLE001
-            log.warning("fetch %s failed: %s", lz.trial_id, e)
-            return lz  # try again next tick
-        if out.requeue:
-            return self._lost(lz, out.error or "the scheduler requeued the job")
-        if out.host_fault:       # e.g. the disk filled during the run: not the idea's failure
-            self._cleanups.append(lz.handle)
-            return self._host_fault(lz, out.host_fault, "requeued")
-        m = self.research.manifest
-        value = out.metrics.get(m.metric)
-        if out.timed_out:
-            status = Status.TIMED_OUT
-        elif out.error or value is None:
-            status = Status.FAILED
-        else:
-            status = Status.SUCCEEDED
-        error = out.error
-        if status == Status.SUCCEEDED:
-            why = suspicion(value, out.tamper, m)
-            if why:
-                status, error = Status.SUSPICIOUS, why
-        _, digest = self.harness()
-        harness = lz.model_extra.get("harness") if lz.model_extra else None
-        if harness and digest and harness != digest:
-            status, error = Status.REFUSED, "evaluation harness differs from the current baseline's"
-        log_sha = self.ledger.store_log(lz.trial_id, out.log) if out.log else None
-        budget = self.research.manifest.time_budget_s
-        if lz.purpose == "baseline" and status == Status.TIMED_OUT:
-            # not retried: on the same machine it would time out again, and silently re-running it
-            # hid the cause for many minutes. The note and the log say it plainly instead.
-            error = (f"the baseline run took longer than the env's time_budget_s ({budget:g} s), so nothing "
-                     f"can be compared with it: the machine is too slow or too loaded for this budget. "
-                     f"Not retried. Raise time_budget_s in the manifest and commit it to the baseline "
-                     f"branch (a new baseline commit is measured afresh), or free the machine")
-            log.warning("baseline seed %d timed out: %s", lz.seed, error)
-        elif lz.purpose == "baseline" and status != Status.SUCCEEDED and lz.retries < self.cfg.daemon.max_retries:
-            # every idea is measured against the baseline: a failed baseline seed is run again
-            return self._lost(lz, f"baseline seed {lz.seed} {status.value}: {error}")
-        lz.state = "done"
-        lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, status=status, value=value,
-                          metrics=out.metrics, exit_code=out.exit_code, host=lz.host, wall_s=out.wall_s,
-                          gpus=self.research.manifest.gpus, log=log_sha, error=error, tamper=out.tamper,
-                          harness=harness or digest, accelerator=out.accelerator, software=out.software,
-                          sandbox=out.sandbox, faults=list(lz.faults))
-        log.info("trial %s on %s: %s %s", lz.trial_id, lz.host, status.value,
-                 f"{m.metric}={value:.4f}" if value is not None else (error or ""))
-        return lz
-
-    def _maybe_finish(self, commit: str, idea: Idea | None, note: Note | None, leases: list[Lease],
-                      pop: Population) -> bool:
-        p = self.cfg.policy
-        needed = seeds_needed(note, "baseline" if idea is None else "idea", p.baseline_seeds, p.confirm_seeds)
-        results = {t.seed: t for t in (note.trials if note else [])}
-        for lz in leases:
-            if lz.state == "done" and lz.result is not None:
-                results.setdefault(lz.seed, lz.result)
-        if all(lz.state in KEPT for lz in leases):
-            return False     # only live or stale trials left: nothing new to write
-        if idea is None:
-            # the baseline's note is written as soon as seed 0 is in (the first result a user sees),
-            # then amended as each later seed arrives
-            if 0 not in results or note is not None and set(results) <= {t.seed for t in note.trials}:
-                return False
-        elif not all(s in results for s in needed):
-            return False
-        confirming = note is not None and note.decision == "pending"
-        new = build_note(list(results.values()), idea, pop, self.research.manifest, p, confirmed=confirming)
-        new.superseded = sorted(set(note.superseded if note else []) |
-                                {lz.trial_id for lz in leases if lz.state == "superseded"})
-        if idea is None:
-            new.seeds_planned = len(needed)
-            if flag_identical(new, self.research.manifest):
-                log.warning("baseline: %s", seed_warning(new))
-        self._noted(commit, idea, new)
-        self._cleanups += [lz.handle for lz in leases if lz.state == "done"]   # removed after this harvest
-        self.ledger.write_leases(commit, [lz for lz in leases if lz.state in KEPT])
-        return True
-
-    def backfill(self, pop: Population) -> bool:
-        """Notes written before the baseline was measured get their baseline, delta and decision."""
-        if pop.baseline_value is None:
-            return False
-        changed = False
-        final = baseline_complete(pop.baseline_note)
-        for idea in pop.ideas:
-            if idea.note is None or idea.note.status not in MEASURED:
-                continue
-            # notes measured against the baseline's first seeds get their decision when it is final
-            undecided = final and idea.note.decision is None and idea.note.status == Status.SUCCEEDED
-            if idea.note.baseline is not None and not undecided:
-                continue
-            n = idea.note.model_copy(deep=True)    # population notes are shared, parsed once per blob
-            if fill_baseline(n, idea, pop, self.research.manifest, self.cfg.policy):
-                self.ledger.write_note(idea.commit, n)
-                changed = True
-        return changed
 
     # -- dispatch ------------------------------------------------------------------------------------
     def validate(self, idea: Idea) -> str | None:

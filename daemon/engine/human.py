@@ -10,8 +10,8 @@ from autoresearchd.policies.base import Proposal
 
 from autoresearchd.config import ConfigError
 from autoresearchd.implement.implementer import Implementer
-from autoresearchd.store.population import read_population
 from autoresearchd.research import open_research
+from autoresearchd.store.population import read_population
 
 
 def queue_text(cfg, text: str, parent: str | None = None, title: str | None = None) -> str:

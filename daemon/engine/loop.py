@@ -21,10 +21,10 @@ from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from autoresearchd.store import gitrepo
-from autoresearchd.engine.judge import Job, baseline_complete, baseline_jobs_open, missing_seeds, order_key, seeds_needed
 from autoresearchd.config import ConfigError
 from autoresearchd.engine.dispatch import Dispatcher
+from autoresearchd.engine.plan import Job, baseline_complete, baseline_jobs_open, missing_seeds, order_key, seeds_needed
+from autoresearchd.store import gitrepo
 from autoresearchd.store.notes import Status
 from autoresearchd.store.population import Population, read_population
 

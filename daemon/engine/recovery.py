@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 import time
 
-from autoresearchd.store.notes import Lease, Status, Trial
 from autoresearchd.runners.base import HostUnreachable, PollState
+from autoresearchd.store.notes import Lease, Status, Trial
 
 log = logging.getLogger("autoresearchd")
 

@@ -32,8 +32,8 @@ from pathlib import Path
 from autoresearchd.implement import agent_cli
 from autoresearchd.implement.agent_cli import Usage
 from autoresearchd.implement.agent_session import redactor, run_session
-from autoresearchd.store.gitrepo import GitError
 from autoresearchd.implement.implementer import Implementer, prompt_hash, prompt_template
+from autoresearchd.store.gitrepo import GitError
 from autoresearchd.store.notes import Status
 
 log = logging.getLogger("autoresearchd")

@@ -1,4 +1,5 @@
-"""Find and repair the diff in an LLM's answer, then parse it (with `unidiff`) into file patches.
+"""Repair the diff found in an LLM's answer (diffextract.py finds it), then parse it (with `unidiff`)
+into file patches.
 
 LLM diffs are rarely well formed. This module forgives the common slips before any strict parser
 sees the text: fences and prose around the diff, CRLF, missing or extra `a/` `b/` `./` prefixes,
@@ -18,7 +19,8 @@ from dataclasses import dataclass, field
 
 from unidiff import PatchSet
 
-_FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+.-]*)[^`]*$")
+from autoresearchd.implement.diffextract import FENCE, is_header
+
 _HUNK = re.compile(r"^@@(?!@)([^@]*)(?:@@|$)")
 _OLD_RANGE = re.compile(r"-(\d+)(?:,(\d+))?")
 _NEW_RANGE = re.compile(r"\+(\d+)(?:,(\d+))?")
@@ -36,51 +38,6 @@ _NUM = re.compile(r"^\s*(\d+)\s*(?:\||:|\t|│)")
 _EXT = re.compile(r"^(old mode|new mode|deleted file mode|new file mode|similarity index|"
                   r"dissimilarity index|rename from|rename to|copy from|copy to|index)\b ?(.*)$")
 _ELLIPSIS = {"...", "…", "# ...", "// ...", "# ... rest unchanged ...", "[...]"}
-
-
-def _is_header(lines: list[str], i: int) -> bool:
-    ln = lines[i]
-    return (ln.startswith(("diff --git ", "@@"))
-            or (ln.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ ")))
-
-
-def _looks_like_diff(lines: list[str]) -> bool:
-    return any(_is_header(lines, i) for i in range(len(lines)))
-
-
-def extract_diff(response: str) -> str | None:
-    """The diff in an LLM answer, fenced or not; None when there is none. Several fenced
-    diff blocks are joined. An unclosed fence (truncated output) yields what is there."""
-    if not response or not response.strip():
-        return None
-    lines = response.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    blocks, i = [], 0
-    while i < len(lines):
-        m = _FENCE.match(lines[i])
-        if not m:
-            i += 1
-            continue
-        indent, fence = m.group(1), m.group(2)
-        body, i, closed = [], i + 1, False
-        while i < len(lines):
-            ln = lines[i]
-            if ln.startswith(indent) and ln[len(indent):].rstrip() == fence[0] * len(fence) \
-                    or (ln.startswith(indent + fence) and ln.strip() == fence):
-                closed = True
-                break
-            body.append(ln.removeprefix(indent))
-            i += 1
-        i += 1
-        if _looks_like_diff(body):
-            blocks.append(("\n".join(body).rstrip("\n"), closed))
-    if blocks:
-        # An unclosed fence means the answer was cut off: the text then ends without a newline,
-        # which parse_diff reads as "possibly truncated".
-        return "\n".join(b for b, _ in blocks) + ("\n" if blocks[-1][1] else "")
-    for k in range(len(lines)):
-        if _is_header(lines, k):
-            return "\n".join(lines[k:]).rstrip("\n") + "\n"
-    return None
 
 
 @dataclass
@@ -173,7 +130,7 @@ class _Resolver:
 
 def _more_diff_follows(lines: list[str], j: int) -> bool:
     for k in range(j + 1, min(len(lines), j + 12)):
-        if _is_header(lines, k):
+        if is_header(lines, k):
             return False
         if lines[k][:1] in "+-":
             return True
@@ -188,7 +145,7 @@ def _read_body(lines: list[str], j: int, decl: tuple, file_lines: list[str]) -> 
     known = {s.strip() for s in file_lines} - {""}
     while j < len(lines):
         ln = lines[j]
-        if _is_header(lines, j) or _FENCE.match(ln):
+        if is_header(lines, j) or FENCE.match(ln):
             break
         satisfied = decl[0] is not None and n_old >= decl[0] and n_new >= (decl[1] or 0)
         if ln == "" or (ln.strip() == "" and ln[0] != " "):
@@ -298,18 +255,18 @@ def _scan(lines: list[str], res: _Resolver) -> tuple[list[_Block], bool, list[st
             old_start, decl = nums[0], nums[1:]
             target = res.resolve(cur.old if cur.old != "/dev/null" else cur.new, True)
             body, i = _read_body(lines, i + 1, decl, res.lines(target) or [])
-            if i < len(lines) and lines[i].strip() and not _is_header(lines, i) and not _FENCE.match(lines[i]):
+            if i < len(lines) and lines[i].strip() and not is_header(lines, i) and not FENCE.match(lines[i]):
                 nxt = next((x for x in lines[i + 1:i + 4] if not x.strip() or x[:1] in "+-"), "")
                 if nxt[:1] in "+-" and not nxt.startswith(("--- ", "+++ ")):
                     problems.append(f"line {i + 1} of the diff ({lines[i][:60]!r}) has no diff marker (' ', "
                                     "'+' or '-') and is not in the file, yet diff lines follow it")
-            at_end = all(not x.strip() or _FENCE.match(x) for x in lines[i:])
+            at_end = all(not x.strip() or FENCE.match(x) for x in lines[i:])
             cur.hunks.append([old_start, decl, body, at_end, ln])
             continue
         if "GIT binary patch" in ln or (ln.startswith("Binary files ") and ln.rstrip().endswith("differ")):
             binary = True
         elif cur is not None and cur.hunks and ln[:1] in "+-" and not ln.startswith(("--- ", "+++ ")) \
-                and any(_is_header(lines, k) for k in range(i + 1, len(lines))):
+                and any(is_header(lines, k) for k in range(i + 1, len(lines))):
             problems.append(f"line {i + 1} of the diff ({ln[:60]!r}) is a diff line outside any hunk; "
                             "check the @@ headers and do not split hunks with prose")
         i += 1

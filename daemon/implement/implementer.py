@@ -25,12 +25,12 @@ from autoresearchd.runners.sandbox import SandboxRequest
 from autoresearchd.runners.sandbox import get as get_sandbox
 
 from autoresearchd import defaults
+from autoresearchd.registry import Registry
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import branch_for, format_message, make_idea_id, parse_message
+from autoresearchd.store.ledger import Ledger
 from autoresearchd.store.notes import Note, Status
 from autoresearchd.store.population import IDEAS_PREFIX, PROPOSALS_PREFIX, RECORDS_PREFIX
-from autoresearchd.registry import Registry
-from autoresearchd.store.ledger import Ledger
 
 log = logging.getLogger("autoresearchd")
 
@@ -105,8 +105,8 @@ class Implementer:
     # -- implementation ------------------------------------------------------------------------------
     def implement(self, idea_id: str) -> str | None:
         """Implement a recorded proposal. Returns the branch ref on success, None on failure."""
-        from autoresearchd.llm import BudgetExhausted, LLMError
         from autoresearchd.implement.patching import apply_diff, extract_diff
+        from autoresearchd.llm import BudgetExhausted, LLMError
         loaded = self._load(idea_id)
         if loaded is None:
             return None

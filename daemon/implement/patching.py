@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autoresearchd.implement.diffparse import FileDiff, Parsed, extract_diff, parse_diff
+from autoresearchd.implement.diffextract import extract_diff
+from autoresearchd.implement.diffparse import FileDiff, Parsed, parse_diff
 from autoresearchd.implement.fuzzy import HunkError, apply_hunks, closest_lines
-from autoresearchd.store.gitrepo import GitError, GitRepo
 from autoresearchd.implement.safety import GITLINK_MODE, SYMLINK_MODE, SafetyRules, check_path, check_tree_change
+from autoresearchd.store.gitrepo import GitError, GitRepo
 
 __all__ = ["ApplyResult", "apply_diff", "extract_diff"]
 

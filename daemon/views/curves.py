@@ -7,7 +7,7 @@ Both `report` (matplotlib figures) and `serve` (the live dashboard's charts) dra
 from __future__ import annotations
 
 from autoresearchd.store.notes import Status
-from autoresearchd.views.observe import compute_s, idea_usd, is_confirmed
+from autoresearchd.views.summary import compute_s, idea_usd, is_confirmed
 
 NOT_ATTEMPTED = {Status.DUPLICATE, Status.CANCELLED}   # never ran: left out of the execution rate
 

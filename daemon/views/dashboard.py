@@ -17,12 +17,12 @@ import time
 from collections import Counter
 
 from autoresearchd import defaults
-from autoresearchd.views.curves import series
 from autoresearchd.engine.judge import BEST_DECISIONS, GOOD_DECISIONS
-from autoresearchd.store.notes import FAILURES, Status
-from autoresearchd.views.observe import daemon_state, idea_tokens, idea_usd, leaderboard, summary
-from autoresearchd.views.progress import running_trials
 from autoresearchd.runners.trialdir import SECRET_NAME
+from autoresearchd.store.notes import FAILURES, Status
+from autoresearchd.views.curves import series
+from autoresearchd.views.progress import running_trials
+from autoresearchd.views.summary import daemon_state, idea_tokens, idea_usd, leaderboard, summary
 
 SORT_KEYS = ("rank", "idea", "title", "value", "delta", "decision", "status", "origin", "epoch")
 FAILURE_GROUPS = ("implement_failed", "check_failed", "crashed", "timed_out", "rejected", "duplicate",
@@ -109,7 +109,7 @@ class Snapshot:
 
     # -- overview ------------------------------------------------------------------------------------
     def overview(self) -> dict:
-        """observe.summary plus the curves, what runs and failures by reason. The population
+        """summary.summary plus the curves, what runs and failures by reason. The population
         parts are computed once per snapshot; the summary again only when the daemon's state changed."""
         st = daemon_state(self.research.repo)
         key = json.dumps({k: v for k, v in (st or {}).items() if k not in ("heartbeat", "fresh")}, sort_keys=True,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from autoresearchd.views.observe import idea_tokens, idea_usd, load
+from autoresearchd.views.summary import idea_tokens, idea_usd, load
 
 FORMATS = ("jsonl", "parquet")
 

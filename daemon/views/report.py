@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from autoresearchd.views.curves import series
-from autoresearchd.views.observe import compute_unit, is_confirmed, leaderboard, load, summary
+from autoresearchd.views.summary import compute_unit, is_confirmed, leaderboard, load, summary
 
 ORIGIN_COLORS = {"seed": "#7f7f7f", "exploit": "#d62728", "explore": "#1f77b4", "human": "#2ca02c",
                  "greedy": "#ff7f0e", "best_of_n": "#9467bd"}

@@ -32,11 +32,11 @@ from urllib.parse import parse_qsl, urlencode
 
 from autoresearchd import defaults
 from autoresearchd.config import ConfigError
-from autoresearchd.views.dashboard import Snapshot, secrets_in_env
+from autoresearchd.research import open_research
 from autoresearchd.store.gitrepo import state_dir
 from autoresearchd.store.notes import Status
 from autoresearchd.store.population import read_population
-from autoresearchd.research import open_research
+from autoresearchd.views.dashboard import Snapshot, secrets_in_env
 
 log = logging.getLogger("autoresearchd")
 COOKIE = "autoresearchd_token"

@@ -1,0 +1,106 @@
+"""What still has to run, pure and without I/O: the jobs (a commit at a seed, for a purpose), the
+seeds each purpose needs, which of them lack a result and a live lease, and the order they run in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autoresearchd.store.ideas import Idea
+from autoresearchd.store.notes import Lease, Note, Status
+
+
+@dataclass
+class Job:
+    commit: str
+    seed: int
+    purpose: str                    # baseline | idea | confirm
+    idea: Idea | None = None
+    retries: int = 0                # failures that count against the idea (max_retries)
+    priority: tuple = field(default_factory=tuple)
+    attempt: int = 0                # placements so far, whoever failed: names the trial (-rN)
+    faults: list[str] = field(default_factory=list)   # host faults met so far ("host: reason")
+
+    @property
+    def trial_id(self) -> str:
+        tag = self.idea.idea_id if self.idea else "baseline"
+        n = max(self.attempt, self.retries)
+        return f"{tag}-{self.commit[:8]}-s{self.seed}" + (f"-r{n}" if n else "")
+
+
+def baseline_seeds(k: int) -> list[int]:
+    return list(range(max(1, k)))
+
+
+def confirm_seeds(k: int) -> list[int]:
+    return list(range(1, k + 1))
+
+
+def seeds_needed(note: Note | None, purpose: str, k_baseline: int, k_confirm: int) -> list[int]:
+    if purpose == "baseline":
+        return baseline_seeds(k_baseline)
+    if note is not None and note.decision == "pending":
+        return [0] + confirm_seeds(k_confirm)
+    return [0]
+
+
+def baseline_complete(note: Note | None) -> bool:
+    """The baseline is final: each of its planned seeds has a result, or one failed (no more run).
+    The baseline note is written as soon as seed 0 is in and amended by the later seeds; ideas get
+    a decision only against a complete baseline, since the noise margin needs every seed's value."""
+    if note is None:
+        return False
+    if any(t.status != Status.SUCCEEDED for t in note.trials) or not note.seeds_planned:
+        return True
+    have = {t.seed for t in note.trials}
+    return all(s in have for s in baseline_seeds(note.seeds_planned))
+
+
+def baseline_jobs_open(note: Note | None) -> bool:
+    """More baseline seeds may run: none yet, or every seed so far succeeded (after a failed or
+    timed-out seed the others would only repeat it)."""
+    return note is None or all(t.status == Status.SUCCEEDED for t in note.trials)
+
+
+@dataclass
+class Missing:
+    """A seed to (re)run: what its earlier attempts leave it with."""
+    seed: int
+    retries: int = 0
+    attempt: int = 0
+    faults: list[str] = field(default_factory=list)
+
+
+def attempt_of(lz: Lease) -> int:
+    a = getattr(lz, "attempt", None)
+    return lz.retries if a is None else a
+
+
+def missing_seeds(needed: list[int], note: Note | None, leases: list[Lease]) -> list[Missing]:
+    """Every needed seed that has neither a result nor a live lease. A `lost` lease (the trial failed
+    on a healthy host) spends one of the idea's retries; a `requeued` or `stale` one (a host fault)
+    does not, it only adds to the seed's host faults."""
+    have = {t.seed for t in (note.trials if note else [])}
+    out = []
+    for s in needed:
+        if s in have:
+            continue
+        mine = [lz for lz in leases if lz.seed == s]
+        if any(getattr(lz, "state", "running") in ("running", "done") for lz in mine):
+            continue
+        retries = max((lz.retries + (lz.state == "lost") for lz in mine), default=0)
+        attempt = max((attempt_of(lz) + 1 for lz in mine), default=0)
+        faults = max((list(getattr(lz, "faults", None) or []) for lz in mine), key=len, default=[])
+        out.append(Missing(s, retries, attempt, faults))
+    return out
+
+
+def order_key(job: Job, human_priority: bool) -> tuple:
+    """Baseline first (everything is measured against it), then humans (if prioritised), then LLM
+    ideas oldest first. Confirmations run behind human ideas but ahead of new LLM ideas, so the
+    policy does not build on a lucky run for long."""
+    rank = {"baseline": 0, "confirm": 2, "idea": 3}[job.purpose]
+    if job.purpose == "idea" and job.idea is not None and job.idea.origin == "human" and human_priority:
+        rank = 1
+    idea = job.idea
+    return (rank, idea.epoch if idea else 0, idea.committed_at if idea else 0, job.commit, job.seed)

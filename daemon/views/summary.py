@@ -1,0 +1,179 @@
+"""The numbers every view shows, computed once from git: the daemon's heartbeat, the population's
+spend and compute, the best results (confirmed and not), the summary `status` prints and the
+leaderboard `ideas` prints. No rendering here: observe.py prints these, report, export and the
+dashboard read them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+
+from autoresearchd import defaults
+from autoresearchd.engine.judge import BEST_DECISIONS, seed_warning
+from autoresearchd.research import open_research
+from autoresearchd.store.gitrepo import state_dir
+from autoresearchd.store.population import read_population
+from autoresearchd.views.progress import running_trials
+
+
+def daemon_state(repo) -> dict | None:
+    """The daemon's heartbeat file, with `alive` (its pid exists) and `fresh` (recent heartbeat)."""
+    p = state_dir(repo, create=False) / "daemon.json"
+    try:
+        st = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(int(st["pid"]), 0)
+        st["alive"] = True
+    except PermissionError:
+        st["alive"] = True          # exists, owned by another user
+    except (OSError, KeyError, TypeError, ValueError):
+        st["alive"] = False
+    st["fresh"] = st["alive"] and time.time() - st.get("heartbeat", 0) < max(60.0, 10 * defaults.TICK_S)
+    return st
+
+
+def load(cfg):
+    """(research, population): the one batch read every view starts from."""
+    research = open_research(cfg, create=False)
+    return research, read_population(research.repo, research.baseline_ref)
+
+
+def branch_name(idea) -> str:
+    return (idea.branch or "").removeprefix("refs/heads/")
+
+
+def idea_usd(i) -> float:
+    """LLM spend on one idea: the note's figure, else the commit's (implemented or only proposed)."""
+    if i.note and i.note.cost_usd is not None:
+        return i.note.cost_usd
+    if i.cost_usd is not None:
+        return i.cost_usd
+    try:
+        return float(i.trailers.get("Idea-Cost-USD") or 0)
+    except ValueError:
+        return 0.0
+
+
+def idea_tokens(i) -> int:
+    if i.note and i.note.tokens is not None:
+        return i.note.tokens
+    if i.tokens is not None:
+        return i.tokens
+    try:
+        return int(i.trailers.get("Idea-Tokens") or 0)
+    except ValueError:
+        return 0
+
+
+def compute_s(note, gpus: int) -> float:
+    """Compute time a note measured: GPU-seconds for a GPU env; for a CPU env (gpus = 0) its CPU
+    time (`cpu_s` where the note has it, else the run time older notes filed as gpu_s). A result
+    linked from an identical tree cost nothing."""
+    if note is None or note.linked:
+        return 0.0
+    if gpus:
+        return float(note.gpu_s or 0)
+    return float(getattr(note, "cpu_s", None) or note.gpu_s or 0)
+
+
+def compute_unit(gpus: int) -> str:
+    return "GPU-hours" if gpus else "CPU-hours"
+
+
+def is_confirmed(i) -> bool:
+    return i.value is not None and i.note is not None and i.note.decision in BEST_DECISIONS
+
+
+def result_entry(i) -> dict:
+    n = i.note
+    return {"idea": i.idea_id, "title": i.title, "branch": branch_name(i), "commit": i.commit, "value": i.value,
+            "std": n.std, "seeds": len(n.values), "values": n.values, "decision": n.decision,
+            "delta": n.delta, "origin": i.origin, "epoch": i.epoch}
+
+
+def best_of(pop, goal: str, confirmed: bool | None):
+    """Best measured idea; confirmed=True only promoted/confirmed, False only the others, None any."""
+    cands = [i for i in pop.succeeded() if confirmed is None or is_confirmed(i) == confirmed]
+    if not cands:
+        return None
+    return (min if goal == "min" else max)(cands, key=lambda i: i.value)
+
+
+def summary(cfg, research=None, pop=None) -> dict:
+    if pop is None:
+        research, pop = load(cfg)
+    m = research.manifest
+    counts = Counter(i.status.value for i in pop.ideas)
+    st = daemon_state(research.repo)
+    alive = bool(st and st["alive"])
+    best = best_of(pop, m.goal, True)
+    lucky = best_of(pop, m.goal, False)
+    if lucky is not None and best is not None and not m.better(lucky.value, best.value):
+        lucky = None                 # only worth showing when it beats the confirmed best
+    usd = sum(idea_usd(i) for i in pop.ideas)
+    tokens = sum(idea_tokens(i) for i in pop.ideas)
+    notes = [i.note for i in pop.ideas if i.note] + ([pop.baseline_note] if pop.baseline_note else [])
+    gpu_s = sum(compute_s(n, m.gpus) for n in notes) if m.gpus else 0.0
+    cpu_s = sum(compute_s(n, 0) for n in notes) if not m.gpus else 0.0
+    budget = (st or {}).get("budget") or {}
+    slots = st.get("slots", []) if alive else []
+    improvement = abs(best.note.delta) if best is not None and best.note.delta else None
+    return {
+        "daemon": {"alive": alive, "fresh": bool(st and st.get("fresh")), "pid": st.get("pid") if st else None,
+                   "uptime_s": time.time() - st["started"] if alive and st.get("started") else None,
+                   "last_heartbeat_s": time.time() - st["heartbeat"] if st and st.get("heartbeat") else None,
+                   "llm": st.get("llm") if st else None, "stop_reason": st.get("stop_reason") if st else None,
+                   "implementing": st.get("implementing", []) if alive else [],
+                   "stopping_s": (time.time() - st["stopping_since"]
+                                  if alive and st.get("stopping_since") else None)},
+        "slots": slots,
+        "hosts": (st.get("hosts") or {}) if alive else {},
+        "slot_counts": dict(Counter(x.get("state", "?") for x in slots)),
+        "counts": dict(counts),
+        "total": len(pop.ideas),
+        "epoch": pop.max_epoch(),
+        "baseline": {"commit": pop.baseline_commit, "value": pop.baseline_value, "std": pop.baseline_std,
+                     "seeds": len(pop.baseline_note.values) if pop.baseline_note else 0,
+                     "warning": seed_warning(pop.baseline_note),
+                     "seeds_planned": (pop.baseline_note.seeds_planned if pop.baseline_note else None)
+                     or cfg.policy.baseline_seeds,
+                     "status": pop.baseline_note.status.value if pop.baseline_note else None,
+                     "error": pop.baseline_note.error if pop.baseline_note else None},
+        "best": result_entry(best) if best is not None else None,
+        "best_unconfirmed": result_entry(lucky) if lucky is not None else None,
+        "spend": {"usd": usd, "tokens": tokens, "gpu_hours": gpu_s / 3600 if m.gpus else 0.0,
+                  "cpu_hours": cpu_s / 3600,
+                  "budget_usd": budget.get("max_usd") or cfg.llm.budget_usd,
+                  "live_usd": budget.get("usd"), "max_gpu_hours": cfg.daemon.max_gpu_hours},
+        "cost_per_improvement": {"usd": usd / improvement if improvement else None,
+                                 "gpu_hours": gpu_s / 3600 / improvement if improvement and m.gpus else None},
+        "metric": m.metric, "goal": m.goal, "gpus": m.gpus, "time_budget_s": m.time_budget_s,
+        "running_trials": running_trials(pop),
+    }
+
+
+def leaderboard(cfg, status=None, origin=None, epoch=None, research=None, pop=None) -> list[dict]:
+    """Every idea as a row, best first under the env's goal; unmeasured ideas last, newest first."""
+    if pop is None:
+        research, pop = load(cfg)
+    goal = research.manifest.goal
+    rows = []
+    for i in pop.ideas:
+        if status and i.status.value != status or origin and i.origin != origin or \
+                epoch is not None and i.epoch != epoch:
+            continue
+        n = i.note
+        rows.append({"idea": i.idea_id, "title": i.title, "status": i.status.value, "value": i.value,
+                     "std": n.std if n and i.value is not None else None,
+                     "seeds": len(n.values) if n else 0, "values": n.values if n else [],
+                     "delta": n.delta if n else None, "decision": n.decision if n else None, "origin": i.origin,
+                     "parents": i.parents, "epoch": i.epoch, "branch": branch_name(i), "commit": i.commit,
+                     "error": n.error if n else None})
+    sign = 1 if goal == "min" else -1
+    rows.sort(key=lambda r: (r["value"] is None, sign * (r["value"] or 0), r["idea"]))
+    return rows
