@@ -45,6 +45,7 @@ from autoresearchd.app import build_daemon  # noqa: E402
 from autoresearchd.config import load_config  # noqa: E402
 from autoresearchd.store.gitrepo import GitRepo  # noqa: E402
 from autoresearchd.store.notes import parse_note  # noqa: E402
+from autoresearchd.store.refs import NOTES_REF
 
 MANIFEST = """[env]
 name = "sleepy"
@@ -97,7 +98,7 @@ def publish(repo: GitRepo, commits: dict[str, str]) -> float:
 def results(repo: GitRepo) -> dict[str, float | None]:
     """commit -> wall_s of its first trial, for every result note."""
     out = {}
-    for c, text in repo.notes_read_all(defaults.NOTES_REF).items():
+    for c, text in repo.notes_read_all(NOTES_REF).items():
         n = parse_note(text)
         out[c] = n.trials[0].wall_s if n.trials else None
     return out

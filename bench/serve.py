@@ -33,6 +33,7 @@ from popbuilder import BASELINE_VALUES, build_population, write_cfg  # noqa: E40
 from autoresearchd import defaults  # noqa: E402
 from autoresearchd.store.gitrepo import GitRepo, state_dir  # noqa: E402
 from autoresearchd.store.notes import format_note  # noqa: E402
+from autoresearchd.store.refs import NOTES_REF
 
 FIRST_PAGE = ["/", "/static/app.js", "/static/app.css", "/static/vendor/uPlot.iife.min.js",
               "/static/vendor/uPlot.min.css", "/api/overview", "/api/ideas"]
@@ -110,7 +111,7 @@ def main() -> int:
         ev = Events(base)
         ev.start()
         time.sleep(1.0)
-        target = next(c for c, n in repo.notes_list(defaults.NOTES_REF).items() if c != repo.rev_parse("main"))
+        target = next(c for c, n in repo.notes_list(NOTES_REF).items() if c != repo.rev_parse("main"))
         bmean = sum(BASELINE_VALUES) / 3
         sd = state_dir(repo)
         rss, lat, rebuild = [], [], []
@@ -120,7 +121,7 @@ def main() -> int:
                                                          "heartbeat": time.time(), "slots": [{"slot": "a/0",
                                                          "state": "busy" if k % 2 else "free", "trial": None}]}))
             t0 = time.perf_counter()
-            repo.note_write(defaults.NOTES_REF, target, format_note(ok_note(bmean - 0.001 * (k % 50), bmean, "improved")))
+            repo.note_write(NOTES_REF, target, format_note(ok_note(bmean - 0.001 * (k % 50), bmean, "improved")))
             if not ev.wait_beyond(seen):
                 print(f"update {k}: no change event within 60 s")
                 return 1

@@ -1,12 +1,12 @@
-"""Every default value of the daemon, in one place (rq style). Config models read from here."""
+"""Every default value of the daemon, in one place (rq style). Config models read from here.
+Ref names are not defaults (nothing configures them): they live in store/refs.py."""
 
-NOTES_REF = "refs/notes/autoresearch"          # result notes
-RUNS_REF = "refs/notes/autoresearch-runs"      # leases: what runs where, with heartbeats
-LOGS_REF = "refs/notes/autoresearch-logs"      # full logs and implementer transcripts
-IDEA_PREFIX = "idea/"
 STATE_DIR = ".autoresearch"                    # inside the research repo's git dir
 CONFIG_NAME = ".autoresearch.toml"
 NOTE_SCHEMA = 1
+# A lock file left by a git process that was killed (kill -9 of the daemon's process group, OOM, power
+# loss) would block that ref forever. Git holds a ref lock for milliseconds, so one this old is stale.
+STALE_LOCK_S = 10.0
 
 TICK_S = 2.0                 # reconcile interval
 LEASE_TTL_S = 120.0          # host unreachable this long -> trial is lost
@@ -26,7 +26,6 @@ MIN_FREE_MB = 512            # a host's work root needs this much free space bef
 LOG_HEAD_BYTES = 256 * 1024  # kept from the start of a run's output
 LOG_TAIL_BYTES = 256 * 1024  # kept from the end
 KILL_GRACE_S = 10            # SIGTERM -> SIGKILL at time-out
-EVAL_BUDGET_S = 600
 PREPARE_BUDGET_S = 3600      # limit for the once-per-host `prepare` step (a data download may be slow)
 
 MAX_REVISIONS = 2            # as in the paper

@@ -11,10 +11,10 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoresearchd import defaults
 from autoresearchd.config import Config, ConfigError
 from autoresearchd.manifest import MANIFEST_FILE, EnvManifest, ManifestError, parse_manifest
 from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.refs import DAEMON_PREFIX, IDEA_BRANCHES, NOTES_REF, branch_ref
 
 # Every hook the daemon installs first re-executes itself with an empty environment (PATH and the
 # git dir only): a push or a ref update may come from a process that holds secrets.
@@ -24,25 +24,25 @@ if [ -z "${AR_HOOK_CLEAN:-}" ]; then
   exec env -i AR_HOOK_CLEAN=1 PATH="$PATH" GIT_DIR="$(git rev-parse --absolute-git-dir)" "$0" "$@"
 fi
 """
-_POKE = _HOOK_HEAD % "poke the daemon when an idea branch changes (the clock is the safety net)" + """\
+_POKE = _HOOK_HEAD % "poke the daemon when an idea branch changes (the clock is the safety net)" + ("""\
 case "$0" in *reference-transaction) [ "$1" = committed ] || exit 0 ;; esac
-grep -q ' refs/heads/idea/' || exit 0
+grep -q ' %s' || exit 0
 f="$GIT_DIR/autoresearch/poke"
-[ -d "$(dirname "$f")" ] && date +%s > "$f"
+[ -d "$(dirname "$f")" ] && date +%%s > "$f"
 exit 0
-"""
+""" % IDEA_BRANCHES)
 # A push may add idea branches (or move the baseline); the daemon's results, leases, logs, records
 # and provenance marks are written by the daemon alone, so a push cannot forge a result or an origin.
-_GUARD = _HOOK_HEAD % "a push may not write the daemon's own refs" + """\
+_GUARD = _HOOK_HEAD % "a push may not write the daemon's own refs" + ("""\
 rc=0
 while read -r old new ref; do
   case "$ref" in
-    refs/autoresearch/*|refs/notes/autoresearch|refs/notes/autoresearch-*)
+    %s*|%s|%s-*)
       echo "autoresearchd: refusing to update $ref: only the daemon writes its results and records" >&2; rc=1 ;;
   esac
 done
 exit $rc
-"""
+""" % (DAEMON_PREFIX, NOTES_REF, NOTES_REF))
 HOOKS = {"reference-transaction": _POKE, "post-receive": _POKE, "pre-receive": _GUARD}
 _OURS = "# installed by autoresearchd"
 
@@ -75,13 +75,13 @@ def configure(repo: GitRepo) -> list[str]:
     Returns what it newly wrote into the repo's git config and hooks (empty when nothing). Called
     only by `init` and `start`: reading commands (status, doctor, ...) write nothing (consent)."""
     wrote = []
-    if defaults.NOTES_REF not in repo.git("config", "--get-all", "notes.displayRef", check=False).split():
-        repo.config_set("notes.displayRef", defaults.NOTES_REF, add=True)
-        wrote.append(f"notes.displayRef={defaults.NOTES_REF}")
+    if NOTES_REF not in repo.git("config", "--get-all", "notes.displayRef", check=False).split():
+        repo.config_set("notes.displayRef", NOTES_REF, add=True)
+        wrote.append(f"notes.displayRef={NOTES_REF}")
     if repo.config_get("receive.denyCurrentBranch") != "updateInstead":
         repo.config_set("receive.denyCurrentBranch", "updateInstead")
         wrote.append("receive.denyCurrentBranch=updateInstead")
-    repo.ensure_notes_ref(defaults.NOTES_REF)
+    repo.ensure_notes_ref(NOTES_REF)
     hooks = repo.git_dir / "hooks"
     hooks.mkdir(exist_ok=True)
     for name, text in HOOKS.items():
@@ -205,7 +205,7 @@ def open_research(cfg: Config, create: bool = True, configure_repo: bool = False
     head = repo.git("symbolic-ref", "-q", "--short", "HEAD", check=False).strip() or "main"
     manifest = load_manifest(repo, cfg.research.baseline or head, cfg)
     branch = cfg.research.baseline or manifest.baseline
-    ref = branch if branch.startswith("refs/") else f"refs/heads/{branch}"
+    ref = branch_ref(branch)
     if repo.rev_parse(ref) is None:
         raise ConfigError(f"baseline branch '{branch}' not found in {path}")
     manifest = load_manifest(repo, ref, cfg)

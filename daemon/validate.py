@@ -16,6 +16,7 @@ from pathlib import Path
 
 from autoresearchd.config import Config, ConfigError
 from autoresearchd.manifest import MANIFEST_FILE, EnvManifest
+from autoresearchd.store.refs import branch_ref
 
 ERROR, WARN, OK = "error", "warn", "ok"
 
@@ -52,11 +53,11 @@ def env_source(cfg: Config) -> EnvSource:
         repo = GitRepo(path)
         head = repo.git("symbolic-ref", "-q", "--short", "HEAD", check=False).strip() or "main"
         rev = cfg.research.baseline or head
-        if repo.rev_parse(rev if rev.startswith("refs/") else f"refs/heads/{rev}") is None:
+        if repo.rev_parse(branch_ref(rev)) is None:
             raise ConfigError(f"research.repo: {path} has no commit on '{rev}' yet; commit your baseline first")
         manifest = load_manifest(repo, rev, cfg)
         branch = cfg.research.baseline or manifest.baseline
-        ref = branch if branch.startswith("refs/") else f"refs/heads/{branch}"
+        ref = branch_ref(branch)
         if repo.rev_parse(ref) is None:
             raise ConfigError(f"baseline branch '{branch}' not found in {path}")
         manifest = load_manifest(repo, ref, cfg)

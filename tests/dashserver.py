@@ -9,10 +9,10 @@ import subprocess
 import sys
 import time
 
-from autoresearchd import defaults
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import format_message
 from autoresearchd.store.notes import Note, Status, Trial, format_note
+from autoresearchd.store.refs import NOTES_REF
 
 
 class Server:
@@ -58,7 +58,7 @@ def add_idea(repo: GitRepo, title: str, body: str, files: dict[str, bytes], note
             note.log = sha
             for t in note.trials:
                 t.log = sha
-        repo.note_write(defaults.NOTES_REF, commit, format_note(note))
+        repo.note_write(NOTES_REF, commit, format_note(note))
     return commit
 
 

@@ -16,6 +16,7 @@ from autoresearchd.app import build_daemon
 from autoresearchd.config import load_config
 from autoresearchd.engine.loop import settled
 from autoresearchd.store.population import read_population
+from autoresearchd.store.refs import RUNS_REF
 
 from conftest import TOY_RUN
 from fixtures_reliability import wait_for, write_cfg
@@ -87,8 +88,7 @@ def on_host(pop, host: str) -> list:
 
 
 def leases_left(repo) -> dict:
-    from autoresearchd import defaults
-    return repo.notes_list(defaults.RUNS_REF)
+    return repo.notes_list(RUNS_REF)
 
 
 @pytest.fixture

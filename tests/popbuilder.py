@@ -19,12 +19,11 @@ import random
 import time
 from pathlib import Path
 
-from autoresearchd import defaults
 from autoresearchd.engine.judge import decide
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import branch_for, format_message, make_idea_id
 from autoresearchd.store.notes import Lease, Note, Status, Trial, format_leases, format_note
-from autoresearchd.store.population import IDEAS_PREFIX, PROPOSALS_PREFIX, RECORDS_PREFIX
+from autoresearchd.store.refs import IDEAS_PREFIX, NOTES_REF, PROPOSALS_PREFIX, RECORDS_PREFIX, RUNS_REF
 
 MANIFEST = """[env]
 name = "pop"
@@ -231,14 +230,14 @@ def build_population(repo_path, n: int, seed: int = 0, with_failures: bool = Tru
         note.tokens, note.cost_usd = (None, None) if origin == "human" else (6000, 0.018)
         note.finished_at = ts + 50
         notes.append((f":{mark}", format_note(note)))
-    s.commit(defaults.NOTES_REF, T0 + 10 + n * 60, "Notes added by autoresearchd\n", None, None, notes)
+    s.commit(NOTES_REF, T0 + 10 + n * 60, "Notes added by autoresearchd\n", None, None, notes)
     if leases:
-        s.commit(defaults.RUNS_REF, T0 + 10 + n * 60, "Leases\n", None, None, leases)
+        s.commit(RUNS_REF, T0 + 10 + n * 60, "Leases\n", None, None, leases)
     repo.fast_import(s.bytes())
     if log_refs:
         repo.git("update-ref", "--stdin", input="".join(f"update {r} {sha}\n" for r, sha in log_refs).encode())
     repo.git("symbolic-ref", "HEAD", "refs/heads/main")
-    repo.git("config", "notes.displayRef", defaults.NOTES_REF)
+    repo.git("config", "notes.displayRef", NOTES_REF)
     return repo
 
 

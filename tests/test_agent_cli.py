@@ -20,7 +20,8 @@ from autoresearchd.policies.base import Proposal
 from autoresearchd.research import open_research
 from autoresearchd.runners import sandbox
 from autoresearchd.store.notes import Status, parse_note
-from autoresearchd.store.population import RECORDS_PREFIX, read_population
+from autoresearchd.store.population import read_population
+from autoresearchd.store.refs import RECORDS_PREFIX
 from autoresearchd.views.observe import show
 
 from conftest import TOY_EVAL, TOY_MANIFEST, TOY_RUN

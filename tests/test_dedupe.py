@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from autoresearchd import defaults
 from autoresearchd.policies.dedupe import PENDING, DuplicateIndex, normalize
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import branch_for, format_message
 from autoresearchd.store.notes import Note, Status, format_note
-from autoresearchd.store.population import IDEAS_PREFIX, RECORDS_PREFIX, read_population
+from autoresearchd.store.population import read_population
+from autoresearchd.store.refs import IDEAS_PREFIX, NOTES_REF, RECORDS_PREFIX
 
 LS = ("[Experiment] Label smoothing of 0.1 on the cross-entropy loss to soften the targets and reduce "
       "overconfidence early in training.\n[Code Changes] In train.py pass label_smoothing=0.1 to "
@@ -83,7 +83,7 @@ def test_sync_indexes_every_idea_whatever_its_status(tmp_path):
             text.split(".")[0], text, {"Idea-Id": idea_id, "Origin": origin, "Epoch": 0}))
         repo.update_ref(IDEAS_PREFIX + idea_id, c)
         repo.update_ref(RECORDS_PREFIX + idea_id if record else branch_for(idea_id, idea_id, origin), c)
-        repo.note_write(defaults.NOTES_REF, c, format_note(Note(status=status, error="x")))
+        repo.note_write(NOTES_REF, c, format_note(Note(status=status, error="x")))
     # a person's branch: no trailers, no note
     human = "Try a much bigger batch size of 1024 sequences with linear warmup over 500 steps"
     c = repo.commit_tree(repo.tree_of(base), [base], human + "\n")

@@ -12,7 +12,8 @@ from autoresearchd.llm import BudgetExhausted
 from autoresearchd.policies.base import Proposal
 from autoresearchd.research import open_research
 from autoresearchd.store.notes import Status, parse_note
-from autoresearchd.store.population import PROPOSALS_PREFIX, RECORDS_PREFIX, read_population
+from autoresearchd.store.population import read_population
+from autoresearchd.store.refs import PROPOSALS_PREFIX, RECORDS_PREFIX
 
 from conftest import TOY_EVAL, TOY_MANIFEST, TOY_RUN
 from fake_llm import FakeLLM, Garbage, Empty, Reply, Status as HTTP

@@ -1,9 +1,9 @@
 """The note schema round-trips exactly, parses tolerantly, and shows in plain `git log`."""
 
-from autoresearchd import defaults
 from autoresearchd.research import configure
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.notes import Lease, Note, Status, Trial, format_leases, format_note, parse_leases, parse_note
+from autoresearchd.store.refs import NOTES_REF
 
 from conftest import git
 
@@ -56,7 +56,7 @@ def test_plain_git_log_shows_the_summary(make_repo):
     repo = GitRepo(d)
     configure(repo)
     head = repo.rev_parse("HEAD")
-    repo.note_write(defaults.NOTES_REF, head, format_note(full_note()))
+    repo.note_write(NOTES_REF, head, format_note(full_note()))
     out = git(d, "log", "-1")
     assert "Notes (autoresearch):" in out
     assert "succeeded val_loss=3.2412" in out

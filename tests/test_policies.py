@@ -7,7 +7,6 @@ import re
 
 import pytest
 
-from autoresearchd import defaults
 from autoresearchd.config import LLMCfg, PolicyCfg
 from autoresearchd.llm.base import Completion, LLMError, Provider
 from autoresearchd.manifest import EnvManifest
@@ -17,7 +16,8 @@ from autoresearchd.policies.prompting import parse_ideas, prompt_hash
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import branch_for, format_message
 from autoresearchd.store.notes import Note, Status, format_note
-from autoresearchd.store.population import IDEAS_PREFIX, RECORDS_PREFIX, read_population
+from autoresearchd.store.population import read_population
+from autoresearchd.store.refs import IDEAS_PREFIX, NOTES_REF, RECORDS_PREFIX
 
 ENV = EnvManifest(run="python train.py", metric="val_loss", goal="min", time_budget_s=1500,
                   context="Train a tiny GPT on Shakespeare characters.")
@@ -68,7 +68,7 @@ class Pop:
         self.base = self.repo.commit_all_initial("baseline")
         self.commits: dict[str, str] = {}
         if baseline is not None:
-            self.repo.note_write(defaults.NOTES_REF, self.base, format_note(Note(
+            self.repo.note_write(NOTES_REF, self.base, format_note(Note(
                 status=Status.SUCCEEDED, value=baseline, metric="val_loss", values=[baseline], std=0.01)))
 
     def add(self, idea_id, title, *, origin="seed", epoch=0, value=None, status=None, error=None,
@@ -85,7 +85,7 @@ class Pop:
         self.commits[idea_id] = c
         if value is not None or status is not None:
             st = status or Status.SUCCEEDED
-            self.repo.note_write(defaults.NOTES_REF, c, format_note(Note(
+            self.repo.note_write(NOTES_REF, c, format_note(Note(
                 status=st, idea_id=idea_id, metric="val_loss", value=value,
                 values=[value] if value is not None else [], error=error, decision=decision)))
         return c

@@ -19,6 +19,7 @@ from autoresearchd.manifest import EnvManifest, ManifestError, parse_manifest
 from autoresearchd.research import _HOOK_HEAD, HOOKS
 from autoresearchd.store.gitrepo import GitRepo, git_env
 from autoresearchd.store.notes import Lease, Note, Status, Trial
+from autoresearchd.store.refs import IDEAS_PREFIX
 from autoresearchd.store.trust import suspicion
 
 from conftest import TOY_EVAL, TOY_RUN, branch_idea, git, run_until_settled, write_config
@@ -76,7 +77,7 @@ def test_one_suspicious_seed_taints_the_commit_and_is_never_promoted():
 
 def test_only_commits_the_daemon_marked_keep_their_trailers(tmp_path):
     from autoresearchd.store.ideas import format_message
-    from autoresearchd.store.population import IDEAS_PREFIX, read_population
+    from autoresearchd.store.population import read_population
     repo = GitRepo.init(tmp_path / "r")
     (repo.path / "a").write_text("a\n")
     base = repo.commit_all_initial("base")

@@ -14,6 +14,7 @@ import pytest
 from autoresearchd import defaults
 from autoresearchd.config import load_config
 from autoresearchd.store.notes import Note, Status, Trial, format_note
+from autoresearchd.store.refs import NOTES_REF
 from autoresearchd.views.summary import leaderboard, summary
 
 from dashserver import Server, add_idea, chromium, ok_note
@@ -124,7 +125,7 @@ def test_a_new_note_appears_live_without_reload(page, site):
     wait(page, lambda d: "live" in d.find_element("id", "live").text, what="event stream connected")
     note = ok_note(2.5, BMEAN, "promoted", [2.5, 2.501, 2.499])
     t0 = time.monotonic()
-    site["repo"].note_write(defaults.NOTES_REF, site["queued"], format_note(note))
+    site["repo"].note_write(NOTES_REF, site["queued"], format_note(note))
     wait(page, lambda d: (r := rows(d)) and r[0][1] == "Queued idea that lands live" and r[0][3] == "succeeded",
          timeout=15, what="the new note shown live")
     took = time.monotonic() - t0
@@ -227,7 +228,7 @@ def test_snapshot_views_at_a_few_hundred_ideas(tmp_path):
     first = next(i for i in pop.ideas if i.value is not None)
     n = Note(status=Status.SUCCEEDED, metric="val_loss", value=3.0, values=[3.0], decision="promoted",
              trials=[Trial(trial_id="x", seed=0, status=Status.SUCCEEDED, value=3.0)])
-    repo.note_write(defaults.NOTES_REF, first.commit, format_note(n).replace("schema:", "suspicious: true\nschema:"))
+    repo.note_write(NOTES_REF, first.commit, format_note(n).replace("schema:", "suspicious: true\nschema:"))
     research, pop = load(cfg)
     s = Snapshot(cfg, research, pop, "1", secrets=[])
     lin = s.lineage(limit=5)

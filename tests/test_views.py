@@ -12,7 +12,7 @@ import sys
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ledger import Ledger
 from autoresearchd.store.notes import Note, Status, Trial, format_note, parse_note
-from autoresearchd.store.population import IDEAS_PREFIX
+from autoresearchd.store.refs import IDEAS_PREFIX
 
 from conftest import branch_idea, write_config
 

@@ -10,6 +10,7 @@ import logging
 
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.notes import Note, Status
+from autoresearchd.store.refs import branch_name
 
 log = logging.getLogger("autoresearchd")
 
@@ -29,7 +30,7 @@ class Gate:
         mb = self.repo.merge_base(idea.commit, base)
         if mb is None:
             why = "the branch shares no history with the baseline (no merge-base); rebase it onto " + \
-                  self.research.baseline_ref.removeprefix("refs/heads/")
+                  branch_name(self.research.baseline_ref)
         else:
             from autoresearchd.implement.safety import SafetyRules, check_tree_change
             rules = SafetyRules(is_frozen=self.research.manifest.is_frozen,

@@ -19,7 +19,8 @@ from autoresearchd.engine.plan import Job
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.ledger import Ledger
 from autoresearchd.store.notes import Lease, Note
-from autoresearchd.store.population import ARCHIVE_PREFIX, BRANCH_PREFIX, Population
+from autoresearchd.store.population import Population
+from autoresearchd.store.refs import ARCHIVE_PREFIX, IDEA_BRANCHES
 
 log = logging.getLogger("autoresearchd")
 
@@ -49,7 +50,7 @@ class Dispatcher(Collector):
             # the daemon's record of provenance: for a pushed commit this, not its trailers, is the truth
             note.origin, note.epoch = idea.origin, idea.epoch
         self.ledger.write_note(commit, note)
-        if idea is not None and idea.branch and idea.branch.startswith(BRANCH_PREFIX):
+        if idea is not None and idea.branch and idea.branch.startswith(IDEA_BRANCHES):
             self.repo.update_ref(ARCHIVE_PREFIX + commit, commit)   # survives a force-push of the branch
         for cb in self.on_note:
             try:

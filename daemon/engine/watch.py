@@ -8,12 +8,13 @@ from __future__ import annotations
 import logging
 
 from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.refs import IDEA_BRANCHES
 
 log = logging.getLogger("autoresearchd")
 
 
 def _relevant(path: str) -> bool:
-    return ("/refs/heads/idea" in path or path.endswith("packed-refs") or path.endswith("/autoresearch/poke")
+    return ("/" + IDEA_BRANCHES.rstrip("/") in path or path.endswith("packed-refs") or path.endswith("/autoresearch/poke")
             ) and not path.endswith(".lock")
 
 

@@ -30,7 +30,7 @@ from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import branch_for, format_message, make_idea_id, parse_message
 from autoresearchd.store.ledger import Ledger
 from autoresearchd.store.notes import Note, Status
-from autoresearchd.store.population import IDEAS_PREFIX, PROPOSALS_PREFIX, RECORDS_PREFIX
+from autoresearchd.store.refs import IDEAS_PREFIX, IDEA_BRANCHES, PROPOSALS_PREFIX, RECORDS_PREFIX, branch_name
 
 log = logging.getLogger("autoresearchd")
 
@@ -100,7 +100,7 @@ class Implementer:
         if any(self.repo.rev_parse(prefix + idea_id) for prefix in (PROPOSALS_PREFIX, RECORDS_PREFIX)):
             return True
         tail = "-" + idea_id.split("-")[-1]
-        return any(ref.endswith(tail) for ref in self.repo.refs("refs/heads/idea/"))
+        return any(ref.endswith(tail) for ref in self.repo.refs(IDEA_BRANCHES))
 
     # -- implementation ------------------------------------------------------------------------------
     def implement(self, idea_id: str) -> str | None:
@@ -200,7 +200,7 @@ class Implementer:
             self.repo.update_ref(IDEAS_PREFIX + idea_id, commit)
             self.repo.update_ref(branch, commit)
             self.repo.delete_ref(PROPOSALS_PREFIX + idea_id)
-            log.info("implemented %s in %d attempt(s): %s", idea_id, attempts, branch.removeprefix("refs/heads/"))
+            log.info("implemented %s in %d attempt(s): %s", idea_id, attempts, branch_name(branch))
             return branch
         record = self.repo.commit_tree(self.repo.tree_of(base), [base], format_message(title, body, trailers))
         self.ledger.write_note(record, Note(status=status, idea_id=idea_id, metric=m.metric, error=error,

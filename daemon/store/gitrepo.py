@@ -1,4 +1,6 @@
-"""The one module that runs git. Everything else asks this module for refs, notes, commits and archives.
+"""Git access: the repo handle, refs, objects, trees and commits (notes I/O is mixed in from
+gitnotes.py; one git process runs through gitproc.py). Only these three modules run git; everything
+else asks GitRepo for refs, notes, commits and archives.
 
 Writes never touch the user's working tree, index or HEAD: commits are built with plumbing in a
 temporary index (GIT_INDEX_FILE), refs move with compare-and-swap `update-ref`, and every note
@@ -9,24 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import subprocess
 import tempfile
 import threading
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from autoresearchd import defaults
-
-
-class GitError(RuntimeError):
-    """A git command failed; `stderr` holds git's own words."""
-
-    def __init__(self, args: list[str], code: int, stderr: str):
-        super().__init__(f"git {' '.join(args[:3])}... failed ({code}): {stderr.strip()}")
-        self.code, self.stderr = code, stderr
+from autoresearchd.store.gitnotes import NotesIO
+# GitError and git_env are part of this module's interface: callers catch the one and test the other
+from autoresearchd.store.gitproc import GIT, IDENTITY, GitError, git_env, run_git  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -49,49 +43,7 @@ class TreeEntry:
     path: str
 
 
-# A clean, deterministic environment for plumbing: no pager, no user hooks prompting, fixed identity
-# fallback so commits work on hosts without user.name configured. Variables whose names look secret
-# (API keys, tokens) are scrubbed from every git process: a hook or helper git might run must never
-# see them.
-_BASE_ENV = {
-    "GIT_TERMINAL_PROMPT": "0",
-    "GIT_PAGER": "cat",
-    "LC_ALL": "C",
-}
-# A lock file left by a git process that was killed (kill -9 of the daemon's process group, OOM, power
-# loss) would block that ref forever. Git holds a ref lock for milliseconds, so one this old is stale.
-STALE_LOCK_S = 10.0
-_LOCK_RE = re.compile(r"Unable to create '([^']+\.lock)': File exists")
-
-_IDENTITY = {
-    "GIT_AUTHOR_NAME": "autoresearchd",
-    "GIT_AUTHOR_EMAIL": "autoresearchd@localhost",
-    "GIT_COMMITTER_NAME": "autoresearchd",
-    "GIT_COMMITTER_EMAIL": "autoresearchd@localhost",
-}
-
-
-# The daemon's own git runs no hooks (a hook planted in the git dir would otherwise run with the
-# daemon's rights on its next ref update) and no fsmonitor command, whatever the repo's config says.
-_GIT = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"]
-_CONFIG_KEY = re.compile(r"GIT_CONFIG_KEY_\d+")
-
-
-def git_env(extra: dict | None = None) -> dict[str, str]:
-    """The environment of every git process the daemon starts: its own, minus secrets, plus the
-    fixed plumbing settings and identity fallback."""
-    from autoresearchd.runners.trialdir import scrubbed_env
-    env = dict(scrubbed_env(), **_BASE_ENV)
-    # GIT_CONFIG_KEY_<n> names a config key (its value is GIT_CONFIG_VALUE_<n>): not a secret, and
-    # dropping it while GIT_CONFIG_COUNT stays would make every git command fail
-    env.update({k: v for k, v in os.environ.items() if _CONFIG_KEY.fullmatch(k)})
-    for k, v in _IDENTITY.items():
-        env.setdefault(k, v)
-    env.update(extra or {})
-    return env
-
-
-class GitRepo:
+class GitRepo(NotesIO):
     """A handle on one repository. Thread-safe for notes writes (serialised per ref)."""
 
     def __init__(self, path: str | os.PathLike):
@@ -104,34 +56,8 @@ class GitRepo:
     # -- running git -------------------------------------------------------------------------
     def _run(self, args: list[str], *, input: bytes | None = None, env: dict | None = None,
              cwd: Path | None = None, check: bool = True, binary: bool = False):
-        full_env = git_env(env)
-        p = subprocess.run([*_GIT, *args], input=input, capture_output=True,
-                           cwd=cwd or getattr(self, "path", None), env=full_env)
-        if p.returncode != 0 and self._clear_stale_lock(p.stderr):
-            # the command failed to take its lock, so it changed nothing: run it again once
-            p = subprocess.run([*_GIT, *args], input=input, capture_output=True,
-                               cwd=cwd or getattr(self, "path", None), env=full_env)
-        if check and p.returncode != 0:
-            raise GitError(args, p.returncode, p.stderr.decode(errors="replace"))
-        return p.stdout if binary else p.stdout.decode(errors="replace")
-
-    def _clear_stale_lock(self, stderr: bytes) -> bool:
-        """Remove a stale `*.lock` inside our git dir that git named in `stderr`. True if removed."""
-        m = _LOCK_RE.search(stderr.decode(errors="replace"))
-        git_dir = getattr(self, "git_dir", None)
-        if not m or git_dir is None:
-            return False
-        lock = Path(m.group(1))
-        lock = lock if lock.is_absolute() else self.path / lock
-        try:
-            if git_dir not in lock.resolve().parents or time.time() - lock.stat().st_mtime < STALE_LOCK_S:
-                return False
-            lock.unlink()
-        except OSError:
-            return False
-        import logging
-        logging.getLogger("autoresearchd").warning("removed a stale git lock left by a killed process: %s", lock)
-        return True
+        return run_git(args, input=input, env=env, cwd=cwd or getattr(self, "path", None),
+                       git_dir=getattr(self, "git_dir", None), check=check, binary=binary)
 
     def git(self, *args: str, input: bytes | None = None, env: dict | None = None,
             check: bool = True, binary: bool = False):
@@ -141,13 +67,13 @@ class GitRepo:
     @classmethod
     def init(cls, path: str | os.PathLike, branch: str = "main") -> "GitRepo":
         Path(path).mkdir(parents=True, exist_ok=True)
-        subprocess.run([*_GIT, "init", "-q", "-b", branch, str(path)], check=True, capture_output=True,
+        subprocess.run([*GIT, "init", "-q", "-b", branch, str(path)], check=True, capture_output=True,
                        env=git_env())
         return cls(path)
 
     @classmethod
     def discover(cls, start: str | os.PathLike) -> "GitRepo | None":
-        p = subprocess.run([*_GIT, "rev-parse", "--show-toplevel"], cwd=start, capture_output=True, text=True,
+        p = subprocess.run([*GIT, "rev-parse", "--show-toplevel"], cwd=start, capture_output=True, text=True,
                            env=git_env())
         return cls(p.stdout.strip()) if p.returncode == 0 else None
 
@@ -155,7 +81,7 @@ class GitRepo:
         """Commit a freshly created template tree (used by `init`). Touches the real index: the
         repo is brand new and belongs to the daemon."""
         self.git("add", "-A")
-        self.git("commit", "-q", "--no-verify", "-m", message, env=_IDENTITY)
+        self.git("commit", "-q", "--no-verify", "-m", message, env=IDENTITY)
         return self.rev_parse("HEAD")
 
     def commit_paths(self, paths: list[str], message: str) -> str:
@@ -218,7 +144,7 @@ class GitRepo:
         return out or None
 
     def is_ancestor(self, a: str, b: str) -> bool:
-        return subprocess.run([*_GIT, "-C", str(self.path), "merge-base", "--is-ancestor", a, b],
+        return subprocess.run([*GIT, "-C", str(self.path), "merge-base", "--is-ancestor", a, b],
                               capture_output=True, env=git_env()).returncode == 0
 
     # -- objects -----------------------------------------------------------------------------
@@ -255,7 +181,7 @@ class GitRepo:
         args = ["commit-tree", tree]
         for p in parents:
             args += ["-p", p]
-        return self.git(*args, input=message.encode(), env=_IDENTITY).strip()
+        return self.git(*args, input=message.encode(), env=IDENTITY).strip()
 
     def tree_of(self, commit: str) -> str:
         return self.git("rev-parse", commit + "^{tree}").strip()
@@ -308,7 +234,7 @@ class GitRepo:
     def fast_import(self, stream: bytes) -> None:
         """Feed a `git fast-import` stream (bulk creation of commits, refs and notes: benchmarks,
         test populations, imports). Refs are only moved forward unless the stream says otherwise."""
-        self.git("fast-import", "--quiet", "--done", input=stream, env=_IDENTITY)
+        self.git("fast-import", "--quiet", "--done", input=stream, env=IDENTITY)
 
     def changed_paths(self, a: str, b: str) -> list[tuple[str, str]]:
         """(status, path) pairs between two commits; renames report both sides."""
@@ -401,140 +327,10 @@ class GitRepo:
                 res[sha] = int(size)
         return res
 
-    # -- notes -------------------------------------------------------------------------------
-    def notes_list(self, ref: str) -> dict[str, str]:
-        """annotated object sha -> note blob sha, for one notes ref (one process)."""
-        self._flush_notes()
-        if not self.rev_parse(ref):
-            return {}
-        out = self.git("notes", "--ref", ref, "list")
-        res = {}
-        for line in out.splitlines():
-            blob, _, obj = line.partition(" ")
-            res[obj] = blob
-        return res
-
-    def notes_read_all(self, ref: str) -> dict[str, str]:
-        """annotated object sha -> note text, all in one batch."""
-        listing = self.notes_list(ref)
-        blobs = self.cat_file_batch(list(listing.values()))
-        return {obj: blobs[b].decode(errors="replace") for obj, b in listing.items() if b in blobs}
-
-    def note_read(self, ref: str, obj: str) -> str | None:
-        self._flush_notes()
-        out = self._run(["notes", "--ref", ref, "show", obj], check=False, binary=True)
-        return out.decode(errors="replace") if out else None
-
-    def note_write(self, ref: str, obj: str, text: str) -> None:
-        """Write (replace) the note on obj. Serialised: git notes updates one ref per write."""
-        if getattr(self._batch, "queue", None) is not None:
-            self._batch.queue.append((ref, obj, text))
-            return
-        args = ["notes", "--ref", ref, "add", "-f", "-F", "-", obj]
-        with self._notes_lock:
-            for attempt in range(40):
-                try:
-                    self._run(args, input=text.encode(), env=_IDENTITY)
-                    return
-                except GitError as e:
-                    # another process (a CLI user, a second daemon) holds the ref lock: retry
-                    if "lock" not in e.stderr and "cannot lock" not in e.stderr:
-                        raise
-                    threading.Event().wait(0.02 * (attempt + 1))
-            raise GitError(args, 1, f"could not lock {ref} to write the note on {obj}")
-
-    def note_remove(self, ref: str, obj: str) -> None:
-        if getattr(self._batch, "queue", None) is not None:
-            self._batch.queue.append((ref, obj, None))
-            return
-        with self._notes_lock:
-            self._run(["notes", "--ref", ref, "remove", "--ignore-missing", obj], env=_IDENTITY, check=False)
-
-    # -- batched notes: one `git fast-import` commit per ref instead of a process per note ------
-    @contextmanager
-    def notes_batch(self):
-        """Within the block, this thread's note_write/note_remove calls are queued, then applied at
-        its end (or before this thread reads notes): one commit per ref, refs in the order of their
-        last write, so "result note, then clear the lease" keeps its order across refs."""
-        if getattr(self._batch, "queue", None) is not None:
-            yield                                # nested: the outer block applies everything
-            return
-        self._batch.queue = []
-        try:
-            yield
-        finally:
-            try:
-                self._flush_notes()
-            finally:
-                self._batch.queue = None
-
-    def _flush_notes(self) -> None:
-        queue = getattr(self._batch, "queue", None)
-        if not queue:
-            return
-        self._batch.queue = []
-        per_ref: dict[str, dict[str, str | None]] = {}
-        for ref, obj, text in queue:
-            per_ref.setdefault(ref, {})[obj] = text      # a later write to the same note wins
-        last = {ref: i for i, (ref, _, _) in enumerate(queue)}
-        for ref in sorted(per_ref, key=last.get):
-            self.notes_write_many(ref, per_ref[ref])
-
-    def ensure_notes_ref(self, ref: str) -> None:
-        """Create `ref` as an empty notes commit if it does not exist: with notes.displayRef set,
-        every `git log --notes` warns "notes ref ... is invalid" until the ref exists."""
-        if self.rev_parse(ref) is not None:
-            return
-        empty = self.git("mktree", input=b"").strip()
-        commit = self.commit_tree(empty, [], "Notes ref created by autoresearchd (no notes yet)")
-        try:
-            self.update_ref(ref, commit, "0" * len(commit))   # only if still absent: never clobber notes
-        except GitError:
-            pass                                               # someone wrote the first note meanwhile
-
-    def notes_write_many(self, ref: str, items: dict[str, str | None]) -> None:
-        """Write (text) or remove (None) the notes on many objects as one commit on ref. The ref
-        moves only if nobody moved it meanwhile (fast-import refuses a non-fast-forward); retried."""
-        if not items:
-            return
-        body = []
-        for obj, text in items.items():
-            if text is None:
-                body.append(f"N {'0' * 40} {obj}\n".encode())
-            else:
-                data = _stripspace(text).encode()
-                body.append(b"N inline %s\ndata %d\n%s\n" % (obj.encode(), len(data), data))
-        msg = b"Notes added by autoresearchd\n"
-        with self._notes_lock:
-            for attempt in range(40):
-                old = self.rev_parse(ref)
-                if old is None and all(t is None for t in items.values()):
-                    return                       # nothing to remove from a ref that does not exist
-                head = b"commit %s\ncommitter %s <%s> %d +0000\ndata %d\n%s\n" % (
-                    ref.encode(), _IDENTITY["GIT_COMMITTER_NAME"].encode(), _IDENTITY["GIT_COMMITTER_EMAIL"].encode(),
-                    int(time.time()), len(msg), msg)
-                stream = head + (b"from %s\n" % old.encode() if old else b"") + b"".join(body) + b"\n"
-                try:   # small imports as loose objects: no pack file per batch
-                    self._run(["-c", "fastimport.unpackLimit=1000000", "fast-import", "--quiet"], input=stream)
-                    return
-                except GitError as e:
-                    if "Not updating" not in e.stderr and "lock" not in e.stderr:
-                        raise
-                    threading.Event().wait(0.02 * (attempt + 1))
-            raise GitError(["fast-import"], 1, f"could not update {ref}: it kept moving")
-
     def fsck(self) -> tuple[bool, str]:
-        p = subprocess.run([*_GIT, "-C", str(self.path), "fsck", "--no-progress"], capture_output=True, text=True,
+        p = subprocess.run([*GIT, "-C", str(self.path), "fsck", "--no-progress"], capture_output=True, text=True,
                            env=git_env())
         return p.returncode == 0, p.stdout + p.stderr
-
-
-def _stripspace(text: str) -> str:
-    """What `git notes add` stores for a message: lines right-stripped, runs of blank lines
-    collapsed, no blank lines at either end, a final newline."""
-    lines = [ln.rstrip() for ln in text.splitlines()]
-    text = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip("\n")
-    return text + "\n" if text else ""
 
 
 def state_dir(repo: GitRepo, create: bool = True) -> Path:

@@ -15,6 +15,7 @@ import unicodedata
 from dataclasses import dataclass, field, replace
 
 from autoresearchd.store.notes import Lease, Note, Status
+from autoresearchd.store.refs import IDEA_BRANCHES
 
 ORIGINS = ("seed", "exploit", "explore", "human", "greedy", "best_of_n", "baseline", "confirm")
 
@@ -39,7 +40,7 @@ def slugify(text: str, maxlen: int = 40) -> str:
 
 def branch_for(idea_id: str, title: str, origin: str) -> str:
     group = "human" if origin == "human" else idea_id.split("-")[0]
-    return f"refs/heads/idea/{group}/{slugify(title)}-{idea_id.split('-')[-1]}"
+    return f"{IDEA_BRANCHES}{group}/{slugify(title)}-{idea_id.split('-')[-1]}"
 
 
 def sanitize_ref_component(name: str) -> str:

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import time
 
-from autoresearchd import defaults
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.notes import Lease, Note, format_leases, format_note, parse_leases, parse_note
-from autoresearchd.store.population import LOGS_PREFIX
+from autoresearchd.store.refs import LOGS_PREFIX, NOTES_REF, RUNS_REF
 
 
 class Ledger:
@@ -24,21 +23,21 @@ class Ledger:
 
     # -- leases ----------------------------------------------------------------------------------
     def leases(self, commit: str) -> list[Lease]:
-        text = self.repo.note_read(defaults.RUNS_REF, commit)
+        text = self.repo.note_read(RUNS_REF, commit)
         return parse_leases(text) if text else []
 
     def write_leases(self, commit: str, leases: list[Lease]) -> None:
         if leases:
-            self.repo.note_write(defaults.RUNS_REF, commit, format_leases(leases))
+            self.repo.note_write(RUNS_REF, commit, format_leases(leases))
         else:
-            self.repo.note_remove(defaults.RUNS_REF, commit)
+            self.repo.note_remove(RUNS_REF, commit)
 
     def upsert_lease(self, commit: str, lease: Lease) -> None:
         cur = [lz for lz in self.leases(commit) if lz.trial_id != lease.trial_id]
         self.write_leases(commit, cur + [lease])
 
     def all_leases(self) -> dict[str, list[Lease]]:
-        return {c: parse_leases(t) for c, t in self.repo.notes_read_all(defaults.RUNS_REF).items()}
+        return {c: parse_leases(t) for c, t in self.repo.notes_read_all(RUNS_REF).items()}
 
     # -- logs ------------------------------------------------------------------------------------
     def store_log(self, name: str, data: bytes) -> str:
@@ -49,9 +48,9 @@ class Ledger:
 
     # -- results ---------------------------------------------------------------------------------
     def note(self, commit: str) -> Note | None:
-        text = self.repo.note_read(defaults.NOTES_REF, commit)
+        text = self.repo.note_read(NOTES_REF, commit)
         return parse_note(text) if text else None
 
     def write_note(self, commit: str, note: Note) -> None:
         note.finished_at = note.finished_at or time.time()
-        self.repo.note_write(defaults.NOTES_REF, commit, format_note(note))
+        self.repo.note_write(NOTES_REF, commit, format_note(note))

@@ -18,19 +18,13 @@ import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from autoresearchd import defaults
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import Idea, as_pushed, idea_from_commit
 from autoresearchd.store.notes import Note, Status, parse_leases, parse_note
+from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF, PROPOSALS_PREFIX,
+                                      RECORDS_PREFIX, RUNS_REF)
+from autoresearchd.store.refs import HEADS
 
-RECORDS_PREFIX = "refs/autoresearch/records/"
-IDEAS_PREFIX = "refs/autoresearch/ideas/"      # commits the daemon wrote: their trailers are believed
-PROPOSALS_PREFIX = "refs/autoresearch/proposals/"
-LOGS_PREFIX = "refs/autoresearch/logs/"
-# every idea commit that got a note is kept here too, so a force-pushed or deleted branch never takes
-# a measured commit (and its result) out of the population, nor leaves a child's Parents dangling
-ARCHIVE_PREFIX = "refs/autoresearch/archive/"
-BRANCH_PREFIX = "refs/heads/" + defaults.IDEA_PREFIX
 
 
 @dataclass
@@ -84,7 +78,7 @@ class Population:
         if ref in self.by_id:
             return self.by_id[ref]
         for i in self.ideas:
-            if i.branch and (i.branch == ref or i.branch == "refs/heads/" + ref
+            if i.branch and (i.branch == ref or i.branch == HEADS + ref
                              or i.branch.endswith("/" + ref)):
                 return i
         matches = [i for i in self.ideas if i.idea_id.startswith(ref) or (i.commit and len(ref) >= 6
@@ -151,14 +145,14 @@ def _parse_commit(raw: bytes) -> tuple[str, list[str], str, int]:
 
 
 def read_population(repo: GitRepo, baseline_ref: str) -> Population:
-    refs = repo.refs(BRANCH_PREFIX)
+    refs = repo.refs(IDEA_BRANCHES)
     own = set(repo.refs(IDEAS_PREFIX).values())
     refs.update(repo.refs(RECORDS_PREFIX))
     refs.update(repo.refs(PROPOSALS_PREFIX))
     refs.update(repo.refs(ARCHIVE_PREFIX))
     baseline = repo.rev_parse(baseline_ref)
-    note_list = repo.notes_list(defaults.NOTES_REF)
-    lease_list = repo.notes_list(defaults.RUNS_REF)
+    note_list = repo.notes_list(NOTES_REF)
+    lease_list = repo.notes_list(RUNS_REF)
     commits = list(dict.fromkeys(refs.values()))
     # One batch for every commit and every note blob that matters.
     wanted = commits + [note_list[c] for c in commits if c in note_list] + \
@@ -171,7 +165,7 @@ def read_population(repo: GitRepo, baseline_ref: str) -> Population:
     ideas: list[Idea] = []
     seen: set[str] = set()
     # a commit still on its branch is seen through the branch, not through its archive ref
-    for ref, sha in sorted(refs.items(), key=lambda kv: (not kv[0].startswith(BRANCH_PREFIX), kv[0])):
+    for ref, sha in sorted(refs.items(), key=lambda kv: (not kv[0].startswith(IDEA_BRANCHES), kv[0])):
         if sha in seen or (sha not in objs and sha not in _IDEAS):
             continue  # two branches on one commit are one idea
         seen.add(sha)
@@ -180,9 +174,9 @@ def read_population(repo: GitRepo, baseline_ref: str) -> Population:
             tree, parents, msg, ts = _parse_commit(objs[sha])
             return idea_from_commit(sha, tree, parents[0] if parents else None, msg, None, ts)
         idea = dataclasses.replace(_IDEAS.get_or(sha, make))
-        if ref.startswith((BRANCH_PREFIX, ARCHIVE_PREFIX)) and sha not in own:
+        if ref.startswith((IDEA_BRANCHES, ARCHIVE_PREFIX)) and sha not in own:
             idea = as_pushed(idea)
-        idea.branch = ref if ref.startswith((BRANCH_PREFIX, ARCHIVE_PREFIX)) else None
+        idea.branch = ref if ref.startswith((IDEA_BRANCHES, ARCHIVE_PREFIX)) else None
         idea.proposal = ref.startswith(PROPOSALS_PREFIX)
         if sha in note_list and (note_list[sha] in objs or note_list[sha] in _NOTES):
             idea.note = _note(note_list[sha], objs)

@@ -12,10 +12,10 @@ import logging
 from pathlib import Path
 
 from autoresearchd.store.gitrepo import GitError, GitRepo
+from autoresearchd.store.refs import REPLAY_REF
 
 log = logging.getLogger("autoresearchd")
 
-REPLAY_REF = "refs/autoresearch/replay"
 
 
 def file_digest(path: Path) -> str:

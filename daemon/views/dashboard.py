@@ -20,6 +20,7 @@ from autoresearchd import defaults
 from autoresearchd.engine.judge import BEST_DECISIONS, GOOD_DECISIONS
 from autoresearchd.runners.trialdir import SECRET_NAME
 from autoresearchd.store.notes import FAILURES, Status
+from autoresearchd.store.refs import branch_name
 from autoresearchd.views.curves import series
 from autoresearchd.views.progress import running_trials
 from autoresearchd.views.summary import daemon_state, idea_tokens, idea_usd, leaderboard, summary
@@ -266,7 +267,7 @@ class Snapshot:
         if i is None:
             return None
         repo, n, red = self.research.repo, i.note, (lambda t: redact(t, self.secrets))
-        branch = (i.branch or "").removeprefix("refs/heads/")
+        branch = branch_name(i.branch)
         diff, truncated = "", False
         if i.base_commit and i.commit:
             diff = repo.diff(i.base_commit, i.commit) or ""

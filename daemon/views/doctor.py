@@ -21,6 +21,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from autoresearchd import defaults
+from autoresearchd.store.refs import branch_ref
 from autoresearchd.validate import ERROR, OK, WARN, EnvSource, findings
 
 LOG_TAIL_CHARS = 3000      # shown for a failing step
@@ -154,7 +155,7 @@ def _tars(cfg, src: EnvSource) -> tuple[bytes, bytes | None, list[str], str]:
         from autoresearchd.store.gitrepo import GitRepo
         repo = GitRepo(cfg.resolve(cfg.research.repo))
         branch = cfg.research.baseline or m.baseline
-        commit = repo.rev_parse(branch if branch.startswith("refs/") else f"refs/heads/{branch}")
+        commit = repo.rev_parse(branch_ref(branch))
         frozen = sorted(f for f in src.files if m.is_frozen(f))
         return (repo.archive(commit, exclude=m.heldout()), (repo.archive(commit, frozen) if frozen else None),
                 frozen, commit)

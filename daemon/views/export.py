@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from autoresearchd.store.refs import branch_name
 from autoresearchd.views.summary import idea_tokens, idea_usd, load
 
 FORMATS = ("jsonl", "parquet")
@@ -61,7 +62,7 @@ def records(cfg) -> list[dict]:
                "error": n.error if n else None,
                "cost": {"tokens": idea_tokens(i), "usd": idea_usd(i)},
                "gpu_s": n.gpu_s if n else None, "cpu_s": n.cpu_s if n else None,
-               "branch": (i.branch or "").removeprefix("refs/heads/") or None, "commit": i.commit}
+               "branch": branch_name(i.branch) or None, "commit": i.commit}
         if revisions:
             rec["revisions"] = revisions
         out.append(rec)

@@ -17,10 +17,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from autoresearchd import defaults
 from autoresearchd.store.notes import Status
+from autoresearchd.store.refs import NOTES_REF, branch_name
 from autoresearchd.views.progress import running_trials
-from autoresearchd.views.summary import branch_name, idea_tokens, idea_usd, leaderboard, load, summary
+from autoresearchd.views.summary import idea_tokens, idea_usd, leaderboard, load, summary
 
 
 def _fmt(v: float | None, nd: int = 4) -> str:
@@ -196,7 +196,7 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
             _plain(console, f"baseline {pop.baseline_commit}: no result yet")
             return 1
         _plain(console, f"baseline  commit: {pop.baseline_commit}")
-        _plain(console, repo.note_read(defaults.NOTES_REF, pop.baseline_commit) or "")
+        _plain(console, repo.note_read(NOTES_REF, pop.baseline_commit) or "")
         _logs(console, repo, pop.baseline_note, full_log)
         return 0
     idea = pop.resolve(ref)
@@ -206,7 +206,7 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
         return 1
     console.print(Text(idea.title, style="bold") + Text(f"  ({idea.idea_id}, {idea.origin}, epoch {idea.epoch}, "
                                                        f"{idea.status.value})"), highlight=False)
-    _plain(console, f"branch: {branch_name(idea) or '(none: never became runnable)'}  commit: {idea.commit}")
+    _plain(console, f"branch: {branch_name(idea.branch) or '(none: never became runnable)'}  commit: {idea.commit}")
     if idea.parents:
         _plain(console, f"parents: {', '.join(idea.parents)}")
     if idea.model:
@@ -220,7 +220,7 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
     if idea.base_commit and idea.commit and idea.branch:
         console.print("[bold]diff[/]" if diff else "[bold]diffstat[/] (--diff for the full diff)")
         _plain(console, repo.diff(idea.base_commit, idea.commit, stat=not diff) or "(no change)")
-    text = repo.note_read(defaults.NOTES_REF, idea.commit) if idea.commit else None
+    text = repo.note_read(NOTES_REF, idea.commit) if idea.commit else None
     if text:
         console.print("[bold]note[/]")
         _plain(console, "\n".join(ln for ln in text.splitlines() if not ln.startswith("trials: ")))

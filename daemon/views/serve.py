@@ -36,6 +36,7 @@ from autoresearchd.research import open_research
 from autoresearchd.store.gitrepo import state_dir
 from autoresearchd.store.notes import Status
 from autoresearchd.store.population import read_population
+from autoresearchd.store.refs import IDEA_BRANCHES, NOTES_NAMESPACE, PROPOSALS_PREFIX, RECORDS_PREFIX
 from autoresearchd.views.dashboard import Snapshot, secrets_in_env
 
 log = logging.getLogger("autoresearchd")
@@ -93,12 +94,12 @@ class Live:
         repo = self.research.repo
         self._polls += 1
         if self._polls % defaults.SERVE_FULL_SCAN_EVERY == 1 or not self._ideas_digest:
-            self._ideas_digest = repo.refs_digest("refs/heads/" + defaults.IDEA_PREFIX, "refs/autoresearch/records/")
+            self._ideas_digest = repo.refs_digest(IDEA_BRANCHES, RECORDS_PREFIX)
         try:
             packed = (repo.git_dir / "packed-refs").stat().st_mtime_ns
         except OSError:
             packed = 0
-        return "|".join([repo.refs_digest("refs/notes/", "refs/autoresearch/proposals/", self.research.baseline_ref),
+        return "|".join([repo.refs_digest(NOTES_NAMESPACE, PROPOSALS_PREFIX, self.research.baseline_ref),
                          self._ideas_digest, str(packed)])
 
     def _state_key(self) -> str:

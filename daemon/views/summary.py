@@ -16,6 +16,7 @@ from autoresearchd.engine.judge import BEST_DECISIONS, seed_warning
 from autoresearchd.research import open_research
 from autoresearchd.store.gitrepo import state_dir
 from autoresearchd.store.population import read_population
+from autoresearchd.store.refs import branch_name
 from autoresearchd.views.progress import running_trials
 
 
@@ -41,10 +42,6 @@ def load(cfg):
     """(research, population): the one batch read every view starts from."""
     research = open_research(cfg, create=False)
     return research, read_population(research.repo, research.baseline_ref)
-
-
-def branch_name(idea) -> str:
-    return (idea.branch or "").removeprefix("refs/heads/")
 
 
 def idea_usd(i) -> float:
@@ -91,7 +88,7 @@ def is_confirmed(i) -> bool:
 
 def result_entry(i) -> dict:
     n = i.note
-    return {"idea": i.idea_id, "title": i.title, "branch": branch_name(i), "commit": i.commit, "value": i.value,
+    return {"idea": i.idea_id, "title": i.title, "branch": branch_name(i.branch), "commit": i.commit, "value": i.value,
             "std": n.std, "seeds": len(n.values), "values": n.values, "decision": n.decision,
             "delta": n.delta, "origin": i.origin, "epoch": i.epoch}
 
@@ -172,7 +169,7 @@ def leaderboard(cfg, status=None, origin=None, epoch=None, research=None, pop=No
                      "std": n.std if n and i.value is not None else None,
                      "seeds": len(n.values) if n else 0, "values": n.values if n else [],
                      "delta": n.delta if n else None, "decision": n.decision if n else None, "origin": i.origin,
-                     "parents": i.parents, "epoch": i.epoch, "branch": branch_name(i), "commit": i.commit,
+                     "parents": i.parents, "epoch": i.epoch, "branch": branch_name(i.branch), "commit": i.commit,
                      "error": n.error if n else None})
     sign = 1 if goal == "min" else -1
     rows.sort(key=lambda r: (r["value"] is None, sign * (r["value"] or 0), r["idea"]))

@@ -25,6 +25,8 @@ import re
 import threading
 from pathlib import Path
 
+from autoresearchd.store.refs import branch_name
+
 log = logging.getLogger("autoresearchd")
 
 CONFIG_KEYS = ("idea_id", "title", "origin", "parents", "epoch", "seeds", "host", "accelerator", "metric", "goal",
@@ -75,7 +77,7 @@ class WandbMirror:
                "seeds": list(note.seeds), "host": note.host or (first.host if first else None),
                "accelerator": note.accelerator, "metric": m.metric, "goal": m.goal,
                "model": idea.model if idea is not None else None,
-               "branch": (idea.branch or "").removeprefix("refs/heads/") if idea is not None else None,
+               "branch": branch_name(idea.branch) if idea is not None else None,
                "commit": commit}
         # a suspicious (tampered or implausible) value is kept as `suspect_value`, never under the metric's
         # own name or `value`, so no W&B chart or sort ever ranks it as a best result

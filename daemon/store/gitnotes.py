@@ -1,0 +1,148 @@
+"""Git notes I/O, mixed into GitRepo: list and read notes in one batch, write or remove one note
+(serialised per ref, retried while another process holds the ref's lock), and batched writes that
+land as one `git fast-import` commit per ref instead of a process per note.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from contextlib import contextmanager
+
+from autoresearchd.store.gitproc import IDENTITY, GitError
+
+
+class NotesIO:
+    """The notes half of GitRepo (it provides _run, git, rev_parse, cat_file_batch, commit_tree,
+    update_ref, _notes_lock and _batch)."""
+
+    # -- notes -------------------------------------------------------------------------------
+    def notes_list(self, ref: str) -> dict[str, str]:
+        """annotated object sha -> note blob sha, for one notes ref (one process)."""
+        self._flush_notes()
+        if not self.rev_parse(ref):
+            return {}
+        out = self.git("notes", "--ref", ref, "list")
+        res = {}
+        for line in out.splitlines():
+            blob, _, obj = line.partition(" ")
+            res[obj] = blob
+        return res
+
+    def notes_read_all(self, ref: str) -> dict[str, str]:
+        """annotated object sha -> note text, all in one batch."""
+        listing = self.notes_list(ref)
+        blobs = self.cat_file_batch(list(listing.values()))
+        return {obj: blobs[b].decode(errors="replace") for obj, b in listing.items() if b in blobs}
+
+    def note_read(self, ref: str, obj: str) -> str | None:
+        self._flush_notes()
+        out = self._run(["notes", "--ref", ref, "show", obj], check=False, binary=True)
+        return out.decode(errors="replace") if out else None
+
+    def note_write(self, ref: str, obj: str, text: str) -> None:
+        """Write (replace) the note on obj. Serialised: git notes updates one ref per write."""
+        if getattr(self._batch, "queue", None) is not None:
+            self._batch.queue.append((ref, obj, text))
+            return
+        args = ["notes", "--ref", ref, "add", "-f", "-F", "-", obj]
+        with self._notes_lock:
+            for attempt in range(40):
+                try:
+                    self._run(args, input=text.encode(), env=IDENTITY)
+                    return
+                except GitError as e:
+                    # another process (a CLI user, a second daemon) holds the ref lock: retry
+                    if "lock" not in e.stderr and "cannot lock" not in e.stderr:
+                        raise
+                    threading.Event().wait(0.02 * (attempt + 1))
+            raise GitError(args, 1, f"could not lock {ref} to write the note on {obj}")
+
+    def note_remove(self, ref: str, obj: str) -> None:
+        if getattr(self._batch, "queue", None) is not None:
+            self._batch.queue.append((ref, obj, None))
+            return
+        with self._notes_lock:
+            self._run(["notes", "--ref", ref, "remove", "--ignore-missing", obj], env=IDENTITY, check=False)
+
+    # -- batched notes: one `git fast-import` commit per ref instead of a process per note ------
+    @contextmanager
+    def notes_batch(self):
+        """Within the block, this thread's note_write/note_remove calls are queued, then applied at
+        its end (or before this thread reads notes): one commit per ref, refs in the order of their
+        last write, so "result note, then clear the lease" keeps its order across refs."""
+        if getattr(self._batch, "queue", None) is not None:
+            yield                                # nested: the outer block applies everything
+            return
+        self._batch.queue = []
+        try:
+            yield
+        finally:
+            try:
+                self._flush_notes()
+            finally:
+                self._batch.queue = None
+
+    def _flush_notes(self) -> None:
+        queue = getattr(self._batch, "queue", None)
+        if not queue:
+            return
+        self._batch.queue = []
+        per_ref: dict[str, dict[str, str | None]] = {}
+        for ref, obj, text in queue:
+            per_ref.setdefault(ref, {})[obj] = text      # a later write to the same note wins
+        last = {ref: i for i, (ref, _, _) in enumerate(queue)}
+        for ref in sorted(per_ref, key=last.get):
+            self.notes_write_many(ref, per_ref[ref])
+
+    def ensure_notes_ref(self, ref: str) -> None:
+        """Create `ref` as an empty notes commit if it does not exist: with notes.displayRef set,
+        every `git log --notes` warns "notes ref ... is invalid" until the ref exists."""
+        if self.rev_parse(ref) is not None:
+            return
+        empty = self.git("mktree", input=b"").strip()
+        commit = self.commit_tree(empty, [], "Notes ref created by autoresearchd (no notes yet)")
+        try:
+            self.update_ref(ref, commit, "0" * len(commit))   # only if still absent: never clobber notes
+        except GitError:
+            pass                                               # someone wrote the first note meanwhile
+
+    def notes_write_many(self, ref: str, items: dict[str, str | None]) -> None:
+        """Write (text) or remove (None) the notes on many objects as one commit on ref. The ref
+        moves only if nobody moved it meanwhile (fast-import refuses a non-fast-forward); retried."""
+        if not items:
+            return
+        body = []
+        for obj, text in items.items():
+            if text is None:
+                body.append(f"N {'0' * 40} {obj}\n".encode())
+            else:
+                data = _stripspace(text).encode()
+                body.append(b"N inline %s\ndata %d\n%s\n" % (obj.encode(), len(data), data))
+        msg = b"Notes added by autoresearchd\n"
+        with self._notes_lock:
+            for attempt in range(40):
+                old = self.rev_parse(ref)
+                if old is None and all(t is None for t in items.values()):
+                    return                       # nothing to remove from a ref that does not exist
+                head = b"commit %s\ncommitter %s <%s> %d +0000\ndata %d\n%s\n" % (
+                    ref.encode(), IDENTITY["GIT_COMMITTER_NAME"].encode(), IDENTITY["GIT_COMMITTER_EMAIL"].encode(),
+                    int(time.time()), len(msg), msg)
+                stream = head + (b"from %s\n" % old.encode() if old else b"") + b"".join(body) + b"\n"
+                try:   # small imports as loose objects: no pack file per batch
+                    self._run(["-c", "fastimport.unpackLimit=1000000", "fast-import", "--quiet"], input=stream)
+                    return
+                except GitError as e:
+                    if "Not updating" not in e.stderr and "lock" not in e.stderr:
+                        raise
+                    threading.Event().wait(0.02 * (attempt + 1))
+            raise GitError(["fast-import"], 1, f"could not update {ref}: it kept moving")
+
+
+def _stripspace(text: str) -> str:
+    """What `git notes add` stores for a message: lines right-stripped, runs of blank lines
+    collapsed, no blank lines at either end, a final newline."""
+    lines = [ln.rstrip() for ln in text.splitlines()]
+    text = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip("\n")
+    return text + "\n" if text else ""
