@@ -12,7 +12,11 @@ import argparse
 import random
 import statistics
 
-from autoresearchd.engine.judge import BEST_DECISIONS, decide, pooled_std
+from autoresearchd.engine.judge import decide, pooled_std
+
+
+
+from autoresearchd.store.notes import BEST_DECISIONS
 
 
 def ours(rng, mu, sigma, k, confirm, mult) -> bool:

@@ -22,6 +22,14 @@ HOST_PROBE_S = (2.0, 60.0)
 # Reconnecting to a host that does not answer: after 1 s, doubling, at most every 3 s, so a host that
 # comes back is seen within a few seconds (docs/hosts.md), and a dead one costs one connect per 3 s.
 RECONNECT_S = (1.0, 3.0)
+# A trial whose wrapper has not written its pid file yet (crash between lease and submit) counts as
+# starting for this long after submit, then as lost.
+STARTING_GRACE_S = 60.0
+SSH_MAX_CHANNELS = 8         # concurrent channels per connection; OpenSSH's MaxSessions defaults to 10
+# the ssh runner's slots() re-checks a host's reachability at most this often (the shell itself backs
+# off reconnects to a dead host, so this stays cheap)
+SSH_REACHABLE_TTL_S = 5.0
+TAMPER_SHOWN = 5             # tamper lines quoted in a suspicious note's reason; its `tamper` field keeps all
 MIN_FREE_MB = 512            # a host's work root needs this much free space before a trial is staged
 LOG_HEAD_BYTES = 256 * 1024  # kept from the start of a run's output
 LOG_TAIL_BYTES = 256 * 1024  # kept from the end
@@ -45,14 +53,17 @@ AGENT_TOOLS = "Bash,Read,Edit,Write,Glob,Grep"   # Claude Code's allowed tools (
 LLM_TIMEOUT_S = 300.0
 LLM_MAX_RETRIES = 4
 LLM_BACKOFF_S = 1.0
+LLM_MAX_RETRY_AFTER_S = 120.0   # a provider's Retry-After is honoured up to this long
+# the model each provider uses when [llm] model is not set
+LLM_MODELS = {"anthropic": "claude-sonnet-5-5", "openai": "gpt-5.5"}
 LLM_CONCURRENCY = 4
 LLM_MAX_TOKENS = 8192
 # USD per million (input, output) tokens of the default models, so `budget_usd` holds with no
 # [llm.prices] table. Published-style list prices at the time of writing: check the vendor's
 # price page and override them in [llm.prices."MODEL"] (a config entry wins over these).
 LLM_PRICES = {
-    "claude-sonnet-5-5": (3.0, 15.0),   # the anthropic provider's default model
-    "gpt-5.5": (1.25, 10.0),            # the openai provider's default model
+    LLM_MODELS["anthropic"]: (3.0, 15.0),
+    LLM_MODELS["openai"]: (1.25, 10.0),
 }
 
 IDEAS_PER_EPOCH = 80
@@ -63,6 +74,12 @@ BASELINE_SEEDS = 3
 NOISE_MULT = 2.0             # promotions by less than this many baseline stds need confirmation
 CONFIRM_SEEDS = 2
 DUPLICATE_THRESHOLD = 90.0   # rapidfuzz token_set_ratio
+MAX_FOLLOWUPS = 2            # extra LLM calls per proposal batch (a malformed or short answer)
+MAX_PARENT_IDS = 3           # parents an exploit idea records, at most
+GREEDY_RECENT_FAILURES = 10  # recent failures the greedy policy shows
+PROMPT_MAX_IDEA_CHARS = 1500   # one idea shown in a prompt is cut here (the paper showed whole ideas)
+PROMPT_MAX_ERROR_CHARS = 300   # a failed idea's error, as a prompt shows it
+PROMPT_MAX_AVOID_TITLES = 300  # the newest titles a prompt lists as already tried
 
 # Search mechanisms (issue 21), measured in bench/search_sim.py; see docs/policies.md for the table.
 ISLANDS = 1                  # exploit sub-populations; 1 = one population (the paper's search)
@@ -74,6 +91,13 @@ NOVELTY_JUDGE = False        # ask the LLM whether a gated pair is really the sa
 
 LOCAL_SLOTS = 1
 HUMAN_PRIORITY = True
+
+# the read-only views
+IDEAS_RICH_ROWS = 300        # `ideas` prints plain columns beyond this many rows (rich lays out big tables slowly)
+IDEAS_WIDE_TABLE = 130       # below this many terminal columns `ideas` shows the narrow set
+REPORT_TOP_K = 20            # ideas in the report's leaderboard
+DOCTOR_LOG_TAIL_CHARS = 3000   # output shown for a failing doctor step
+WANDB_MAX_DIFF = 200_000     # characters of an idea's diff mirrored to W&B
 
 # `autoresearchd serve`, the live dashboard
 SERVE_HOST = "127.0.0.1"     # loopback only; any other bind needs a token

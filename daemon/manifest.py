@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from autoresearchd import defaults
+from autoresearchd.goal import better
 
 MANIFEST_FILE = ".autoresearch.toml"
 
@@ -69,7 +70,7 @@ class EnvManifest(BaseModel):
 
     def better(self, a: float, b: float) -> bool:
         """True if a is strictly better than b under the goal."""
-        return a < b if self.goal == "min" else a > b
+        return better(a, b, self.goal)
 
     def delta(self, value: float, ref: float) -> float:
         return value - ref

@@ -14,6 +14,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from autoresearchd import defaults
 from autoresearchd.config import Config, ConfigError
 from autoresearchd.manifest import MANIFEST_FILE, EnvManifest
 from autoresearchd.store.refs import branch_ref
@@ -254,13 +255,7 @@ def unpriced_message(model: str) -> str:
 
 
 def default_model(provider: str) -> str:
-    if provider == "anthropic":
-        from autoresearchd.llm.anthropic_provider import DEFAULT_MODEL
-    elif provider == "openai":
-        from autoresearchd.llm.openai_provider import DEFAULT_MODEL
-    else:
-        return "unknown"
-    return DEFAULT_MODEL
+    return defaults.LLM_MODELS.get(provider, "unknown")
 
 
 def _packaged_replay(env_name: str) -> bool:

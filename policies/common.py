@@ -9,7 +9,7 @@ The batch loop: a subclass's `plan()` says what one batch asks for (origin, size
 pick parents); `propose()` asks for whole batches until it has at least `n` ideas. Each answer is
 parsed; ideas that duplicate an existing idea (any status, human ones included) or an earlier
 proposal are returned with `dropped_reason`, and the model is asked for replacements, at most
-`MAX_FOLLOWUPS` more calls per batch, which also covers answers with too few ideas.
+`defaults.MAX_FOLLOWUPS` more calls per batch, which also covers answers with too few ideas.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
+from autoresearchd import defaults
 from autoresearchd.llm.base import LLMError
 from autoresearchd.store.notes import Status
 from . import novelty
@@ -26,7 +27,6 @@ from .dedupe import PENDING, DuplicateIndex
 from .prompting import ParsedIdea, Prompts, parse_ideas, render
 
 POLICY_ORIGINS = {"seed", "exploit", "explore", "greedy", "best_of_n"}
-MAX_FOLLOWUPS = 2
 
 
 @dataclass
@@ -134,7 +134,7 @@ class LLMPolicy(Policy):
             if not ok:   # only duplicates or nothing readable, even after follow-ups
                 if not out:
                     raise LLMError(f"no usable [Experiment] ... [End] blocks in the model's answers "
-                                   f"({1 + MAX_FOLLOWUPS} calls for one batch)")
+                                   f"({1 + defaults.MAX_FOLLOWUPS} calls for one batch)")
                 break
         return out
 
@@ -144,7 +144,7 @@ class LLMPolicy(Policy):
         accepted: list[Proposal] = []
         dropped: list[Proposal] = []
         carry_usd, carry_tok = self._unbilled
-        for call in range(1 + MAX_FOLLOWUPS):
+        for call in range(1 + defaults.MAX_FOLLOWUPS):
             want = plan.k - len(accepted)
             meta = {"n": want, "known_titles": known + [p.title for p in accepted + dropped]}
             try:
@@ -182,7 +182,7 @@ class LLMPolicy(Policy):
                     accepted.append(prop)
             dropped += new_dups
             self._unbilled = (carry_usd, carry_tok)
-            if len(accepted) >= plan.k or call == MAX_FOLLOWUPS:
+            if len(accepted) >= plan.k or call == defaults.MAX_FOLLOWUPS:
                 break
             messages += [{"role": "assistant", "content": c.text},
                          {"role": "user", "content": self._followup(plan.k - len(accepted), len(parsed),

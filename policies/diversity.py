@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 
-from autoresearchd.engine.judge import BEST_DECISIONS
+from autoresearchd.store.notes import BEST_DECISIONS
 from .dedupe import jaccard, normalize
 
 

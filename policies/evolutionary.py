@@ -8,7 +8,7 @@ whole batches.
 - exploit: up to `max_parents` parents sampled uniformly from the ideas that beat the measured
   baseline (promoted/confirmed ones first, demoted ones never); with no baseline yet, the best
   measured ideas. The model combines and refines them. Parents = the shown ids the idea cites,
-  else the shown ones (at most MAX_PARENT_IDS); it branches off the baseline, except when it cites
+  else the shown ones (at most defaults.MAX_PARENT_IDS); it branches off the baseline, except when it cites
   exactly one parent: then it builds on that parent's commit.
 - explore: up to `max_parents` ideas sampled from the whole measured history, failures included
   with their reason; the model is asked for new directions that avoid what failed.
@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import re
 
+from autoresearchd import defaults
+from autoresearchd.goal import sign
 from autoresearchd.store.notes import Status
 from .common import BatchPlan, LLMPolicy
 from .diversity import diverse_sample, island_candidates
 from .prompting import ParsedIdea, describe_ideas
 
-MAX_PARENT_IDS = 3
 PREFERRED = ("promoted", "confirmed")
 
 
@@ -50,7 +51,7 @@ def exploit_candidates(population, env) -> tuple[list, list]:
     base = population.baseline_value
     if base is not None:
         ok = [i for i in ok if env.better(i.value, base)]
-    ok.sort(key=lambda i: (i.value if env.goal == "min" else -i.value, i.idea_id))
+    ok.sort(key=lambda i: (sign(env.goal) * i.value, i.idea_id))
     preferred = [i for i in ok if i.note.decision in PREFERRED]
     return preferred, [i for i in ok if i.note.decision not in PREFERRED]
 
@@ -109,7 +110,7 @@ class EvolutionaryPolicy(LLMPolicy):
         if population.baseline_value is None:
             shown = (preferred + others)[:m]          # no baseline: the best measured ideas
         elif cfg.inspiration == "top_diverse":
-            ranked = sorted(preferred + others, key=lambda i: (i.value if env.goal == "min" else -i.value))
+            ranked = sorted(preferred + others, key=lambda i: sign(env.goal) * i.value)
             shown = ranked[:max(1, m // 2)]
             rest = [i for i in history(population) if i not in shown
                     and not (i.note and i.note.decision == "demoted")]
@@ -127,10 +128,10 @@ class EvolutionaryPolicy(LLMPolicy):
         by_id = {i.idea_id: i for i in shown + extra}
 
         def lineage(idea: ParsedIdea):
-            cited = cited_parents(idea, by_id)[:MAX_PARENT_IDS]
+            cited = cited_parents(idea, by_id)[:defaults.MAX_PARENT_IDS]
             if len(cited) == 1:
                 return cited, by_id[cited[0]].commit
-            return cited or list(by_id)[:MAX_PARENT_IDS], None
+            return cited or list(by_id)[:defaults.MAX_PARENT_IDS], None
 
         return BatchPlan("exploit", epoch, batch_no, k, prompt, self.prompts.system(),
                          self.prompts.hash("system", "exploit", "task", "format", "avoid"), lineage)

@@ -8,12 +8,13 @@ chain of changes that led to the best version and the recent failures with their
 
 from __future__ import annotations
 
+from autoresearchd import defaults
+from autoresearchd.goal import sign
 from autoresearchd.store.notes import FAILURES
 from .common import BatchPlan, LLMPolicy
 from .evolutionary import PREFERRED
 from .prompting import describe_idea, describe_ideas, fmt_num
 
-RECENT_FAILURES = 10
 
 
 def greedy_base(population, env):
@@ -25,7 +26,7 @@ def greedy_base(population, env):
     pool = [i for i in ok if i.note.decision in PREFERRED] or ok
     if not pool:
         return None
-    return min(pool, key=lambda i: (i.value if env.goal == "min" else -i.value, i.idea_id))
+    return min(pool, key=lambda i: (sign(env.goal) * i.value, i.idea_id))
 
 
 def lineage(idea, population) -> list:
@@ -55,7 +56,7 @@ class GreedyPolicy(LLMPolicy):
             steps.append("No idea has beaten the baseline yet: build on the unmodified code.")
         base_commit = best.commit if best else None
         failures = sorted((i for i in population.ideas if i.status in FAILURES),
-                          key=lambda i: (i.committed_at, i.idea_id))[-RECENT_FAILURES:]
+                          key=lambda i: (i.committed_at, i.idea_id))[-defaults.GREEDY_RECENT_FAILURES:]
         tried = [i.title for i in population.ideas if i.base_commit == (base_commit or
                                                                          population.baseline_commit)]
         avoid = self.prompts.avoid(tried + self.pending_titles(population))

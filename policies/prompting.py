@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from autoresearchd import defaults
+from autoresearchd.goal import goal_word
 from autoresearchd.store.notes import Status
 
-MAX_IDEA_CHARS = 1500     # one idea shown in a prompt is cut here (the paper showed whole ideas)
-MAX_ERROR_CHARS = 300
-MAX_AVOID_TITLES = 300
 
 
 # -- templates ----------------------------------------------------------------------------------
@@ -157,7 +156,7 @@ def fmt_num(v: float | None) -> str:
 
 
 def goal_words(goal: str) -> str:
-    return "lower is better" if goal == "min" else "higher is better"
+    return f"{goal_word(goal)} is better"
 
 
 def result_line(idea, population, env) -> str:
@@ -184,11 +183,11 @@ def result_line(idea, population, env) -> str:
         reason = f"exit code {n.exit_code}"
     if n.status == Status.DUPLICATE and n.duplicate_of:
         reason = f"duplicate of {n.duplicate_of}"
-    reason = " ".join(reason.split())[:MAX_ERROR_CHARS]
+    reason = " ".join(reason.split())[:defaults.PROMPT_MAX_ERROR_CHARS]
     return f"Result: FAILED ({n.status.value})" + (f": {reason}" if reason else "")
 
 
-def describe_idea(idea, population, env, max_chars: int = MAX_IDEA_CHARS) -> str:
+def describe_idea(idea, population, env, max_chars: int = defaults.PROMPT_MAX_IDEA_CHARS) -> str:
     body = idea.text.strip()
     if body.startswith(idea.title):
         body = body[len(idea.title):].strip()
@@ -219,9 +218,9 @@ def human_duration(s: int) -> str:
 
 
 def avoid_titles(titles: list[str]) -> str:
-    """A bullet list of titles (the newest MAX_AVOID_TITLES), deduplicated."""
+    """A bullet list of titles (the newest defaults.PROMPT_MAX_AVOID_TITLES), deduplicated."""
     uniq = list(dict.fromkeys(t for t in titles if t))
-    uniq = uniq[-MAX_AVOID_TITLES:]
+    uniq = uniq[-defaults.PROMPT_MAX_AVOID_TITLES:]
     return "\n".join(f"- {t}" for t in uniq)
 
 

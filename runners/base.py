@@ -25,7 +25,7 @@ from .prepare import prepare_key
 from .outcome import outcome_from_files, whole_tail  # noqa: F401  (re-exported: the runners' shared API)
 from .protocol import (HostUnreachable, PollState, Runner, Shell, Slot, TrialOutcome,  # noqa: F401
                        TrialSpec)
-from .trialdir import (_MINE_FN, _POLL_FN, _PROBE, SECRET_NAME, STARTING_GRACE_S, _slot_file,  # noqa: F401
+from .trialdir import (_MINE_FN, _POLL_FN, _PROBE, SECRET_NAME, _slot_file,  # noqa: F401
                        bundle, scrubbed_env, trial_env, trial_script)
 
 
@@ -232,7 +232,7 @@ class ShellRunner:
     @staticmethod
     def _state(word: str, handle: dict[str, Any]) -> PollState:
         if word == "nopid":     # crashed between lease and submit, or the wrapper is just starting
-            fresh = time.time() - handle.get("submitted", 0) < STARTING_GRACE_S
+            fresh = time.time() - handle.get("submitted", 0) < defaults.STARTING_GRACE_S
             return PollState.RUNNING if fresh else PollState.LOST
         return {"done": PollState.DONE, "missing": PollState.MISSING, "running": PollState.RUNNING,
                 "dead": PollState.LOST}.get(word, PollState.UNREACHABLE)

@@ -32,7 +32,6 @@ from .base import HostUnreachable, ShellRunner, Slot
 log = logging.getLogger(__name__)
 
 SSH_CONFIG_ENV = "AUTORESEARCHD_SSH_CONFIG"   # overrides ~/.ssh/config (tests point it elsewhere)
-MAX_CHANNELS = 8          # concurrent channels per connection; OpenSSH's MaxSessions defaults to 10
 # After a failed connect, commands fail fast for 1 s, doubling up to 3 s, then connect again: a host
 # that comes back is seen within a few seconds (a long back-off once made the daemon declare finished
 # trials lost after their host was back), and a dead one costs one connect time-out per interval.
@@ -88,7 +87,7 @@ class SSHShell:
         self.host = host
         self.name = host.name
         self._lock = threading.Lock()
-        self._channels = threading.BoundedSemaphore(MAX_CHANNELS)
+        self._channels = threading.BoundedSemaphore(defaults.SSH_MAX_CHANNELS)
         self._client: paramiko.SSHClient | None = None
         self._retry_at = 0.0
         self._fails = 0
@@ -272,8 +271,7 @@ class SSHShell:
 
 class SSHRunner(ShellRunner):
     name: ClassVar[str] = "ssh"
-    REACHABLE_TTL_S = 5.0   # slots() re-checks a host's reachability at most this often (the shell
-                            # itself backs off reconnects to a dead host, so this stays cheap)
+    REACHABLE_TTL_S = defaults.SSH_REACHABLE_TTL_S   # per instance: a test may shorten it
 
     def __init__(self, cfg, manifest: EnvManifest, ssh_config: str | os.PathLike | None = None):
         super().__init__(cfg, manifest)

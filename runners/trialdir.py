@@ -118,9 +118,6 @@ _POLL_FN = _MINE_FN + r"""st() {
 """
 # "running@T": the run started at T (epoch seconds, the wrapper's `started` stamp); plain "running": it
 # is placed on the host and still waits for its slot (pre-staging), so its budget clock has not started.
-# A trial whose wrapper has not written its pid file yet (crash between lease and submit) counts as
-# starting for this long after submit, then as lost.
-STARTING_GRACE_S = 60.0
 
 
 def _slot_file(slot: str) -> str:

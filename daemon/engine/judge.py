@@ -16,12 +16,11 @@ from __future__ import annotations
 import statistics
 
 from autoresearchd.engine.plan import baseline_complete
+from autoresearchd.goal import best, gain
 from autoresearchd.store.ideas import Idea
-from autoresearchd.store.notes import Note, Status, Trial
+from autoresearchd.store.notes import BEST_DECISIONS, GOOD_DECISIONS, Note, Status, Trial
 from autoresearchd.store.population import Population
 
-BEST_DECISIONS = ("promoted", "confirmed")
-GOOD_DECISIONS = ("promoted", "confirmed", "improved")
 
 
 def aggregate(trials: list[Trial]) -> dict:
@@ -72,11 +71,6 @@ def identical_seeds(values: list[float]) -> bool:
     return len(values) > 1 and len(set(values)) == 1
 
 
-def improvement(value: float, ref: float, goal: str) -> float:
-    """Positive when value is better than ref."""
-    return (ref - value) if goal == "min" else (value - ref)
-
-
 # Student t 0.975 quantiles by degrees of freedom: with 2-3 seeds a sample std is itself noisy, so a
 # fixed "2 sigma" margin promotes no-op ideas far more often than 5% of the time (bench/promotion.py).
 _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
@@ -110,13 +104,13 @@ def decide(value: float, goal: str, baseline: float | None, baseline_std: float 
     if baseline is None:
         return None
     if not noise_known:
-        vs = improvement(value, baseline, goal)
+        vs = gain(value, baseline, goal)
         return "improved" if vs > 0 else "worse" if vs < 0 else "within_noise"
     s = baseline_std or 0.0
     single = max(noise_mult, t975(k - 1) if k > 1 else noise_mult) * s * (1 + 1 / max(1, k)) ** 0.5
-    vs_base = improvement(value, baseline, goal)
-    reference = best if best is not None and improvement(best, baseline, goal) > 0 else baseline
-    vs_best = improvement(value, reference, goal)
+    vs_base = gain(value, baseline, goal)
+    reference = best if best is not None and gain(best, baseline, goal) > 0 else baseline
+    vs_best = gain(value, reference, goal)
     if confirmed:
         dof = n - 1 + k - 1
         sp = std if std is not None else s
@@ -139,7 +133,7 @@ def best_value(pop: Population, goal: str, exclude: str | None = None) -> float 
             and i.note and i.note.decision in BEST_DECISIONS]
     if not vals:
         return None
-    return min(vals) if goal == "min" else max(vals)
+    return best(vals, goal)
 
 
 def build_note(trials: list[Trial], idea: Idea | None, pop: Population, manifest, policy_cfg,
@@ -235,4 +229,4 @@ def beats_baseline(idea: Idea, pop: Population, goal: str) -> bool:
         return False
     if idea.note and idea.note.decision:
         return idea.note.decision in GOOD_DECISIONS
-    return b is not None and improvement(idea.value, b, goal) > 0
+    return b is not None and gain(idea.value, b, goal) > 0

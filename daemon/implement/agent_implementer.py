@@ -29,6 +29,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from autoresearchd.goal import goal_word
 from autoresearchd.implement import agent_cli
 from autoresearchd.implement.agent_cli import Usage
 from autoresearchd.implement.agent_session import redactor, run_session
@@ -108,7 +109,7 @@ class AgentImplementer(Implementer):
         template = prompt_template("agent.md")
         return template.format(
             context=m.context or m.description or m.name, metric=m.metric,
-            goal_word="lower" if m.goal == "min" else "higher", time_budget_s=m.time_budget_s,
+            goal_word=goal_word(m.goal), time_budget_s=m.time_budget_s,
             idea=f"{title}\n\n{body}", frozen=", ".join(m.frozen) or "(none)",
             check_hint=CHECK_HELPER if m.check else f"{CHECK_HELPER} (this environment has no check; "
                                                     "it only confirms the copy works)",

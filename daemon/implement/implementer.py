@@ -25,6 +25,7 @@ from autoresearchd.runners.sandbox import SandboxRequest
 from autoresearchd.runners.sandbox import get as get_sandbox
 
 from autoresearchd import defaults
+from autoresearchd.goal import goal_word
 from autoresearchd.registry import Registry
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import branch_for, format_message, make_idea_id, parse_message
@@ -115,7 +116,7 @@ class Implementer:
         rules = self._rules()
         template = prompt_template("implement.md")
         prompt = template.format(context=m.context or m.description or m.name, metric=m.metric,
-                                 goal_word="lower" if m.goal == "min" else "higher", time_budget_s=m.time_budget_s,
+                                 goal_word=goal_word(m.goal), time_budget_s=m.time_budget_s,
                                  idea=f"{title}\n\n{body}", files=render_files(self.repo, base, m))
         messages = [{"role": "user", "content": prompt}]
         transcript, cost, tokens, model, error, status = [], 0.0, 0, None, None, Status.IMPLEMENT_FAILED

@@ -13,9 +13,10 @@ from typing import Any
 
 from .base import LLMError
 
+from autoresearchd import defaults
+
 # HTTP statuses worth another try: request timeout, conflict (lock), rate limit, server side.
 _RETRYABLE = {408, 409, 429}
-_MAX_RETRY_AFTER_S = 120.0
 DUMMY_KEY = "not-needed"  # sent to a keyless local server; never a real secret
 
 
@@ -55,7 +56,7 @@ def _retry_after(e: Any) -> float | None:
     resp = getattr(e, "response", None)
     value = resp.headers.get("retry-after") if resp is not None else None
     try:
-        return min(float(value), _MAX_RETRY_AFTER_S) if value is not None else None
+        return min(float(value), defaults.LLM_MAX_RETRY_AFTER_S) if value is not None else None
     except ValueError:
         return None
 

@@ -12,7 +12,8 @@ import anthropic
 from . import _sdk
 from .base import Completion, LLMError, Provider
 
-DEFAULT_MODEL = "claude-sonnet-5-5"
+from autoresearchd import defaults
+
 DEFAULT_KEY_ENV = "ANTHROPIC_API_KEY"
 
 
@@ -28,7 +29,7 @@ class AnthropicProvider(Provider):
                                            timeout=cfg.timeout_s)
 
     def default_model(self) -> str:
-        return DEFAULT_MODEL
+        return defaults.LLM_MODELS["anthropic"]
 
     def __repr__(self) -> str:
         return f"AnthropicProvider(model={self.model!r}, base_url={self.cfg.base_url!r})"

@@ -13,7 +13,8 @@ import openai
 from . import _sdk
 from .base import Completion, LLMError, Provider
 
-DEFAULT_MODEL = "gpt-5.5"
+from autoresearchd import defaults
+
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 # OpenAI's finish reasons, in the anthropic words the rest of the daemon checks for.
 _STOP = {"length": "max_tokens", "stop": "end_turn"}
@@ -30,7 +31,7 @@ class OpenAIProvider(Provider):
         self._client = openai.OpenAI(api_key=key, base_url=cfg.base_url, max_retries=0, timeout=cfg.timeout_s)
 
     def default_model(self) -> str:
-        return DEFAULT_MODEL
+        return defaults.LLM_MODELS["openai"]
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(model={self.model!r}, base_url={self.cfg.base_url!r})"

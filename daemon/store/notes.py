@@ -41,6 +41,10 @@ class Status(str, Enum):
         return self not in (Status.QUEUED, Status.IMPLEMENTING, Status.RUNNING)
 
 
+# Decisions a note may carry (engine/judge.py makes them): the best results, and the good ones.
+BEST_DECISIONS = ("promoted", "confirmed")
+GOOD_DECISIONS = ("promoted", "confirmed", "improved")
+
 FAILURES = {Status.FAILED, Status.TIMED_OUT, Status.IMPLEMENT_FAILED, Status.REJECTED,
             Status.LOST, Status.CANCELLED, Status.REFUSED, Status.SUSPICIOUS}
 
@@ -69,7 +73,8 @@ class Trial(BaseModel):
 
 class Note(BaseModel):
     """A result note. `value` is the mean over successful seeds; every seed is kept in `trials`."""
-    model_config = ConfigDict(extra="allow", use_enum_values=False)
+    # unknown keys are kept as extras; `schema` is the field's alias, `schema_` its name
+    model_config = ConfigDict(extra="allow", use_enum_values=False, populate_by_name=True)
     schema_: int = Field(defaults.NOTE_SCHEMA, alias="schema")
     status: Status
     idea_id: str | None = None
@@ -109,8 +114,6 @@ class Note(BaseModel):
     cost: dict[str, float] = Field(default_factory=dict)
     trials: list[Trial] = Field(default_factory=list)
     finished_at: float | None = None
-
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
 _LIST_OR_DICT = {name for name, f in Note.model_fields.items()
@@ -194,8 +197,8 @@ def format_note(n: Note) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parse_note(text: str) -> Note | None:
-    """Parse a note; None if it has no status line we understand. Unknown keys are kept as extras."""
+def _note_fields(text: str) -> dict[str, Any]:
+    """The `key: value` lines of a note, values decoded (JSON where it is JSON)."""
     fields: dict[str, Any] = {}
     for line in text.splitlines()[1:]:
         key, sep, raw = line.partition(": ")
@@ -209,6 +212,12 @@ def parse_note(text: str) -> Note | None:
                 fields[key] = raw
         except json.JSONDecodeError:
             fields[key] = raw
+    return fields
+
+
+def _read_v1(fields: dict[str, Any]) -> Note | None:
+    """Schema 1 (today's): tolerant, git-appraise style: a field that does not validate is dropped,
+    the rest kept; None only without a readable status."""
     if "status" not in fields:
         return None
     for _ in range(len(fields) + 1):
@@ -222,6 +231,26 @@ def parse_note(text: str) -> Note | None:
             for k in bad:
                 fields.pop(k, None)
     return None
+
+
+# One reader per schema version a note may carry. A note of a newer schema than this daemon knows is
+# read by the newest reader (the format only ever adds keys); one without a `schema` line is version 1.
+NOTE_READERS = {1: _read_v1}
+
+
+def note_schema(fields: dict[str, Any]) -> int:
+    try:
+        return int(fields.get("schema", 1))
+    except (TypeError, ValueError):
+        return 1
+
+
+def parse_note(text: str) -> Note | None:
+    """Parse a note with the reader of its schema version; None if it has no status line we
+    understand. Unknown keys are kept as extras."""
+    fields = _note_fields(text)
+    version = note_schema(fields)
+    return NOTE_READERS.get(version, NOTE_READERS[max(NOTE_READERS)])(fields)
 
 
 # -- leases -------------------------------------------------------------------------------------

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import Idea, as_pushed, idea_from_commit
-from autoresearchd.store.notes import Note, Status, parse_leases, parse_note
+from autoresearchd.store.notes import BEST_DECISIONS, Note, Status, parse_leases, parse_note
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF, PROPOSALS_PREFIX,
                                       RECORDS_PREFIX, RUNS_REF)
+from autoresearchd.goal import best
 from autoresearchd.store.refs import HEADS
 
 
@@ -68,10 +69,10 @@ class Population:
 
     def best(self, goal: str, confirmed_only: bool = False) -> Idea | None:
         cands = [i for i in self.succeeded()
-                 if not confirmed_only or (i.note and i.note.decision in ("promoted", "confirmed"))]
+                 if not confirmed_only or (i.note and i.note.decision in BEST_DECISIONS)]
         if not cands:
             return None
-        return (min if goal == "min" else max)(cands, key=lambda i: i.value)
+        return best(cands, goal, key=lambda i: i.value)
 
     def resolve(self, ref: str) -> Idea | None:
         """Find an idea by id, id prefix, branch name, or commit prefix."""

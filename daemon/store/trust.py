@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 
-TAMPER_SHOWN = 5          # tamper lines quoted in the reason; the note's `tamper` field keeps them all
+from autoresearchd import defaults
+
 
 
 def implausible(value: float, metric: str, plausible: tuple[float, float] | None) -> str | None:
@@ -33,8 +34,8 @@ def suspicion(value: float | None, tamper: list[str], manifest) -> str | None:
     """The reason a trial's result must not be trusted, or None. Tamper evidence wins over range:
     a run that touched the harness proves nothing even when its number looks ordinary."""
     if tamper:
-        shown = "; ".join(t.strip() for t in tamper[:TAMPER_SHOWN])
-        more = f" (+{len(tamper) - TAMPER_SHOWN} more)" if len(tamper) > TAMPER_SHOWN else ""
+        shown = "; ".join(t.strip() for t in tamper[:defaults.TAMPER_SHOWN])
+        more = f" (+{len(tamper) - defaults.TAMPER_SHOWN} more)" if len(tamper) > defaults.TAMPER_SHOWN else ""
         return f"tamper: {shown}{more}"
     if value is None:
         return None

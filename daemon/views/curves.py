@@ -6,6 +6,7 @@ Both `report` (matplotlib figures) and `serve` (the live dashboard's charts) dra
 
 from __future__ import annotations
 
+from autoresearchd.goal import better
 from autoresearchd.store.notes import Status
 from autoresearchd.views.summary import compute_s, idea_usd, is_confirmed
 
@@ -18,14 +19,9 @@ def _finished(pop):
     return sorted(done, key=lambda i: (i.note.finished_at or i.committed_at, i.idea_id))
 
 
-def _better(goal: str):
-    return (lambda a, b: a < b) if goal == "min" else (lambda a, b: a > b)
-
-
 def series(pop, goal: str, gpus: int = 1) -> dict:
     """Every curve the figures draw, as plain lists (tests and other tools can use them).
     `gpu_hours` is the compute axis: GPU-hours for a GPU env, CPU-hours when gpus = 0."""
-    better = _better(goal)
     gpu_h = compute_s(pop.baseline_note, gpus) / 3600
     usd = 0.0
     raw = conf = None
@@ -34,9 +30,9 @@ def series(pop, goal: str, gpus: int = 1) -> dict:
         gpu_h += compute_s(i.note, gpus) / 3600
         usd += idea_usd(i)
         if i.value is not None:
-            raw = i.value if raw is None or better(i.value, raw) else raw
+            raw = i.value if raw is None or better(i.value, raw, goal) else raw
             if is_confirmed(i):
-                conf = i.value if conf is None or better(i.value, conf) else conf
+                conf = i.value if conf is None or better(i.value, conf, goal) else conf
         for key, v in (("gpu_hours", gpu_h), ("usd", usd), ("raw", raw), ("confirmed", conf), ("n", k)):
             by_time[key].append(v)
     epochs = sorted({i.epoch for i in pop.ideas})
@@ -49,9 +45,9 @@ def series(pop, goal: str, gpus: int = 1) -> dict:
         here = grouped[e]
         for i in here:
             if i.value is not None:
-                raw = i.value if raw is None or better(i.value, raw) else raw
+                raw = i.value if raw is None or better(i.value, raw, goal) else raw
                 if is_confirmed(i):
-                    conf = i.value if conf is None or better(i.value, conf) else conf
+                    conf = i.value if conf is None or better(i.value, conf, goal) else conf
         attempted = [i for i in here if i.note is not None and i.note.status not in NOT_ATTEMPTED]
         executed = [i for i in attempted if i.value is not None]
         by_epoch["raw"].append(raw)

@@ -17,9 +17,9 @@ import time
 from collections import Counter
 
 from autoresearchd import defaults
-from autoresearchd.engine.judge import BEST_DECISIONS, GOOD_DECISIONS
+from autoresearchd.goal import better, sign
 from autoresearchd.runners.trialdir import SECRET_NAME
-from autoresearchd.store.notes import FAILURES, Status
+from autoresearchd.store.notes import BEST_DECISIONS, FAILURES, GOOD_DECISIONS, Status
 from autoresearchd.store.refs import branch_name
 from autoresearchd.views.curves import series
 from autoresearchd.views.progress import running_trials
@@ -180,7 +180,6 @@ class Snapshot:
         for i in self.pop.ideas:
             p = next((p for p in i.parents if p in by_id and p != i.idea_id), None)
             kids.setdefault(p or "baseline", []).append(i.idea_id)
-        better = (lambda a, b: a < b) if self.goal == "min" else (lambda a, b: a > b)
         size: dict[str, int] = {}
         best: dict[str, float | None] = {}
         order, stack, seen = [], ["baseline"], set()
@@ -197,12 +196,12 @@ class Snapshot:
             for c in kids.get(n, []):
                 s += size.get(c, 0)
                 cb = best.get(c)
-                if cb is not None and (v is None or better(cb, v)):
+                if cb is not None and (v is None or better(cb, v, self.goal)):
                     v = cb
             size[n], best[n] = s, v
-        sign = 1 if self.goal == "min" else -1
+        s = sign(self.goal)
         for k, c in kids.items():          # the paying branches first
-            c.sort(key=lambda x: (best.get(x) is None, sign * (best.get(x) or 0), x))
+            c.sort(key=lambda x: (best.get(x) is None, s * (best.get(x) or 0), x))
         self.kids, self.sub_size, self.sub_best = kids, size, best
 
     def _node(self, nid: str) -> dict:

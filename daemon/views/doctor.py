@@ -24,7 +24,6 @@ from autoresearchd import defaults
 from autoresearchd.store.refs import branch_ref
 from autoresearchd.validate import ERROR, OK, WARN, EnvSource, findings
 
-LOG_TAIL_CHARS = 3000      # shown for a failing step
 
 
 class _Printer:
@@ -172,7 +171,7 @@ def _tars(cfg, src: EnvSource) -> tuple[bytes, bytes | None, list[str], str]:
 
 
 def _tail(text: str) -> str:
-    return text[-LOG_TAIL_CHARS:].rstrip() or "(no output)"
+    return text[-defaults.DOCTOR_LOG_TAIL_CHARS:].rstrip() or "(no output)"
 
 
 def _run_baseline(cfg, src: EnvSource, line, console, budget_s: int | None) -> None:

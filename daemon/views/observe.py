@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from autoresearchd import defaults
 from autoresearchd.store.notes import Status
 from autoresearchd.store.refs import NOTES_REF, branch_name
 from autoresearchd.views.progress import running_trials
@@ -137,8 +138,6 @@ def _metric_cell(r: dict) -> str:
 
 
 COLUMNS = ("#", "idea", "title", "metric", "Δ baseline", "decision", "status", "origin", "parents", "epoch")
-RICH_ROWS = 300
-WIDE_TABLE = 130          # below this many columns `ideas` shows the NARROW set
 NARROW_DROPS = ("decision", "origin", "parents", "epoch")
 
 
@@ -155,7 +154,7 @@ def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=Fals
         return 0
     cells = [(str(k), r["idea"], _cut(r["title"], 60), _metric_cell(r), _delta(r["delta"]), r["decision"] or "",
               r["status"], r["origin"], ",".join(r["parents"])[:30], str(r["epoch"])) for k, r in enumerate(rows, 1)]
-    if len(rows) > RICH_ROWS:   # rich lays out big tables slowly (seconds per thousand rows): plain columns
+    if len(rows) > defaults.IDEAS_RICH_ROWS:   # rich lays out big tables slowly (seconds per thousand rows): plain columns
         w = [max([len(h)] + [len(c[j]) for c in cells]) for j, h in enumerate(COLUMNS)]
         fmt = "  ".join(f"{{:<{x}}}" for x in w)
         console.file.write("\n".join([fmt.format(*COLUMNS)] + [fmt.format(*c).rstrip() for c in cells]) + "\n")
@@ -164,11 +163,11 @@ def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=Fals
     # piped into a file or a pager: do not squeeze the table into 80 columns
     out = console if console.is_terminal else Console(file=console.file, width=max(console.width, 180))
     cols = COLUMNS
-    if out.width < WIDE_TABLE:
+    if out.width < defaults.IDEAS_WIDE_TABLE:
         # a narrow terminal: all ten columns leave the title no room at all, so keep those that rank
         # and drop the provenance ones (`show IDEA` has them)
         cols = tuple(c for c in COLUMNS if c not in NARROW_DROPS)
-    t = Table(show_lines=False, box=box.SIMPLE_HEAD if out.width < WIDE_TABLE else box.HEAVY_HEAD)
+    t = Table(show_lines=False, box=box.SIMPLE_HEAD if out.width < defaults.IDEAS_WIDE_TABLE else box.HEAVY_HEAD)
     for col in cols:
         t.add_column(col, overflow="fold" if col == "title" else "ellipsis", no_wrap=col != "title",
                      min_width={"#": len(str(len(cells))), "idea": 13, "title": 16, "metric": 6}.get(col))

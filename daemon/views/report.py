@@ -22,12 +22,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from autoresearchd import defaults
 from autoresearchd.views.curves import series
 from autoresearchd.views.summary import compute_unit, is_confirmed, leaderboard, load, summary
 
 ORIGIN_COLORS = {"seed": "#7f7f7f", "exploit": "#d62728", "explore": "#1f77b4", "human": "#2ca02c",
                  "greedy": "#ff7f0e", "best_of_n": "#9467bd"}
-TOP_K = 20
 
 
 def _save(fig: Figure, path: Path) -> str:
@@ -267,7 +267,7 @@ def write_report(cfg, out_dir: Path) -> Path:
     summ = summary(cfg, research, pop)
     s = series(pop, m.goal, m.gpus)
     images = [_save(fig, out / name) for name, fig in figures(pop, s, m).items()]
-    rows = [r for r in leaderboard(cfg, research=research, pop=pop) if r["value"] is not None][:TOP_K]
+    rows = [r for r in leaderboard(cfg, research=research, pop=pop) if r["value"] is not None][:defaults.REPORT_TOP_K]
     index = out / "index.html"
     index.write_text(_html(cfg, research, summ, rows, images, s))
     return index

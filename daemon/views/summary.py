@@ -12,9 +12,11 @@ import time
 from collections import Counter
 
 from autoresearchd import defaults
-from autoresearchd.engine.judge import BEST_DECISIONS, seed_warning
+from autoresearchd.engine.judge import seed_warning
+from autoresearchd.goal import best, sign
 from autoresearchd.research import open_research
 from autoresearchd.store.gitrepo import state_dir
+from autoresearchd.store.notes import BEST_DECISIONS
 from autoresearchd.store.population import read_population
 from autoresearchd.store.refs import branch_name
 from autoresearchd.views.progress import running_trials
@@ -98,7 +100,7 @@ def best_of(pop, goal: str, confirmed: bool | None):
     cands = [i for i in pop.succeeded() if confirmed is None or is_confirmed(i) == confirmed]
     if not cands:
         return None
-    return (min if goal == "min" else max)(cands, key=lambda i: i.value)
+    return best(cands, goal, key=lambda i: i.value)
 
 
 def summary(cfg, research=None, pop=None) -> dict:
@@ -171,6 +173,6 @@ def leaderboard(cfg, status=None, origin=None, epoch=None, research=None, pop=No
                      "delta": n.delta if n else None, "decision": n.decision if n else None, "origin": i.origin,
                      "parents": i.parents, "epoch": i.epoch, "branch": branch_name(i.branch), "commit": i.commit,
                      "error": n.error if n else None})
-    sign = 1 if goal == "min" else -1
-    rows.sort(key=lambda r: (r["value"] is None, sign * (r["value"] or 0), r["idea"]))
+    s = sign(goal)
+    rows.sort(key=lambda r: (r["value"] is None, s * (r["value"] or 0), r["idea"]))
     return rows

@@ -25,6 +25,7 @@ import re
 import threading
 from pathlib import Path
 
+from autoresearchd import defaults
 from autoresearchd.store.refs import branch_name
 
 log = logging.getLogger("autoresearchd")
@@ -33,7 +34,6 @@ CONFIG_KEYS = ("idea_id", "title", "origin", "parents", "epoch", "seeds", "host"
                "model", "branch", "commit")
 SUMMARY_KEYS = ("value", "suspect_value", "values", "std", "delta", "baseline", "decision", "status", "wall_s", "gpu_s",
                 "cpu_s", "cost_usd", "tokens", "error")
-MAX_DIFF = 200_000
 
 
 def wandb_settings(program: str = "autoresearchd"):
@@ -105,7 +105,7 @@ class WandbMirror:
         if self.repo is None or idea is None or not idea.base_commit or not idea.branch:
             return ""
         try:
-            return self.repo.diff(idea.base_commit, commit)[:MAX_DIFF]
+            return self.repo.diff(idea.base_commit, commit)[:defaults.WANDB_MAX_DIFF]
         except Exception:  # noqa: BLE001 - a missing diff must not lose the run
             return ""
 
