@@ -72,7 +72,6 @@ def _refuse_second_daemon(cfg) -> None:
 
 def cmd_start(args, cfg) -> int:
     from autoresearchd.app import build_daemon
-    from autoresearchd.engine.loop import settled
     from autoresearchd.store.gitrepo import state_dir
     from autoresearchd.validate import require_valid
     if args.max_ideas is not None:
@@ -114,10 +113,7 @@ def cmd_start(args, cfg) -> int:
         log.info("LLM: %s", daemon.llm_note)
     until = None
     if args.until == "idle":
-        def until(pop):
-            # with a policy, idle also means it will propose nothing more (a stop condition holds);
-            # otherwise a batch whose ideas all failed to implement would end the run early
-            return settled(pop) and (daemon.policy is None or daemon._stop_condition(pop) is not None)
+        until = daemon.idle
     elif args.until == "first-note":
         def until(pop):
             return any(i.note is not None for i in pop.ideas) or pop.baseline_note is not None

@@ -107,7 +107,7 @@ def run_until_settled(cfg_path, timeout=120, with_llm=False):
 
     from autoresearchd.app import build_daemon
     from autoresearchd.config import load_config
-    from autoresearchd.engine.loop import settled
+    from autoresearchd.engine.plan import settled
     from autoresearchd.store.population import read_population
     d = build_daemon(load_config(cfg_path), with_llm=with_llm)
     t0 = time.time()

@@ -14,7 +14,7 @@ import pytest
 
 from autoresearchd.app import build_daemon
 from autoresearchd.config import load_config
-from autoresearchd.engine.loop import settled
+from autoresearchd.engine.plan import settled
 from autoresearchd.store.population import read_population
 from autoresearchd.store.refs import RUNS_REF
 

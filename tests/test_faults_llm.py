@@ -28,11 +28,6 @@ def run_daemon(cfg, until, timeout=90):
     return d, read_population(d.repo, d.research.baseline_ref)
 
 
-def idle(d, pop) -> bool:
-    return (pop.baseline_note is not None and not pop.queued() and not pop.running()
-            and not pop.implementing() and d._stop_condition(pop) is not None)
-
-
 # fault per idea number k: a list of answers, one per attempt (llm.max_retries = 1: two attempts)
 TRUNCATED = toy_diff(0.0).split("+x =")[0]
 FAULTS = {
@@ -75,7 +70,7 @@ def test_llm_faults_daemon_keeps_going_and_notes_say_why(toy_env, tmp_path):
         fake.script(*[ToyLLM(implement=implement, propose_reply=propose)] * 200)
         cfg = write_cfg(tmp_path / "cfg", toy_env, rest="",
                         llm=llm_config(fake.openai_url, max_ideas=8).replace("timeout_s = 5", "timeout_s = 1.5"))
-        d, pop = run_daemon(cfg, idle, timeout=120)
+        d, pop = run_daemon(cfg, lambda d, pop: d.idle(pop), timeout=120)
     assert len(propose_calls) >= 3, "the daemon stopped proposing after a failed call"
     notes = invariants(d.repo, allow=("succeeded",))
     assert len(notes) >= 2                  # k0 (after a 429) and k7 ran

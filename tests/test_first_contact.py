@@ -157,7 +157,7 @@ def test_init_then_start_inside_runs_that_repo_and_pushed_branches(tmp_path, mon
     from autoresearchd.app import build_daemon
     from autoresearchd.cli import main
     from autoresearchd.config import load_config
-    from autoresearchd.engine.loop import settled
+    from autoresearchd.engine.plan import settled
     from autoresearchd.store.population import read_population
     from autoresearchd.validate import require_valid
     from conftest import TOY_EVAL, TOY_RUN
@@ -230,7 +230,7 @@ def test_one_slot_runs_baseline_seed_0_first(toy_env, tmp_path):
     two raced for the slot lock, and seed 1 winning doubled the wait for the first note."""
     from autoresearchd.app import build_daemon
     from autoresearchd.config import load_config
-    from autoresearchd.engine.loop import settled
+    from autoresearchd.engine.plan import settled
     from autoresearchd.store.population import read_population
     cfg = load_config(write_config(tmp_path, toy_env))
     cfg.runner.slots = 1

@@ -6,7 +6,7 @@ import time
 
 from autoresearchd.app import build_daemon
 from autoresearchd.config import load_config
-from autoresearchd.engine.loop import settled
+from autoresearchd.engine.plan import settled
 from autoresearchd.store.notes import Status
 from autoresearchd.store.population import read_population
 

@@ -81,6 +81,30 @@ def test_status_with_a_live_heartbeat(pop300):
         (sd / "daemon.json").unlink()
 
 
+def test_heartbeat_freshness_follows_the_configured_tick(pop300):
+    """A heartbeat 100 s old is stale for the default 2 s tick (fresh means within max(60 s, ten
+    ticks)) but fresh for a daemon configured with tick_s = 20: status reads the configured tick."""
+    from autoresearchd.config import load_config
+    from autoresearchd.views.summary import summary
+    cfg_path, repo, pop = pop300
+    sd = state_dir(repo)
+    (sd / "daemon.json").write_text(json.dumps({"pid": os.getpid(), "started": time.time() - 300,
+                                                "heartbeat": time.time() - 100}))
+    try:
+        cfg = load_config(cfg_path)
+        assert cfg.daemon.tick_s == 2.0
+        assert summary(cfg, pop=pop, research=_research(cfg))["daemon"]["fresh"] is False
+        cfg.daemon.tick_s = 20.0
+        assert summary(cfg, pop=pop, research=_research(cfg))["daemon"]["fresh"] is True
+    finally:
+        (sd / "daemon.json").unlink()
+
+
+def _research(cfg):
+    from autoresearchd.research import open_research
+    return open_research(cfg, create=False)
+
+
 def test_ideas_ranked_and_filtered(pop300):
     cfg, _, pop = pop300
     rows = json.loads(cli(cfg, "ideas", "--json").stdout)

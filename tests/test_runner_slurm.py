@@ -387,7 +387,7 @@ def test_daemon_kill_9_then_restart_harvests_slurm_job_once(slurm_cluster, toy_e
 
     from autoresearchd.app import build_daemon
     from autoresearchd.config import load_config
-    from autoresearchd.engine.loop import settled
+    from autoresearchd.engine.plan import settled
     from autoresearchd.store.gitrepo import GitRepo
     from autoresearchd.store.notes import Status
     from autoresearchd.store.population import read_population

@@ -67,8 +67,7 @@ def test_spend_recorded_equals_the_sum_of_the_calls(toy_env, tmp_path):
         t0 = time.time()
 
         def idle(pop):
-            return (pop.baseline_note is not None and not pop.queued() and not pop.running()
-                    and not pop.implementing() and d._stop_condition(pop) is not None) or time.time() - t0 > 120
+            return d.idle(pop) or time.time() - t0 > 120
         d.run_forever(install_signals=False, until=idle)
     pop = read_population(d.repo, d.research.baseline_ref)
     assert bill.calls >= 4 and bill.proposals >= 2, (bill.calls, bill.proposals)

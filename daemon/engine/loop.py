@@ -23,9 +23,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from autoresearchd.config import ConfigError
 from autoresearchd.engine.dispatch import Dispatcher
-from autoresearchd.engine.plan import Job, baseline_complete, baseline_jobs_open, missing_seeds, order_key, seeds_needed
+from autoresearchd.engine.plan import Job, baseline_jobs_open, missing_seeds, order_key, seeds_needed, settled
 from autoresearchd.store import gitrepo
-from autoresearchd.store.notes import Status
 from autoresearchd.store.population import Population, read_population
 
 log = logging.getLogger("autoresearchd")
@@ -102,7 +101,14 @@ class Daemon:
         return jobs
 
     # -- ideas ---------------------------------------------------------------------------------------
-    def _stop_condition(self, pop: Population) -> str | None:
+    def idle(self, pop: Population) -> bool:
+        """Done for now: settled (nothing queued, implementing, running or undecided) and, with a
+        policy, it will propose nothing more (a stop condition holds); otherwise a batch whose ideas
+        all failed to implement would look idle before the search is over."""
+        return settled(pop) and (self.policy is None or self.stop_condition(pop) is not None)
+
+    def stop_condition(self, pop: Population) -> str | None:
+        """Why no more ideas are proposed (None: proposing goes on)."""
         d = self.cfg.daemon
         llm_ideas = [i for i in pop.ideas if i.origin != "human"]
         if d.max_ideas is not None and len(llm_ideas) >= d.max_ideas:
@@ -152,11 +158,12 @@ class Daemon:
         if self.policy is None or self.llm is None or self.implementer is None or self._proposing:
             return
         free = sum(1 for s in self.dispatcher.free_slots())
-        ready = len(pop.queued()) + len(pop.implementing()) + len(self._implementing)
+        # an implementation in flight is also a recorded proposal (pop.implementing()): count it once
+        ready = len(pop.queued()) + len({i.idea_id for i in pop.implementing()} | set(self._implementing))
         want = free + self.cfg.policy.queue_buffer - ready
         if want <= 0:
             return
-        reason = self._stop_condition(pop)
+        reason = self.stop_condition(pop)
         if reason:
             if reason != getattr(self, "_said_stop", None):
                 log.info("not proposing more ideas: %s", reason)
@@ -238,7 +245,7 @@ class Daemon:
         state = {"pid": os.getpid(), "started": self.started, "heartbeat": time.time(),
                  "slots": slots, "hosts": self.dispatcher.host_table(),   # health: degraded + reason (daemon/health.py)
                  "implementing": sorted(self._implementing), "proposing": self._proposing,
-                 "stop_reason": self._stop_condition(pop) if self.policy else None,
+                 "stop_reason": self.stop_condition(pop) if self.policy else None,
                  "llm": self.llm_note,
                  "budget": ({"usd": self.llm.budget.usd, "calls": self.llm.budget.calls,
                              "tokens": self.llm.budget.input_tokens + self.llm.budget.output_tokens,
@@ -325,14 +332,3 @@ def hold_daemon_lock(sd: Path, repo_path: Path) -> int:
         raise ConfigError(f"autoresearchd is already running on {repo_path} (pid {pid}); "
                           f"`autoresearchd status` shows it, `autoresearchd stop` stops it") from None
     return fd
-
-
-def settled(pop: Population) -> bool:
-    """Nothing queued, implementing or running: useful for `--until idle` and tests."""
-    # a measured idea whose note came before the baseline's last seed is decided by the next tick's
-    # backfill (it may then need confirmation seeds): until then the search is not settled
-    undecided = pop.baseline_value is not None and any(
-        i.note is not None and i.note.status == Status.SUCCEEDED and i.note.decision is None for i in pop.ideas)
-    return (baseline_complete(pop.baseline_note) and not pop.queued() and not pop.running()
-            and not pop.implementing() and all(i.note is None or i.note.decision != "pending" for i in pop.ideas)
-            and all(i.status != Status.QUEUED for i in pop.ideas) and not undecided)

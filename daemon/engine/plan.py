@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.notes import Lease, Note, Status
+from autoresearchd.store.population import Population
 
 
 @dataclass
@@ -104,3 +105,14 @@ def order_key(job: Job, human_priority: bool) -> tuple:
         rank = 1
     idea = job.idea
     return (rank, idea.epoch if idea else 0, idea.committed_at if idea else 0, job.commit, job.seed)
+
+
+def settled(pop: Population) -> bool:
+    """Nothing queued, implementing or running: useful for `--until idle` and tests."""
+    # a measured idea whose note came before the baseline's last seed is decided by the next tick's
+    # backfill (it may then need confirmation seeds): until then the search is not settled
+    undecided = pop.baseline_value is not None and any(
+        i.note is not None and i.note.status == Status.SUCCEEDED and i.note.decision is None for i in pop.ideas)
+    return (baseline_complete(pop.baseline_note) and not pop.queued() and not pop.running()
+            and not pop.implementing() and all(i.note is None or i.note.decision != "pending" for i in pop.ideas)
+            and all(i.status != Status.QUEUED for i in pop.ideas) and not undecided)

@@ -112,7 +112,7 @@ class Snapshot:
     def overview(self) -> dict:
         """summary.summary plus the curves, what runs and failures by reason. The population
         parts are computed once per snapshot; the summary again only when the daemon's state changed."""
-        st = daemon_state(self.research.repo)
+        st = daemon_state(self.research.repo, self.cfg.daemon.tick_s)
         key = json.dumps({k: v for k, v in (st or {}).items() if k not in ("heartbeat", "fresh")}, sort_keys=True,
                          default=str)
         if self._fixed is None:

@@ -22,8 +22,9 @@ from autoresearchd.store.refs import branch_name
 from autoresearchd.views.progress import running_trials
 
 
-def daemon_state(repo) -> dict | None:
-    """The daemon's heartbeat file, with `alive` (its pid exists) and `fresh` (recent heartbeat)."""
+def daemon_state(repo, tick_s: float = defaults.TICK_S) -> dict | None:
+    """The daemon's heartbeat file, with `alive` (its pid exists) and `fresh` (a heartbeat within ten of
+    the daemon's ticks, its configured `tick_s`, and at least a minute)."""
     p = state_dir(repo, create=False) / "daemon.json"
     try:
         st = json.loads(p.read_text())
@@ -36,7 +37,7 @@ def daemon_state(repo) -> dict | None:
         st["alive"] = True          # exists, owned by another user
     except (OSError, KeyError, TypeError, ValueError):
         st["alive"] = False
-    st["fresh"] = st["alive"] and time.time() - st.get("heartbeat", 0) < max(60.0, 10 * defaults.TICK_S)
+    st["fresh"] = st["alive"] and time.time() - st.get("heartbeat", 0) < max(60.0, 10 * tick_s)
     return st
 
 
@@ -108,7 +109,7 @@ def summary(cfg, research=None, pop=None) -> dict:
         research, pop = load(cfg)
     m = research.manifest
     counts = Counter(i.status.value for i in pop.ideas)
-    st = daemon_state(research.repo)
+    st = daemon_state(research.repo, cfg.daemon.tick_s)
     alive = bool(st and st["alive"])
     best = best_of(pop, m.goal, True)
     lucky = best_of(pop, m.goal, False)
