@@ -41,7 +41,7 @@ MAX_DIFF_BYTES = 200_000
 MAX_FILE_BYTES = 1_000_000
 CHECK_TIMEOUT_S = 120
 
-# Coding-agent implementers (implementer.kind = claude-code | codex; daemon/agent_*.py). A session is
+# Coding-agent implementers (implementer.kind = claude-code | codex; daemon/implement/agent_*.py). A session is
 # one CLI run in a scratch worktree; these are its own limits, on top of the LLM budget.
 IMPLEMENTER_KIND = "diff"    # diff (one LLM call writes a unified diff) | claude-code | codex
 AGENT_WALL_S = 1200.0        # a session still running after this is stopped (process group killed)

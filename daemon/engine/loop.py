@@ -243,7 +243,7 @@ class Daemon:
     def _write_state(self, pop: Population) -> None:
         slots = self.dispatcher.slot_table()
         state = {"pid": os.getpid(), "started": self.started, "heartbeat": time.time(),
-                 "slots": slots, "hosts": self.dispatcher.host_table(),   # health: degraded + reason (daemon/health.py)
+                 "slots": slots, "hosts": self.dispatcher.host_table(),   # health: degraded + reason (daemon/engine/health.py)
                  "implementing": sorted(self._implementing), "proposing": self._proposing,
                  "stop_reason": self.stop_condition(pop) if self.policy else None,
                  "llm": self.llm_note,

@@ -1,7 +1,7 @@
 """Host faults and stale trials: the dispatcher's rules for when a host, not an idea, fails.
 
 - A host fault (submit failed, work root full or unwritable, the disk filled during the run, the host
-  silent past the lease TTL) opens the host's circuit breaker (daemon/health.py) and sends the seed
+  silent past the lease TTL) opens the host's circuit breaker (daemon/engine/health.py) and sends the seed
   back to the queue for a healthy host *without* spending one of the idea's retries. The lease keeps
   the fault ("host: reason") so a seed that meets `daemon.max_host_faults` of them, each on a host
   that had just passed its probe, is given up as `lost` with every reason in its note.

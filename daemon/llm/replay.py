@@ -10,7 +10,7 @@ Key aliases are accepted ("text" for idea, "diff"/"patch" for code_diff, ...), s
 trajectory export reads back. What is served depends on meta["purpose"] (see Provider.complete):
 - "propose": the next meta["n"] unserved records as [Experiment] ... [Code Changes] ... [End]
   blocks. Records whose title is in meta["known_titles"] (or "skip_titles") are skipped, and the
-  daemon restores the served records from git (`resume`, daemon/replaypos.py), so a restarted
+  daemon restores the served records from git (`resume`, daemon/store/replaypos.py), so a restarted
   daemon resumes where it was. None left: ReplayExhausted.
 - "implement" / "revise": the recorded diff of the idea named by meta["idea"]; attempt k > 1 gets
   revisions[k-2] (or the last response there is). An unknown idea gets a reply with no diff.
