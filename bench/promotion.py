@@ -13,9 +13,6 @@ import random
 import statistics
 
 from autoresearchd.engine.judge import decide, pooled_std
-
-
-
 from autoresearchd.store.notes import BEST_DECISIONS
 
 

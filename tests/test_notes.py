@@ -2,6 +2,7 @@
 
 from autoresearchd.research import configure
 from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store import notes
 from autoresearchd.store.notes import Lease, Note, Status, Trial, format_leases, format_note, parse_leases, parse_note
 from autoresearchd.store.refs import NOTES_REF
 
@@ -42,6 +43,25 @@ def test_tolerant_parsing_skips_unknown_and_garbage():
     assert parse_note("just prose\n\nno status here\n") is None
     # a newer schema with a wrong-typed known field still yields what we understand
     assert parse_note("x\n\nstatus: failed\nvalue: not-a-number\n").status == Status.FAILED
+
+
+def test_the_schema_line_picks_the_reader(monkeypatch):
+    """`schema` is read first and the note goes to that version's reader; a newer version than the
+    daemon knows goes to its newest reader, a note without the line to version 1's."""
+    text = format_note(Note(status=Status.SUCCEEDED, value=1.5))
+    assert text.splitlines()[2] == "schema: 1" and parse_note(text).schema_ == 1
+    seen = []
+
+    def v2(fields):
+        seen.append(fields["schema"])
+        return notes.NOTE_READERS[1](fields)
+    monkeypatch.setitem(notes.NOTE_READERS, 2, v2)
+    assert parse_note(text.replace("schema: 1", "schema: 2")).value == 1.5 and seen == ["2"]
+    assert parse_note(text.replace("schema: 1", "schema: 7")).value == 1.5 and seen == ["2", "7"]
+    monkeypatch.delitem(notes.NOTE_READERS, 2)
+    no_line = "\n".join(ln for ln in text.splitlines() if not ln.startswith("schema:")) + "\n"
+    assert notes.note_schema({}) == 1 and parse_note(no_line).value == 1.5
+    assert parse_note(text.replace("schema: 1", "schema: two")).value == 1.5      # unreadable: version 1
 
 
 def test_leases_round_trip():

@@ -18,14 +18,12 @@ import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from autoresearchd.goal import best
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import Idea, as_pushed, idea_from_commit
 from autoresearchd.store.notes import BEST_DECISIONS, Note, Status, parse_leases, parse_note
-from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF, PROPOSALS_PREFIX,
+from autoresearchd.store.refs import (ARCHIVE_PREFIX, HEADS, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF, PROPOSALS_PREFIX,
                                       RECORDS_PREFIX, RUNS_REF)
-from autoresearchd.goal import best
-from autoresearchd.store.refs import HEADS
-
 
 
 @dataclass
