@@ -54,6 +54,8 @@ class ShellRunner:
         self._pool: ThreadPoolExecutor | None = None
         # trial dir -> when its run started (seen by the last poll); absent while a trial waits for its slot
         self.started_at: dict[str, float] = {}
+        self.errors: dict[str, str] = {}      # host -> last connection error (the ssh runner fills it)
+        self.hosts: dict | None = None        # configured hosts by name (the ssh runner's)
         self._pool_lock = threading.Lock()
 
     # -- subclass hooks ------------------------------------------------------------------------

@@ -77,37 +77,23 @@ class Collector(Recovery):
         return changed
 
     def _poll_states(self, live: list[Lease]) -> list:
-        many = getattr(self.runner, "poll_many", None)
-        if many is not None and live:
-            try:
-                return many([lz.handle for lz in live])
-            except Exception as e:  # noqa: BLE001 - an unexpected runner error counts as unreachable
-                log.warning("polling failed: %s", e)
-                return [PollState.UNREACHABLE] * len(live)
-        out = []
-        for lz in live:
-            try:
-                out.append(self.runner.poll(lz.handle))
-            except Exception as e:  # noqa: BLE001
-                log.warning("poll %s failed: %s", lz.trial_id, e)
-                out.append(PollState.UNREACHABLE)
-        return out
+        """The poll state of each live trial, hosts at once."""
+        if not live:
+            return []
+        try:
+            return self.runner.poll_many([lz.handle for lz in live])
+        except Exception as e:  # noqa: BLE001 - an unexpected runner error counts as unreachable
+            log.warning("polling failed: %s", e)
+            return [PollState.UNREACHABLE] * len(live)
 
     def _fetch_outcomes(self, done: list[Lease]) -> list:
         """Outcomes (or the exception that stopped a fetch) of finished trials, hosts at once."""
-        many = getattr(self.runner, "fetch_many", None)
-        if many is not None and done:
-            try:
-                return many([lz.handle for lz in done])
-            except Exception as e:  # noqa: BLE001
-                return [e] * len(done)
-        out = []
-        for lz in done:
-            try:
-                out.append(self.runner.fetch(lz.handle))
-            except Exception as e:  # noqa: BLE001
-                out.append(e)
-        return out
+        if not done:
+            return []
+        try:
+            return self.runner.fetch_many([lz.handle for lz in done])
+        except Exception as e:  # noqa: BLE001
+            return [e] * len(done)
 
     def _flush_cleanups(self) -> None:
         """Remove the directories of trials whose notes are written, off the tick's path."""
@@ -117,12 +103,7 @@ class Collector(Recovery):
 
         def work():
             try:
-                many = getattr(self.runner, "cleanup_many", None)
-                if many is not None:
-                    many(handles)
-                else:
-                    for h in handles:
-                        self.runner.cleanup(h)
+                self.runner.cleanup_many(handles)
             except Exception:  # noqa: BLE001 - a leftover dir is harmless
                 pass
         self._pool.submit(work)
@@ -135,7 +116,7 @@ class Collector(Recovery):
         if state is None:
             state = self._poll_states([lz])[0]
         if state == PollState.RUNNING:
-            began = getattr(self.runner, "started_at", {}).pop(lz.handle.get("dir"), None)
+            began = self.runner.started_at.pop(lz.handle.get("dir"), None)
             if lz.began is None:     # the run has begun (not just placed): views count elapsed time from here
                 lz.began = began
             self._occupy(f"{lz.host}/{lz.slot}", lz.trial_id)

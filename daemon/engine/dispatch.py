@@ -69,7 +69,7 @@ class Dispatcher(Collector):
     @property
     def depth(self) -> int:
         """Trials one slot may hold: 1 running, the rest pre-staged (waiting on the host for the slot)."""
-        return max(1, int(getattr(self.runner, "prestage", 1)))
+        return max(1, int(self.runner.prestage))
 
     def free_slots(self):
         """Slots that can take a trial now: idle ones first, then pre-staging room, spread over hosts."""
@@ -159,7 +159,6 @@ class Dispatcher(Collector):
             return
         tar, digest = self.harness()
         frozen = self._harness[3]
-        predict = getattr(self.runner, "predict_handle", None)
         current: dict[str, list[Lease]] = {}     # commit -> its leases as written (several seeds, one tick)
         staged = []
         with self.repo.notes_batch():                  # all of this round's leases in one commit ...
@@ -167,8 +166,7 @@ class Dispatcher(Collector):
                 lease = Lease(trial_id=job.trial_id, seed=job.seed, runner=self.runner.name, host=slot.host,
                               slot=slot.slot, retries=job.retries, attempt=job.attempt, faults=list(job.faults),
                               purpose=job.purpose, harness=digest)
-                if predict is not None:
-                    lease.handle = predict(job.trial_id, slot)
+                lease.handle = self.runner.predict_handle(job.trial_id, slot)
                 have = current.get(job.commit)
                 if have is None:
                     have = list(job.idea.leases) if job.idea is not None and job.idea.commit == job.commit else \
@@ -181,7 +179,7 @@ class Dispatcher(Collector):
                 staged.append((job, slot, lease, dict(lease.handle)))
         # ... written before any trial starts: crash-safe
         futures = [self._pool.submit(self._submit, job, slot, tar, frozen) for job, slot, _, _ in staged]
-        keep = set(getattr(self.runner, "REDERIVABLE", ()))
+        keep = set(self.runner.REDERIVABLE)
         with self.repo.notes_batch():
             for (job, slot, lease, predicted), fut in zip(staged, futures):
                 try:

@@ -211,8 +211,6 @@ class Daemon:
     def _start_event_waiters(self) -> None:
         """One thread per host blocks in the runner until a trial there finishes, then pokes: a freed
         slot is refilled at once instead of at the next clock tick."""
-        if getattr(self.runner, "wait_event", None) is None:
-            return
         try:
             hosts = self.runner.event_hosts()
         except Exception as e:  # noqa: BLE001 - events only make things faster

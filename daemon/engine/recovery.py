@@ -55,28 +55,21 @@ class Recovery:
 
     def disk_full(self, lz: Lease) -> str | None:
         """Why a trial that died on a host that answers left nothing: its disk is full (or None)."""
-        hint = getattr(self.runner, "disk_hint", None)
         try:
-            return hint(lz.handle) if hint is not None else None
+            return self.runner.disk_hint(lz.handle)
         except Exception:  # noqa: BLE001 - only a hint
             return None
 
     def _unreachable_why(self, host: str) -> str:
-        errors = getattr(self.runner, "errors", {}) or {}
-        return errors.get(host) or f"host {host} does not answer"
+        return self.runner.errors.get(host) or f"host {host} does not answer"
 
     # -- probes ----------------------------------------------------------------------------------------
     def probe_due(self) -> None:
         """Probe the degraded hosts whose back-off ran out, off the tick's path; a verdict wakes the loop."""
-        check = getattr(self.runner, "check_host", None)
         for host in self.health.due():
-            if check is None:
-                self.health.probed(host, None)
-                continue
-
             def work(host=host):
                 try:
-                    why = check(host)
+                    why = self.runner.check_host(host)
                 except Exception as e:  # noqa: BLE001 - any failure is the verdict
                     why = str(e)
                 self.health.probed(host, why)
@@ -94,10 +87,8 @@ class Recovery:
                     > self.cfg.daemon.lease_ttl_s]
         if not expiring:
             return
-        reconnect = getattr(self.runner, "reconnect", None)
         for host in {lz.host for lz in expiring}:
-            if reconnect is not None:
-                reconnect(host)
+            self.runner.reconnect(host)
             log.info("host %s silent for more than %.0fs: one last probe before its trials are lost",
                      host, self.cfg.daemon.lease_ttl_s)
         for lz, st in zip(expiring, self._poll_states(expiring)):
@@ -113,8 +104,8 @@ class Recovery:
         for k, lz in enumerate(out):
             if lz.state != "stale":
                 continue
-            known = getattr(self.runner, "hosts", None)
-            if isinstance(known, dict) and lz.host not in known:
+            known = self.runner.hosts
+            if known is not None and lz.host not in known:
                 log.warning("stale trial %s: host %s is no longer configured; forgetting it", lz.trial_id, lz.host)
                 out[k] = None
                 continue
@@ -174,7 +165,7 @@ class Recovery:
     def host_table(self) -> dict[str, dict]:
         """Each host's health for daemon.json: breaker state and reason, or the connection error."""
         table = self.health.table()
-        errors = getattr(self.runner, "errors", {}) or {}
+        errors = self.runner.errors
         for host, why in errors.items():
             row = table.setdefault(host, {"state": "ok", "reason": None})
             if row.get("state") == "ok":

@@ -47,27 +47,25 @@ def load(cfg):
     return research, read_population(research.repo, research.baseline_ref)
 
 
-def idea_usd(i) -> float:
-    """LLM spend on one idea: the note's figure, else the commit's (implemented or only proposed)."""
-    if i.note and i.note.cost_usd is not None:
-        return i.note.cost_usd
-    if i.cost_usd is not None:
-        return i.cost_usd
+def _spent(i, field: str, trailer: str, cast):
+    """The note's figure, else the commit's (implemented), else its proposal trailer's (only proposed)."""
+    for v in (getattr(i.note, field) if i.note else None, getattr(i, field)):
+        if v is not None:
+            return v
     try:
-        return float(i.trailers.get("Idea-Cost-USD") or 0)
+        return cast(i.trailers.get(trailer) or 0)
     except ValueError:
-        return 0.0
+        return cast(0)
+
+
+def idea_usd(i) -> float:
+    """LLM spend on one idea."""
+    return _spent(i, "cost_usd", "Idea-Cost-USD", float)
 
 
 def idea_tokens(i) -> int:
-    if i.note and i.note.tokens is not None:
-        return i.note.tokens
-    if i.tokens is not None:
-        return i.tokens
-    try:
-        return int(i.trailers.get("Idea-Tokens") or 0)
-    except ValueError:
-        return 0
+    """LLM tokens of one idea."""
+    return _spent(i, "tokens", "Idea-Tokens", int)
 
 
 def compute_s(note, gpus: int) -> float:
