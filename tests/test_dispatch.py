@@ -1,0 +1,63 @@
+"""engine/dispatch.py and collect.py, driven directly on a real repo and the real local runner: a
+trial's lease is in git before the runner starts it, an identical tree is linked instead of run, and
+collect writes the result note, then clears the lease."""
+
+from __future__ import annotations
+
+import time
+
+from autoresearchd.app import build_daemon
+from autoresearchd.config import load_config
+from autoresearchd.store.population import read_population
+
+from conftest import branch_idea, write_config
+
+
+def harvest_until(d, done, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pop = read_population(d.repo, d.research.baseline_ref)
+        d.dispatcher.harvest(pop)
+        d.dispatcher.backfill(pop)
+        pop = read_population(d.repo, d.research.baseline_ref)
+        if done(pop):
+            return pop
+        time.sleep(0.2)
+    raise AssertionError("no result in time")
+
+
+def test_lease_before_submit_then_note_before_the_lease_goes(toy_env, tmp_path):
+    d = build_daemon(load_config(write_config(tmp_path, toy_env)), with_llm=False)
+    try:
+        disp, seen = d.dispatcher, {}
+        real = disp.runner.submit
+
+        def submit(spec, slot):            # a spy: what git holds when the runner is asked to start
+            seen[spec.trial_id] = [lz.trial_id for lz in disp.ledger.leases(spec.commit)]
+            return real(spec, slot)
+        disp.runner.submit = submit
+        pop = read_population(d.repo, d.research.baseline_ref)
+        jobs = d.jobs(pop)
+        assert [(j.purpose, j.seed) for j in jobs] == [("baseline", 0), ("baseline", 1)]
+        assert disp.dispatch(pop, jobs) == 2
+        assert set(seen) == {j.trial_id for j in jobs}
+        assert all(tid in leases for tid, leases in seen.items())      # its own lease was already there
+        pop = harvest_until(d, lambda p: p.baseline_note is not None and len(p.baseline_note.trials) == 2)
+        assert pop.baseline_note.seeds == [0, 1] and pop.baseline_note.value is not None
+        assert disp.ledger.leases(pop.baseline_commit) == []           # cleared after the note
+        assert d.jobs(pop) == [] and disp.dispatch(pop, []) == 0       # nothing left to run
+
+        # two branches with one tree: the first runs, the second is linked to its result
+        edit = {"run.py": (toy_env / "run.py").read_text().replace("x = 1.0", "x = 0.9")}
+        first = branch_idea(toy_env, "a/one", "one", edit)
+        twin = branch_idea(toy_env, "a/two", "two", edit)
+        pop = read_population(d.repo, d.research.baseline_ref)
+        assert disp.dispatch(pop, [j for j in d.jobs(pop) if j.commit == first]) == 1
+        harvest_until(d, lambda p: p.by_commit[first].note is not None)
+        pop = read_population(d.repo, d.research.baseline_ref)
+        disp.dispatch(pop, d.jobs(pop))
+        pop = read_population(d.repo, d.research.baseline_ref)
+        assert pop.by_commit[twin].note.linked == first
+        assert pop.by_commit[twin].note.value == pop.by_commit[first].note.value
+    finally:
+        d.runner.close()
