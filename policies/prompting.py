@@ -8,7 +8,6 @@ a `prompts_dir` given to the policy overrides them file by file) filled with `st
 
 from __future__ import annotations
 
-import hashlib
 import re
 import string
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from autoresearchd import defaults
 from autoresearchd.goal import goal_word
+from autoresearchd.store.ideas import prompt_hash
 from autoresearchd.store.notes import Status
 
 
@@ -37,11 +37,6 @@ def render(template: str, **values) -> str:
         return string.Template(template).substitute(**{k: str(v) for k, v in values.items()})
     except KeyError as e:
         raise KeyError(f"prompt template needs a value for ${{{e.args[0]}}}") from None
-
-
-def prompt_hash(text: str) -> str:
-    """Short, stable id of a prompt (12 hex digits of sha256)."""
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 # -- the idea format ------------------------------------------------------------------------------
@@ -237,7 +232,7 @@ class Prompts:
         return self._cache[name]
 
     def hash(self, *names: str) -> str:
-        return prompt_hash("\0".join(self.get(n) for n in names))
+        return prompt_hash(*(self.get(n) for n in names))
 
     def system(self) -> str:
         return self.get("system").strip()

@@ -12,9 +12,9 @@ from autoresearchd.llm.base import Completion, LLMError, Provider
 from autoresearchd.manifest import EnvManifest
 from autoresearchd.policies import get
 from autoresearchd.policies.evolutionary import schedule
-from autoresearchd.policies.prompting import parse_ideas, prompt_hash
+from autoresearchd.policies.prompting import parse_ideas
 from autoresearchd.store.gitrepo import GitRepo
-from autoresearchd.store.ideas import branch_for, format_message
+from autoresearchd.store.ideas import branch_for, format_message, prompt_hash
 from autoresearchd.store.notes import Note, Status, format_note
 from autoresearchd.store.population import read_population
 from autoresearchd.store.refs import IDEAS_PREFIX, NOTES_REF, RECORDS_PREFIX

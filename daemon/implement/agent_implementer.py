@@ -33,8 +33,9 @@ from autoresearchd.goal import goal_word
 from autoresearchd.implement import agent_cli
 from autoresearchd.implement.agent_cli import Usage
 from autoresearchd.implement.agent_session import redactor, run_session
-from autoresearchd.implement.implementer import Implementer, prompt_hash, prompt_template
+from autoresearchd.implement.implementer import Implementer, prompt_template
 from autoresearchd.store.gitrepo import GitError
+from autoresearchd.store.ideas import prompt_hash
 from autoresearchd.store.notes import Status
 
 log = logging.getLogger("autoresearchd")
@@ -139,7 +140,7 @@ class AgentImplementer(Implementer):
         if self.llm is not None:
             self.llm.budget.check()       # BudgetExhausted stops implementing, as for the diff kind
         prompt, template = self._prompt(title, body)
-        trailers["Prompt-Hash"] = trailers.get("Prompt-Hash") or prompt_hash(template)
+        trailers["Prompt-Hash"] = trailers.get("Prompt-Hash") or "sha256:" + prompt_hash(template)
         trailers["Implementer"] = self.kind
         key = os.environ.get(self.acfg.api_key_env or self.cli.key_env) or None
         redact = redactor([key] if key else [])

@@ -9,7 +9,6 @@ Proposals are written to git before any implementation starts, so a crash loses 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import logging
@@ -21,14 +20,13 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from autoresearchd.runners.sandbox import SandboxRequest
-from autoresearchd.runners.sandbox import get as get_sandbox
-
 from autoresearchd import defaults
 from autoresearchd.goal import goal_word
 from autoresearchd.registry import Registry
+from autoresearchd.runners.sandbox import SandboxRequest
+from autoresearchd.runners.sandbox import get as get_sandbox
 from autoresearchd.store.gitrepo import GitRepo
-from autoresearchd.store.ideas import branch_for, format_message, make_idea_id, parse_message
+from autoresearchd.store.ideas import branch_for, format_message, make_idea_id, parse_message, prompt_hash
 from autoresearchd.store.ledger import Ledger
 from autoresearchd.store.notes import Note, Status
 from autoresearchd.store.refs import IDEAS_PREFIX, IDEA_BRANCHES, PROPOSALS_PREFIX, RECORDS_PREFIX, branch_name
@@ -38,10 +36,6 @@ log = logging.getLogger("autoresearchd")
 
 def prompt_template(name: str) -> str:
     return resources.files("autoresearchd.implement").joinpath("prompts", name).read_text()
-
-
-def prompt_hash(*texts: str) -> str:
-    return "sha256:" + hashlib.sha256("\0".join(texts).encode()).hexdigest()[:12]
 
 
 def render_files(repo: GitRepo, commit: str, manifest, max_file_bytes: int = 200_000) -> str:
@@ -162,7 +156,7 @@ class Implementer:
             entry["error"] = error
             messages += [{"role": "assistant", "content": c.text},
                          {"role": "user", "content": prompt_template("revise.md").format(error=error)}]
-        trailers["Prompt-Hash"] = trailers.get("Prompt-Hash") or prompt_hash(template)
+        trailers["Prompt-Hash"] = trailers.get("Prompt-Hash") or "sha256:" + prompt_hash(template)
         return self._finish(idea_id, title, body, trailers, base, tree, status, error, transcript,
                             cost=cost, tokens=tokens, model=model, attempts=attempts)
 

@@ -38,6 +38,12 @@ def slugify(text: str, maxlen: int = 40) -> str:
     return (t[:maxlen].rstrip("-")) or "idea"
 
 
+def prompt_hash(*texts: str) -> str:
+    """Short, stable id of the prompt text(s) behind an idea (12 hex digits of sha256), for the
+    Prompt-Hash trailer; several texts are hashed joined by NUL."""
+    return hashlib.sha256("\0".join(texts).encode()).hexdigest()[:12]
+
+
 def branch_for(idea_id: str, title: str, origin: str) -> str:
     group = "human" if origin == "human" else idea_id.split("-")[0]
     return f"{IDEA_BRANCHES}{group}/{slugify(title)}-{idea_id.split('-')[-1]}"
