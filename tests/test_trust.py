@@ -38,13 +38,13 @@ def test_confirmation_demotes_a_lucky_seed_and_confirms_a_real_gain(make_repo, t
     n = pop.by_commit[lucky].note
     assert n.seeds == [0, 1, 2] and n.values == [0.985, 1.03, 1.03]
     assert n.decision == "demoted"
-    assert pop.best("min", confirmed_only=True) is None       # the lucky run never counts as best
+    assert pop.best("min", confirmed=True) is None       # the lucky run never counts as best
     real = branch_idea(env, "x/real", "Real", {"run.py": REAL})
     pop = run_until_settled(cfg)
     r = pop.by_commit[real].note
     assert r.seeds == [0, 1, 2] and r.decision == "confirmed", (r.values, r.decision)
     assert abs(r.delta - (0.93 - 1.0)) < 1e-9                # paired by seed against the baseline
-    assert pop.best("min", confirmed_only=True).commit == real
+    assert pop.best("min", confirmed=True).commit == real
 
 
 TAMPERS = {

@@ -16,9 +16,9 @@ from __future__ import annotations
 import statistics
 
 from autoresearchd.engine.plan import baseline_complete
-from autoresearchd.goal import best, gain
+from autoresearchd.goal import gain
 from autoresearchd.store.ideas import Idea
-from autoresearchd.store.notes import BEST_DECISIONS, GOOD_DECISIONS, Note, Status, Trial
+from autoresearchd.store.notes import GOOD_DECISIONS, Note, Status, Trial
 from autoresearchd.store.population import Population
 
 
@@ -129,11 +129,8 @@ def decide(value: float, goal: str, baseline: float | None, baseline_std: float 
 
 # -- a result note's verdict, from its trials and the population ---------------------------------
 def best_value(pop: Population, goal: str, exclude: str | None = None) -> float | None:
-    vals = [i.value for i in pop.ideas if i.value is not None and i.commit != exclude
-            and i.note and i.note.decision in BEST_DECISIONS]
-    if not vals:
-        return None
-    return best(vals, goal)
+    b = pop.best(goal, confirmed=True, exclude=exclude)
+    return b.value if b is not None else None
 
 
 def build_note(trials: list[Trial], idea: Idea | None, pop: Population, manifest, policy_cfg,

@@ -124,7 +124,7 @@ class Daemon:
             if gpu_h >= d.max_gpu_hours:
                 return f"GPU-hour budget reached ({gpu_h:.2f} h)"
         if d.target is not None:
-            best = pop.best(self.research.manifest.goal, confirmed_only=True)
+            best = pop.best(self.research.manifest.goal, confirmed=True)
             if best is not None and not self.research.manifest.better(d.target, best.value):
                 return f"target {d.target} reached by {best.idea_id}"
         return self._stop_reason

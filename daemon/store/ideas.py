@@ -14,7 +14,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field, replace
 
-from autoresearchd.store.notes import Lease, Note, Status
+from autoresearchd.store.notes import BEST_DECISIONS, Lease, Note, Status
 from autoresearchd.store.refs import IDEA_BRANCHES
 
 ORIGINS = ("seed", "exploit", "explore", "human", "greedy", "best_of_n", "baseline", "confirm")
@@ -89,6 +89,11 @@ class Idea:
     @property
     def value(self) -> float | None:
         return self.note.value if self.note and self.note.status == Status.SUCCEEDED else None
+
+    @property
+    def confirmed(self) -> bool:
+        """Measured and promoted or confirmed: a result, not a lucky run."""
+        return self.value is not None and self.note.decision in BEST_DECISIONS
 
 
 def format_message(title: str, body: str, trailers: dict[str, str | int | float | list[str] | None]) -> str:

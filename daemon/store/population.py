@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from autoresearchd.goal import best
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import Idea, as_pushed, idea_from_commit
-from autoresearchd.store.notes import BEST_DECISIONS, Note, Status, parse_leases, parse_note
+from autoresearchd.store.notes import Note, Status, parse_leases, parse_note
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, HEADS, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF, PROPOSALS_PREFIX,
                                       RECORDS_PREFIX, RUNS_REF)
 
@@ -65,9 +65,12 @@ class Population:
     def max_epoch(self) -> int:
         return max((i.epoch for i in self.ideas if i.origin != "human"), default=-1)
 
-    def best(self, goal: str, confirmed_only: bool = False) -> Idea | None:
-        cands = [i for i in self.succeeded()
-                 if not confirmed_only or (i.note and i.note.decision in BEST_DECISIONS)]
+    def best(self, goal: str, confirmed: bool | None = None, exclude: str | None = None) -> Idea | None:
+        """The best measured idea, the one definition of "best": confirmed=True only promoted or
+        confirmed results (the best *result*), False only the others (the best unconfirmed value),
+        None any; `exclude` leaves out one commit (the idea being judged)."""
+        cands = [i for i in self.succeeded() if (exclude is None or i.commit != exclude)
+                 and (confirmed is None or i.confirmed == confirmed)]
         if not cands:
             return None
         return best(cands, goal, key=lambda i: i.value)

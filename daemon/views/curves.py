@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from autoresearchd.goal import better
 from autoresearchd.store.notes import Status
-from autoresearchd.views.summary import compute_s, idea_usd, is_confirmed
+from autoresearchd.views.summary import compute_s, idea_usd
 
 NOT_ATTEMPTED = {Status.DUPLICATE, Status.CANCELLED}   # never ran: left out of the execution rate
 
@@ -31,7 +31,7 @@ def series(pop, goal: str, gpus: int = 1) -> dict:
         usd += idea_usd(i)
         if i.value is not None:
             raw = i.value if raw is None or better(i.value, raw, goal) else raw
-            if is_confirmed(i):
+            if i.confirmed:
                 conf = i.value if conf is None or better(i.value, conf, goal) else conf
         for key, v in (("gpu_hours", gpu_h), ("usd", usd), ("raw", raw), ("confirmed", conf), ("n", k)):
             by_time[key].append(v)
@@ -46,7 +46,7 @@ def series(pop, goal: str, gpus: int = 1) -> dict:
         for i in here:
             if i.value is not None:
                 raw = i.value if raw is None or better(i.value, raw, goal) else raw
-                if is_confirmed(i):
+                if i.confirmed:
                     conf = i.value if conf is None or better(i.value, conf, goal) else conf
         attempted = [i for i in here if i.note is not None and i.note.status not in NOT_ATTEMPTED]
         executed = [i for i in attempted if i.value is not None]

@@ -24,7 +24,7 @@ from matplotlib.ticker import MaxNLocator
 
 from autoresearchd import defaults
 from autoresearchd.views.curves import series
-from autoresearchd.views.summary import compute_unit, is_confirmed, leaderboard, load, summary
+from autoresearchd.views.summary import compute_unit, leaderboard, load, summary
 
 ORIGIN_COLORS = {"seed": "#7f7f7f", "exploit": "#d62728", "explore": "#1f77b4", "human": "#2ca02c",
                  "greedy": "#ff7f0e", "best_of_n": "#9467bd"}
@@ -113,7 +113,7 @@ def plot_scatter(pop, metric: str) -> Figure:
         ys.append(i.value)
     for origin, (xs, ys) in sorted(by_origin.items()):
         ax.scatter(xs, ys, s=10, alpha=0.6, color=ORIGIN_COLORS.get(origin, "#17becf"), label=origin)
-    conf = [i for i in pop.succeeded() if is_confirmed(i)]
+    conf = [i for i in pop.succeeded() if i.confirmed]
     if conf:
         ax.scatter([x[i.idea_id] for i in conf], [i.value for i in conf], s=60, facecolors="none",
                    edgecolors="black", lw=1, label="promoted / confirmed")

@@ -13,10 +13,9 @@ from collections import Counter
 
 from autoresearchd import defaults
 from autoresearchd.engine.judge import seed_warning
-from autoresearchd.goal import best, sign
+from autoresearchd.goal import sign
 from autoresearchd.research import open_research
 from autoresearchd.store.gitrepo import state_dir
-from autoresearchd.store.notes import BEST_DECISIONS
 from autoresearchd.store.population import read_population
 from autoresearchd.store.refs import branch_name
 from autoresearchd.views.progress import running_trials
@@ -83,23 +82,11 @@ def compute_unit(gpus: int) -> str:
     return "GPU-hours" if gpus else "CPU-hours"
 
 
-def is_confirmed(i) -> bool:
-    return i.value is not None and i.note is not None and i.note.decision in BEST_DECISIONS
-
-
 def result_entry(i) -> dict:
     n = i.note
     return {"idea": i.idea_id, "title": i.title, "branch": branch_name(i.branch), "commit": i.commit, "value": i.value,
             "std": n.std, "seeds": len(n.values), "values": n.values, "decision": n.decision,
             "delta": n.delta, "origin": i.origin, "epoch": i.epoch}
-
-
-def best_of(pop, goal: str, confirmed: bool | None):
-    """Best measured idea; confirmed=True only promoted/confirmed, False only the others, None any."""
-    cands = [i for i in pop.succeeded() if confirmed is None or is_confirmed(i) == confirmed]
-    if not cands:
-        return None
-    return best(cands, goal, key=lambda i: i.value)
 
 
 def summary(cfg, research=None, pop=None) -> dict:
@@ -109,8 +96,8 @@ def summary(cfg, research=None, pop=None) -> dict:
     counts = Counter(i.status.value for i in pop.ideas)
     st = daemon_state(research.repo, cfg.daemon.tick_s)
     alive = bool(st and st["alive"])
-    best = best_of(pop, m.goal, True)
-    lucky = best_of(pop, m.goal, False)
+    best = pop.best(m.goal, confirmed=True)
+    lucky = pop.best(m.goal, confirmed=False)
     if lucky is not None and best is not None and not m.better(lucky.value, best.value):
         lucky = None                 # only worth showing when it beats the confirmed best
     usd = sum(idea_usd(i) for i in pop.ideas)
