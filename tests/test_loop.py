@@ -9,6 +9,7 @@ import time
 
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.notes import Status
+from autoresearchd.store.population import read_population
 
 from conftest import branch_idea, git, run_until_settled, write_config
 
@@ -78,3 +79,39 @@ def test_kill_9_then_restart_harvests_exactly_once(toy_env, tmp_path):
     assert counter.read_text().count("run") == 1          # harvested, never run twice
     assert len(note.trials) == 1
     assert not GitRepo(toy_env).notes_list("refs/notes/autoresearch-runs")   # no stale leases
+
+
+def test_refill_counts_an_implementation_in_flight_once(toy_env, tmp_path):
+    """A proposal being implemented is both recorded in git (pop.implementing()) and in flight
+    (Daemon._implementing): the refill counts it once, so the queue fills to free slots + buffer."""
+    from autoresearchd.app import build_daemon
+    from autoresearchd.config import load_config
+    from autoresearchd.policies.base import Proposal
+    from autoresearchd.store.ledger import Ledger
+    from autoresearchd.store.notes import Note
+
+    from fake_llm import FakeLLM
+    with FakeLLM() as fake:
+        cfg = write_config(tmp_path, toy_env)
+        cfg.write_text(cfg.read_text()
+                       .replace('[llm]\nprovider = "none"\n',
+                                f'[llm]\nprovider = "openai"\nbase_url = "{fake.openai_url}"\nmodel = "fake-model"\n')
+                       .replace("[policy]\n", '[policy]\nname = "evolutionary"\nbatch = 1\nqueue_buffer = 2\n'))
+        d = build_daemon(load_config(cfg))
+        try:
+            Ledger(d.repo).write_note(d.research.baseline_commit, Note(status=Status.SUCCEEDED, value=1.0,
+                                                                       values=[1.0], seeds=[0], seeds_planned=1))
+            idea_id = d.implementer.record_proposal(Proposal("in flight", "[Experiment] x", "seed", 0))
+            d._implementing.add(idea_id)              # what _submit_implementation does
+            asked = []
+            d.policy.propose = lambda pop, n, env, llm: asked.append(n) or []     # a spy: how many it asks for
+            pop = read_population(d.repo, d.research.baseline_ref)
+            assert [i.idea_id for i in pop.implementing()] == [idea_id]
+            free = len(d.dispatcher.free_slots())
+            d._maybe_refill(pop)
+            deadline = time.monotonic() + 30
+            while not asked and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert asked == [free + 2 - 1]            # free slots + queue_buffer - the one in flight
+        finally:
+            d.runner.close()
