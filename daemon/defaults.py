@@ -89,6 +89,8 @@ SERVE_PAGE_ROWS = 100        # leaderboard rows per page
 # Sandbox (runners/sandbox.py): what an untrusted command sees of the host, read-only. An allow-list:
 # $HOME, /root, /var, /srv, the research repo and the other trials stay out. Add more per runner with
 # `sandbox_binds` (e.g. /opt or a cluster's /apps).
+SANDBOX_LAUNCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""PATH under which bwrap is started (its own environment is cleared: it is PID 1 in the sandbox)."""
 SANDBOX = "bwrap"            # runner.sandbox: bwrap | apptainer | none (none must be chosen explicitly)
 SANDBOX_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SANDBOX_ETC_FILES = ("/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.conf", "/etc/resolv.conf",
