@@ -420,8 +420,12 @@ class GitRepo:
         res: dict[str, str | None] = {}
         for ch in self.diff_tree_raw(old, new):
             obj = ch.path.replace("/", "")          # notes trees fan out as ab/cdef...
-            if len(obj) in (40, 64) and not obj.strip("0123456789abcdef"):
-                res[obj] = None if ch.status == "D" else ch.new_sha
+            if len(obj) not in (40, 64) or obj.strip("0123456789abcdef"):
+                continue
+            if ch.status == "D":            # when git re-fans a notes tree, a note is deleted under its
+                res.setdefault(obj, None)   # old path and added under its new one: the addition wins
+            else:
+                res[obj] = ch.new_sha
         return res
 
     def notes_read_all(self, ref: str) -> dict[str, str]:
