@@ -1,8 +1,9 @@
 """The dashboard's data: JSON-ready views of one population snapshot (overview, leaderboard, lineage,
 failures, one idea), built from the same readers as `status`, `ideas` and `show` (observe.py).
 
-A `Snapshot` is immutable once built: it holds the research repo, the population read in one batch,
-and indexes computed once (lineage children, subtree sizes and bests). The server builds a new one
+A `Snapshot` is immutable once built: it holds the research repo, one population, and indexes computed
+at most once (leaderboard rows, reused from the previous snapshot for ideas that did not change; the
+lineage's children, subtree sizes and bests, on first use). The server builds a new one
 only when git changed, so every request between two notes is served from memory. Nothing here
 writes to git. Text that leaves this module passes `redact` (defence in depth: trials never see the
 daemon's secrets, but a served log must not carry one even if something leaked into it).

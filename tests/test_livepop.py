@@ -15,8 +15,8 @@ from autoresearchd.config import load_config
 from autoresearchd.dashboard import Snapshot
 from autoresearchd.ideas import format_message
 from autoresearchd.notes import Lease, Status, format_leases, format_note
-from autoresearchd.population import (ARCHIVE_PREFIX, IDEAS_PREFIX, PROPOSALS_PREFIX, RECORDS_PREFIX, LivePopulation,
-                                      read_population)
+from autoresearchd.population import (ARCHIVE_PREFIX, BRANCH_PREFIX, IDEAS_PREFIX, PROPOSALS_PREFIX,
+                                      RECORDS_PREFIX, LivePopulation, read_population)
 from autoresearchd.research import open_research
 
 from dashserver import add_idea, ok_note
@@ -128,6 +128,9 @@ def test_incremental_read_equals_a_full_read(tmp_path):
     assert_same(pop5, repo)
     # the same object twice (a commit reached by a branch and its archive) is still one idea
     assert len({id(i) for i in pop5.ideas}) == len(pop5.ideas)
+    # deleted refs leave the reader's cache: it is bounded by the live refs, however long it serves
+    assert set(live._built) == set(repo.refs(BRANCH_PREFIX, RECORDS_PREFIX, ARCHIVE_PREFIX, PROPOSALS_PREFIX))
+    assert set(live._placed) <= set(live._built)
 
 
 def test_incremental_read_starts_on_a_repo_without_notes(tmp_path):
