@@ -277,12 +277,13 @@ class LivePopulation:
             own, idea_refs = self._own, self._idea_refs
         if self.pop is not None and cheap == self._cheap and idea_refs == self._idea_refs and own == self._own:
             return None
-        self._cheap, self._idea_refs, self._own = cheap, idea_refs, own
         notes = self._notes_map(defaults.NOTES_REF, cheap.get(defaults.NOTES_REF))
         leases = self._notes_map(defaults.RUNS_REF, cheap.get(defaults.RUNS_REF))
         refs = dict(idea_refs)
         refs.update((r, s) for r, s in cheap.items() if r.startswith(PROPOSALS_PREFIX))
         self.pop = self._assemble(refs, own, baseline, notes, leases)
+        # only now: a read that failed half-way is tried again at the next call, not taken as seen
+        self._cheap, self._idea_refs, self._own = cheap, idea_refs, own
         return self.pop
 
     def _assemble(self, refs, own, baseline, notes, leases) -> Population:
