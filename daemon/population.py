@@ -19,7 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from . import defaults
-from .gitrepo import GitRepo
+from .gitrepo import GitError, GitRepo
 from .ideas import Idea, as_pushed, idea_from_commit
 from .notes import Note, Status, parse_leases, parse_note
 
@@ -249,15 +249,20 @@ class LivePopulation:
             return cur
         if commit is None:
             cur = {}
-        elif old is None:
-            cur = self.repo.notes_list(ref)
         else:
-            cur = dict(cur)                 # the previous map may be in use by a caller still
-            for obj, blob in self.repo.notes_changes(old, commit).items():
-                if blob is None:
-                    cur.pop(obj, None)
-                else:
-                    cur[obj] = blob
+            try:
+                changes = self.repo.notes_changes(old, commit) if old is not None else None
+            except GitError:                # the old commit is gone (a pruned, rewritten notes ref)
+                changes = None
+            if changes is None:
+                cur = self.repo.notes_list(ref)
+            else:
+                cur = dict(cur)             # the previous map may be in use by a caller still
+                for obj, blob in changes.items():
+                    if blob is None:
+                        cur.pop(obj, None)
+                    else:
+                        cur[obj] = blob
         self._notes[ref] = (commit, cur)
         return cur
 

@@ -148,3 +148,7 @@ def test_incremental_read_starts_on_a_repo_without_notes(tmp_path):
     pop = live.refresh(scan=False)
     assert pop.ideas[0].value == 1.0
     assert_same(pop, repo)
+    # the notes commit it remembers is gone (a rewritten, pruned notes ref): it lists the notes afresh
+    live._notes[defaults.NOTES_REF] = ("1" * 40, {})
+    repo.note_write(defaults.NOTES_REF, c, format_note(ok_note(0.9, 1.1, "improved")))
+    assert live.refresh(scan=False).ideas[0].value == 0.9
