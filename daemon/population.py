@@ -216,6 +216,7 @@ def read_population(repo: GitRepo, baseline_ref: str) -> Population:
 
 
 def _baseline_notes(baseline: str | None, note_blob: str | None, lease_blob: str | None, objs: dict[str, bytes]):
+    """(note, leases) of the baseline commit, from blobs read (or notes parsed) already."""
     bnote = _note(note_blob, objs) if baseline and note_blob and (note_blob in objs or note_blob in _NOTES) else None
     bleases = parse_leases(objs[lease_blob].decode(errors="replace")) if baseline and lease_blob in objs else []
     return bnote, bleases
