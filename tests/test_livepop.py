@@ -76,6 +76,8 @@ def test_incremental_read_equals_a_full_read(tmp_path):
     assert pop1.by_id[done[0].idea_id].note.decision == "worse"
     assert_same(pop1, repo)
     assert pop0.ideas == frozen                       # the population handed out before is untouched
+    assert pop1.by_id[done[3].idea_id] is pop0.by_id[done[3].idea_id]    # an unchanged idea is not rebuilt
+    assert pop1.by_id[done[0].idea_id] is not pop0.by_id[done[0].idea_id]
     s1 = Snapshot(cfg, research, pop1, "1", secrets=[], prev=snap0)
     fresh = Snapshot(cfg, research, pop1, "1", secrets=[])
     assert s1.ideas(limit=1000) == fresh.ideas(limit=1000)
