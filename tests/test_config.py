@@ -17,7 +17,7 @@ def run_cli(*args, cwd):
 
 def test_repo_default_config_is_valid():
     cfg = load_config(REPO_ROOT / ".autoresearch.toml")
-    assert cfg.research.env == "envs/tinygpt" and cfg.runner.kind == "local" and cfg.llm.provider == "auto"
+    assert cfg.research.env == "tinygpt" and cfg.runner.kind == "local" and cfg.llm.provider == "auto"
 
 
 def test_walks_up(tmp_path, monkeypatch):
