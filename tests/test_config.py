@@ -17,7 +17,7 @@ def run_cli(*args, cwd):
 
 def test_repo_default_config_is_valid():
     cfg = load_config(REPO_ROOT / ".autoresearch.toml")
-    assert cfg.research.env == "tinygpt" and cfg.runner.kind == "local" and cfg.llm.provider == "auto"
+    assert cfg.research.env == "envs/tinygpt" and cfg.runner.kind == "local" and cfg.llm.provider == "auto"
 
 
 def test_walks_up(tmp_path, monkeypatch):
@@ -65,3 +65,12 @@ def test_env_overrides(tmp_path):
     assert cfg.llm.provider == "openai" and cfg.runner.slots == 4
     with pytest.raises(ConfigError, match="unknown key 'runner.slotz'"):
         load_config(tmp_path / "c.toml", environ={"AUTORESEARCHD_RUNNER__SLOTZ": "4"})
+
+
+def test_without_a_config_start_finds_the_packaged_env_from_any_directory(tmp_path, monkeypatch):
+    """No config file: research.env is the packaged `tinygpt`, not a path relative to the cwd."""
+    from autoresearchd.research import template_path
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(None)
+    assert cfg.research.env == "tinygpt"
+    assert (template_path(cfg, cfg.research.env) / ".autoresearch.toml").is_file()
