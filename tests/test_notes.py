@@ -1,8 +1,8 @@
 """The note schema round-trips exactly, parses tolerantly, and shows in plain `git log`."""
 
 from autoresearchd.research import configure
-from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store import notes
+from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.notes import Lease, Note, Status, Trial, format_leases, format_note, parse_leases, parse_note
 from autoresearchd.store.refs import NOTES_REF
 

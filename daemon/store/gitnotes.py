@@ -14,8 +14,8 @@ from autoresearchd.store.gitproc import IDENTITY, GitError
 
 
 class NotesIO:
-    """The notes half of GitRepo (it provides _run, git, rev_parse, cat_file_batch, commit_tree,
-    update_ref, _notes_lock and _batch)."""
+    """The notes half of GitRepo (it provides _run, git, rev_parse, cat_file_batch, diff_tree_raw,
+    commit_tree, update_ref, _notes_lock and _batch)."""
 
     # -- notes -------------------------------------------------------------------------------
     def notes_list(self, ref: str) -> dict[str, str]:
@@ -28,6 +28,20 @@ class NotesIO:
         for line in out.splitlines():
             blob, _, obj = line.partition(" ")
             res[obj] = blob
+        return res
+
+    def notes_changes(self, old: str, new: str) -> dict[str, str | None]:
+        """annotated object sha -> its note blob at `new` (None: the note was removed), for every note
+        that differs between two commits of a notes ref: one diff-tree, whatever the number of notes."""
+        res: dict[str, str | None] = {}
+        for ch in self.diff_tree_raw(old, new):
+            obj = ch.path.replace("/", "")          # notes trees fan out as ab/cdef...
+            if len(obj) not in (40, 64) or obj.strip("0123456789abcdef"):
+                continue
+            if ch.status == "D":            # when git re-fans a notes tree, a note is deleted under its
+                res.setdefault(obj, None)   # old path and added under its new one: the addition wins
+            else:
+                res[obj] = ch.new_sha
         return res
 
     def notes_read_all(self, ref: str) -> dict[str, str]:

@@ -116,9 +116,9 @@ class GitRepo(NotesIO):
         out = self.git("rev-parse", "--verify", "-q", spec, check=False).strip()
         return out or None
 
-    def refs(self, prefix: str) -> dict[str, str]:
-        """refname -> object sha for every ref under prefix (one process, packed refs included)."""
-        out = self.git("for-each-ref", "--format=%(objectname) %(refname)", prefix)
+    def refs(self, *prefixes: str) -> dict[str, str]:
+        """refname -> object sha for every ref under the prefixes (one process, packed refs included)."""
+        out = self.git("for-each-ref", "--format=%(objectname) %(refname)", *prefixes)
         res = {}
         for line in out.splitlines():
             sha, _, name = line.partition(" ")

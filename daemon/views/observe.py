@@ -202,7 +202,7 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
     if idea is None:
         _plain(console, f"no idea matches '{ref}' (try an idea id, a branch name, a commit prefix "
                         "or 'baseline')")
-        return 1
+        return 2                     # bad input, like every other command's
     console.print(Text(idea.title, style="bold") + Text(f"  ({idea.idea_id}, {idea.origin}, epoch {idea.epoch}, "
                                                        f"{idea.status.value})"), highlight=False)
     _plain(console, f"branch: {branch_name(idea.branch) or '(none: never became runnable)'}  commit: {idea.commit}")

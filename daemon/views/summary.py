@@ -142,23 +142,29 @@ def summary(cfg, research=None, pop=None) -> dict:
     }
 
 
-def leaderboard(cfg, status=None, origin=None, epoch=None, research=None, pop=None) -> list[dict]:
-    """Every idea as a row, best first under the env's goal; unmeasured ideas last, newest first."""
-    if pop is None:
-        research, pop = load(cfg)
-    goal = research.manifest.goal
-    rows = []
-    for i in pop.ideas:
-        if status and i.status.value != status or origin and i.origin != origin or \
-                epoch is not None and i.epoch != epoch:
-            continue
-        n = i.note
-        rows.append({"idea": i.idea_id, "title": i.title, "status": i.status.value, "value": i.value,
-                     "std": n.std if n and i.value is not None else None,
-                     "seeds": len(n.values) if n else 0, "values": n.values if n else [],
-                     "delta": n.delta if n else None, "decision": n.decision if n else None, "origin": i.origin,
-                     "parents": i.parents, "epoch": i.epoch, "branch": branch_name(i.branch), "commit": i.commit,
-                     "error": n.error if n else None})
+def leaderboard_row(i) -> dict:
+    """One idea as a leaderboard row (plain values, ready for JSON)."""
+    n = i.note
+    return {"idea": i.idea_id, "title": i.title, "status": i.status.value, "value": i.value,
+            "std": n.std if n and i.value is not None else None,
+            "seeds": len(n.values) if n else 0, "values": n.values if n else [],
+            "delta": n.delta if n else None, "decision": n.decision if n else None, "origin": i.origin,
+            "parents": i.parents, "epoch": i.epoch, "branch": branch_name(i.branch), "commit": i.commit,
+            "error": n.error if n else None}
+
+
+def rank_rows(rows: list[dict], goal: str) -> None:
+    """Best first under the goal; unmeasured ideas last (by id: stable from one read to the next)."""
     s = sign(goal)
     rows.sort(key=lambda r: (r["value"] is None, s * (r["value"] or 0), r["idea"]))
+
+
+def leaderboard(cfg, status=None, origin=None, epoch=None, research=None, pop=None) -> list[dict]:
+    """Every idea as a row, best first under the env's goal; unmeasured ideas last."""
+    if pop is None:
+        research, pop = load(cfg)
+    rows = [leaderboard_row(i) for i in pop.ideas
+            if not (status and i.status.value != status or origin and i.origin != origin
+                    or epoch is not None and i.epoch != epoch)]
+    rank_rows(rows, research.manifest.goal)
     return rows
