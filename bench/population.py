@@ -31,7 +31,7 @@ from autoresearchd.views.summary import leaderboard, summary  # noqa: E402
 
 def _clear() -> None:
     """Forget parsed objects: a cold read, as a fresh `status` process sees it."""
-    from autoresearchd import population
+    from autoresearchd.store import population
     population._NOTES.clear()
     population._IDEAS.clear()
 
