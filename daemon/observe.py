@@ -173,7 +173,19 @@ def summary(cfg, research=None, pop=None) -> dict:
                                  "gpu_hours": gpu_s / 3600 / improvement if improvement and m.gpus else None},
         "metric": m.metric, "goal": m.goal, "gpus": m.gpus, "time_budget_s": m.time_budget_s,
         "running_trials": running_trials(pop),
+        "models": model_shares(pop, m),
     }
+
+
+def model_shares(pop, env) -> list[dict]:
+    """Per proposing model (the Idea-Model trailer): its share of the proposals, its ideation spend and
+    its improvement per dollar, as the ensemble's bandit sees them (policies/bandit.py)."""
+    from .policies.bandit import arm_stats
+    st = arm_stats(pop, env)
+    total = sum(s["proposals"] for s in st.values()) or 1
+    return [{"model": m, "proposals": s["proposals"], "share": s["proposals"] / total, "usd": s["usd"],
+             "measured": s["measured"], "gain_per_usd": s["gain"] / s["usd"] if s["usd"] else None}
+            for m, s in sorted(st.items(), key=lambda kv: -kv[1]["proposals"])]
 
 
 def _result_line(r: dict, metric: str) -> str:
@@ -251,6 +263,11 @@ def status(cfg, console, as_json: bool = False) -> int:
     gpu_budget = f" of {sp['max_gpu_hours']:.1f}" if sp["max_gpu_hours"] else ""
     compute = f"{sp['gpu_hours']:.2f}{gpu_budget} GPU-hours" if s["gpus"] else f"{sp['cpu_hours']:.2f} CPU-hours"
     console.print(f"spend: ${sp['usd']:.4f}{budget} LLM, {sp['tokens']:,} tokens, {compute}")
+    if len(s["models"]) > 1:            # an ensemble: who proposed what, for how much
+        console.print("proposing models: " + "; ".join(
+            f"{escape(r['model'])} {r['share']:.0%} ({r['proposals']} ideas, ${r['usd']:.4f}"
+            + (f", {r['gain_per_usd']:.3g} {escape(s['metric'])} gained per $" if r["gain_per_usd"] is not None
+               else "") + ")" for r in s["models"]), highlight=False)
     cpi = s["cost_per_improvement"]
     if cpi["usd"] is not None:
         hw = f" and {cpi['gpu_hours']:.2f} GPU-hours" if s["gpus"] else ""
