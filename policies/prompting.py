@@ -228,6 +228,8 @@ class Listing:
     def render(self, max_chars: int | None = None) -> str:
         if max_chars is not None:
             max_chars -= len(self.wrap(""))
+            if len(self.sep.join(self.entries)) > max_chars:
+                max_chars -= 48           # room for the "(N more not shown: prompt budget)" line
         order = self.entries if self.keep == "first" else self.entries[::-1]
         kept, used = [], 0
         for e in order:
