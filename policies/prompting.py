@@ -242,8 +242,11 @@ class Listing:
         left = len(self.entries) - len(kept)
         if not self.entries:
             return self.wrap(self.empty) if self.empty else ""
-        note = f"({left} {'more ' if kept else ''}not shown: prompt budget)" if left else ""
-        return self.wrap(self.sep.join(kept + ([note] if note else [])))
+        if not left:
+            return self.wrap(self.sep.join(kept))
+        more = ("earlier " if self.keep == "last" else "more ") if kept else ""
+        note = f"({left} {more}not shown: prompt budget)"
+        return self.wrap(self.sep.join([note] + kept if self.keep == "last" else kept + [note]))
 
 
 def baseline_line(population, env) -> str:

@@ -36,7 +36,10 @@ def build(cfg, main: Provider, get) -> Ensemble:
     """The ensemble of `cfg.ensemble` around `main`; `get(name)` is the provider registry's lookup."""
     members = {}
     for m in cfg.ensemble:
-        sub = cfg.model_copy(update={"provider": m.provider, "model": m.model, "base_url": m.base_url,
-                                     "api_key_env": m.api_key_env, "ensemble": []})
+        same = m.provider == main.name       # a model of the main provider shares its endpoint and key
+        sub = cfg.model_copy(update={"provider": m.provider, "model": m.model,
+                                     "base_url": m.base_url or (cfg.base_url if same else None),
+                                     "api_key_env": m.api_key_env or (cfg.api_key_env if same else None),
+                                     "ensemble": []})
         members[m.model] = get(m.provider)(sub, main.budget)
     return Ensemble(main, members)

@@ -1,0 +1,192 @@
+"""The lessons scratchpad, the prompt token budget and the model ensemble (issue 21) against real git
+populations and the real openai provider talking to the local fake LLM server."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from fake_llm import FakeLLM, Reply
+from popbuilder import write_cfg
+from test_policies import ENV, Pop, answer, policy
+from test_search_mechanisms import ideas_answer, provider, user_prompt
+
+from autoresearchd import defaults
+from autoresearchd import llm as llm_registry
+from autoresearchd.config import LLMCfg, Price
+from autoresearchd.ideas import branch_for, format_message
+from autoresearchd.lessons import GitLessonsStore
+from autoresearchd.llm.ensemble import build
+from autoresearchd.notes import Note, Status, format_note
+from autoresearchd.observe import model_shares
+from autoresearchd.population import IDEAS_PREFIX
+from autoresearchd.policies.prompting import Listing
+
+LESSON = "- Worked: rotary warmup (-0.0500)\n- Failed or hurt: fused dropout (crashed)\n- Why: warmup steadies early steps"
+
+
+def lessons_or_ideas(req):
+    first = user_prompt(req)
+    if "Condense" in first:
+        return Reply(f"```\n{LESSON}\n```", input_tokens=400, output_tokens=40)
+    return ideas_answer(req)
+
+
+def test_lessons_are_condensed_every_k_results_kept_in_git_and_shown_in_every_prompt(tmp_path):
+    p = Pop(tmp_path)
+    p.many(4, origin="seed", epoch=0, value=2.95)
+    p.add("e000-crash01", "fused dropout", status=Status.FAILED, error="Traceback: CUDA error")
+    p.many(2, origin="seed", epoch=0, start=10, value=3.1)
+    store = GitLessonsStore(p.repo)
+    pol = policy(ideas_per_epoch=10, batch=5, lessons_every=5)
+    pol.lessons_store = store
+    with FakeLLM() as fake:
+        llm = provider(fake)
+        fake.script(*[lessons_or_ideas] * 6)
+        out = pol.propose(p.read(), 5, ENV, llm)
+        reqs = list(fake.requests)
+    cond = user_prompt(reqs[0])
+    assert "Condense" in cond and "## Lessons so far\n\n(none yet)" in cond
+    assert "e000-crash01" in cond and "CUDA error" in cond       # every new result, failures with their reason
+    kept = json.loads(p.repo.read_blob(defaults.LESSONS_REF))
+    assert kept["text"] == LESSON and kept["updates"] == 1 and len(kept["covered"]) == 7
+    assert kept["cost_usd"] == pytest.approx((400 * 1.0 + 40 * 2.0) / 1e6)
+    # the ideation prompt after it shows the lessons block; the lessons call is billed to the proposals
+    assert "## Lessons from earlier results" in user_prompt(reqs[1]) and LESSON in user_prompt(reqs[1])
+    assert sum(q.cost_usd for q in out) == pytest.approx(llm.budget.usd) and llm.budget.by_purpose["lessons"] > 0
+
+    # a restarted daemon (a fresh policy, the same repo) reads the lessons back and does not condense again
+    # until K more results are in
+    pol2 = policy(ideas_per_epoch=10, batch=5, lessons_every=5)
+    pol2.lessons_store = GitLessonsStore(p.repo)
+    for q in out:
+        p.add(f"e000-{q.title[:8].lower().replace(' ', '')}", q.title, value=3.05)
+    with FakeLLM() as fake:
+        fake.script(*[lessons_or_ideas] * 6)
+        pol2.propose(p.read(), 5, ENV, provider(fake))
+        prompts = [user_prompt(r) for r in fake.requests]
+    assert "Condense" in prompts[0]
+    assert "## Lessons so far\n\n" + LESSON in prompts[0]             # the earlier lessons, to be rewritten
+    assert "e000-crash01" not in prompts[0], re.findall(r"^### .*", prompts[0], re.M)
+    assert len(re.findall(r"^### ", prompts[0], re.M)) == len(out)     # only the results since
+    assert all(LESSON in q for q in prompts[1:])
+    with FakeLLM() as fake:
+        fake.script(*[lessons_or_ideas] * 6)
+        pol2.propose(p.read(), 5, ENV, provider(fake))
+        assert not any("Condense" in user_prompt(r) for r in fake.requests)     # nothing new: no call
+
+
+def test_a_failed_lessons_call_keeps_the_old_lessons_and_the_search_goes_on(tmp_path):
+    p = Pop(tmp_path)
+    p.many(5, origin="seed", epoch=0, value=2.95)
+    pol = policy(ideas_per_epoch=10, batch=5, lessons_every=5)
+    pol.lessons_store = GitLessonsStore(p.repo)
+    with FakeLLM() as fake:
+        from fake_llm import Status as HTTP
+        fake.script(HTTP(400, message="bad request"), *[ideas_answer] * 3)
+        out = pol.propose(p.read(), 5, ENV, provider(fake))
+    assert len([q for q in out if q.dropped_reason is None]) == 5
+    assert p.repo.read_blob(defaults.LESSONS_REF) is None
+
+
+def test_the_prompt_token_budget_keeps_prompts_flat_and_says_what_it_left_out(tmp_path):
+    p = Pop(tmp_path)
+    long = " ".join(f"word{j}" for j in range(200))
+    for j in range(60):
+        p.add(f"e000-win{j:05d}", f"winner number {j}", value=2.5 + 0.001 * j,
+              text=f"[Experiment] winner number {j}. {long} u{j}")
+    p.many(20, origin="seed", epoch=0, start=100, value=3.3)
+    pop = p.read()
+    sizes = {}
+    for budget in (None, 3000):
+        with FakeLLM() as fake:
+            fake.script(*[ideas_answer] * 3)
+            policy(ideas_per_epoch=80, batch=5, max_parents=100,
+                   prompt_token_budget=budget).propose(pop, 5, ENV, provider(fake))
+            sizes[budget] = user_prompt(fake.requests[0])
+    assert len(sizes[None]) > 4 * 3000 * 2                    # unbounded: every winner in full
+    assert len(sizes[3000]) <= 3000 * defaults.CHARS_PER_TOKEN
+    m = re.search(r"\((\d+) more not shown: prompt budget\)", sizes[3000])
+    shown = len(re.findall(r"^### e000-win", sizes[3000], re.M))
+    assert m and shown >= 5 and shown + int(m.group(1)) == 60
+    # a Listing keeps whole entries, the newest when keep="last"
+    lst = Listing([f"- title number {j}" for j in range(20)], sep="\n", keep="last")
+    lines = lst.render(150).split("\n")
+    assert lines[-1] == "- title number 19" and lines[0].endswith("earlier not shown: prompt budget)") and len(lines) >= 3
+
+
+def add_by_model(p: Pop, idea_id: str, model: str, usd: float, value: float | None, status=Status.SUCCEEDED):
+    """An idea the daemon wrote, proposed by `model` for `usd` (its Idea-Model / Idea-Cost-USD trailers)."""
+    tree = p.repo.tree_with_files(p.base, {f"ideas/{idea_id}.txt": idea_id.encode()})
+    msg = format_message(idea_id, f"[Experiment] {idea_id} q{idea_id}", {
+        "Idea-Id": idea_id, "Origin": "seed", "Epoch": 0, "Model": "implementer-model", "Idea-Model": model,
+        "Idea-Cost-USD": f"{usd:.6f}"})
+    c = p.repo.commit_tree(tree, [p.base], msg)
+    p.repo.update_ref(IDEAS_PREFIX + idea_id, c)
+    p.repo.update_ref(branch_for(idea_id, idea_id, "seed"), c)
+    p.repo.note_write(defaults.NOTES_REF, c, format_note(Note(
+        status=status, idea_id=idea_id, metric="val_loss", value=value, values=[value] if value else [])))
+
+
+def ensemble(fake) -> object:
+    prices = {m: Price(input=1.0, output=2.0) for m in ("main-model", "cheap", "pricey")}
+    cfg = LLMCfg(provider="openai", base_url=fake.openai_url, model="main-model", max_retries=0, timeout_s=10,
+                 prices=prices, ensemble=[{"provider": "openai", "model": "pricey"},
+                                          {"provider": "openai", "model": "cheap", "base_url": fake.openai_url}])
+    return build(cfg, llm_registry.get("openai")(cfg), llm_registry.get)
+
+
+def test_the_ensemble_tries_each_model_then_picks_by_improvement_per_dollar(tmp_path, monkeypatch):
+    monkeypatch.setattr(defaults, "ENSEMBLE_MIN_TRIES", 5)
+    p = Pop(tmp_path)                     # baseline 3.0
+    with FakeLLM() as fake:
+        llm = ensemble(fake)
+        fake.script(*[ideas_answer] * 4)
+        out = policy(ideas_per_epoch=40, batch=5).propose(p.read(), 10, ENV, llm)
+        used = [r.body["model"] for r in fake.requests]
+        # the base_url of a member without one is the main one's: both reach the same server
+        assert {q.model for q in out} == {"pricey", "cheap"} and sorted(used) == ["cheap", "pricey"]
+    # both have a record: "pricey" gains 0.10 per idea for $0.010, "cheap" 0.06 for $0.001
+    for j in range(6):
+        add_by_model(p, f"e000-pr{j:06d}", "pricey", 0.010, 2.90)
+        add_by_model(p, f"e000-ch{j:06d}", "cheap", 0.001, 2.94 if j < 5 else None,
+                     Status.SUCCEEDED if j < 5 else Status.FAILED)
+    with FakeLLM() as fake:
+        llm = ensemble(fake)
+        fake.script(*[ideas_answer] * 2)
+        out = policy(ideas_per_epoch=40, batch=5).propose(p.read(), 5, ENV, llm)
+        assert [r.body["model"] for r in fake.requests] == ["cheap"]
+        assert all(q.model == "cheap" for q in out)
+        # other calls go to the main model: the implementer stays one model
+        llm.complete([{"role": "user", "content": "write a diff"}], purpose="implement")
+        assert fake.requests[-1].body["model"] == "main-model"
+    rows = {r["model"]: r for r in model_shares(p.read(), ENV)}
+    assert rows["pricey"]["share"] == pytest.approx(0.5) and rows["cheap"]["usd"] == pytest.approx(0.006)
+    assert rows["cheap"]["gain_per_usd"] == pytest.approx(5 * 0.06 / 0.006)
+
+
+def test_status_shows_each_proposing_models_share_and_cost(tmp_path):
+    import os
+    import subprocess
+    import sys
+    p = Pop(tmp_path)
+    add_by_model(p, "e000-pr000001", "pricey", 0.02, 2.9)
+    add_by_model(p, "e000-ch000001", "cheap<b>[red]", 0.001, 2.95)
+    add_by_model(p, "e000-ch000002", "cheap<b>[red]", 0.001, 3.1)
+    cfg = write_cfg(tmp_path, p.repo.path, '[env]\nname = "t"\nrun = "true"\nmetric = "val_loss"\n'
+                                           'goal = "min"\ntime_budget_s = 60\n')
+    r = subprocess.run([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), "status"],
+                       capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="250"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("proposing models:"))
+    assert "cheap<b>[red] 67% (2 ideas, $0.0020" in line and "pricey 33% (1 ideas, $0.0200" in line
+
+
+def test_ensemble_keys_are_validated():
+    with pytest.raises(ValueError):
+        LLMCfg(ensemble=[{"provider": "openai", "model": "a"}, {"provider": "anthropic", "model": "a"}])
+    with pytest.raises(ValueError):
+        LLMCfg(ensemble=[{"provider": "replay", "model": "a"}])
+    with pytest.raises(ValueError):
+        LLMCfg(ensemble=[{"provider": "openai"}])
