@@ -190,3 +190,35 @@ def test_ensemble_keys_are_validated():
         LLMCfg(ensemble=[{"provider": "replay", "model": "a"}])
     with pytest.raises(ValueError):
         LLMCfg(ensemble=[{"provider": "openai"}])
+
+
+def test_the_daemon_wires_the_ensemble_and_keeps_lessons_and_the_proposing_model_in_git(toy_env, tmp_path):
+    from conftest import write_config
+
+    from autoresearchd.app import build_daemon
+    from autoresearchd.config import load_config
+    from autoresearchd.lessons import GitLessonsStore
+    from autoresearchd.llm.ensemble import Ensemble
+    from autoresearchd.population import read_population
+    with FakeLLM() as fake:
+        cfg = write_config(tmp_path, toy_env, f'base_url = "{fake.openai_url}"\nmodel = "main-model"\n'
+                                              'budget_usd = 5\nensemble = [{provider = "openai", model = "a"}, '
+                                              '{provider = "openai", model = "b"}]\n'
+                                              '[llm.prices.main-model]\ninput = 1.0\noutput = 2.0\n'
+                                              '[llm.prices.a]\ninput = 1.0\noutput = 2.0\n')
+        text = cfg.read_text().replace('provider = "none"', 'provider = "openai"')
+        cfg.write_text(text.replace("[policy]\n", "[policy]\nlessons_every = 3\nbatch = 2\n"))
+        from autoresearchd.config import ConfigError
+        with pytest.raises(ConfigError, match="model 'b' has no price"):
+            build_daemon(load_config(cfg))
+        cfg.write_text(cfg.read_text() + '[llm.prices.b]\ninput = 0.1\noutput = 0.2\n')
+        d = build_daemon(load_config(cfg))
+        assert isinstance(d.llm, Ensemble) and set(d.llm.members) == {"a", "b"} and "ensemble a, b" in d.llm_note
+        assert isinstance(d.policy.lessons_store, GitLessonsStore)
+        fake.script(*[ideas_answer] * 2)
+        pop = read_population(d.repo, d.research.baseline_ref)
+        props = d.policy.propose(pop, 2, d.research.manifest, d.llm)
+        ids = [d.implementer.record_proposal(q) for q in props]
+    pop = read_population(d.repo, d.research.baseline_ref)
+    assert {pop.by_id[i].trailers["Idea-Model"] for i in ids} == {"a"}          # the first model tried
+    assert fake.requests[0].body["model"] == "a"
