@@ -42,8 +42,10 @@ if [ -n "${AR_SLOT_LOCK:-}" ]; then
 fi
 date +%s.%N > "$T/started"
 
-# capped log: keep the head and the tail, drain the rest so the writer never blocks or dies
-cap() { { head -c "$AR_LOG_HEAD" > "$1.head"; tail -c "$AR_LOG_TAIL" > "$1.tail"; } ; }
+# capped log: keep the head and the tail, drain the rest so the writer never blocks or dies. head's
+# stdout is made unbuffered where stdbuf exists: otherwise stdio holds a running trial's log until exit.
+unbuf=(); command -v stdbuf > /dev/null 2>&1 && unbuf=(stdbuf -o0)
+cap() { { "${unbuf[@]}" head -c "$AR_LOG_HEAD" > "$1.head"; tail -c "$AR_LOG_TAIL" > "$1.tail"; } ; }
 
 checksum_frozen() {
   ( cd "$T/code" && for f in "${AR_FROZEN[@]}"; do
@@ -77,7 +79,8 @@ sandboxed() {
   printf '%s' "$out"
 }
 # what both steps get: nothing of the host's environment but these (never a secret)
-base_env=(PATH="$PATH" LANG=C.UTF-8 AUTORESEARCH_SEED="$AUTORESEARCH_SEED" AUTORESEARCH_TRIAL="$AUTORESEARCH_TRIAL"
+# PYTHONUNBUFFERED: a Python run's output reaches run.head while it runs (a pipe is block-buffered)
+base_env=(PATH="$PATH" LANG=C.UTF-8 PYTHONUNBUFFERED=1 AUTORESEARCH_SEED="$AUTORESEARCH_SEED" AUTORESEARCH_TRIAL="$AUTORESEARCH_TRIAL"
           AUTORESEARCH_TIME_BUDGET_S="$AUTORESEARCH_TIME_BUDGET_S" "${AR_DATA[@]}")
 [ -n "${CUDA_VISIBLE_DEVICES+x}" ] && base_env+=(CUDA_VISIBLE_DEVICES="$CUDA_VISIBLE_DEVICES")
 [ -n "${AUTORESEARCH_PREPARED:-}" ] && base_env+=(AUTORESEARCH_PREPARED="$AUTORESEARCH_PREPARED")

@@ -347,3 +347,20 @@ def test_a_reused_pid_is_not_this_trial(tmp_path):
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_a_python_runs_output_reaches_its_log_while_it_runs(runner_for, tmp_path):
+    """Output to a pipe is block-buffered in Python; the trial makes it unbuffered so that a running
+    trial's log (run.head, which `show` and the dashboard read) is live."""
+    m = manifest("python3 -c 'import time; print(\"step 1 loss 4.2\"); time.sleep(30)'")
+    r = runner_for(m)
+    h = r.submit(spec(m, code_tar(tmp_path, {"a": "a"})), r.slots()[0])
+    log = Path(h["dir"], "run.head")
+    try:
+        deadline = time.monotonic() + 25
+        while time.monotonic() < deadline and not (log.exists() and "step 1" in log.read_text()):
+            time.sleep(0.2)
+        assert log.exists() and "step 1 loss 4.2" in log.read_text()
+        assert r.poll_many([h]) == [PollState.RUNNING]
+    finally:
+        r.cancel(h)
