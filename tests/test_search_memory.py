@@ -228,7 +228,7 @@ def test_the_simulator_runs_the_lessons_and_ensemble_rows_and_prints_prompt_size
     import subprocess
     import sys
     from pathlib import Path
-    r = subprocess.run([sys.executable, "bench/search_sim.py", "--seeds", "1", "--budget", "30", "--jobs", "1",
+    r = subprocess.run([sys.executable, "bench/search_sim.py", "--seeds", "1", "--budget", "80", "--jobs", "1",
                         "--prompt-sizes", "--variants", "+ lessons (every 10 results), prompt;+ ensemble"],
                        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
