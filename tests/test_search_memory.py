@@ -238,3 +238,17 @@ def test_the_simulator_runs_the_lessons_and_ensemble_rows_and_prints_prompt_size
     sizes = next(ln for ln in out.splitlines() if ln.startswith("| + lessons") and "±" not in ln)
     cells = [int(c) for c in re.findall(r"\| (\d+) ", sizes + " ")]
     assert len(cells) >= 2 and all(c <= 1500 + 200 for c in cells)     # the page's budget + the system prompt
+
+
+def test_doctor_checks_each_ensemble_models_key_and_price(monkeypatch):
+    from autoresearchd.config import Config
+    from autoresearchd.validate import llm_findings
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-main")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    cfg = Config.model_validate({"llm": {
+        "provider": "openai", "model": "gpt-5.5", "budget_usd": 1.0,
+        "ensemble": [{"provider": "openai", "model": "gpt-5.5"}, {"provider": "anthropic", "model": "claude-x"}]}})
+    msgs = [f.what for f in llm_findings(cfg, None)]
+    assert any("'claude-x' (anthropic) needs the environment variable ANTHROPIC_API_KEY" in m for m in msgs)
+    assert any("model 'claude-x' has no price" in m for m in msgs)
+    assert not any("gpt-5.5" in m for m in msgs)          # the main provider's key and shipped price serve it
