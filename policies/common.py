@@ -53,6 +53,7 @@ class _Pending:
 
 class LLMPolicy(Policy):
     """Base of the LLM-driven policies. Subclasses implement `plan(population, env, epoch, done)`."""
+    shows_lessons = True           # its prompts carry the lessons scratchpad (policy.lessons_every)
 
     def __init__(self, cfg, prompts_dir=None):
         super().__init__(cfg, prompts_dir)
@@ -118,7 +119,7 @@ class LLMPolicy(Policy):
             return []
         self._llm = llm
         self._refresh(population)
-        if self.cfg.lessons_every > 0:
+        if self.cfg.lessons_every > 0 and self.shows_lessons:
             self._lessons(population, env, llm)
         out: list[Proposal] = []
         accepted = 0

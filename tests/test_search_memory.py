@@ -252,3 +252,12 @@ def test_doctor_checks_each_ensemble_models_key_and_price(monkeypatch):
     assert any("'claude-x' (anthropic) needs the environment variable ANTHROPIC_API_KEY" in m for m in msgs)
     assert any("model 'claude-x' has no price" in m for m in msgs)
     assert not any("gpt-5.5" in m for m in msgs)          # the main provider's key and shipped price serve it
+
+
+def test_best_of_n_condenses_and_shows_no_lessons(tmp_path):
+    p = Pop(tmp_path)
+    p.many(6, origin="best_of_n", epoch=0, value=2.95)
+    with FakeLLM() as fake:
+        fake.script(*[lessons_or_ideas] * 3)
+        policy("best_of_n", ideas_per_epoch=40, batch=5, lessons_every=2).propose(p.read(), 5, ENV, provider(fake))
+        assert not any("Condense" in user_prompt(r) or "## Lessons" in user_prompt(r) for r in fake.requests)
