@@ -89,7 +89,9 @@ def cmd_start(args, cfg) -> int:
         sys.stderr.flush()
         pid = os.fork()
         if pid:
-            console.print(f"autoresearchd started in the background (pid {pid}); log: {logfile}")
+            # one unwrapped line: scripts read the pid and the path out of it
+            console.print(f"autoresearchd started in the background (pid {pid}); log: {logfile}",
+                          soft_wrap=True, markup=False, highlight=False)
             return 0
         # A session of its own, and none of the caller's streams: `x=$(autoresearchd start --detach)`
         # returns as soon as the parent exits, because nothing here holds its pipe open.
@@ -259,6 +261,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="path to .autoresearch.toml (default: search upward from the cwd)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", help="one of these (COMMAND --help for its options)")
+    add = sub.add_parser
+
+    def add_command(name: str, help: str, **kw):
+        """A subcommand whose own --help opens with what it does (argparse shows `help` only in the list)."""
+        return add(name, help=help, description=help[0].upper() + help[1:] + ".", **kw)
+    sub.add_parser = add_command
     s = sub.add_parser("init", help="create a research repo from an env template, or configure an existing one")
     s.add_argument("dir", nargs="?", help="where to create the repo (default: research.repo of the config)")
     s.add_argument("--env", help="template name (tinygpt, nanogpt, grpo) or path")

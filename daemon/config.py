@@ -30,22 +30,22 @@ class _Strict(BaseModel):
 
 
 class DaemonCfg(_Strict):
-    tick_s: float = defaults.TICK_S
-    lease_ttl_s: float = defaults.LEASE_TTL_S
-    heartbeat_s: float = defaults.HEARTBEAT_S
-    max_retries: int = defaults.MAX_RETRIES
-    max_host_faults: int = defaults.MAX_HOST_FAULTS   # host faults a seed survives before it is lost
+    tick_s: float = Field(defaults.TICK_S, gt=0)
+    lease_ttl_s: float = Field(defaults.LEASE_TTL_S, gt=0)
+    heartbeat_s: float = Field(defaults.HEARTBEAT_S, gt=0)
+    max_retries: int = Field(defaults.MAX_RETRIES, ge=0)
+    max_host_faults: int = Field(defaults.MAX_HOST_FAULTS, ge=1)  # host faults a seed survives before it is lost
     human_priority: bool = defaults.HUMAN_PRIORITY
-    max_ideas: int | None = None          # stop proposing after this many ideas
-    max_epochs: int | None = None
-    max_gpu_hours: float | None = None
+    max_ideas: int | None = Field(None, ge=0)        # stop proposing after this many ideas
+    max_epochs: int | None = Field(None, ge=0)
+    max_gpu_hours: float | None = Field(None, ge=0)
     target: float | None = None           # stop when the confirmed best reaches this
     log_level: str = "INFO"
 
 
 class ResearchCfg(_Strict):
     repo: str = ".autoresearch/research"  # the research repo (created from `env` on first start)
-    env: str = "envs/tinygpt"              # template: a path, or the name of a packaged env
+    env: str = "tinygpt"                   # template: a packaged env name, or a path (with a /)
     baseline: str | None = None            # overrides the manifest's baseline branch
 
 
@@ -67,11 +67,11 @@ class LLMCfg(_Strict):
     model: str | None = None
     base_url: str | None = None
     api_key_env: str | None = None         # name of the env variable holding the key, never the key
-    timeout_s: float = defaults.LLM_TIMEOUT_S
-    max_retries: int = defaults.LLM_MAX_RETRIES
+    timeout_s: float = Field(defaults.LLM_TIMEOUT_S, gt=0)
+    max_retries: int = Field(defaults.LLM_MAX_RETRIES, ge=0)
     backoff_s: float = defaults.LLM_BACKOFF_S
-    concurrency: int = defaults.LLM_CONCURRENCY
-    max_tokens: int = defaults.LLM_MAX_TOKENS
+    concurrency: int = Field(defaults.LLM_CONCURRENCY, ge=1)
+    max_tokens: int = Field(defaults.LLM_MAX_TOKENS, ge=1)
     temperature: float | None = None
     thinking_budget: int | None = None     # anthropic extended thinking tokens
     replay_file: str | None = None
@@ -113,10 +113,10 @@ class HostCfg(_Strict):
     key: str | None = None
     known_hosts: str | None = None
     trusted: bool = False                  # accept an unknown host key (first use) and record it
-    gpus: int = 1
-    slots: int | None = None               # defaults to gpus // env.gpus (at least 1)
+    gpus: int = Field(1, ge=0)
+    slots: int | None = Field(None, ge=1)  # defaults to gpus // env.gpus (at least 1)
     work_root: str = "~/.autoresearchd/trials"
-    connect_timeout_s: float = 10.0
+    connect_timeout_s: float = Field(10.0, gt=0)
     min_free_mb: float = defaults.MIN_FREE_MB   # free space the work root needs before a trial is staged
 
 
@@ -125,14 +125,14 @@ class SlurmCfg(_Strict):
     account: str | None = None
     time_margin_s: int = 300
     extra_args: list[str] = Field(default_factory=list)
-    max_jobs: int = 4
+    max_jobs: int = Field(4, ge=1)
     login: str | None = None               # a host name from [[runner.hosts]]; None = sbatch on PATH
     work_root: str = "~/.autoresearchd/slurm"
 
 
 class RunnerCfg(_Strict):
     kind: str = "local"
-    slots: int = defaults.LOCAL_SLOTS       # local runner on CPU
+    slots: int = Field(defaults.LOCAL_SLOTS, ge=1)   # local runner on CPU
     gpus: list[int] = Field(default_factory=list)  # local GPU ids; one slot per env.gpus of them
     work_root: str | None = None           # local trial dirs (default: defaults.local_trial_root)
     # how run and evaluate are isolated on every host: bwrap | apptainer | none. Unset means bwrap, and
@@ -142,21 +142,21 @@ class RunnerCfg(_Strict):
     sandbox_image: str = defaults.SANDBOX_IMAGE             # apptainer's image (.sif or a directory)
     hosts: list[HostCfg] = Field(default_factory=list)
     slurm: SlurmCfg = Field(default_factory=SlurmCfg)
-    prestage: int | None = None            # trials placed per slot (the next waits on the host); default 2
-    log_head_bytes: int = defaults.LOG_HEAD_BYTES
-    log_tail_bytes: int = defaults.LOG_TAIL_BYTES
+    prestage: int | None = Field(None, ge=1)          # trials placed per slot (the next waits on the host); default 2
+    log_head_bytes: int = Field(defaults.LOG_HEAD_BYTES, ge=0)
+    log_tail_bytes: int = Field(defaults.LOG_TAIL_BYTES, ge=0)
 
 
 class PolicyCfg(_Strict):
     name: str = "evolutionary"
     seed: int = 0
-    ideas_per_epoch: int = defaults.IDEAS_PER_EPOCH
-    batch: int = defaults.IDEAS_PER_BATCH
-    max_parents: int = defaults.MAX_PARENTS_SHOWN
-    queue_buffer: int = defaults.QUEUE_BUFFER
-    baseline_seeds: int = defaults.BASELINE_SEEDS
-    noise_mult: float = defaults.NOISE_MULT
-    confirm_seeds: int = defaults.CONFIRM_SEEDS
+    ideas_per_epoch: int = Field(defaults.IDEAS_PER_EPOCH, ge=1)
+    batch: int = Field(defaults.IDEAS_PER_BATCH, ge=1)
+    max_parents: int = Field(defaults.MAX_PARENTS_SHOWN, ge=0)
+    queue_buffer: int = Field(defaults.QUEUE_BUFFER, ge=0)
+    baseline_seeds: int = Field(defaults.BASELINE_SEEDS, ge=1)
+    noise_mult: float = Field(defaults.NOISE_MULT, ge=0)
+    confirm_seeds: int = Field(defaults.CONFIRM_SEEDS, ge=0)
     duplicate_threshold: float = defaults.DUPLICATE_THRESHOLD
     islands: int = Field(defaults.ISLANDS, ge=1)
     migration_epochs: int = Field(defaults.MIGRATION_EPOCHS, ge=0)   # 0: islands never exchange
@@ -183,11 +183,11 @@ class AgentCfg(_Strict):
 class ImplementerCfg(_Strict):
     kind: str = defaults.IMPLEMENTER_KIND  # diff | claude-code | codex
     agent: AgentCfg = Field(default_factory=AgentCfg)
-    max_revisions: int = defaults.MAX_REVISIONS
+    max_revisions: int = Field(defaults.MAX_REVISIONS, ge=0)
     max_diff_bytes: int = defaults.MAX_DIFF_BYTES
     max_file_bytes: int = defaults.MAX_FILE_BYTES
-    check_timeout_s: float = defaults.CHECK_TIMEOUT_S
-    concurrency: int = 2
+    check_timeout_s: float = Field(defaults.CHECK_TIMEOUT_S, gt=0)
+    concurrency: int = Field(2, ge=1)
 
 
 class WandbCfg(_Strict):

@@ -1,8 +1,9 @@
 """The dashboard's data: JSON-ready views of one population snapshot (overview, leaderboard, lineage,
 failures, one idea), built from the same readers as `status`, `ideas` and `show` (observe.py).
 
-A `Snapshot` is immutable once built: it holds the research repo, the population read in one batch,
-and indexes computed once (lineage children, subtree sizes and bests). The server builds a new one
+A `Snapshot` is immutable once built: it holds the research repo, one population, and indexes computed
+at most once (leaderboard rows, reused from the previous snapshot for ideas that did not change; the
+lineage's children, subtree sizes and bests, on first use). The server builds a new one
 only when git changed, so every request between two notes is served from memory. Nothing here
 writes to git. Text that leaves this module passes `redact` (defence in depth: trials never see the
 daemon's secrets, but a served log must not carry one even if something leaked into it).
@@ -20,7 +21,7 @@ from . import defaults
 from .curves import series
 from .decide import BEST_DECISIONS, GOOD_DECISIONS
 from .notes import FAILURES, Status
-from .observe import daemon_state, idea_tokens, idea_usd, leaderboard, summary
+from .observe import daemon_state, idea_tokens, idea_usd, leaderboard_row, rank_rows, summary
 from .progress import running_trials
 from .runners.trialdir import SECRET_NAME
 
@@ -94,17 +95,27 @@ def _colour(i) -> str:
 class Snapshot:
     """One consistent view of the search at one git version."""
 
-    def __init__(self, cfg, research, pop, version: str, secrets: list[str] | None = None):
+    def __init__(self, cfg, research, pop, version: str, secrets: list[str] | None = None,
+                 prev: "Snapshot | None" = None):
         self.cfg, self.research, self.pop, self.version = cfg, research, pop, version
         self.secrets = secrets_in_env() if secrets is None else secrets
         self.goal = research.manifest.goal
         self.built_at = time.time()
-        self.rows = leaderboard(cfg, research=research, pop=pop)
-        for k, r in enumerate(self.rows, 1):
-            r["rank"] = k if r["value"] is not None else None
+        # An idea the live reader did not rebuild is the very object `prev` had: its row and failure
+        # reason are reused (a new note at 10k ideas builds one row, not 10k). Keyed by object id; the
+        # entry holds the idea, so no id is reused while the entry lives. Rows are never modified.
+        old = prev._per_idea if prev is not None else {}
+        per = {}
+        for i in pop.ideas:
+            o = old.get(id(i))
+            per[id(i)] = o if o is not None and o[0] is i else (i, leaderboard_row(i), failure_reason(i))
+        self._per_idea = per
+        self.rows = [per[id(i)][1] for i in pop.ideas]
+        rank_rows(self.rows, self.goal)
+        self.rank = {id(r): k for k, r in enumerate(self.rows, 1) if r["value"] is not None}
         self.row_by_id = {r["idea"]: r for r in self.rows}
-        self._lineage_index()
-        self.reasons = {i.idea_id: failure_reason(i) for i in pop.ideas}
+        self.reasons = {i.idea_id: per[id(i)][2] for i in pop.ideas}
+        self._tree = self._facets = None        # built on first use: a note need not wait for them
         self._summary = self._summary_state = self._fixed = None
 
     # -- overview ------------------------------------------------------------------------------------
@@ -160,18 +171,28 @@ class Snapshot:
         elif desc:
             rows = [r for r in reversed(rows) if r["value"] is not None] + [r for r in rows if r["value"] is None]
         margin = self._margin()
-        page = [dict(r, margin=margin, title=redact(r["title"], self.secrets),
+        page = [dict(r, rank=self.rank.get(id(r)), margin=margin, title=redact(r["title"], self.secrets),
                      error=(redact(r["error"], self.secrets) or "")[:300] or None)
                 for r in rows[offset:offset + limit]]
-        facets = {"status": Counter(r["status"] for r in self.rows), "origin": Counter(r["origin"] for r in self.rows),
-                  "decision": Counter(r["decision"] or "none" for r in self.rows),
-                  "epoch": Counter(r["epoch"] for r in self.rows)}
+        if self._facets is None:
+            facets = {"status": Counter(r["status"] for r in self.rows),
+                      "origin": Counter(r["origin"] for r in self.rows),
+                      "decision": Counter(r["decision"] or "none" for r in self.rows),
+                      "epoch": Counter(r["epoch"] for r in self.rows)}
+            self._facets = {k: dict(sorted(v.items(), key=lambda kv: str(kv[0]))) for k, v in facets.items()}
         return {"total": len(self.rows), "matched": len(rows), "offset": offset, "rows": page,
-                "facets": {k: dict(sorted(v.items(), key=lambda kv: str(kv[0]))) for k, v in facets.items()},
+                "facets": self._facets,
                 "metric": self.research.manifest.metric, "goal": self.goal, "version": self.version}
 
     # -- lineage -------------------------------------------------------------------------------------
-    def _lineage_index(self) -> None:
+    def _lineage(self) -> tuple[dict, dict, dict]:
+        """(children, subtree sizes, subtree bests), indexed on first use. Two requests racing here
+        both build the same index; either result is right."""
+        if self._tree is None:
+            self._tree = self._lineage_index()
+        return self._tree
+
+    def _lineage_index(self) -> tuple[dict, dict, dict]:
         """children by first parent (roots hang off the baseline), subtree sizes and subtree bests."""
         by_id = self.pop.by_id
         values = {r["idea"]: r["value"] for r in self.rows}
@@ -202,13 +223,13 @@ class Snapshot:
         sign = 1 if self.goal == "min" else -1
         for k, c in kids.items():          # the paying branches first
             c.sort(key=lambda x: (best.get(x) is None, sign * (best.get(x) or 0), x))
-        self.kids, self.sub_size, self.sub_best = kids, size, best
+        return kids, size, best
 
     def _node(self, nid: str) -> dict:
         i = self.pop.by_id.get(nid)
         r = self.row_by_id.get(nid)
-        base = {"id": nid, "children": len(self.kids.get(nid, [])), "size": self.sub_size.get(nid, 1),
-                "best": self.sub_best.get(nid)}
+        kids, size, best = self._lineage()
+        base = {"id": nid, "children": len(kids.get(nid, [])), "size": size.get(nid, 1), "best": best.get(nid)}
         if i is None:
             return dict(base, title="baseline", value=self.pop.baseline_value, colour="baseline", status="baseline",
                         delta=None, decision=None, origin="baseline", epoch=None)
@@ -225,7 +246,7 @@ class Snapshot:
         def walk(nid, d):
             node = self._node(nid)
             if d > 0:
-                ks = self.kids.get(nid, [])
+                ks = self._lineage()[0].get(nid, [])
                 node["kids"] = [walk(k, d - 1) for k in ks[:limit]]
                 node["more"] = max(0, len(ks) - limit)
             return node
@@ -312,7 +333,7 @@ class Snapshot:
                else f"git fetch origin {i.commit} && git checkout --detach {i.commit}" if i.commit else None)
         return {"id": i.idea_id, "title": red(i.title), "text": red(i.text), "status": i.status.value,
                 "origin": i.origin, "epoch": i.epoch, "parents": i.parents,
-                "children": self.kids.get(i.idea_id, [])[:100], "branch": branch or None, "commit": i.commit,
+                "children": self._lineage()[0].get(i.idea_id, [])[:100], "branch": branch or None, "commit": i.commit,
                 "base": i.base_commit, "model": i.model, "attempts_n": i.attempts, "tokens": idea_tokens(i),
                 "usd": idea_usd(i), "trailers": {k: red(v) for k, v in i.trailers.items()},
                 "diff": red(diff), "diff_truncated": truncated, "note": note, "attempts": attempts, "check": check,

@@ -96,8 +96,9 @@ HUMAN_PRIORITY = True
 # `autoresearchd serve`, the live dashboard
 SERVE_HOST = "127.0.0.1"     # loopback only; any other bind needs a token
 SERVE_PORT = 8765
-SERVE_POLL_S = 1.0           # how often one shared watcher compares the notes refs (live updates within 2 s)
-SERVE_FULL_SCAN_EVERY = 5    # every Nth poll also fingerprints every idea ref (new branches with no note yet)
+SERVE_POLL_S = 0.5           # how often one shared watcher compares the notes refs (one for-each-ref of a few
+                             # refs; a moved notes ref is read as a tree diff): live updates within 2 s
+SERVE_FULL_SCAN_EVERY = 10   # every Nth poll also lists every idea ref (new branches with no note yet)
 SERVE_SSE_PING_S = 15.0      # keep-alive comment on idle event streams (proxies drop silent connections)
 SERVE_LOG_TAIL_BYTES = 8000  # log tail shown per trial on the idea page
 SERVE_DIFF_BYTES = 300_000   # larger diffs are cut (the full one is a `git` command away)
@@ -106,6 +107,8 @@ SERVE_PAGE_ROWS = 100        # leaderboard rows per page
 # Sandbox (runners/sandbox.py): what an untrusted command sees of the host, read-only. An allow-list:
 # $HOME, /root, /var, /srv, the research repo and the other trials stay out. Add more per runner with
 # `sandbox_binds` (e.g. /opt or a cluster's /apps).
+SANDBOX_LAUNCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""PATH under which bwrap is started (its own environment is cleared: it is PID 1 in the sandbox)."""
 SANDBOX = "bwrap"            # runner.sandbox: bwrap | apptainer | none (none must be chosen explicitly)
 SANDBOX_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SANDBOX_ETC_FILES = ("/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.conf", "/etc/resolv.conf",

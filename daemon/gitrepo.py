@@ -190,9 +190,9 @@ class GitRepo:
         out = self.git("rev-parse", "--verify", "-q", spec, check=False).strip()
         return out or None
 
-    def refs(self, prefix: str) -> dict[str, str]:
-        """refname -> object sha for every ref under prefix (one process, packed refs included)."""
-        out = self.git("for-each-ref", "--format=%(objectname) %(refname)", prefix)
+    def refs(self, *prefixes: str) -> dict[str, str]:
+        """refname -> object sha for every ref under the prefixes (one process, packed refs included)."""
+        out = self.git("for-each-ref", "--format=%(objectname) %(refname)", *prefixes)
         res = {}
         for line in out.splitlines():
             sha, _, name = line.partition(" ")
@@ -412,6 +412,20 @@ class GitRepo:
         for line in out.splitlines():
             blob, _, obj = line.partition(" ")
             res[obj] = blob
+        return res
+
+    def notes_changes(self, old: str, new: str) -> dict[str, str | None]:
+        """annotated object sha -> its note blob at `new` (None: the note was removed), for every note
+        that differs between two commits of a notes ref: one diff-tree, whatever the number of notes."""
+        res: dict[str, str | None] = {}
+        for ch in self.diff_tree_raw(old, new):
+            obj = ch.path.replace("/", "")          # notes trees fan out as ab/cdef...
+            if len(obj) not in (40, 64) or obj.strip("0123456789abcdef"):
+                continue
+            if ch.status == "D":            # when git re-fans a notes tree, a note is deleted under its
+                res.setdefault(obj, None)   # old path and added under its new one: the addition wins
+            else:
+                res[obj] = ch.new_sha
         return res
 
     def notes_read_all(self, ref: str) -> dict[str, str]:

@@ -292,25 +292,31 @@ def _running(console, s: dict, alive: bool) -> None:
     console.print(trials_table(trials, budget, bar=False))
 
 
-def leaderboard(cfg, status=None, origin=None, epoch=None, research=None, pop=None) -> list[dict]:
-    """Every idea as a row, best first under the env's goal; unmeasured ideas last, newest first."""
-    if pop is None:
-        research, pop = load(cfg)
-    goal = research.manifest.goal
-    rows = []
-    for i in pop.ideas:
-        if status and i.status.value != status or origin and i.origin != origin or \
-                epoch is not None and i.epoch != epoch:
-            continue
-        n = i.note
-        rows.append({"idea": i.idea_id, "title": i.title, "status": i.status.value, "value": i.value,
-                     "std": n.std if n and i.value is not None else None,
-                     "seeds": len(n.values) if n else 0, "values": n.values if n else [],
-                     "delta": n.delta if n else None, "decision": n.decision if n else None, "origin": i.origin,
-                     "parents": i.parents, "epoch": i.epoch, "branch": _branch(i), "commit": i.commit,
-                     "error": n.error if n else None})
+def leaderboard_row(i) -> dict:
+    """One idea as a leaderboard row (plain values, ready for JSON)."""
+    n = i.note
+    return {"idea": i.idea_id, "title": i.title, "status": i.status.value, "value": i.value,
+            "std": n.std if n and i.value is not None else None,
+            "seeds": len(n.values) if n else 0, "values": n.values if n else [],
+            "delta": n.delta if n else None, "decision": n.decision if n else None, "origin": i.origin,
+            "parents": i.parents, "epoch": i.epoch, "branch": _branch(i), "commit": i.commit,
+            "error": n.error if n else None}
+
+
+def rank_rows(rows: list[dict], goal: str) -> None:
+    """Best first under the goal; unmeasured ideas last (by id: stable from one read to the next)."""
     sign = 1 if goal == "min" else -1
     rows.sort(key=lambda r: (r["value"] is None, sign * (r["value"] or 0), r["idea"]))
+
+
+def leaderboard(cfg, status=None, origin=None, epoch=None, research=None, pop=None) -> list[dict]:
+    """Every idea as a row, best first under the env's goal; unmeasured ideas last."""
+    if pop is None:
+        research, pop = load(cfg)
+    rows = [leaderboard_row(i) for i in pop.ideas
+            if not (status and i.status.value != status or origin and i.origin != origin
+                    or epoch is not None and i.epoch != epoch)]
+    rank_rows(rows, research.manifest.goal)
     return rows
 
 
@@ -387,7 +393,7 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
     if idea is None:
         _plain(console, f"no idea matches '{ref}' (try an idea id, a branch name, a commit prefix "
                         "or 'baseline')")
-        return 1
+        return 2                     # bad input, like every other command's
     console.print(Text(idea.title, style="bold") + Text(f"  ({idea.idea_id}, {idea.origin}, epoch {idea.epoch}, "
                                                        f"{idea.status.value})"), highlight=False)
     _plain(console, f"branch: {_branch(idea) or '(none: never became runnable)'}  commit: {idea.commit}")

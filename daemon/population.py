@@ -19,7 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from . import defaults
-from .gitrepo import GitRepo
+from .gitrepo import GitError, GitRepo
 from .ideas import Idea, as_pushed, idea_from_commit
 from .notes import Note, Status, parse_leases, parse_note
 
@@ -92,18 +92,22 @@ class Population:
         return matches[0] if len(matches) == 1 else None
 
 
-def _place_pushed(ideas: list[Idea], own: set[str]) -> None:
+def _placements(ideas: list[Idea], own: set[str]):
     """Pushed ideas get the lineage and epoch the daemon decides: the parent is the idea whose commit
-    the push builds on; the epoch is the one recorded in the idea's note, else the current one."""
-    pushed = [i for i in ideas if i.branch and i.commit not in own]
-    if not pushed:
-        return
-    by_commit = {i.commit: i for i in ideas if i.commit}
-    current = max((i.epoch for i in ideas if i.origin != "human"), default=0)
-    for i in pushed:
+    the push builds on; the epoch is the one recorded in the idea's note, else the current one.
+    Yields (index, parents, epoch) for each pushed idea; the caller applies them (in place, or on a copy
+    where the idea objects are shared)."""
+    by_commit = None
+    current = None
+    for k, i in enumerate(ideas):
+        if not i.branch or i.commit in own:
+            continue
+        if by_commit is None:
+            by_commit = {i.commit: i for i in ideas if i.commit}
+            current = max((i.epoch for i in ideas if i.origin != "human"), default=0)
         parent = by_commit.get(i.base_commit) if i.base_commit else None
-        i.parents = [parent.idea_id] if parent is not None and parent is not i else []
-        i.epoch = i.note.epoch if i.note is not None and i.note.epoch is not None else current
+        yield k, ([parent.idea_id] if parent is not None and parent is not i else []), \
+            (i.note.epoch if i.note is not None and i.note.epoch is not None else current)
 
 
 class _LRU(OrderedDict):
@@ -150,6 +154,35 @@ def _parse_commit(raw: bytes) -> tuple[str, list[str], str, int]:
     return tree, parents, msg.decode(errors="replace"), ts
 
 
+def _make_idea(ref: str, sha: str, own: set[str], note_blob: str | None, lease_blob: str | None,
+               objs: dict[str, bytes]) -> Idea:
+    """The idea a ref shows (before pushed ideas are placed): a fresh object, free for the caller."""
+    def make():
+        tree, parents, msg, ts = _parse_commit(objs[sha])
+        return idea_from_commit(sha, tree, parents[0] if parents else None, msg, None, ts)
+    idea = dataclasses.replace(_IDEAS.get_or(sha, make))
+    on_branch = ref.startswith((BRANCH_PREFIX, ARCHIVE_PREFIX))
+    if on_branch and sha not in own:
+        idea = as_pushed(idea)
+    idea.branch = ref if on_branch else None
+    idea.proposal = ref.startswith(PROPOSALS_PREFIX)
+    if note_blob and (note_blob in objs or note_blob in _NOTES):
+        idea.note = _note(note_blob, objs)
+    if lease_blob and lease_blob in objs:
+        idea.leases = parse_leases(objs[lease_blob].decode(errors="replace"))
+    return idea
+
+
+def _ref_order(refs: dict[str, str]) -> list[tuple[str, str]]:
+    """A commit still on its branch is seen through the branch, not through its archive ref; two
+    branches on one commit are one idea (the first name wins)."""
+    return sorted(refs.items(), key=lambda kv: (not kv[0].startswith(BRANCH_PREFIX), kv[0]))
+
+
+def _by_time(ideas: list[Idea]) -> None:
+    ideas.sort(key=lambda i: (i.committed_at, i.idea_id))
+
+
 def read_population(repo: GitRepo, baseline_ref: str) -> Population:
     refs = repo.refs(BRANCH_PREFIX)
     own = set(repo.refs(IDEAS_PREFIX).values())
@@ -170,30 +203,125 @@ def read_population(repo: GitRepo, baseline_ref: str) -> Population:
     objs = repo.cat_file_batch(wanted)
     ideas: list[Idea] = []
     seen: set[str] = set()
-    # a commit still on its branch is seen through the branch, not through its archive ref
-    for ref, sha in sorted(refs.items(), key=lambda kv: (not kv[0].startswith(BRANCH_PREFIX), kv[0])):
+    for ref, sha in _ref_order(refs):
         if sha in seen or (sha not in objs and sha not in _IDEAS):
-            continue  # two branches on one commit are one idea
+            continue
         seen.add(sha)
+        ideas.append(_make_idea(ref, sha, own, note_list.get(sha), lease_list.get(sha), objs))
+    _by_time(ideas)
+    for k, parents, epoch in list(_placements(ideas, own)):
+        ideas[k].parents, ideas[k].epoch = parents, epoch     # fresh copies: safe to set in place
+    return Population(ideas, baseline, *_baseline_notes(baseline, note_list.get(baseline), lease_list.get(baseline),
+                                                           objs))
 
-        def make(sha=sha):
-            tree, parents, msg, ts = _parse_commit(objs[sha])
-            return idea_from_commit(sha, tree, parents[0] if parents else None, msg, None, ts)
-        idea = dataclasses.replace(_IDEAS.get_or(sha, make))
-        if ref.startswith((BRANCH_PREFIX, ARCHIVE_PREFIX)) and sha not in own:
-            idea = as_pushed(idea)
-        idea.branch = ref if ref.startswith((BRANCH_PREFIX, ARCHIVE_PREFIX)) else None
-        idea.proposal = ref.startswith(PROPOSALS_PREFIX)
-        if sha in note_list and (note_list[sha] in objs or note_list[sha] in _NOTES):
-            idea.note = _note(note_list[sha], objs)
-        if sha in lease_list and lease_list[sha] in objs:
-            idea.leases = parse_leases(objs[lease_list[sha]].decode(errors="replace"))
-        ideas.append(idea)
-    ideas.sort(key=lambda i: (i.committed_at, i.idea_id))
-    _place_pushed(ideas, own)
-    bnote, bleases = None, []
-    if baseline and baseline in note_list and (note_list[baseline] in objs or note_list[baseline] in _NOTES):
-        bnote = _note(note_list[baseline], objs)
-    if baseline and baseline in lease_list and lease_list[baseline] in objs:
-        bleases = parse_leases(objs[lease_list[baseline]].decode(errors="replace"))
-    return Population(ideas, baseline, bnote, bleases)
+
+def _baseline_notes(baseline: str | None, note_blob: str | None, lease_blob: str | None, objs: dict[str, bytes]):
+    """(note, leases) of the baseline commit, from blobs read (or notes parsed) already."""
+    bnote = _note(note_blob, objs) if baseline and note_blob and (note_blob in objs or note_blob in _NOTES) else None
+    bleases = parse_leases(objs[lease_blob].decode(errors="replace")) if baseline and lease_blob in objs else []
+    return bnote, bleases
+
+
+class LivePopulation:
+    """A population kept current by reading only what changed since the last read (for `serve`,
+    where a note at 10k ideas must reach browsers within seconds, not after a full re-read).
+
+    Each `refresh` lists the notes refs, proposals and the baseline (one for-each-ref), diffs each notes
+    ref's tree between its old and new commit (one diff-tree), and, when asked to scan, lists every idea
+    ref too (branches, records, the daemon's own marks and archives: new branches carry no note yet).
+    Only ideas whose ref, commit, note or lease changed are built again; the rest are the previous
+    population's objects. Those are shared by every population handed out (and by the process-wide
+    caches), so nothing here ever modifies an idea or a note once built: a changed one is a new copy.
+    After a scan, the population equals `read_population` on the same repo."""
+
+    def __init__(self, repo: GitRepo, baseline_ref: str):
+        self.repo, self.baseline_ref = repo, baseline_ref
+        self.pop: Population | None = None
+        self._notes: dict[str, tuple[str | None, dict[str, str]]] = {}    # notes ref -> (commit, obj -> blob)
+        self._cheap: dict[str, str] = {}
+        self._idea_refs: dict[str, str] = {}     # branches, records, archives
+        self._own: set[str] = set()
+        self._built: dict[str, tuple[tuple, Idea]] = {}           # ref -> (what it was built from, idea)
+        self._placed: dict[str, tuple[Idea, Idea]] = {}           # ref -> (unplaced idea, its placed copy)
+
+    def _notes_map(self, ref: str, commit: str | None) -> dict[str, str]:
+        old, cur = self._notes.get(ref, (None, {}))
+        if commit == old:
+            return cur
+        if commit is None:
+            cur = {}
+        else:
+            try:
+                changes = self.repo.notes_changes(old, commit) if old is not None else None
+            except GitError:                # the old commit is gone (a pruned, rewritten notes ref)
+                changes = None
+            if changes is None:
+                cur = self.repo.notes_list(ref)
+            else:
+                cur = dict(cur)             # the previous map may be in use by a caller still
+                for obj, blob in changes.items():
+                    if blob is None:
+                        cur.pop(obj, None)
+                    else:
+                        cur[obj] = blob
+        self._notes[ref] = (commit, cur)
+        return cur
+
+    def refresh(self, scan: bool = True) -> Population | None:
+        """The new population when anything changed since the last call, else None. Without `scan`,
+        new, moved or deleted idea branches are seen at the next scan (notes and proposals at once)."""
+        repo = self.repo
+        spec = [self.baseline_ref] if self.baseline_ref.startswith("refs/") else []
+        cheap = repo.refs("refs/notes/", PROPOSALS_PREFIX, *spec)
+        baseline = cheap.get(self.baseline_ref) if spec else repo.rev_parse(self.baseline_ref)
+        cheap["(baseline)"] = baseline or ""
+        if scan or self.pop is None:
+            full = repo.refs(BRANCH_PREFIX, RECORDS_PREFIX, ARCHIVE_PREFIX, IDEAS_PREFIX)
+            own = {sha for ref, sha in full.items() if ref.startswith(IDEAS_PREFIX)}
+            idea_refs = {ref: sha for ref, sha in full.items() if not ref.startswith(IDEAS_PREFIX)}
+        else:
+            own, idea_refs = self._own, self._idea_refs
+        if self.pop is not None and cheap == self._cheap and idea_refs == self._idea_refs and own == self._own:
+            return None
+        notes = self._notes_map(defaults.NOTES_REF, cheap.get(defaults.NOTES_REF))
+        leases = self._notes_map(defaults.RUNS_REF, cheap.get(defaults.RUNS_REF))
+        refs = dict(idea_refs)
+        refs.update((r, s) for r, s in cheap.items() if r.startswith(PROPOSALS_PREFIX))
+        self.pop = self._assemble(refs, own, baseline, notes, leases)
+        # only now: a read that failed half-way is tried again at the next call, not taken as seen
+        self._cheap, self._idea_refs, self._own = cheap, idea_refs, own
+        return self.pop
+
+    def _assemble(self, refs, own, baseline, notes, leases) -> Population:
+        keys = {ref: (sha, sha in own, notes.get(sha), leases.get(sha)) for ref, sha in refs.items()}
+        stale = [ref for ref, key in keys.items() if self._built.get(ref, (None,))[0] != key]
+        wanted = [w for ref in stale for w in (keys[ref][0], keys[ref][2], keys[ref][3])
+                  if w and w not in _NOTES and w not in _IDEAS]
+        bnote, blease = (notes.get(baseline), leases.get(baseline)) if baseline else (None, None)
+        objs = self.repo.cat_file_batch(wanted + [b for b in (bnote, blease) if b])
+        built = {}
+        for ref in keys:
+            prev = self._built.get(ref)
+            if prev is not None and prev[0] == keys[ref]:
+                built[ref] = prev
+            elif keys[ref][0] in objs or keys[ref][0] in _IDEAS:
+                sha, _, nb, lb = keys[ref]
+                built[ref] = (keys[ref], _make_idea(ref, sha, own, nb, lb, objs))
+        self._built = built                 # deleted refs drop out here: the cache holds only live refs
+        ideas, seen = [], set()
+        for ref, sha in _ref_order(refs):
+            if sha in seen or ref not in built:
+                continue
+            seen.add(sha)
+            ideas.append(built[ref][1])
+        _by_time(ideas)
+        placed = {}
+        for k, parents, epoch in list(_placements(ideas, own)):
+            i = ideas[k]
+            prev = self._placed.get(i.branch)
+            if prev is None or prev[0] is not i or prev[1].parents != parents or prev[1].epoch != epoch:
+                prev = (i, dataclasses.replace(i, parents=parents, epoch=epoch))
+            placed[i.branch] = prev
+            ideas[k] = prev[1]
+        self._placed = placed
+        return Population(ideas, baseline, *_baseline_notes(baseline, bnote, blease, objs))

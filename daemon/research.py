@@ -31,14 +31,21 @@ f="$GIT_DIR/autoresearch/poke"
 [ -d "$(dirname "$f")" ] && date +%s > "$f"
 exit 0
 """
-# A push may add idea branches (or move the baseline); the daemon's results, leases, logs, records
-# and provenance marks are written by the daemon alone, so a push cannot forge a result or an origin.
-_GUARD = _HOOK_HEAD % "a push may not write the daemon's own refs" + """\
+# A push may add idea branches. The daemon's results, leases, logs, records and provenance marks are
+# written by the daemon alone, so a push cannot forge a result or an origin; and the baseline branch
+# (which holds the frozen evaluator every result is measured with) moves only by a commit or merge made
+# in the research repo itself, never by a push: a pushed evaluator would grade every idea after it.
+_GUARD = _HOOK_HEAD % "a push may not write the daemon's own refs or move the baseline" + """\
 rc=0
+base=$(cat "$GIT_DIR/autoresearch/baseline-ref" 2>/dev/null || git symbolic-ref -q HEAD)
 while read -r old new ref; do
   case "$ref" in
     refs/autoresearch/*|refs/notes/autoresearch|refs/notes/autoresearch-*)
       echo "autoresearchd: refusing to update $ref: only the daemon writes its results and records" >&2; rc=1 ;;
+    "$base")
+      echo "autoresearchd: refusing to update $ref by push: it is the baseline, whose frozen evaluator" \
+           "grades every idea; push idea/* branches, and move the baseline by a commit or merge made in" \
+           "the research repo itself" >&2; rc=1 ;;
   esac
 done
 exit $rc
@@ -78,9 +85,6 @@ def configure(repo: GitRepo) -> list[str]:
     if defaults.NOTES_REF not in repo.git("config", "--get-all", "notes.displayRef", check=False).split():
         repo.config_set("notes.displayRef", defaults.NOTES_REF, add=True)
         wrote.append(f"notes.displayRef={defaults.NOTES_REF}")
-    if repo.config_get("receive.denyCurrentBranch") != "updateInstead":
-        repo.config_set("receive.denyCurrentBranch", "updateInstead")
-        wrote.append("receive.denyCurrentBranch=updateInstead")
     repo.ensure_notes_ref(defaults.NOTES_REF)
     hooks = repo.git_dir / "hooks"
     hooks.mkdir(exist_ok=True)
@@ -209,4 +213,6 @@ def open_research(cfg: Config, create: bool = True, configure_repo: bool = False
     if repo.rev_parse(ref) is None:
         raise ConfigError(f"baseline branch '{branch}' not found in {path}")
     manifest = load_manifest(repo, ref, cfg)
+    if configure_repo:      # the pre-receive hook refuses pushes to it (a branch other than HEAD's, too)
+        (repo.git_dir / "autoresearch" / "baseline-ref").write_text(ref + "\n")
     return Research(repo, ref, manifest, why, configured=message)

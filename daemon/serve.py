@@ -1,9 +1,10 @@
 """`autoresearchd serve`: a read-only live dashboard over HTTP (Starlette on uvicorn).
 
 Git stays the only state: one shared watcher compares the notes refs (and, less often, every idea
-ref) once a second and, when they moved, builds a new `dashboard.Snapshot` from the same readers
-`status` and `ideas` use; browsers hold one server-sent-events stream and refetch the view they
-show when told the version changed. No request writes anything: only GET and HEAD are served.
+ref) once a second and, when they moved, reads only what changed (population.LivePopulation) and
+builds a new `dashboard.Snapshot` from the same readers `status` and `ideas` use; browsers hold one
+server-sent-events stream and refetch the view they show when told the version changed. No request
+writes anything: only GET and HEAD are served.
 
 Security: binds 127.0.0.1 by default. Any other address needs a token (--token or --token-file),
 checked on every request (Authorization: Bearer, or a cookie set from `?token=` once); without one
@@ -35,7 +36,7 @@ from .config import ConfigError
 from .dashboard import Snapshot, secrets_in_env
 from .gitrepo import state_dir
 from .notes import Status
-from .population import read_population
+from .population import LivePopulation
 from .research import open_research
 
 log = logging.getLogger("autoresearchd")
@@ -81,25 +82,26 @@ class Live:
         self.secrets = secrets_in_env()
         self.version = 0
         self.state_key = ""
-        self.fingerprint = ""
         self.snapshot: Snapshot | None = None
         self._lock = threading.Lock()
         self._polls = 0
-        self._ideas_digest = ""
+        self._packed = -1
+        self.population = LivePopulation(research.repo, research.baseline_ref)
         self.changed: asyncio.Event | None = None
         self.last_kind = "data"
 
-    def _fingerprint(self) -> str:
-        repo = self.research.repo
+    def _read(self):
+        """The population if git moved since the last poll, else None. Notes, proposals and the baseline
+        are compared every poll; every idea ref every SERVE_FULL_SCAN_EVERY polls, and at once when
+        packed-refs was rewritten (a deleted packed branch leaves no loose file to notice)."""
         self._polls += 1
-        if self._polls % defaults.SERVE_FULL_SCAN_EVERY == 1 or not self._ideas_digest:
-            self._ideas_digest = repo.refs_digest("refs/heads/" + defaults.IDEA_PREFIX, "refs/autoresearch/records/")
         try:
-            packed = (repo.git_dir / "packed-refs").stat().st_mtime_ns
+            packed = (self.research.repo.git_dir / "packed-refs").stat().st_mtime_ns
         except OSError:
             packed = 0
-        return "|".join([repo.refs_digest("refs/notes/", "refs/autoresearch/proposals/", self.research.baseline_ref),
-                         self._ideas_digest, str(packed)])
+        scan = self._polls % defaults.SERVE_FULL_SCAN_EVERY == 1 or packed != self._packed
+        self._packed = packed
+        return self.population.refresh(scan=scan)
 
     def _state_key(self) -> str:
         """The daemon's heartbeat file minus the heartbeat itself: slots, budget, what is implementing."""
@@ -114,13 +116,13 @@ class Live:
         """Compare git and the heartbeat file with what is served; rebuild on change. Returns the change
         kind ("data": refs moved, "state": only the daemon's slots/budget changed) or None."""
         with self._lock:
-            fp, sk = self._fingerprint(), self._state_key()
+            pop, sk = self._read(), self._state_key()
             kind = None
-            if fp != self.fingerprint or self.snapshot is None:
-                self.fingerprint = fp
-                pop = read_population(self.research.repo, self.research.baseline_ref)
+            if pop is not None or self.snapshot is None:
+                pop = pop or self.population.pop
                 self.version += 1
-                snap = Snapshot(self.cfg, self.research, pop, str(self.version), self.secrets)
+                snap = Snapshot(self.cfg, self.research, pop, str(self.version), self.secrets,
+                                prev=self.snapshot)
                 snap.overview()             # computed here, before browsers are told to fetch it
                 self.snapshot = snap
                 kind = "data"

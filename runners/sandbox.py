@@ -122,7 +122,10 @@ class Bwrap(Sandbox):
                 "see docs/security.md (apptainer, or a setuid bwrap)\"; fi")
 
     def prefix(self, req: SandboxRequest) -> list[str]:
-        a = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+        # `env -i`: bwrap is PID 1 inside and /proc/1/environ is its own environment, which --clearenv
+        # (the child's) does not touch; so bwrap itself starts with nothing of the caller's
+        a = ["env", "-i", f"PATH={defaults.SANDBOX_LAUNCH_PATH}",
+             "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
         if req.network:
             a.append("--share-net")
         for d in defaults.SANDBOX_SYSTEM_DIRS:

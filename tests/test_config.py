@@ -65,3 +65,12 @@ def test_env_overrides(tmp_path):
     assert cfg.llm.provider == "openai" and cfg.runner.slots == 4
     with pytest.raises(ConfigError, match="unknown key 'runner.slotz'"):
         load_config(tmp_path / "c.toml", environ={"AUTORESEARCHD_RUNNER__SLOTZ": "4"})
+
+
+def test_without_a_config_start_finds_the_packaged_env_from_any_directory(tmp_path, monkeypatch):
+    """No config file: research.env is the packaged `tinygpt`, not a path relative to the cwd."""
+    from autoresearchd.research import template_path
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(None)
+    assert cfg.research.env == "tinygpt"
+    assert (template_path(cfg, cfg.research.env) / ".autoresearch.toml").is_file()

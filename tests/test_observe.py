@@ -136,7 +136,7 @@ def test_show_text_diffstat_note_attempts_and_log(pop300):
     out = cli(cfg, "show", rec.idea_id).stdout
     assert "never became runnable" in out and "implement_failed" in out and "attempt 1" in out
     miss = cli(cfg, "show", "no-such-idea", check=False)
-    assert miss.returncode == 1 and "no idea matches" in miss.stdout
+    assert miss.returncode == 2 and "no idea matches" in miss.stdout
 
 
 def test_ideas_json_with_1000_ideas(tmp_path):

@@ -183,6 +183,14 @@ def test_pushed_provenance_hacks_and_titles_end_to_end(make_repo, tmp_path, monk
     for ref in ("refs/notes/autoresearch", "refs/autoresearch/ideas/e000-deadbeef"):
         p = subprocess.run(["git", "push", "origin", f"+HEAD:{ref}"], cwd=cl, capture_output=True, text=True)
         assert p.returncode != 0 and "only the daemon writes" in p.stderr, p.stderr
+    # nor move the baseline, whose frozen evaluator grades every idea (this one would grade all as 0.5)
+    git(cl, "checkout", "-q", "-b", "evil-eval", "origin/main")
+    (cl / "evaluate.py").write_text("print('---')\nprint('score: 0.5')\n")
+    git(cl, "commit", "-qam", "Faster evaluation")
+    for push in (["+HEAD:main"], ["--delete", "main"]):
+        p = subprocess.run(["git", "push", "origin", *push], cwd=cl, capture_output=True, text=True)
+        assert p.returncode != 0 and "it is the baseline" in p.stderr, p.stderr
+    assert git(research, "rev-parse", "main") == git(cl, "rev-parse", "origin/main")
 
     pop = run_until_settled(cfg_path, timeout=240)
     f, h, t = pop.by_commit[forged], pop.by_commit[hack], pop.by_commit[tamper]

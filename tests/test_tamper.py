@@ -181,13 +181,14 @@ def attack():
 ''',
     "secret": '''
 def attack():
-    found = [v for k, v in os.environ.items() if "sk-tamper" in v]
+    # the API key, and any other variable of the daemon's (the sandbox's own PID 1 included)
+    found = [v for k, v in os.environ.items() if "sk-tamper" in v or "host-canary-" in v]
     for p in glob.glob("/proc/*/environ"):
         try:
             data = open(p, "rb").read()
         except OSError:
             continue
-        found += [x.decode(errors="replace") for x in data.split(b"\\0") if b"sk-tamper" in x]
+        found += [x.decode(errors="replace") for x in data.split(b"\\0") if b"sk-tamper" in x or b"host-canary-" in x]
     home = os.path.expanduser("~")
     for p in glob.glob(os.path.join(home, ".*")) + glob.glob(os.path.join(REPO, ".git", "*")):
         try:
@@ -298,7 +299,8 @@ def run_suite(make_repo, tmp_path, runner_toml: str, trials_root: Path):
                                       {"train.py": src})
         cfg = write_cfg(tmp_path / "cfg", repo, runner=runner_toml,
                         rest="[daemon]\ntick_s = 0.3\n[policy]\nbaseline_seeds = 1\nconfirm_seeds = 0\n")
-        run_until_idle(cfg, timeout=420, env={"ANTHROPIC_API_KEY": key, "OPENAI_API_KEY": key})
+        run_until_idle(cfg, timeout=420, env={"ANTHROPIC_API_KEY": key, "OPENAI_API_KEY": key,
+                                              "ARD_TAMPER_NOTE": f"host-canary-{tag}"})
     finally:
         listener.close()
         escaped = [Path(d) / n for d in site_dirs() for n in (f"zz_tamper_{tag}.pth", f"tamper_{tag}.py")]
@@ -333,6 +335,7 @@ def run_suite(make_repo, tmp_path, runner_toml: str, trials_root: Path):
     assert listener.got == [], "the run reached a loopback server without network permission"
     objs = subprocess.run(["git", "cat-file", "--batch-all-objects", "--batch"], cwd=repo, capture_output=True).stdout
     assert key.encode() not in objs, "the API key reached a git object (note, log or commit)"
+    assert f"host-canary-{tag}".encode() not in objs, "the daemon's environment reached a trial's log"
     assert not grep_tree(trials_root, key.encode()), "the API key reached a trial's files"
     assert not grep_tree(repo / ".git" / "autoresearch", key.encode()), "the API key reached the state dir"
     return pop, ideas
