@@ -39,9 +39,12 @@ _RESULT = re.compile(r"Result: \S+ = ([-0-9.e+]*[0-9])")
 class Ideator:
     """The model's behaviour for one world; `answer(messages)` -> text."""
 
-    def __init__(self, world: W.World, seed: int = 0):
+    def __init__(self, world: W.World, seed: int = 0, prior_noise: float = 0.0):
         self.w = world
         self.rng = random.Random(f"ideator-{world.seed}-{seed}")
+        # a weaker model knows the literature less well: its prior about each technique is noisier
+        noise = random.Random(f"prior-{world.seed}-{seed}")
+        self.prior = [p + noise.gauss(0, prior_noise) for p in world.prior] if prior_noise else world.prior
         self.calls = 0
         self.past: list[tuple[int, ...]] = []        # its own earlier proposals
         self._index = {n: i for i, n in enumerate(world.names)}
@@ -96,7 +99,7 @@ class Ideator:
 
     def pick_new(self, exclude: set[int], bonus: set[int] = frozenset()) -> int:
         cands = [t for t in range(len(self.w.names)) if t not in exclude]
-        ws = [math.exp((self.w.prior[t] + (0.02 if t in bonus else 0)) / W.PRIOR_TEMP) for t in cands]
+        ws = [math.exp((self.prior[t] + (0.02 if t in bonus else 0)) / W.PRIOR_TEMP) for t in cands]
         return self.rng.choices(cands, ws)[0]
 
     def answer(self, messages: list[dict]) -> str:
@@ -161,11 +164,22 @@ class Ideator:
         return "\n\n".join(out)
 
     def summarize(self, prompt: str) -> str:
-        """Per-technique mean shown delta to the baseline: what worked, what failed or hurt."""
+        """Per-technique mean shown delta to the baseline, over the results shown and the earlier
+        lessons the prompt carries (only what the prompt shows): what worked, what failed or hurt."""
         base = re.search(r"baseline scores `[^`]+` = ([-0-9.e+]*[0-9])", prompt)
         bval = float(base.group(1)) if base else W.BASELINE
         stats: dict[int, list[float]] = {}
         failed: set[int] = set()
+        prev = prompt.split("## Lessons so far", 1)
+        if len(prev) > 1:
+            for line in prev[1].split("\n## ")[0].splitlines():
+                low = line.lower().lstrip("- ")
+                if low.startswith("worked"):
+                    for name, val in re.findall(r"([a-z]+ [a-z]+) \(([-+0-9.]+)\)", line):
+                        if name in self._index:
+                            stats.setdefault(self._index[name], []).append(float(val))
+                elif low.startswith(("failed", "hurt")):
+                    failed |= set(self.techs(line))
         for b in self.blocks(prompt):
             for t in b["techs"]:
                 if b["failed"]:
@@ -175,7 +189,7 @@ class Ideator:
         mean = {t: sum(v) / len(v) for t, v in stats.items()}
         good = sorted((t for t in mean if mean[t] > W.NOISE_SD), key=lambda t: -mean[t])[:12]
         bad = sorted((t for t in mean if mean[t] < -W.NOISE_SD), key=lambda t: mean[t])[:12]
-        bad += sorted(failed - set(good))[:8]
+        bad += sorted(failed - set(good) - set(bad))[:8]
         name = self.w.names
         return ("- Worked: " + ", ".join(f"{name[t]} ({mean[t]:+.3f})" for t in good) + "\n"
                 "- Failed or hurt: " + ", ".join(name[t] for t in bad) + "\n")
@@ -186,7 +200,9 @@ class IdeatorServer:
 
     def __init__(self):
         self.ideator: Ideator | None = None
+        self.ideators: dict[str, Ideator] = {}     # per model name (an ensemble); else `ideator`
         self.requests = 0
+        self.prompts: list[tuple[str, int]] = []    # (kind, prompt tokens) of every request
         outer = self
 
         class H(BaseHTTPRequestHandler):
@@ -198,13 +214,17 @@ class IdeatorServer:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
                 try:
-                    text = outer.ideator.answer(body["messages"])
+                    text = outer.ideators.get(body.get("model"), outer.ideator).answer(body["messages"])
                 except Exception:       # a bug in the simulated model: say so, answer 500
                     traceback.print_exc()
                     self.send_error(500)
                     return
                 outer.requests += 1
                 inp = sum(len(m["content"]) for m in body["messages"]) // 4
+                users = [m["content"] for m in body["messages"] if m["role"] == "user"]
+                kind = "lessons" if "Condense" in users[0] else "novelty" if "SAME or DIFFERENT" in users[0] \
+                    else "propose" if len(users) == 1 else "followup"
+                outer.prompts.append((kind, inp))
                 data = json.dumps({
                     "id": "sim-" + hashlib.sha1(text.encode()).hexdigest()[:8], "object": "chat.completion",
                     "created": 0, "model": body.get("model", "sim"),

@@ -36,8 +36,11 @@ from search_ideator import Ideator, IdeatorServer  # noqa: E402
 from autoresearchd import policies  # noqa: E402
 from autoresearchd.config import LLMCfg, PolicyCfg, Price  # noqa: E402
 from autoresearchd.engine.judge import decide, pooled_std  # noqa: E402
+from autoresearchd.engine.judge import BEST_DECISIONS, decide, pooled_std  # noqa: E402
+from autoresearchd.llm.ensemble import Ensemble  # noqa: E402
 from autoresearchd.llm.openai_provider import OpenAIProvider  # noqa: E402
 from autoresearchd.manifest import EnvManifest  # noqa: E402
+from autoresearchd.store.ideas import Idea, make_idea_id  # noqa: E402
 from autoresearchd.store.ideas import Idea, make_idea_id  # noqa: E402
 from autoresearchd.store.notes import BEST_DECISIONS, Note, Status  # noqa: E402
 from autoresearchd.store.population import Population  # noqa: E402
@@ -47,6 +50,14 @@ ENV = EnvManifest(name="sim", run="true", metric="val_loss", goal="min", time_bu
 SIM = dict(ideas_per_epoch=30, batch=5, max_parents=30)   # the paper's 80/10/100, scaled to the budget
 MAX_STALLS = 10      # proposal rounds in a row with nothing new: the search ends before its budget
 PAPER = dict(barrier=True, noise=False, dedupe=False)
+# The prompt token budget of the lessons rows: about half of what a full exploit prompt of this scaled
+# search grows to (30 shown ideas and the epoch's titles), so the budget binds.
+BUDGET_TOKENS = 1500
+# The simulated models: name -> (USD per million input / output tokens, extra prior noise). sim-ideator
+# is the ideator every other row uses; sim-cheap costs a fifth and knows the literature less well (its
+# prior gets extra noise of half the world's prior noise; with the full prior noise, tried first in a
+# 2-seed development run, it found nothing at all, which makes the bandit's choice trivial).
+MODELS = {"sim-ideator": (1.0, 4.0, 0.0), "sim-cheap": (0.2, 0.8, W.PRIOR_NOISE / 2)}
 
 # name -> (policy, PolicyCfg overrides, loop flags)
 VARIANTS: dict[str, tuple[str, dict, dict]] = {
@@ -61,6 +72,13 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "+ novelty gate (80) with LLM judge": ("evolutionary", {"novelty_threshold": 80, "novelty_judge": True}, {}),
     "+ all of the above": ("evolutionary", {"islands": 3, "inspiration": "top_diverse",
                                             "novelty_threshold": 80, "novelty_judge": True}, {}),
+    f"+ prompt budget ({BUDGET_TOKENS} tokens), no lessons": ("evolutionary",
+                                                              {"prompt_token_budget": BUDGET_TOKENS}, {}),
+    f"+ lessons (every 10 results), prompt budget {BUDGET_TOKENS}": (
+        "evolutionary", {"lessons_every": 10, "prompt_token_budget": BUDGET_TOKENS}, {}),
+    "+ lessons (every 10 results), no budget": ("evolutionary", {"lessons_every": 10}, {}),
+    "evolutionary, cheap model only": ("evolutionary", {}, {"models": ["sim-cheap"]}),
+    "+ ensemble (strong + cheap, UCB per $)": ("evolutionary", {}, {"models": ["sim-ideator", "sim-cheap"]}),
 }
 
 
@@ -79,14 +97,24 @@ class Run:
     def __init__(self, srv, wseed: int, budget: int, policy: str, overrides: dict, flags: dict):
         self.w = W.World.make(wseed)
         self.ideator = srv.ideator = Ideator(self.w)
+        models = flags.get("models", ["sim-ideator"])
+        srv.ideators = {m: (self.ideator if m == "sim-ideator" else Ideator(self.w, seed=j, prior_noise=MODELS[m][2]))
+                        for j, m in enumerate(models)}
+        self.srv = srv
         self.budget, self.flags = budget, flags
         cfg = PolicyCfg(name=policy, seed=wseed, **{**SIM, **overrides})
         if flags.get("dedupe") is False:
             cfg.duplicate_threshold = 101.0           # token_set_ratio never exceeds 100: no dedupe
         self.cfg = cfg
         self.policy = policies.get(policy)(cfg)
-        self.llm = OpenAIProvider(LLMCfg(provider="openai", base_url=srv.base_url, model="sim-ideator",
-                                         max_retries=0, prices={"sim-ideator": Price(input=1.0, output=4.0)}))
+        prices = {m: Price(input=i, output=o) for m, (i, o, _) in MODELS.items()}
+        llms = {m: OpenAIProvider(LLMCfg(provider="openai", base_url=srv.base_url, model=m, max_retries=0,
+                                         prices=prices)) for m in models}
+        self.llm = llms[models[0]]
+        if len(models) > 1:      # proposals by the bandit's model, the rest (lessons, judge) by the first
+            self.llm = Ensemble(self.llm, llms)
+            for p in llms.values():
+                p.budget = self.llm.budget
         self.rng = random.Random(f"trials-{wseed}")
         self.ideas: list[Idea] = []
         self.techs: dict[str, frozenset] = {}          # commit -> techniques
@@ -94,7 +122,7 @@ class Run:
         self.ran: set[frozenset] = set()
         self.trials = 0
         self.m = dict(false_promotions=0, duplicates_run=0, dropped=0, implement_failed=0, crashed=0,
-                      usd=0.0, trials_to_90=None)
+                      usd=0.0, trials_to_90=None, prompts=[], models={})
         self.pick: Idea | None = None
 
     # -- measuring ------------------------------------------------------------------------------
@@ -160,8 +188,11 @@ class Run:
         stalls = 0
         while self.trials < self.budget:
             pop = Population(list(self.ideas), "0" * 40, self.bnote)
-            n = self.cfg.ideas_per_epoch - self.policy.cursor(pop)[1] if barrier else self.cfg.batch
+            epoch, done = self.policy.cursor(pop)
+            n = self.cfg.ideas_per_epoch - done if barrier else self.cfg.batch
+            k0 = len(self.srv.prompts)
             props = self.policy.propose(pop, n, ENV, self.llm)
+            self.m["prompts"] += [(epoch, tok) for kind, tok in self.srv.prompts[k0:] if kind == "propose"]
             if not any(p.dropped_reason is None for p in props):
                 stalls += 1                  # only duplicates: the ideator is saturated
                 if stalls >= MAX_STALLS or not props:
@@ -173,7 +204,9 @@ class Run:
                 commit = _sha(self.w.seed, len(self.ideas), p.text)
                 idea = Idea(idea_id=make_idea_id(p.text, p.epoch, commit[:6]), commit=commit, title=p.title,
                             text=p.text, origin=p.origin, parents=p.parents, epoch=p.epoch,
-                            base_commit=p.base_commit, committed_at=len(self.ideas))
+                            base_commit=p.base_commit, committed_at=len(self.ideas),
+                            trailers={"Idea-Model": p.model, "Idea-Cost-USD": f"{p.cost_usd:.6f}"})
+                self.m["models"][p.model] = self.m["models"].get(p.model, 0) + 1
                 if p.dropped_reason:
                     idea.note = Note(status=Status.DUPLICATE, duplicate_of=p.duplicate_of, error=p.dropped_reason)
                     self.m["dropped"] += 1
@@ -275,27 +308,70 @@ def table(res: dict[str, list[dict]], markdown: bool = True) -> str:
     return "\n".join("  ".join(r) for r in [head] + rows)
 
 
+def prompt_sizes(res: dict[str, list[dict]], markdown: bool = True) -> str:
+    """Per variant and epoch: the largest ideation prompt (tokens, as the server counts them: characters
+    / 4), mean over the world seeds that reached the epoch."""
+    per = {name: {} for name in res}
+    for name, runs in res.items():
+        for r in runs:
+            top: dict[int, int] = {}
+            for epoch, tok in r.get("prompts", []):
+                top[epoch] = max(top.get(epoch, 0), tok)
+            for epoch, tok in top.items():
+                per[name].setdefault(epoch, []).append(tok)
+    epochs = sorted({e for d in per.values() for e in d})
+    head = ["variant"] + [f"epoch {e}" for e in epochs]
+    rows = [[name] + [f"{statistics.fmean(d[e]):.0f}" if e in d else "" for e in epochs] for name, d in per.items()]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def model_shares(res: dict[str, list[dict]]) -> str:
+    """Share of the proposals per simulated model, for the rows with more than one model."""
+    out = []
+    for name, runs in res.items():
+        tot: dict[str, int] = {}
+        for r in runs:
+            for m, k in r.get("models", {}).items():
+                tot[m] = tot.get(m, 0) + k
+        if len(tot) > 1:
+            n = sum(tot.values())
+            out.append(f"{name}: " + ", ".join(f"{m} {k / n:.0%}" for m, k in sorted(tot.items())))
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--budget", type=int, default=150)
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2: the 2-core target)")
-    ap.add_argument("--variants", default="", help="comma-separated prefixes of variant names (default: all)")
+    ap.add_argument("--variants", default="",
+                    help="prefixes of variant names, comma- (or, when a name holds a comma, semicolon-) "
+                         "separated (default: all)")
     ap.add_argument("--log", help="append one JSON line per finished run to this file")
     ap.add_argument("--from-log", help="print the table of a --log file (the seeds every variant finished)")
+    ap.add_argument("--prompt-sizes", action="store_true",
+                    help="also print the largest ideation prompt per epoch (tokens) of each variant")
     a = ap.parse_args(argv)
     if a.from_log:
         res = from_log(a.from_log)
         print(f"{len(next(iter(res.values())))} world seeds (from {a.from_log})")
         print(table(res))
+        print(model_shares(res))
+        if a.prompt_sizes:
+            print(prompt_sizes(res))
         return 0
-    names = [n for n in VARIANTS if not a.variants or any(n.startswith(p) for p in a.variants.split(","))]
+    prefixes = a.variants.split(";" if ";" in a.variants else ",")     # ";" when a name holds a comma
+    names = [n for n in VARIANTS if not a.variants or any(n.startswith(p) for p in prefixes)]
     t0 = time.monotonic()
     log = open(a.log, "a") if a.log else None
     res = simulate(a.seeds, a.budget, names, a.jobs, log)
     print(f"{a.seeds} world seeds, {a.budget} trials each, {len(names)} variants, {a.jobs} processes, "
           f"{time.monotonic() - t0:.0f} s wall")
     print(table(res))
+    print(model_shares(res))
+    if a.prompt_sizes:
+        print(prompt_sizes(res))
     return 0
 
 

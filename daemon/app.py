@@ -65,6 +65,9 @@ def make_llm(cfg: Config, research: Research):
         cls = llm_registry.get(name)
     except KeyError as e:
         raise ConfigError(f"llm.provider: {e.args[0]}") from None
+    if name == "replay" and cfg.llm.ensemble:
+        raise ConfigError("llm.ensemble: the main provider resolved to replay; an ensemble needs a live "
+                          "provider (set llm.provider and its key)")
     if name == "replay":
         path = default_replay_file(cfg, research)
         if path is None:
@@ -80,9 +83,18 @@ def make_llm(cfg: Config, research: Research):
     else:
         provider = cls(cfg.llm)
         note = f"{name}:{provider.model}"
-        if cfg.llm.budget_usd is not None and provider.model not in cfg.llm.prices:
+        models = [provider.model] + [m.model for m in cfg.llm.ensemble]
+        unpriced = next((m for m in models if m not in cfg.llm.prices), None)
+        if cfg.llm.budget_usd is not None and unpriced is not None:
             from autoresearchd.validate import unpriced_message    # an unpriced model would never trip the budget
-            raise ConfigError(unpriced_message(provider.model))
+            raise ConfigError(unpriced_message(unpriced))
+        if cfg.llm.ensemble:
+            from autoresearchd.llm.ensemble import build
+            try:
+                provider = build(cfg.llm, provider, llm_registry.get)
+            except llm_registry.LLMError as e:    # a member without its key: one line, exit 2
+                raise ConfigError(f"llm.ensemble: {e}") from None
+            note += " + ensemble " + ", ".join(provider.members)
     restore_spend(provider, research)
     return provider, note
 
@@ -110,6 +122,8 @@ def build_daemon(cfg: Config, with_llm: bool = True):
     if with_llm:
         llm, note = make_llm(cfg, research)
         policy = make_policy(cfg)
+        from autoresearchd.engine.lessons import attach
+        attach(policy, research.repo)       # the lessons scratchpad lives in the research repo
         try:
             implementer = make_implementer(research, llm, cfg)
         except KeyError as e:

@@ -54,6 +54,14 @@ class Price(_Strict):
     output: float = 0.0   # USD per million output tokens
 
 
+class EnsembleMember(_Strict):
+    """One model of `[llm] ensemble`: it proposes ideas when the bandit picks it (policies/bandit.py)."""
+    provider: Literal["anthropic", "openai"]
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = None         # name of the env variable holding its key, never the key
+
+
 class LLMCfg(_Strict):
     provider: Literal["auto", "anthropic", "openai", "replay", "none"] = "auto"  # none: only run pushed branches
     model: str | None = None
@@ -70,6 +78,18 @@ class LLMCfg(_Strict):
     prices: dict[str, Price] = Field(default_factory=lambda: _default_prices({}))
     budget_usd: float | None = None
     max_calls: int | None = None
+    # several proposing models at once, picked per batch by a bandit on improvement per dollar; every
+    # other call (implement, lessons, novelty judge) goes to the provider/model above. [] = one model
+    ensemble: list[EnsembleMember] = Field(default_factory=list)
+
+    @field_validator("ensemble", mode="after")
+    @classmethod
+    def _unique_models(cls, v: list[EnsembleMember]) -> list[EnsembleMember]:
+        names = [m.model for m in v]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            raise ValueError(f"model '{dup}' is listed twice (each ensemble model must be named once)")
+        return v
 
     @field_validator("prices", mode="after")
     @classmethod
@@ -143,6 +163,8 @@ class PolicyCfg(_Strict):
     inspiration: Literal["sample", "top_diverse"] = defaults.INSPIRATION
     novelty_threshold: float | None = Field(defaults.NOVELTY_THRESHOLD, ge=0, le=100)
     novelty_judge: bool = defaults.NOVELTY_JUDGE
+    lessons_every: int = Field(defaults.LESSONS_EVERY, ge=0)           # 0: no lessons scratchpad
+    prompt_token_budget: int | None = Field(defaults.PROMPT_TOKEN_BUDGET, ge=500)
 
 
 class AgentCfg(_Strict):

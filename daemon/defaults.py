@@ -88,6 +88,22 @@ INSPIRATION = "sample"       # exploit shows a uniform sample of the winners; "t
 NOVELTY_THRESHOLD = None     # token_set_ratio of the novelty gate; None = off (only real duplicates dropped)
 NOVELTY_MIN_JACCARD = 0.55   # content-word overlap a pair needs before the gate compares it
 NOVELTY_JUDGE = False        # ask the LLM whether a gated pair is really the same experiment
+# The lessons scratchpad: every LESSONS_EVERY new results, one LLM call (purpose `lessons`) condenses the
+# earlier lessons and those results into a short "what worked, what failed and why" block, kept under
+# LESSONS_REF (store/refs.py) and shown in every ideation prompt. 0 = off.
+LESSONS_EVERY = 0
+LESSONS_MAX_CHARS = 2400     # the kept block is cut here (about 600 tokens), so it never crowds a prompt
+LESSONS_MAX_TOKENS = 1024    # answer limit of the lessons call
+# Size cap of an ideation prompt, in tokens (estimated as characters / CHARS_PER_TOKEN): the shown ideas,
+# the titles to avoid and the greedy lineage are cut (whole entries, the most relevant kept) to fit.
+# None = no cap beyond max_parents and the per-idea cut (the paper's prompts).
+PROMPT_TOKEN_BUDGET = None
+CHARS_PER_TOKEN = 4
+# The model ensemble ([llm] ensemble): UCB1 on improvement per dollar picks the model of each proposal
+# batch. Each model first proposes ENSEMBLE_MIN_TRIES ideas (measured or not) before the bandit compares
+# them; ENSEMBLE_UCB_C weighs the exploration bonus (in units of the best mean gain).
+ENSEMBLE_MIN_TRIES = 10
+ENSEMBLE_UCB_C = 1.0
 
 LOCAL_SLOTS = 1
 HUMAN_PRIORITY = True

@@ -208,6 +208,9 @@ def llm_findings(cfg: Config, src: EnvSource | None) -> list[Finding]:
     if name == "none":
         return out
     if name == "replay":
+        if cfg.llm.ensemble:
+            out.append(Finding(ERROR, "llm.ensemble: the main provider resolved to replay; an ensemble needs "
+                                      "a live provider (set llm.provider and its key)"))
         if cfg.llm.replay_file:
             p = cfg.resolve(cfg.llm.replay_file)
             if not p.is_file():
@@ -224,6 +227,16 @@ def llm_findings(cfg: Config, src: EnvSource | None) -> list[Finding]:
     model = cfg.llm.model or default_model(name)
     if cfg.llm.budget_usd is not None and model not in cfg.llm.prices:
         out.append(Finding(ERROR, unpriced_message(model)))
+    for m in cfg.llm.ensemble:          # each proposing model needs its key and, under a budget, a price
+        same = m.provider == name
+        env = m.api_key_env or (cfg.llm.api_key_env if same else None) or \
+            {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}[m.provider]
+        local = m.provider == "openai" and (m.base_url or (cfg.llm.base_url if same else None))
+        if not os.environ.get(env, "").strip() and not local:
+            out.append(Finding(ERROR, f"llm.ensemble model '{m.model}' ({m.provider}) needs the environment "
+                                      f"variable {env} (keys are read from the environment only)"))
+        if cfg.llm.budget_usd is not None and m.model not in cfg.llm.prices:
+            out.append(Finding(ERROR, unpriced_message(m.model)))
     return out
 
 

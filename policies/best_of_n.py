@@ -12,6 +12,7 @@ from .common import BatchPlan, LLMPolicy
 
 class BestOfNPolicy(LLMPolicy):
     name = "best_of_n"
+    shows_lessons = False          # no feedback by design: no lessons are condensed or shown
 
     def plan(self, population, env, epoch: int, done: int) -> BatchPlan:
         bs = max(1, self.cfg.batch)

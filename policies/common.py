@@ -22,6 +22,9 @@ from autoresearchd import defaults
 from autoresearchd.llm.base import LLMError
 from autoresearchd.store.notes import Status
 from . import novelty
+from autoresearchd.llm.base import LLMError
+from autoresearchd.store.notes import Status
+from . import bandit, lessons, novelty
 from .base import Policy, Proposal
 from .dedupe import PENDING, DuplicateIndex
 from .prompting import ParsedIdea, Prompts, parse_ideas, render
@@ -48,14 +51,17 @@ class _Pending:
     key: str
     title: str
     epoch: int
+    model: str | None = None
 
 
 class LLMPolicy(Policy):
     """Base of the LLM-driven policies. Subclasses implement `plan(population, env, epoch, done)`."""
+    shows_lessons = True           # its prompts carry the lessons scratchpad (policy.lessons_every)
 
     def __init__(self, cfg, prompts_dir=None):
         super().__init__(cfg, prompts_dir)
-        self.prompts = Prompts(prompts_dir)
+        self.prompts = Prompts(prompts_dir, cfg.prompt_token_budget)
+        self.lessons_store = lessons.MemoryStore()     # the daemon attaches one kept in git
         self._index: DuplicateIndex | None = None
         self._novel: DuplicateIndex | None = None      # the novelty gate's looser index
         self._llm = None                               # for the novelty judge
@@ -116,13 +122,15 @@ class LLMPolicy(Policy):
             return []
         self._llm = llm
         self._refresh(population)
+        if self.cfg.lessons_every > 0 and self.shows_lessons:
+            self._lessons(population, env, llm)
         out: list[Proposal] = []
         accepted = 0
         while accepted < n:
             epoch, done = self.cursor(population)
             plan = self.plan(population, env, epoch, done)
             try:
-                got = self._run_batch(plan, population, llm)
+                got = self._run_batch(plan, population, llm, self._pick_model(population, env, llm))
             except LLMError:
                 if out:
                     break   # keep what earlier batches produced; the next call raises again
@@ -138,7 +146,23 @@ class LLMPolicy(Policy):
                 break
         return out
 
-    def _run_batch(self, plan: BatchPlan, population, llm) -> list[Proposal]:
+    def _lessons(self, population, env, llm) -> None:
+        """Bring the lessons scratchpad up to date (when due) and put it in the prompts."""
+        c = lessons.update(self.lessons_store, self.prompts, population, env, llm, self.cfg.lessons_every)
+        if c is not None:          # billed like the judge's calls: onto the next proposal
+            usd, tok = self._unbilled
+            self._unbilled = (usd + c.cost_usd, tok + c.input_tokens + c.output_tokens)
+        self.prompts.lessons = self.lessons_store.load().text
+
+    def _pick_model(self, population, env, llm) -> str | None:
+        """With a model ensemble, the bandit's model for the next batch; else None (the one model)."""
+        members = list(getattr(llm, "members", None) or [])
+        if not members:
+            return None
+        pending = Counter(p.model for p in self._pending if p.model)
+        return bandit.choose(members, population, env, pending)
+
+    def _run_batch(self, plan: BatchPlan, population, llm, model: str | None = None) -> list[Proposal]:
         messages = [{"role": "user", "content": plan.prompt}]
         known = [i.title for i in population.ideas] + [p.title for p in self._pending]
         accepted: list[Proposal] = []
@@ -147,6 +171,8 @@ class LLMPolicy(Policy):
         for call in range(1 + defaults.MAX_FOLLOWUPS):
             want = plan.k - len(accepted)
             meta = {"n": want, "known_titles": known + [p.title for p in accepted + dropped]}
+            if model:
+                meta["model"] = model
             try:
                 c = llm.complete(messages, system=plan.system, purpose="propose", meta=meta)
             except LLMError as e:
@@ -210,7 +236,7 @@ class LLMPolicy(Policy):
             self._index.add(key, text)
             if self._novel is not None:
                 self._novel.add(key, text)
-            self._pending.append(_Pending(key, prop.title, prop.epoch))
+            self._pending.append(_Pending(key, prop.title, prop.epoch, prop.model))
             return
         what = "too close to (novelty gate)" if gated else "duplicate of"
         if hit.startswith(PENDING):

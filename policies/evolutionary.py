@@ -21,10 +21,9 @@ import re
 
 from autoresearchd import defaults
 from autoresearchd.goal import sign
-from autoresearchd.store.notes import Status
 from .common import BatchPlan, LLMPolicy
 from .diversity import diverse_sample, island_candidates
-from .prompting import ParsedIdea, describe_ideas
+from .prompting import Listing, ParsedIdea, history
 
 PREFERRED = ("promoted", "confirmed")
 
@@ -54,12 +53,6 @@ def exploit_candidates(population, env) -> tuple[list, list]:
     ok.sort(key=lambda i: (sign(env.goal) * i.value, i.idea_id))
     preferred = [i for i in ok if i.note.decision in PREFERRED]
     return preferred, [i for i in ok if i.note.decision not in PREFERRED]
-
-
-def history(population) -> list:
-    """Every idea with a final result, failures included (duplicates say nothing new)."""
-    return sorted((i for i in population.ideas if i.note is not None and i.status != Status.DUPLICATE),
-                  key=lambda i: i.idea_id)
 
 
 def cited_parents(idea: ParsedIdea, shown: dict) -> list[str]:
@@ -118,13 +111,11 @@ class EvolutionaryPolicy(LLMPolicy):
         else:
             shown = rng.sample(preferred, min(m, len(preferred)))
             shown += rng.sample(others, min(m - len(shown), len(others)))
-        inspiration = ""
-        if extra:
-            inspiration = ("## Other experiments, for inspiration\n\nA diverse sample of the other results "
-                           "(what did not beat the baseline, and why some failed):\n\n"
-                           + describe_ideas(extra, population, env) + "\n")
+        inspiration = Listing.ideas(extra, population, env, empty="", wrap=lambda body: (
+            "## Other experiments, for inspiration\n\nA diverse sample of the other results (what did not "
+            "beat the baseline, and why some failed):\n\n" + body + "\n") if body else "")
         prompt = self.prompts.page("exploit", population, env, k, avoid=avoid,
-                                   parents=describe_ideas(shown, population, env), inspiration=inspiration)
+                                   parents=Listing.ideas(shown, population, env), inspiration=inspiration)
         by_id = {i.idea_id: i for i in shown + extra}
 
         def lineage(idea: ParsedIdea):
@@ -140,6 +131,6 @@ class EvolutionaryPolicy(LLMPolicy):
         hist = history(population)
         shown = rng.sample(hist, min(max(1, self.cfg.max_parents), len(hist)))
         prompt = self.prompts.page("explore", population, env, k, avoid=avoid,
-                                   history=describe_ideas(shown, population, env))
+                                   history=Listing.ideas(shown, population, env))
         return BatchPlan("explore", epoch, batch_no, k, prompt, self.prompts.system(),
                          self.prompts.hash("system", "explore", "task", "format", "avoid"))

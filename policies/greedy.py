@@ -13,7 +13,7 @@ from autoresearchd.goal import sign
 from autoresearchd.store.notes import FAILURES
 from .common import BatchPlan, LLMPolicy
 from .evolutionary import PREFERRED
-from .prompting import describe_idea, describe_ideas, fmt_num
+from .prompting import Listing, describe_idea, fmt_num
 
 
 
@@ -60,8 +60,9 @@ class GreedyPolicy(LLMPolicy):
         tried = [i.title for i in population.ideas if i.base_commit == (base_commit or
                                                                          population.baseline_commit)]
         avoid = self.prompts.avoid(tried + self.pending_titles(population))
-        prompt = self.prompts.page("greedy", population, env, k, avoid=avoid, lineage="\n\n".join(steps),
-                                   failures=describe_ideas(failures[::-1], population, env))
+        prompt = self.prompts.page("greedy", population, env, k, avoid=avoid,
+                                   lineage=Listing(steps, keep="last"),
+                                   failures=Listing.ideas(failures[::-1], population, env))
         parents = [best.idea_id] if best else []
         return BatchPlan("greedy", epoch, done // bs, k, prompt, self.prompts.system(),
                          self.prompts.hash("system", "greedy", "task", "format", "avoid"),

@@ -15,8 +15,10 @@ from importlib import resources
 from pathlib import Path
 
 from autoresearchd import defaults
+from autoresearchd import defaults
 from autoresearchd.goal import goal_word
 from autoresearchd.store.ideas import prompt_hash
+from autoresearchd.store.notes import Status
 from autoresearchd.store.notes import Status
 
 
@@ -198,6 +200,50 @@ def describe_ideas(ideas, population, env) -> str:
     return "\n\n".join(describe_idea(i, population, env) for i in ideas) or "(none)"
 
 
+def history(population) -> list:
+    """Every idea with a final result, failures included (duplicates say nothing new)."""
+    return sorted((i for i in population.ideas if i.note is not None and i.status != Status.DUPLICATE),
+                  key=lambda i: i.idea_id)
+
+
+class Listing:
+    """Entries of a prompt section (described ideas, titles) that may be cut to fit the prompt's token
+    budget: `render(max_chars)` keeps whole entries, the first ones (or the last, keep="last") first,
+    and says how many were left out. `wrap` turns the kept body into the section (or "" when empty)."""
+
+    def __init__(self, entries: list[str], sep: str = "\n\n", empty: str = "(none)", keep: str = "first",
+                 wrap=None):
+        self.entries, self.sep, self.empty, self.keep = list(entries), sep, empty, keep
+        self.wrap = wrap or (lambda body: body)
+
+    @classmethod
+    def ideas(cls, ideas, population, env, **kw) -> "Listing":
+        return cls([describe_idea(i, population, env) for i in ideas], **kw)
+
+    def render(self, max_chars: int | None = None) -> str:
+        if max_chars is not None:
+            max_chars -= len(self.wrap(""))
+            if len(self.sep.join(self.entries)) > max_chars:
+                max_chars -= 48           # room for the "(N more not shown: prompt budget)" line
+        order = self.entries if self.keep == "first" else self.entries[::-1]
+        kept, used = [], 0
+        for e in order:
+            if max_chars is not None and used + len(e) + len(self.sep) > max_chars:
+                break
+            kept.append(e)
+            used += len(e) + len(self.sep)
+        if self.keep == "last":
+            kept.reverse()
+        left = len(self.entries) - len(kept)
+        if not self.entries:
+            return self.wrap(self.empty) if self.empty else ""
+        if not left:
+            return self.wrap(self.sep.join(kept))
+        more = ("earlier " if self.keep == "last" else "more ") if kept else ""
+        note = f"({left} {more}not shown: prompt budget)"
+        return self.wrap(self.sep.join([note] + kept if self.keep == "last" else kept + [note]))
+
+
 def baseline_line(population, env) -> str:
     b = population.baseline_value
     if b is None:
@@ -222,9 +268,11 @@ def avoid_titles(titles: list[str]) -> str:
 class Prompts:
     """Loads a policy's templates (overridable per file) and renders the shared blocks."""
 
-    def __init__(self, prompts_dir: str | Path | None = None):
+    def __init__(self, prompts_dir: str | Path | None = None, token_budget: int | None = None):
         self.prompts_dir = prompts_dir
         self._cache: dict[str, str] = {}
+        self.token_budget = token_budget      # prompt size cap (policy.prompt_token_budget); None: none
+        self.lessons = ""                     # the lessons scratchpad (policies/lessons.py), when kept
 
     def get(self, name: str) -> str:
         if name not in self._cache:
@@ -248,14 +296,36 @@ class Prompts:
     def format(self, n: int) -> str:
         return render(self.get("format"), n=n).strip()
 
-    def avoid(self, titles: list[str]) -> str:
+    def avoid(self, titles: list[str]) -> Listing:
         block = avoid_titles(titles)
-        return render(self.get("avoid"), titles=block).rstrip() + "\n" if block else ""
+        return Listing(block.split("\n") if block else [], sep="\n", empty="", keep="last",
+                       wrap=lambda body: render(self.get("avoid"), titles=body).rstrip() + "\n")
+
+    def lessons_block(self) -> str:
+        if not self.lessons.strip():
+            return ""
+        return ("## Lessons from earlier results\n\nWhat all results so far taught, including those "
+                "not shown here:\n\n" + self.lessons.strip() + "\n")
 
     def page(self, name: str, population, env, n: int, with_baseline: bool = True, **values) -> str:
-        """A full user prompt: template `name` with the task and format blocks filled in."""
+        """A full user prompt: template `name` with the task and format blocks filled in. Values that
+        are Listings are cut to fit `token_budget`: what the fixed text leaves is shared out equally,
+        and what one Listing does not need goes to the others."""
         values.setdefault("avoid", "")
-        text = render(self.get(name), task=self.task(population, env, with_baseline),
-                      format=self.format(n), n=n,
-                      metric=env.metric, **values)
-        return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
+        values.setdefault("lessons", self.lessons_block())
+        lists = {k: v for k, v in values.items() if isinstance(v, Listing)}
+
+        def fill(texts: dict) -> str:
+            text = render(self.get(name), task=self.task(population, env, with_baseline),
+                          format=self.format(n), n=n, metric=env.metric, **{**values, **texts})
+            return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
+
+        if self.token_budget is None or not lists:
+            return fill({k: v.render() for k, v in lists.items()})
+        left = self.token_budget * defaults.CHARS_PER_TOKEN - len(fill({k: "" for k in lists}))
+        texts = {}
+        todo = sorted(lists, key=lambda k: len(lists[k].render()))    # the smallest take what they need
+        for j, k in enumerate(todo):
+            texts[k] = lists[k].render(max(0, left // (len(todo) - j)))
+            left -= len(texts[k])
+        return fill(texts)

@@ -76,8 +76,10 @@ class Implementer:
         if self._id_taken(idea_id):
             return None
         base = prop.base_commit or self.research.baseline_commit
+        # Model is overwritten by the implementer's model; Idea-Model keeps who proposed it (the bandit's)
         trailers = {"Idea-Id": idea_id, "Origin": prop.origin, "Parents": prop.parents, "Epoch": prop.epoch,
-                    "Model": prop.model, "Idea-Cost-USD": f"{prop.cost_usd:.6f}" if prop.cost_usd else None,
+                    "Model": prop.model, "Idea-Model": prop.model,
+                    "Idea-Cost-USD": f"{prop.cost_usd:.6f}" if prop.cost_usd else None,
                     "Idea-Tokens": prop.tokens or None, "Prompt-Hash": getattr(prop, "prompt_hash", None),
                     "Base": base}
         msg = format_message(prop.title, prop.text, trailers)

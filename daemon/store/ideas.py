@@ -21,7 +21,7 @@ ORIGINS = ("seed", "exploit", "explore", "human", "greedy", "best_of_n", "baseli
 
 _TRAILER_KEYS = ["Idea-Id", "Origin", "Parents", "Epoch", "Model", "Attempts", "Tokens", "Cost-USD",
                  "Prompt-Hash", "Idea-Cost-USD", "Implement-Cost-USD", "Idea-Tokens", "Transcript",
-                 "Duplicate-Of", "Base", "Implementer"]
+                 "Duplicate-Of", "Base", "Implementer", "Idea-Model"]
 _TRAILER_RE = re.compile(r"^([A-Z][A-Za-z-]+): (.*)$")
 
 

@@ -107,6 +107,11 @@ def status(cfg, console, as_json: bool = False) -> int:
     gpu_budget = f" of {sp['max_gpu_hours']:.1f}" if sp["max_gpu_hours"] else ""
     compute = f"{sp['gpu_hours']:.2f}{gpu_budget} GPU-hours" if s["gpus"] else f"{sp['cpu_hours']:.2f} CPU-hours"
     console.print(f"spend: ${sp['usd']:.4f}{budget} LLM, {sp['tokens']:,} tokens, {compute}")
+    if len(s["models"]) > 1:            # an ensemble: who proposed what, for how much
+        console.print("proposing models: " + "; ".join(
+            f"{escape(r['model'])} {r['share']:.0%} ({r['proposals']} ideas, ${r['usd']:.4f}"
+            + (f", {r['gain_per_usd']:.3g} {escape(s['metric'])} gained per $" if r["gain_per_usd"] is not None
+               else "") + ")" for r in s["models"]), highlight=False)
     cpi = s["cost_per_improvement"]
     if cpi["usd"] is not None:
         hw = f" and {cpi['gpu_hours']:.2f} GPU-hours" if s["gpus"] else ""

@@ -139,7 +139,19 @@ def summary(cfg, research=None, pop=None) -> dict:
                                  "gpu_hours": gpu_s / 3600 / improvement if improvement and m.gpus else None},
         "metric": m.metric, "goal": m.goal, "gpus": m.gpus, "time_budget_s": m.time_budget_s,
         "running_trials": running_trials(pop),
+        "models": model_shares(pop, m),
     }
+
+
+def model_shares(pop, env) -> list[dict]:
+    """Per proposing model (the Idea-Model trailer): its share of the proposals, its ideation spend and
+    its improvement per dollar, as the ensemble's bandit sees them (policies/bandit.py)."""
+    from autoresearchd.policies.bandit import arm_stats
+    st = arm_stats(pop, env)
+    total = sum(s["proposals"] for s in st.values()) or 1
+    return [{"model": m, "proposals": s["proposals"], "share": s["proposals"] / total, "usd": s["usd"],
+             "measured": s["measured"], "gain_per_usd": s["gain"] / s["usd"] if s["usd"] else None}
+            for m, s in sorted(st.items(), key=lambda kv: -kv[1]["proposals"])]
 
 
 def leaderboard_row(i) -> dict:

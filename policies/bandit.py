@@ -1,0 +1,86 @@
+"""Which model of an ensemble (`[llm] ensemble`) proposes the next batch: UCB1 on improvement per dollar.
+
+Everything is read back from git. The model that proposed an idea is its `Idea-Model` trailer (the
+`Model` trailer names the implementer's model); its cost is the `Idea-Cost-USD` trailer (the proposing
+call's share, and any judge or lessons call billed to it). An idea's gain is its measured improvement
+over the baseline (goal-aware, 0 when it did not improve, failed, or was dropped as a duplicate); ideas
+still waiting for a result count as proposals, not as gains.
+
+For a model with n proposals, m of them measured, mean gain g and mean cost u per proposal:
+    score = (g + C * G * sqrt(ln N / m)) / u
+where N is all proposals and G the best mean gain of any model (the bonus is in gain units). A model
+with fewer than ENSEMBLE_MIN_TRIES proposals is tried first, the least tried first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from autoresearchd import defaults
+from autoresearchd.goal import gain
+from autoresearchd.store.notes import Status
+
+TRAILER = "Idea-Model"
+
+
+def idea_model(idea) -> str | None:
+    return idea.trailers.get(TRAILER) if idea.trailers else None
+
+
+def idea_cost(idea) -> float:
+    try:
+        return float(idea.trailers.get("Idea-Cost-USD") or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def gain(idea, population, env) -> float | None:
+    """Improvement over the baseline (>= 0), or None while the idea has no final result."""
+    n = idea.note
+    if n is None or n.status in (Status.QUEUED, Status.RUNNING):
+        return None
+    base = population.baseline_value
+    if n.status != Status.SUCCEEDED or n.value is None or base is None:
+        return 0.0
+    return max(0.0, gain(n.value, base, env.goal))
+
+
+def arm_stats(population, env, models: list[str] | None = None, pending: Counter | None = None) -> dict:
+    """model -> {proposals, measured, gain (sum), usd (sum)} from the ideas that name their model, plus
+    `pending` proposals made by this process and not in git yet."""
+    out = {m: {"proposals": 0, "measured": 0, "gain": 0.0, "usd": 0.0} for m in models or []}
+    for i in population.ideas:
+        m = idea_model(i)
+        if m is None or (models is not None and m not in out):
+            continue
+        s = out.setdefault(m, {"proposals": 0, "measured": 0, "gain": 0.0, "usd": 0.0})
+        s["proposals"] += 1
+        s["usd"] += idea_cost(i)
+        g = gain(i, population, env)
+        if g is not None:
+            s["measured"] += 1
+            s["gain"] += g
+    for m, k in (pending or {}).items():
+        if m in out:
+            out[m]["proposals"] += k
+    return out
+
+
+def choose(models: list[str], population, env, pending: Counter | None = None) -> str:
+    """The model for the next batch (deterministic for the same population)."""
+    st = arm_stats(population, env, models, pending)
+    fresh = [m for m in models if st[m]["proposals"] < defaults.ENSEMBLE_MIN_TRIES]
+    if fresh:
+        return min(fresh, key=lambda m: (st[m]["proposals"], models.index(m)))
+    total = sum(s["proposals"] for s in st.values())
+    means = {m: st[m]["gain"] / st[m]["measured"] for m in models if st[m]["measured"]}
+    scale = max(means.values(), default=0.0) or (population.baseline_std or 1e-6)
+    costs = [st[m]["usd"] / st[m]["proposals"] for m in models if st[m]["usd"] > 0]
+    floor = min(costs) / 100 if costs else 1.0       # an unpriced model is not free forever
+
+    def score(m):
+        s = st[m]
+        bonus = defaults.ENSEMBLE_UCB_C * scale * math.sqrt(math.log(total) / max(1, s["measured"]))
+        return (means.get(m, 0.0) + bonus) / max(s["usd"] / s["proposals"], floor)
+    return max(models, key=lambda m: (score(m), -models.index(m)))
