@@ -36,11 +36,9 @@ from search_ideator import Ideator, IdeatorServer  # noqa: E402
 from autoresearchd import policies  # noqa: E402
 from autoresearchd.config import LLMCfg, PolicyCfg, Price  # noqa: E402
 from autoresearchd.engine.judge import decide, pooled_std  # noqa: E402
-from autoresearchd.engine.judge import BEST_DECISIONS, decide, pooled_std  # noqa: E402
 from autoresearchd.llm.ensemble import Ensemble  # noqa: E402
 from autoresearchd.llm.openai_provider import OpenAIProvider  # noqa: E402
 from autoresearchd.manifest import EnvManifest  # noqa: E402
-from autoresearchd.store.ideas import Idea, make_idea_id  # noqa: E402
 from autoresearchd.store.ideas import Idea, make_idea_id  # noqa: E402
 from autoresearchd.store.notes import BEST_DECISIONS, Note, Status  # noqa: E402
 from autoresearchd.store.population import Population  # noqa: E402

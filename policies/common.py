@@ -21,9 +21,7 @@ from typing import Callable
 from autoresearchd import defaults
 from autoresearchd.llm.base import LLMError
 from autoresearchd.store.notes import Status
-from . import novelty
-from autoresearchd.llm.base import LLMError
-from autoresearchd.store.notes import Status
+
 from . import bandit, lessons, novelty
 from .base import Policy, Proposal
 from .dedupe import PENDING, DuplicateIndex

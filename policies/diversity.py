@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 
 from autoresearchd.store.notes import BEST_DECISIONS
+
 from .dedupe import jaccard, normalize
 
 

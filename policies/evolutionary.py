@@ -21,6 +21,7 @@ import re
 
 from autoresearchd import defaults
 from autoresearchd.goal import sign
+
 from .common import BatchPlan, LLMPolicy
 from .diversity import diverse_sample, island_candidates
 from .prompting import Listing, ParsedIdea, history

@@ -11,6 +11,7 @@ from __future__ import annotations
 from autoresearchd import defaults
 from autoresearchd.goal import sign
 from autoresearchd.store.notes import FAILURES
+
 from .common import BatchPlan, LLMPolicy
 from .evolutionary import PREFERRED
 from .prompting import Listing, describe_idea, fmt_num

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from autoresearchd import defaults
 from autoresearchd.llm.base import BudgetExhausted, LLMError
+
 from .prompting import Listing, history
 
 log = logging.getLogger("autoresearchd")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from autoresearchd import defaults
 from autoresearchd.llm.base import LLMError
+
 from .dedupe import PENDING, DuplicateIndex
 
 JUDGE_PROMPT = """Two proposed machine-learning experiments follow. Do they test the same change (the

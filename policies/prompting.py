@@ -15,12 +15,9 @@ from importlib import resources
 from pathlib import Path
 
 from autoresearchd import defaults
-from autoresearchd import defaults
 from autoresearchd.goal import goal_word
 from autoresearchd.store.ideas import prompt_hash
 from autoresearchd.store.notes import Status
-from autoresearchd.store.notes import Status
-
 
 
 # -- templates ----------------------------------------------------------------------------------
