@@ -21,7 +21,7 @@ from autoresearchd.policies.prompting import Listing
 from autoresearchd.store.ideas import branch_for, format_message
 from autoresearchd.store.notes import Note, Status, format_note
 from autoresearchd.store.refs import IDEAS_PREFIX, LESSONS_REF, NOTES_REF
-from autoresearchd.views.observe import model_shares
+from autoresearchd.views.summary import model_shares
 
 LESSON = "- Worked: rotary warmup (-0.0500)\n- Failed or hurt: fused dropout (crashed)\n- Why: warmup steadies early steps"
 
