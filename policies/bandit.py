@@ -18,7 +18,7 @@ import math
 from collections import Counter
 
 from autoresearchd import defaults
-from autoresearchd.goal import gain
+from autoresearchd.goal import gain as goal_gain      # this module's own gain() is per idea
 from autoresearchd.store.notes import Status
 
 TRAILER = "Idea-Model"
@@ -43,7 +43,7 @@ def gain(idea, population, env) -> float | None:
     base = population.baseline_value
     if n.status != Status.SUCCEEDED or n.value is None or base is None:
         return 0.0
-    return max(0.0, gain(n.value, base, env.goal))
+    return max(0.0, goal_gain(n.value, base, env.goal))
 
 
 def arm_stats(population, env, models: list[str] | None = None, pending: Counter | None = None) -> dict:
