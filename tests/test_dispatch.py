@@ -61,3 +61,39 @@ def test_lease_before_submit_then_note_before_the_lease_goes(toy_env, tmp_path):
         assert pop.by_commit[twin].note.value == pop.by_commit[first].note.value
     finally:
         d.runner.close()
+
+
+def test_a_deleted_branch_or_a_moved_baseline_loses_nothing(toy_env, tmp_path):
+    """A branch deleted while its trial runs still gets its result (kept under archive/ from dispatch);
+    a baseline that moves while its seed runs has that seed cancelled, said in the old commit's note,
+    and no lease is left behind."""
+    from conftest import git
+    slow = (toy_env / "run.py").read_text().replace("x = 1.0", "import time; time.sleep(4)\nx = 1.0")
+    (toy_env / "run.py").write_text(slow)
+    git(toy_env, "commit", "-qam", "a slower run")
+    d = build_daemon(load_config(write_config(tmp_path, toy_env)), with_llm=False)
+    try:
+        disp = d.dispatcher
+        pop = read_population(d.repo, d.research.baseline_ref)
+        old_base = pop.baseline_commit
+        assert disp.dispatch(pop, d.jobs(pop)[:1]) == 1             # baseline seed 0 runs (4 s)
+        disp.harvest(read_population(d.repo, d.research.baseline_ref))
+        (toy_env / "README").write_text("moved\n")                  # the owner commits on the baseline
+        git(toy_env, "add", "README")
+        git(toy_env, "commit", "-qm", "docs")
+        pop = harvest_until(d, lambda p: p.baseline_commit != old_base)
+        note = disp.ledger.note(old_base)
+        assert note is not None and note.status.value == "cancelled" and "baseline moved" in note.error, note
+        assert disp.ledger.leases(old_base) == []
+
+        # an idea branch deleted while it runs: its result is written and kept
+        pop = harvest_until(d, lambda p: p.baseline_note is not None and len(p.baseline_note.trials) == 2) \
+            if disp.dispatch(pop, d.jobs(pop)) else pop
+        sha = branch_idea(toy_env, "a/gone", "gone", {"run.py": slow.replace("x = 1.0", "x = 0.9")})
+        pop = read_population(d.repo, d.research.baseline_ref)
+        assert disp.dispatch(pop, [j for j in d.jobs(pop) if j.commit == sha]) == 1
+        git(toy_env, "branch", "-D", "idea/a/gone")
+        pop = harvest_until(d, lambda p: sha in p.by_commit and p.by_commit[sha].note is not None)
+        assert pop.by_commit[sha].note.value is not None and disp.ledger.leases(sha) == []
+    finally:
+        d.runner.close()

@@ -33,13 +33,43 @@ class Collector(Recovery):
         if pop.baseline_commit:
             yield pop.baseline_commit, None, pop.baseline_note, pop.baseline_leases
         for idea in pop.ideas:
-            if idea.leases:
+            # a pushed branch at the baseline commit shares its leases: harvested once, as the baseline
+            if idea.leases and idea.commit != pop.baseline_commit:
                 yield idea.commit, idea, idea.note, idea.leases
+
+    def _baseline_moved(self, pop: Population) -> None:
+        """The baseline branch moved (a commit or merge in the research repo) while seeds of the old
+        baseline ran: cancel them and say so in the old commit's note; the new baseline is measured
+        afresh. (The daemon remembers the old baseline's leases from its previous harvest.)"""
+        old, leases = self._last_baseline
+        self._last_baseline = (pop.baseline_commit, pop.baseline_leases)
+        live = [lz for lz in leases if lz.state in POLLED]
+        if old is None or old == pop.baseline_commit or not live:
+            return
+        for lz in live:
+            try:
+                self.runner.cancel(lz.handle)
+            except Exception:  # noqa: BLE001 - the host may be away; its directory goes below anyway
+                pass
+            self._cleanups.append(lz.handle)
+        why = (f"cancelled: the baseline moved to {(pop.baseline_commit or '?')[:10]} while "
+               f"{', '.join(lz.trial_id for lz in live)} ran; the new baseline is measured afresh")
+        log.warning("%s", why)
+        note = self.ledger.note(old)
+        if note is None:
+            note = Note(status=Status.CANCELLED, idea_id="baseline", error=why)
+        else:
+            note = note.model_copy(deep=True)
+            note.error = "; ".join(x for x in (note.error, why) if x)
+        with self.repo.notes_batch():
+            self.ledger.write_note(old, note)
+            self.ledger.write_leases(old, [lz for lz in leases if lz.state not in POLLED])
 
     def harvest(self, pop: Population) -> bool:
         """Poll every live trial (one batched call per host), fetch the finished ones, write notes."""
         changed = False
         self._busy = {}
+        self._baseline_moved(pop)
         self._base = pop.baseline_commit
         units = [u for u in self._units(pop) if u[3]]
         live = [lz for u in units for lz in u[3] if lz.state in POLLED]

@@ -41,6 +41,7 @@ class Dispatcher(Collector):
         self._harness: tuple[str, bytes | None, str | None, list[str]] | None = None
         self._base: str | None = None            # the baseline commit of the population being worked on
         self._cleanups: list[dict] = []          # handles whose notes are written: remove their dirs
+        self._last_baseline: tuple[str | None, list] = (None, [])   # the baseline and its leases, last harvest
         self.gate = Gate(cfg, research, self._noted)   # validation, cached per commit
         self.on_note: list = []                  # callbacks(commit, idea | None, note), e.g. the W&B mirror
         self._pool = ThreadPoolExecutor(8, thread_name_prefix="dispatch")   # submits and clean-ups
@@ -161,6 +162,11 @@ class Dispatcher(Collector):
         frozen = self._harness[3]
         current: dict[str, list[Lease]] = {}     # commit -> its leases as written (several seeds, one tick)
         staged = []
+        for job, _ in batch:
+            idea = job.idea
+            if idea is not None and idea.commit == job.commit and (idea.branch or "").startswith(IDEA_BRANCHES):
+                # kept from the moment it runs: a branch deleted or force-pushed meanwhile loses no result
+                self.repo.update_ref(ARCHIVE_PREFIX + job.commit, job.commit)
         with self.repo.notes_batch():                  # all of this round's leases in one commit ...
             for job, slot in batch:
                 lease = Lease(trial_id=job.trial_id, seed=job.seed, runner=self.runner.name, host=slot.host,
