@@ -16,6 +16,7 @@ MAX_RETRIES = 2              # lost trials are requeued this many times
 # host's, not the idea's: the trial is requeued for a healthy host without spending a retry. A seed is
 # given up only after this many host faults, each on a host that had just passed its probe.
 MAX_HOST_FAULTS = 8
+BASELINE_MOVE_SCAN = 20      # at start: first-parent ancestors of the baseline searched for an old baseline's live seeds
 # Circuit breaker of a faulty host: it is probed again after 2 s, then 4, 8, ... at most 60 s; it gets
 # no new trial until a probe passes (connects, the work root is writable, enough free space).
 HOST_PROBE_S = (2.0, 60.0)
@@ -129,8 +130,8 @@ SERVE_PAGE_ROWS = 100        # leaderboard rows per page
 # Sandbox (runners/sandbox.py): what an untrusted command sees of the host, read-only. An allow-list:
 # $HOME, /root, /var, /srv, the research repo and the other trials stay out. Add more per runner with
 # `sandbox_binds` (e.g. /opt or a cluster's /apps).
+# PATH under which bwrap is started (its own environment is cleared: it is PID 1 in the sandbox)
 SANDBOX_LAUNCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-"""PATH under which bwrap is started (its own environment is cleared: it is PID 1 in the sandbox)."""
 SANDBOX = "bwrap"            # runner.sandbox: bwrap | apptainer | none (none must be chosen explicitly)
 SANDBOX_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SANDBOX_ETC_FILES = ("/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.conf", "/etc/resolv.conf",

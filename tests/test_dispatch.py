@@ -95,5 +95,23 @@ def test_a_deleted_branch_or_a_moved_baseline_loses_nothing(toy_env, tmp_path):
         git(toy_env, "branch", "-D", "idea/a/gone")
         pop = harvest_until(d, lambda p: sha in p.by_commit and p.by_commit[sha].note is not None)
         assert pop.by_commit[sha].note.value is not None and disp.ledger.leases(sha) == []
+
+        # the baseline moves while a seed runs and the daemon restarts: the new process finds the old
+        # baseline's live seed among the new baseline's ancestors and cancels it
+        def commit_on_main(name):
+            (toy_env / name).write_text(name + "\n")
+            git(toy_env, "add", name)
+            git(toy_env, "commit", "-qm", name)
+            return git(toy_env, "rev-parse", "HEAD").strip()
+        third = commit_on_main("NOTES")
+        pop = read_population(d.repo, d.research.baseline_ref)
+        assert pop.baseline_commit == third and disp.dispatch(pop, d.jobs(pop)[:1]) == 1
+        commit_on_main("CHANGES")
     finally:
         d.runner.close()
+    d2 = build_daemon(load_config(write_config(tmp_path, toy_env)), with_llm=False)
+    try:
+        harvest_until(d2, lambda p: (n := d2.dispatcher.ledger.note(third)) is not None and n.status.value == "cancelled")
+        assert d2.dispatcher.ledger.leases(third) == []
+    finally:
+        d2.runner.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 
+from autoresearchd import defaults
 from autoresearchd.engine.judge import build_note, fill_baseline, flag_identical, seed_warning
 from autoresearchd.engine.plan import baseline_complete, seeds_needed
 from autoresearchd.engine.recovery import Recovery
@@ -43,8 +44,19 @@ class Collector(Recovery):
         afresh. (The daemon remembers the old baseline's leases from its previous harvest.)"""
         old, leases = self._last_baseline
         self._last_baseline = (pop.baseline_commit, pop.baseline_leases)
+        if old is None and pop.baseline_commit:
+            # the first harvest after a start: an earlier baseline (a first-parent ancestor) may still
+            # hold live leases from before the restart
+            for c in self.repo.first_parent_ancestors(pop.baseline_commit, defaults.BASELINE_MOVE_SCAN):
+                if any(lz.state in POLLED for lz in self.ledger.leases(c)):
+                    self._cancel_old_baseline(pop, c, self.ledger.leases(c))
+            return
+        if old != pop.baseline_commit:
+            self._cancel_old_baseline(pop, old, leases)
+
+    def _cancel_old_baseline(self, pop: Population, old: str, leases: list[Lease]) -> None:
         live = [lz for lz in leases if lz.state in POLLED]
-        if old is None or old == pop.baseline_commit or not live:
+        if not live:
             return
         for lz in live:
             try:

@@ -143,6 +143,11 @@ class GitRepo(NotesIO):
         out = self.git("merge-base", a, b, check=False).strip()
         return out or None
 
+    def first_parent_ancestors(self, commit: str, n: int) -> list[str]:
+        """Up to n commits before `commit` on its first-parent line (newest first)."""
+        out = self.git("rev-list", "--first-parent", "-n", str(n), f"{commit}^", check=False)
+        return out.split()
+
     def is_ancestor(self, a: str, b: str) -> bool:
         return subprocess.run([*GIT, "-C", str(self.path), "merge-base", "--is-ancestor", a, b],
                               capture_output=True, env=git_env()).returncode == 0
