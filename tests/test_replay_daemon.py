@@ -70,7 +70,7 @@ def test_queue_text_in_replay_mode(toy_env, tmp_path, monkeypatch, capsys):
     cfg_path = _config(tmp_path, toy_env)
     assert main(["--config", str(cfg_path), "queue", "Use a cosine schedule that decays to zero"]) == 2
     err = capsys.readouterr().err
-    assert "replay mode (no API key) cannot implement free text" in err and "ideas.jsonl" in err
+    assert "replay mode (llm.provider = \"replay\") cannot implement free text" in err and "ideas.jsonl" in err
     assert len(err.strip().splitlines()) == 1
     research = open_research(load_config(cfg_path))
     assert not read_population(research.repo, research.baseline_ref).ideas     # nothing was queued

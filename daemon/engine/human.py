@@ -46,16 +46,18 @@ def replay_title(cfg, research, text: str, title: str | None) -> str | None:
     from autoresearchd.llm.replay import ReplayProvider, title_of
     if resolve_provider_name(cfg.llm)[0] != "replay":
         return None
+    # why replay: chosen in the config, or the fallback of `auto` without a key
+    mode = "replay mode (llm.provider = \"replay\")" if cfg.llm.provider == "replay" else "replay mode (no API key)"
     path = default_replay_file(cfg, research)
     if path is None:
-        raise ConfigError("queue: replay mode (no API key) has no replay file, so nothing can implement "
+        raise ConfigError(f"queue: {mode} has no replay file, so nothing can implement "
                           "an idea in words; set ANTHROPIC_API_KEY or OPENAI_API_KEY, or push a branch")
     try:
         rec = ReplayProvider(cfg.llm, path=path).find(title or text)
     except LLMError as e:
         raise ConfigError(f"queue: {e}") from None
     if rec is None:
-        raise ConfigError(f"queue: replay mode (no API key) cannot implement free text: {path.name} has no "
+        raise ConfigError(f"queue: {mode} cannot implement free text: {path.name} has no "
                           f"recorded idea matching '{title or title_of(text)}'. Set ANTHROPIC_API_KEY or "
                           f"OPENAI_API_KEY, queue a recorded title, or push a branch with the code")
     return rec.title
