@@ -110,8 +110,8 @@ def consent_message(repo: GitRepo, wrote: list[str]) -> str | None:
     hooks = [w.removeprefix("hooks/") for w in wrote if w.startswith("hooks/")]
     keys = [w.split("=", 1)[0] for w in wrote if "=" in w]
     undo = [f"git config --unset-all {k}" for k in keys]
-    if hooks:
-        undo.append("rm " + " ".join(shlex.quote(str(repo.git_dir / "hooks" / h)) for h in hooks))
+    if hooks:      # the directory once, then the names: a short line that pastes into any POSIX shell
+        undo.append(f"(cd {shlex.quote(str(repo.git_dir / 'hooks'))} && rm -- {' '.join(hooks)})")
     return (f"wrote into {repo.git_dir}: {', '.join(wrote)} (so plain `git log` shows results and pushes "
             f"wake the daemon); to remove: {' && '.join(undo)}")
 
