@@ -117,7 +117,8 @@ class Bwrap(Sandbox):
         # a real start: bwrap may exist while user namespaces are off (kernel.unprivileged_userns_clone=0,
         # an AppArmor restriction, a container without CAP_SYS_ADMIN)
         return ("if ! command -v bwrap >/dev/null 2>&1; then echo " + shlex.quote(f"bwrap not found; {INSTALL_HINT}") +
-                "; elif e=$(bwrap --ro-bind / / --unshare-all --die-with-parent true 2>&1); then echo ok; "
+                f"; elif e=$(env -i PATH={defaults.SANDBOX_LAUNCH_PATH} bwrap --ro-bind / / --unshare-all "
+                "--die-with-parent true 2>&1); then echo ok; "
                 "else echo \"bwrap cannot create a sandbox here (${e##*$'\\n'}); user namespaces may be off: "
                 "see docs/security.md (apptainer, or a setuid bwrap)\"; fi")
 
