@@ -89,3 +89,11 @@ def test_aggregate_means_successes_and_one_suspicious_seed_taints_all():
     assert s["status"] == Status.SUSPICIOUS and s["error"] == "tampered" and s["values"] == [1.0, 0.1]
     f = aggregate([trial(1, Status.TIMED_OUT, error="late"), trial(0, Status.FAILED, error="boom")])
     assert f["status"] == Status.FAILED and f["value"] is None and f["error"] == "boom"
+
+
+def test_identical_seeds_are_compared_at_the_notes_precision():
+    """Seed 0 read back from its note is rounded to 12 significant digits; seed 1, fresh, is not."""
+    from autoresearchd.engine.judge import identical_seeds
+    fresh = 1.0 + 0.9664535356213 / 100
+    assert identical_seeds([float(f"{fresh:.12g}"), fresh])
+    assert not identical_seeds([1.0096645353, 1.0096645354]) and not identical_seeds([fresh])

@@ -18,7 +18,7 @@ import statistics
 from autoresearchd.engine.plan import baseline_complete
 from autoresearchd.goal import gain
 from autoresearchd.store.ideas import Idea
-from autoresearchd.store.notes import GOOD_DECISIONS, Note, Status, Trial
+from autoresearchd.store.notes import GOOD_DECISIONS, SIG_DIGITS, Note, Status, Trial
 from autoresearchd.store.population import Population
 
 
@@ -67,8 +67,9 @@ def aggregate(trials: list[Trial]) -> dict:
 
 
 def identical_seeds(values: list[float]) -> bool:
-    """Several seeds, one value: the run does not honour its seed (or is deterministic)."""
-    return len(values) > 1 and len(set(values)) == 1
+    """Several seeds, one value: the run does not honour its seed (or is deterministic). Compared at
+    the note's precision: a seed read back from its note is rounded, a fresh one is not yet."""
+    return len(values) > 1 and len({float(f"{v:.{SIG_DIGITS}g}") for v in values}) == 1
 
 
 # Student t 0.975 quantiles by degrees of freedom: with 2-3 seeds a sample std is itself noisy, so a
