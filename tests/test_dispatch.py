@@ -87,8 +87,8 @@ def test_a_deleted_branch_or_a_moved_baseline_loses_nothing(toy_env, tmp_path):
         assert disp.ledger.leases(old_base) == []
 
         # an idea branch deleted while it runs: its result is written and kept
-        pop = harvest_until(d, lambda p: p.baseline_note is not None and len(p.baseline_note.trials) == 2) \
-            if disp.dispatch(pop, d.jobs(pop)) else pop
+        assert disp.dispatch(pop, d.jobs(pop)) == 2                   # the new baseline's two seeds
+        pop = harvest_until(d, lambda p: p.baseline_note is not None and len(p.baseline_note.trials) == 2)
         sha = branch_idea(toy_env, "a/gone", "gone", {"run.py": slow.replace("x = 1.0", "x = 0.9")})
         pop = read_population(d.repo, d.research.baseline_ref)
         assert disp.dispatch(pop, [j for j in d.jobs(pop) if j.commit == sha]) == 1

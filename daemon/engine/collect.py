@@ -48,8 +48,7 @@ class Collector(Recovery):
             # the first harvest after a start: an earlier baseline (a first-parent ancestor) may still
             # hold live leases from before the restart
             for c in self.repo.first_parent_ancestors(pop.baseline_commit, defaults.BASELINE_MOVE_SCAN):
-                if any(lz.state in POLLED for lz in self.ledger.leases(c)):
-                    self._cancel_old_baseline(pop, c, self.ledger.leases(c))
+                self._cancel_old_baseline(pop, c, self.ledger.leases(c))     # a no-op without live seeds
             return
         if old != pop.baseline_commit:
             self._cancel_old_baseline(pop, old, leases)

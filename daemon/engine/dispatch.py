@@ -162,11 +162,11 @@ class Dispatcher(Collector):
         frozen = self._harness[3]
         current: dict[str, list[Lease]] = {}     # commit -> its leases as written (several seeds, one tick)
         staged = []
-        for job, _ in batch:
-            idea = job.idea
-            if idea is not None and idea.commit == job.commit and (idea.branch or "").startswith(IDEA_BRANCHES):
-                # kept from the moment it runs: a branch deleted or force-pushed meanwhile loses no result
-                self.repo.update_ref(ARCHIVE_PREFIX + job.commit, job.commit)
+        # kept from the moment it runs: a branch deleted or force-pushed meanwhile loses no result
+        # (one ref write per commit, however many of its seeds this batch places)
+        for commit in {j.commit for j, _ in batch if j.idea is not None and j.idea.commit == j.commit
+                       and (j.idea.branch or "").startswith(IDEA_BRANCHES)}:
+            self.repo.update_ref(ARCHIVE_PREFIX + commit, commit)
         with self.repo.notes_batch():                  # all of this round's leases in one commit ...
             for job, slot in batch:
                 lease = Lease(trial_id=job.trial_id, seed=job.seed, runner=self.runner.name, host=slot.host,
