@@ -8,6 +8,10 @@ NOTE_SCHEMA = 1
 # loss) would block that ref forever. Git holds a ref lock for milliseconds, so one this old is stale.
 STALE_LOCK_S = 10.0
 
+# Closing a repo handle waits this long for its persistent `git cat-file` processes to exit after
+# their stdin closes (they exit at once), then kills them: a closed handle leaves no process behind.
+GIT_CLOSE_WAIT_S = 5.0
+
 TICK_S = 2.0                 # reconcile interval
 LEASE_TTL_S = 120.0          # host unreachable this long -> trial is lost
 HEARTBEAT_S = 30.0

@@ -14,8 +14,8 @@ from autoresearchd.store.gitproc import IDENTITY, GitError
 
 
 class NotesIO:
-    """The notes half of GitRepo (it provides _run, git, rev_parse, cat_file_batch, diff_tree_raw,
-    commit_tree, update_ref, _notes_lock and _batch)."""
+    """The notes half of GitRepo (it provides _run, git, rev_parse, _pyrepo, cat_file_batch,
+    diff_tree_raw, commit_tree, update_ref, _notes_lock and _batch)."""
 
     # -- notes -------------------------------------------------------------------------------
     def notes_list(self, ref: str) -> dict[str, str]:
@@ -51,9 +51,25 @@ class NotesIO:
         return {obj: blobs[b].decode(errors="replace") for obj, b in listing.items() if b in blobs}
 
     def note_read(self, ref: str, obj: str) -> str | None:
+        """The note on obj (a name git resolves), read from the notes tree through the persistent
+        cat-file, as `git notes show` would find it: at the object's id, or under any fan-out
+        (ab/cdef..., ab/cd/ef...)."""
         self._flush_notes()
-        out = self._run(["notes", "--ref", ref, "show", obj], check=False, binary=True)
-        return out.decode(errors="replace") if out else None
+        target, tip = self.rev_parse(obj), self.rev_parse(ref + "^{commit}")
+        if not target or not tip:
+            return None
+        with self._pyrepo() as r:
+            node, rest = r.commit(tip).tree, target
+            while rest and node.type == "tree":
+                try:
+                    return node[rest].data_stream.read().decode(errors="replace") or None
+                except KeyError:
+                    pass
+                try:
+                    node, rest = node[rest[:2]], rest[2:]
+                except KeyError:
+                    return None
+        return None
 
     def note_write(self, ref: str, obj: str, text: str) -> None:
         """Write (replace) the note on obj. Serialised: git notes updates one ref per write."""

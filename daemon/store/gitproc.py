@@ -1,5 +1,6 @@
-"""Running one git process: the clean environment (no secrets, no pager, a fixed identity fallback),
-the hook-free command line, git's errors, and the removal of a stale lock left by a killed git.
+"""Running git: the clean environment (no secrets, no pager, a fixed identity fallback), the
+hook-free command line, git's errors, and the removal of a stale lock left by a killed git; and
+GitPython's command wrapper and Repo, made to start their git children the same way.
 Only the store's git modules call it.
 """
 
@@ -9,8 +10,13 @@ import logging
 import os
 import re
 import subprocess
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+
+import git
+from git.util import hex_to_bin
 
 from autoresearchd import defaults
 
@@ -91,3 +97,86 @@ def _clear_stale_lock(stderr: bytes, cwd: Path | None, git_dir: Path | None) -> 
         return False
     logging.getLogger("autoresearchd").warning("removed a stale git lock left by a killed process: %s", lock)
     return True
+
+
+class CleanGit(git.Git):
+    """GitPython's command wrapper, starting git as run_git does. GitPython's own `execute` copies
+    os.environ into every child (secrets included) and adds no hook-free options, so both of its
+    paths are replaced: the persistent `cat-file` processes of its object database get the same
+    command line and environment as run_git, and any other command runs through run_git itself."""
+
+    def execute(self, command, istream=None, *, as_process: bool = False, env: dict | None = None, **kwargs):
+        args = [str(a) for a in command[1:]]        # command[0] is GitPython's git executable
+        full_env = git_env({**self._environment, **(env or {})})
+        if as_process:                 # GitPython reads and writes the pipes; AutoInterrupt ends it
+            proc = subprocess.Popen([*GIT, *args], env=full_env, cwd=self._working_dir, stdin=istream or
+                                    subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            return self.AutoInterrupt(proc, command)
+        if istream is not None or kwargs:
+            raise TypeError(f"git {' '.join(args[:2])}: only plain commands run through GitPython here")
+        return run_git(args, env=full_env, cwd=Path(self._working_dir)).removesuffix("\n")
+
+
+class PyRepo(git.Repo):
+    """A GitPython Repo whose every git child is started by CleanGit; objects are read through
+    GitCmdObjectDB, i.e. persistent `git cat-file --batch` and `--batch-check` processes."""
+    GitCommandWrapperType = CleanGit
+
+    def __init__(self, path: str | os.PathLike):
+        try:
+            super().__init__(path, odbt=git.GitCmdObjectDB, search_parent_directories=True)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError) as e:
+            raise GitError(["rev-parse"], 128, f"not a git repository: {e}") from None
+        self._lock, self._pid = threading.RLock(), os.getpid()
+
+    @contextmanager
+    def held(self):
+        """This Repo for one thread at a time (a cat-file pipe carries one request and its answer at
+        a time; the daemon reads from its tick, watcher and implementer threads), in this process
+        only: after a fork (the daemon detaching) the child starts its own cat-file processes."""
+        if self._pid != os.getpid():
+            self.forget_inherited()
+            self._lock, self._pid = threading.RLock(), os.getpid()
+        with self._lock:
+            yield self
+
+    def config_value(self, key: str) -> str | None:
+        """The last value of `section[.subsection].name` in the system, global and repo config files
+        (names compare without case, a subsection with it); None when unset or empty."""
+        section, _, name = key.rpartition(".")
+        section, _, sub = section.partition(".")
+        want = f'{section.lower()} "{sub}"' if sub else section.lower()
+        reader, values = self.config_reader(), []
+        for sec in reader.sections():
+            head, _, quoted = sec.partition(" ")
+            if (f"{head.lower()} {quoted}" if quoted else head.lower()) == want:
+                values += [v for opt, vals in reader.items_all(sec) if opt.lower() == name.lower() for v in vals]
+        return (str(values[-1]).strip() or None) if values else None
+
+    def read_object(self, sha: str) -> tuple[str, bytes] | None:
+        """(type, content) of one object by full id through the persistent `cat-file --batch`;
+        None when it is missing or the id is malformed."""
+        try:
+            stream = self.odb.stream(hex_to_bin(sha))
+        except (ValueError, TypeError):
+            return None
+        return stream.type.decode(), stream.read()
+
+    def close(self) -> None:
+        """End the persistent cat-file processes and wait for them (GitPython only signals them)."""
+        procs = [c.proc for c in (self.git.cat_file_all, self.git.cat_file_header) if c and c.proc]
+        super().close()
+        for p in procs:
+            try:
+                p.wait(timeout=defaults.GIT_CLOSE_WAIT_S)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def forget_inherited(self) -> None:
+        """In a forked child: drop the parent's cat-file pipes without signalling the parent's
+        processes (GitPython would terminate them on garbage collection); new ones start on demand."""
+        for c in (self.git.cat_file_all, self.git.cat_file_header):
+            if c:
+                c.proc = None
+        self.git.cat_file_all = self.git.cat_file_header = None
