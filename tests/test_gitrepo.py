@@ -55,7 +55,8 @@ def test_gitpython_children_get_the_scrubbed_hook_free_environment(repo):
 
 
 def test_close_reaps_the_cat_file_processes_and_the_handle_still_reads(repo):
-    repo.rev_parse("HEAD")
+    head = repo.rev_parse("HEAD")                                   # a ref name: through git
+    assert repo.rev_parse(head + "^{tree}")                         # an object id: batch-check
     repo.read_blob("HEAD:a.txt")
     procs = _cat_file_procs(repo)
     assert len(procs) == 2 and all(p.poll() is None for p in procs)
@@ -105,6 +106,7 @@ def test_reads_through_gitpython_match_git(repo):
     assert repo.rev_parse("HEAD") == repo.rev_parse("main") == repo.rev_parse("refs/heads/main") == head
     assert repo.rev_parse("HEAD~1") == git(repo.path, "rev-parse", "HEAD~1").strip()
     assert repo.rev_parse(head[:10]) == head                           # abbreviated: through git
+    assert repo.rev_parse(head + "~1") == repo.rev_parse("HEAD~1")     # from an id: GitPython
     assert repo.rev_parse("HEAD@{0}") == head
     assert repo.rev_parse("nope") is None and repo.rev_parse("refs/notes/none") is None
     assert repo.rev_parse("f" * 40) is None
