@@ -170,3 +170,26 @@ def test_watcher_pokes_the_loop(toy_env, tmp_path):
     d._stopped.set()
     t.join(30)
     assert latency < 4, f"dispatch took {latency:.1f}s with an 8s tick"
+
+
+def test_a_branch_pushed_at_the_baseline_commit_is_the_baseline_not_an_idea(toy_env, tmp_path):
+    """`git push origin main:idea/x` adds nothing to measure: the branch is no idea of its own (which
+    would count the baseline's spend twice and list it at +0.0000), and both `ideas` and `show` say
+    what it is."""
+    cfg = write_config(tmp_path, toy_env)
+    cl = clone(toy_env, tmp_path / "clone")
+    git(cl, "push", "-q", "origin", "origin/main:refs/heads/idea/same")
+    pop = run_daemon(cfg)
+    assert pop.baseline_note is not None and pop.baseline_note.status == Status.SUCCEEDED
+    assert pop.baseline_commit not in pop.by_commit and pop.at_baseline == ["refs/heads/idea/same"]
+    from io import StringIO
+
+    from rich.console import Console
+
+    from autoresearchd.views.observe import ideas_table, show
+    out = StringIO()
+    assert ideas_table(load_config(cfg), Console(file=out, width=80)) == 0
+    assert "idea/same: at the baseline commit" in out.getvalue() and "+0.0000" not in out.getvalue()
+    out = StringIO()
+    assert show(load_config(cfg), Console(file=out, width=80), "idea/same") == 0
+    assert "points at the baseline commit" in out.getvalue() and pop.baseline_commit in out.getvalue()

@@ -34,6 +34,9 @@ class Population:
     baseline_leases: list = field(default_factory=list)
     by_id: dict[str, Idea] = field(default_factory=dict)
     by_commit: dict[str, Idea] = field(default_factory=dict)
+    # idea branches that point at the baseline commit itself: nothing to measure, so no idea of their
+    # own (listing them would count the baseline's spend twice and show it as a "+0.0000" idea)
+    at_baseline: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         for i in self.ideas:
@@ -198,7 +201,7 @@ def read_population(repo: GitRepo, baseline_ref: str) -> Population:
     wanted = [w for w in wanted if w not in _NOTES and w not in _IDEAS]
     objs = repo.cat_file_batch(wanted)
     ideas: list[Idea] = []
-    seen: set[str] = set()
+    seen: set[str] = {baseline} if baseline else set()
     for ref, sha in _ref_order(refs):
         if sha in seen or (sha not in objs and sha not in _IDEAS):
             continue
@@ -208,7 +211,11 @@ def read_population(repo: GitRepo, baseline_ref: str) -> Population:
     for k, parents, epoch in list(_placements(ideas, own)):
         ideas[k].parents, ideas[k].epoch = parents, epoch     # fresh copies: safe to set in place
     return Population(ideas, baseline, *_baseline_notes(baseline, note_list.get(baseline), lease_list.get(baseline),
-                                                           objs))
+                                                           objs), at_baseline=_at_baseline(refs, baseline))
+
+
+def _at_baseline(refs: dict[str, str], baseline: str | None) -> list[str]:
+    return sorted(r for r, s in refs.items() if baseline and s == baseline and r.startswith(IDEA_BRANCHES))
 
 
 def _baseline_notes(baseline: str | None, note_blob: str | None, lease_blob: str | None, objs: dict[str, bytes]):
@@ -304,7 +311,7 @@ class LivePopulation:
                 sha, _, nb, lb = keys[ref]
                 built[ref] = (keys[ref], _make_idea(ref, sha, own, nb, lb, objs))
         self._built = built                 # deleted refs drop out here: the cache holds only live refs
-        ideas, seen = [], set()
+        ideas, seen = [], {baseline} if baseline else set()
         for ref, sha in _ref_order(refs):
             if sha in seen or ref not in built:
                 continue
@@ -320,4 +327,5 @@ class LivePopulation:
             placed[i.branch] = prev
             ideas[k] = prev[1]
         self._placed = placed
-        return Population(ideas, baseline, *_baseline_notes(baseline, bnote, blease, objs))
+        return Population(ideas, baseline, *_baseline_notes(baseline, bnote, blease, objs),
+                          at_baseline=_at_baseline(refs, baseline))

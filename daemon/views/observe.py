@@ -151,7 +151,11 @@ def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=Fals
     if status and status not in known:
         _plain(console, f"unknown status '{status}'; valid: {', '.join(sorted(known))}")
         return 2
-    rows = leaderboard(cfg, status, origin, epoch)
+    research, pop = load(cfg)
+    rows = leaderboard(cfg, status, origin, epoch, research=research, pop=pop)
+    if pop.at_baseline and not as_json:
+        _plain(console, f"{', '.join(branch_name(b) for b in pop.at_baseline)}: at the baseline commit "
+                        "(no change to measure; `show baseline` has its result)")
     if limit:
         rows = rows[:limit]
     if as_json:
@@ -195,6 +199,10 @@ def _plain(console, text: str) -> None:
 def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> int:
     research, pop = load(cfg)
     repo = research.repo
+    at_base = [b for b in pop.at_baseline if ref in (b, branch_name(b))]
+    if at_base:
+        _plain(console, f"{branch_name(at_base[0])} points at the baseline commit: it is the baseline")
+        ref = "baseline"
     if ref == "baseline":          # the baseline is no idea, but its note and logs are worth reading
         if not pop.baseline_note:
             _plain(console, f"baseline {pop.baseline_commit}: no result yet")
@@ -235,7 +243,7 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
     else:
         console.print(f"[bold]no result yet[/]: {idea.status.value}")
     # The implementer's attempts: the Transcript trailer; for a record, the note's log holds it too.
-    transcript = idea.trailers.get("Transcript") or (idea.note.log if idea.note and not idea.branch else None)
+    transcript = idea.trailers.transcript or (idea.note.log if idea.note and not idea.branch else None)
     _attempts(console, repo, transcript)
     if idea.note and idea.branch:
         _logs(console, repo, idea.note, full_log)
