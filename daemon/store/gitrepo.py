@@ -2,9 +2,9 @@
 gitnotes.py; one git process runs through gitproc.py). Only these three modules run git; everything
 else asks GitRepo for refs, notes, commits and archives.
 
-The handle holds a GitPython Repo (gitproc.PyRepo): config reads, single names resolved (rev_parse)
-and single objects read (blobs, notes, commit messages, trees) go through it and its two persistent
-`cat-file` processes instead of a process each. Bulk reads keep one-shot plumbing where GitPython
+The handle holds a GitPython Repo (gitproc.PyRepo): config reads, names that start from an object id
+(rev_parse) and single objects (blobs, notes, commit messages, trees) go through it and its two
+persistent `cat-file` processes instead of a process each. Bulk reads keep one-shot plumbing where GitPython
 is slower (see refs and cat_file_batch). Writes never touch the user's working tree, index or HEAD:
 commits are built with plumbing in a temporary index (GIT_INDEX_FILE), refs move with
 compare-and-swap `update-ref`; GitPython has no API for either.
