@@ -4,6 +4,11 @@ Ref names are not defaults (nothing configures them): they live in store/refs.py
 STATE_DIR = ".autoresearch"                    # inside the research repo's git dir
 CONFIG_NAME = ".autoresearch.toml"
 NOTE_SCHEMA = 1
+"""Version of the result-note format a note's `schema` line names (store/notes.py: one reader each)."""
+TRAILER_VERSION = 1
+"""Version of the idea-commit trailers a `Trailer-Version` line names (store/trailers.py); absent: 1."""
+LEASE_VERSION = 1
+"""Version of the run-lease format each lease's `version` names (store/notes.py); absent: 1."""
 # A lock file left by a git process that was killed (kill -9 of the daemon's process group, OOM, power
 # loss) would block that ref forever. Git holds a ref lock for milliseconds, so one this old is stale.
 STALE_LOCK_S = 10.0
