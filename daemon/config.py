@@ -323,6 +323,17 @@ def env_overrides(data: dict, environ: dict | None = None) -> dict:
     return data
 
 
+def _env_var_at(loc: tuple, environ: dict) -> str | None:
+    """The override variable that set the config key at `loc` (or a table holding it), if one did."""
+    want = tuple(str(x).lower() for x in loc)
+    for name in sorted(environ):
+        if name.upper().startswith(ENV_PREFIX) and "__" in name:
+            keys = tuple(name[len(ENV_PREFIX):].lower().split("__"))
+            if want[:len(keys)] == keys or keys[:len(want)] == want:
+                return name
+    return None
+
+
 def find_config(start: Path | None = None) -> Path | None:
     d = (start or Path.cwd()).resolve()
     for p in (d, *d.parents):
@@ -354,6 +365,9 @@ def load_config(path: str | os.PathLike | None = None, *, environ: dict | None =
     try:
         cfg = Config.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, Config, str(p or "environment"))) from None
+        var = _env_var_at(tuple(e.errors()[0]["loc"]), os.environ if environ is None else environ)
+        # a bad value that came from a variable is blamed on it, not on a file that does not hold it
+        raise ConfigError(format_validation_error(e, Config, f"environment ({var})" if var
+                                                  else str(p or "environment"))) from None
     cfg.path = p.resolve() if p else None
     return cfg
