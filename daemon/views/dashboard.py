@@ -22,9 +22,8 @@ from autoresearchd.goal import better, sign
 from autoresearchd.runners.trialdir import SECRET_NAME
 from autoresearchd.store.notes import BEST_DECISIONS, FAILURES, GOOD_DECISIONS, Status
 from autoresearchd.store.refs import branch_name
-from autoresearchd.views.curves import series
-from autoresearchd.views.progress import running_trials
 from autoresearchd.views.summary import daemon_state, idea_tokens, idea_usd, leaderboard_row, rank_rows, summary
+from autoresearchd.views.totals import Totals
 
 SORT_KEYS = ("rank", "idea", "title", "value", "delta", "decision", "status", "origin", "epoch")
 FAILURE_GROUPS = ("implement_failed", "check_failed", "crashed", "timed_out", "rejected", "duplicate",
@@ -117,6 +116,8 @@ class Snapshot:
         self.row_by_id = {r["idea"]: r for r in self.rows}
         self.reasons = {i.idea_id: per[id(i)][2] for i in pop.ideas}
         self._tree = self._facets = None        # built on first use: a note need not wait for them
+        # the overview's population figures and curves, moved on by the ideas that changed
+        self.totals = prev.totals.advance(pop) if prev is not None else Totals(pop, research.manifest)
         self._summary = self._summary_state = self._fixed = None
 
     # -- overview ------------------------------------------------------------------------------------
@@ -127,14 +128,14 @@ class Snapshot:
         key = json.dumps({k: v for k, v in (st or {}).items() if k not in ("heartbeat", "fresh")}, sort_keys=True,
                          default=str)
         if self._fixed is None:
-            by_time = series(self.pop, self.goal, self.research.manifest.gpus)
+            by_time = self.totals.series()
             self._fixed = {
                 "curves": dict(by_time, by_time=steps(by_time["by_time"])),
-                "running": running_trials(self.pop),
+                "running": self.totals.figures()["running"],
                 "failures": dict(Counter(r for r in self.reasons.values() if r)),
                 "noise_margin": self._margin(), "env": self.research.manifest.name}
         if self._summary is None or key != self._summary_state:
-            s = summary(self.cfg, self.research, self.pop)
+            s = summary(self.cfg, self.research, self.pop, figures=self.totals.figures())
             s["baseline"]["values"] = list(self.pop.baseline_note.values) if self.pop.baseline_note else []
             self._summary, self._summary_state = s, key
         out = dict(self._summary, **self._fixed)
