@@ -2,7 +2,7 @@
 real git repo, after every one of many random note writes: new, amended and removed notes, failures,
 leases, new branches with a proposing model, deleted branches and a moved baseline note. The summary's
 figures (counts, epoch, best results, spend, compute, running trials, per-model shares) and every
-curve must be the same."""
+curve must be the same, and so must the leaderboard index (views/board.py): rows, ranks, facets."""
 
 from __future__ import annotations
 
@@ -134,4 +134,9 @@ def test_running_totals_equal_a_from_scratch_overview(tmp_path):
             assert a[k] == b[k], (step, kind, k)
         assert a["curves"]["by_epoch"] == approx_curve(b["curves"]["by_epoch"])
         assert a["curves"]["by_time"] == approx_curve(b["curves"]["by_time"])
+        # the leaderboard index moved on too: the same rows, ranks, filter counts and failure groups
+        assert snap.ideas(limit=1000) == fresh.ideas(limit=1000)
+        assert snap.ideas(status="succeeded", sort="delta", desc=True) == \
+            fresh.ideas(status="succeeded", sort="delta", desc=True)
+        assert snap.failures() == fresh.failures()
     assert t.figures()["arms"].keys() == {"m-a", "m-b"}

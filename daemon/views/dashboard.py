@@ -2,8 +2,9 @@
 failures, one idea), built from the same readers as `status`, `ideas` and `show` (observe.py).
 
 A `Snapshot` is immutable once built: it holds the research repo, one population, and indexes computed
-at most once (leaderboard rows, reused from the previous snapshot for ideas that did not change; the
-lineage's children, subtree sizes and bests, on first use). The server builds a new one
+at most once: the leaderboard index (board.py) and the overview's figures and curves (totals.py), moved
+on from the previous snapshot's by the ideas that changed; the lineage's children, subtree sizes and
+bests, on first use. The server builds a new one
 only when git changed, so every request between two notes is served from memory. Nothing here
 writes to git. Text that leaves this module passes `redact` (defence in depth: trials never see the
 daemon's secrets, but a served log must not carry one even if something leaked into it).
@@ -15,19 +16,17 @@ import json
 import os
 import shlex
 import time
-from collections import Counter
 
 from autoresearchd import defaults
 from autoresearchd.goal import better, sign
 from autoresearchd.runners.trialdir import SECRET_NAME
-from autoresearchd.store.notes import BEST_DECISIONS, FAILURES, GOOD_DECISIONS, Status
+from autoresearchd.store.notes import BEST_DECISIONS, GOOD_DECISIONS, Status
 from autoresearchd.store.refs import branch_name
-from autoresearchd.views.summary import daemon_state, idea_tokens, idea_usd, leaderboard_row, rank_rows, summary
-from autoresearchd.views.totals import Totals
+from autoresearchd.views.summary import daemon_state, idea_tokens, idea_usd, summary
+from autoresearchd.views.board import FAILURE_GROUPS, Board, changes
+from autoresearchd.views.totals import Totals, rebuild
 
 SORT_KEYS = ("rank", "idea", "title", "value", "delta", "decision", "status", "origin", "epoch")
-FAILURE_GROUPS = ("implement_failed", "check_failed", "crashed", "timed_out", "rejected", "duplicate",
-                  "tamper_or_suspicious", "lost", "refused", "cancelled")
 
 
 def secrets_in_env(environ=None) -> list[str]:
@@ -52,28 +51,6 @@ def steps(curve: dict) -> dict:
     keep = [k for k in range(len(raw)) if k in (0, len(raw) - 1) or raw[k] != raw[k - 1] or conf[k] != conf[k - 1]
             or (k + 1 < len(raw) and (raw[k + 1] != raw[k] or conf[k + 1] != conf[k]))]
     return {key: [vals[k] for k in keep] for key, vals in curve.items()}
-
-
-def failure_reason(i) -> str | None:
-    """The failures view's group for an idea, or None when it did not fail."""
-    n = i.note
-    if n is None:
-        return None
-    flags = {str(f).lower() for f in (n.flags or [])}
-    extra = n.model_extra or {}             # newer daemons may file `suspicious: true` as its own key
-    if n.tamper or (n.decision or "") == "suspicious" or "suspicious" in flags or \
-            any(t.tamper for t in n.trials) or str(extra.get("suspicious") or "").lower() in ("true", "1"):
-        return "tamper_or_suspicious"
-    st = n.status
-    if st == Status.IMPLEMENT_FAILED:
-        return "check_failed" if "check" in (n.error or "").lower() else "implement_failed"
-    if st == Status.DUPLICATE:
-        return "duplicate"
-    if st == Status.FAILED:
-        return "crashed"
-    if st in FAILURES:
-        return st.value
-    return None
 
 
 def _colour(i) -> str:
@@ -101,23 +78,15 @@ class Snapshot:
         self.secrets = secrets_in_env() if secrets is None else secrets
         self.goal = research.manifest.goal
         self.built_at = time.time()
-        # An idea the live reader did not rebuild is the very object `prev` had: its row and failure
-        # reason are reused (a new note at 10k ideas builds one row, not 10k). Keyed by object id; the
-        # entry holds the idea, so no id is reused while the entry lives. Rows are never modified.
-        old = prev._per_idea if prev is not None else {}
-        per = {}
-        for i in pop.ideas:
-            o = old.get(id(i))
-            per[id(i)] = o if o is not None and o[0] is i else (i, leaderboard_row(i), failure_reason(i))
-        self._per_idea = per
-        self.rows = [per[id(i)][1] for i in pop.ideas]
-        rank_rows(self.rows, self.goal)
-        self.rank = {id(r): k for k, r in enumerate(self.rows, 1) if r["value"] is not None}
-        self.row_by_id = {r["idea"]: r for r in self.rows}
-        self.reasons = {i.idea_id: per[id(i)][2] for i in pop.ideas}
-        self._tree = self._facets = None        # built on first use: a note need not wait for them
-        # the overview's population figures and curves, moved on by the ideas that changed
-        self.totals = prev.totals.advance(pop) if prev is not None else Totals(pop, research.manifest)
+        # Ideas the live reader did not rebuild are the very objects `prev` had: the leaderboard and the
+        # overview's totals move on by the changed ones only (a new note at 10k ideas builds one row).
+        diff = changes(prev.pop, pop) if prev is not None else None
+        if diff is None or rebuild(*diff, pop):
+            self.board, self.totals = Board(pop, self.goal), Totals(pop, research.manifest)
+        else:
+            self.board, self.totals = prev.board.advance(*diff), prev.totals.advance(pop, diff)
+        self.rows, self.row_by_id, self.reasons = self.board.rows, self.board.by_id, self.board.reasons
+        self._tree = None                       # built on first use: a note need not wait for it
         self._summary = self._summary_state = self._fixed = None
 
     # -- overview ------------------------------------------------------------------------------------
@@ -132,7 +101,7 @@ class Snapshot:
             self._fixed = {
                 "curves": dict(by_time, by_time=steps(by_time["by_time"])),
                 "running": self.totals.figures()["running"],
-                "failures": dict(Counter(r for r in self.reasons.values() if r)),
+                "failures": dict(self.board.failures),
                 "noise_margin": self._margin(), "env": self.research.manifest.name}
         if self._summary is None or key != self._summary_state:
             s = summary(self.cfg, self.research, self.pop, figures=self.totals.figures())
@@ -173,17 +142,11 @@ class Snapshot:
         elif desc:
             rows = [r for r in reversed(rows) if r["value"] is not None] + [r for r in rows if r["value"] is None]
         margin = self._margin()
-        page = [dict(r, rank=self.rank.get(id(r)), margin=margin, title=redact(r["title"], self.secrets),
+        page = [dict(r, rank=self.board.rank(r), margin=margin, title=redact(r["title"], self.secrets),
                      error=(redact(r["error"], self.secrets) or "")[:300] or None)
                 for r in rows[offset:offset + limit]]
-        if self._facets is None:
-            facets = {"status": Counter(r["status"] for r in self.rows),
-                      "origin": Counter(r["origin"] for r in self.rows),
-                      "decision": Counter(r["decision"] or "none" for r in self.rows),
-                      "epoch": Counter(r["epoch"] for r in self.rows)}
-            self._facets = {k: dict(sorted(v.items(), key=lambda kv: str(kv[0]))) for k, v in facets.items()}
         return {"total": len(self.rows), "matched": len(rows), "offset": offset, "rows": page,
-                "facets": self._facets,
+                "facets": self.board.facet_counts(),
                 "metric": self.research.manifest.metric, "goal": self.goal, "version": self.version}
 
     # -- lineage -------------------------------------------------------------------------------------

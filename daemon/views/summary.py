@@ -182,10 +182,16 @@ def leaderboard_row(i) -> dict:
             "error": n.error if n else None}
 
 
+def rank_key(row: dict, s: int) -> tuple:
+    """A row's place in the leaderboard under the goal's sign `s`: best first, unmeasured ideas last
+    (by id: stable from one read to the next)."""
+    return (row["value"] is None, s * (row["value"] or 0), row["idea"])
+
+
 def rank_rows(rows: list[dict], goal: str) -> None:
-    """Best first under the goal; unmeasured ideas last (by id: stable from one read to the next)."""
+    """Best first under the goal; unmeasured ideas last."""
     s = sign(goal)
-    rows.sort(key=lambda r: (r["value"] is None, s * (r["value"] or 0), r["idea"]))
+    rows.sort(key=lambda r: rank_key(r, s))
 
 
 def leaderboard(cfg, status=None, origin=None, epoch=None, research=None, pop=None) -> list[dict]:

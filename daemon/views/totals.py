@@ -24,9 +24,15 @@ from autoresearchd import defaults
 from autoresearchd.goal import better, sign
 from autoresearchd.policies.bandit import gain as arm_gain
 from autoresearchd.policies.bandit import idea_cost, idea_model
+from autoresearchd.views.board import changes
 from autoresearchd.views.curves import NOT_ATTEMPTED, finish_key, series
 from autoresearchd.views.progress import running_trials
 from autoresearchd.views.summary import compute_s, idea_tokens, idea_usd, population_figures
+
+
+def rebuild(gone: list, came: list, pop) -> bool:
+    """Whether so much changed (a rewrite of much of the repo) that one pass from scratch is cheaper."""
+    return len(gone) + len(came) > max(defaults.SERVE_TOTALS_REBUILD_MIN, len(pop.ideas) // 4)
 
 
 class Totals:
@@ -78,20 +84,18 @@ class Totals:
         return {"by_time": {k: list(v) for k, v in self.by_time.items()}, "by_epoch": by_epoch}
 
     # -- moving on -------------------------------------------------------------------------------------
-    def advance(self, pop) -> Totals:
-        """The totals of `pop`, a later population of the same repo, from this one's."""
+    def advance(self, pop, diff: tuple[list, list] | None = None) -> Totals:
+        """The totals of `pop`, a later population of the same repo, from this one's. `diff`: the
+        (gone, come) ideas between the two, when the caller has them (board.changes)."""
         old = self.pop
         if pop is old:
             return self
         if pop.baseline_commit != old.baseline_commit or pop.baseline_note != old.baseline_note \
                 or pop.baseline_leases != old.baseline_leases:
             return Totals(pop, self.env)        # every delta, gain and the compute axis start from the baseline
-        before = {id(i): i for i in old.ideas}
-        now = {id(i): i for i in pop.ideas}
-        gone = [i for k, i in before.items() if k not in now]
-        came = [i for k, i in now.items() if k not in before]
-        if len(gone) + len(came) > max(defaults.SERVE_TOTALS_REBUILD_MIN, len(pop.ideas) // 4):
-            return Totals(pop, self.env)        # a rewrite of much of the repo: one pass is cheaper
+        gone, came = diff or changes(old, pop)
+        if rebuild(gone, came, pop):
+            return Totals(pop, self.env)
         t = Totals.__new__(Totals)
         t.env, t.goal, t.gpus, t.pop = self.env, self.goal, self.gpus, pop
         t.counts, t.epochs = Counter(self.counts), Counter(self.epochs)
