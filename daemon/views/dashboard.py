@@ -249,7 +249,7 @@ class Snapshot:
     def idea(self, ref: str, log_bytes: int = defaults.SERVE_LOG_TAIL_BYTES) -> dict | None:
         i = self.pop.resolve(ref)
         if i is None:
-            return None
+            return self._baseline(log_bytes) if ref == "baseline" and self.pop.baseline_commit else None
         repo, n, red = self.research.repo, i.note, (lambda t: redact(t, self.secrets))
         branch = branch_name(i.branch)
         diff, truncated = "", False
@@ -271,26 +271,8 @@ class Snapshot:
         check = next((a["error"] for a in reversed(attempts) if a["error"] and "check" in a["error"].lower()), None)
         if check is None and n and n.status == Status.IMPLEMENT_FAILED and n.error:
             check = red(n.error)
-        logs, seen = [], set()
-        trial_logs = [(t.trial_id, t.log) for t in (n.trials if n else []) if t.log]
-        for name, sha in (trial_logs or ([("log", n.log)] if n and n.log and i.branch else [])):
-            if sha in seen:
-                continue
-            seen.add(sha)
-            data = repo.read_blob(sha) or b""
-            logs.append({"name": name, "truncated": len(data) > log_bytes,
-                         "text": red(data[-log_bytes:].decode(errors="replace"))})
-        note = None
-        if n is not None:
-            note = {"status": n.status.value, "value": n.value, "std": n.std, "values": n.values, "seeds": n.seeds,
-                    "delta": n.delta, "parent_delta": n.parent_delta, "decision": n.decision,
-                    "baseline": n.baseline, "baseline_std": n.baseline_std, "error": red(n.error),
-                    "host": n.host, "wall_s": n.wall_s, "gpu_s": n.gpu_s, "cpu_s": getattr(n, "cpu_s", None),
-                    "accelerator": n.accelerator, "tamper": n.tamper, "flags": n.flags,
-                    "duplicate_of": n.duplicate_of, "sandbox": getattr(n, "sandbox", None),
-                    "trials": [{"trial": t.trial_id, "seed": t.seed, "status": t.status.value, "value": t.value,
-                                "host": t.host, "wall_s": t.wall_s, "accelerator": t.accelerator,
-                                "error": red(t.error), "tamper": t.tamper} for t in n.trials]}
+        logs = self._logs(n, bool(i.branch), log_bytes)
+        note = self._note(n)
         # a pushed branch name may hold shell metacharacters that git allows in refs: quote it
         qb = shlex.quote(branch)
         cmd = (f"git fetch origin {qb} && git checkout {qb}" if branch
@@ -301,7 +283,58 @@ class Snapshot:
                 "base": i.base_commit, "model": i.model, "attempts_n": i.attempts, "tokens": idea_tokens(i),
                 "usd": idea_usd(i), "trailers": {k: red(v) for k, v in i.trailers.items()},
                 "diff": red(diff), "diff_truncated": truncated, "note": note, "attempts": attempts, "check": check,
-                "logs": logs, "leases": [{"trial": lz.trial_id, "host": lz.host, "slot": lz.slot, "state": lz.state,
-                                          "elapsed_s": time.time() - lz.started} for lz in i.leases],
+                "logs": logs, "leases": _leases(i.leases),
                 "git": cmd, "failure": self.reasons.get(i.idea_id), "colour": _colour(i),
                 "metric": self.research.manifest.metric, "goal": self.goal, "version": self.version}
+
+    def _logs(self, n, own_log: bool, log_bytes: int) -> list[dict]:
+        """The tail of each trial's log (or the note's own log where it has no trials)."""
+        logs, seen = [], set()
+        trial_logs = [(t.trial_id, t.log) for t in (n.trials if n else []) if t.log]
+        for name, sha in (trial_logs or ([("log", n.log)] if n and n.log and own_log else [])):
+            if sha in seen:
+                continue
+            seen.add(sha)
+            data = self.research.repo.read_blob(sha) or b""
+            logs.append({"name": name, "truncated": len(data) > log_bytes,
+                         "text": redact(data[-log_bytes:].decode(errors="replace"), self.secrets)})
+        return logs
+
+    def _note(self, n) -> dict | None:
+        """A result note as the idea page shows it."""
+        if n is None:
+            return None
+        red = (lambda t: redact(t, self.secrets))
+        return {"status": n.status.value, "value": n.value, "std": n.std, "values": n.values, "seeds": n.seeds,
+                "delta": n.delta, "parent_delta": n.parent_delta, "decision": n.decision,
+                "baseline": n.baseline, "baseline_std": n.baseline_std, "error": red(n.error),
+                "host": n.host, "wall_s": n.wall_s, "gpu_s": n.gpu_s, "cpu_s": getattr(n, "cpu_s", None),
+                "accelerator": n.accelerator, "tamper": n.tamper, "flags": n.flags,
+                "duplicate_of": n.duplicate_of, "sandbox": getattr(n, "sandbox", None),
+                "trials": [{"trial": t.trial_id, "seed": t.seed, "status": t.status.value, "value": t.value,
+                            "host": t.host, "wall_s": t.wall_s, "accelerator": t.accelerator,
+                            "error": red(t.error), "tamper": t.tamper} for t in n.trials]}
+
+    def _baseline(self, log_bytes: int) -> dict:
+        """The baseline's page (`#/idea/baseline`): its commit and message, per-seed values, each
+        seed's log, the ideas that grew from it and the command that checks it out."""
+        pop, repo, red = self.pop, self.research.repo, (lambda t: redact(t, self.secrets))
+        commit, n = pop.baseline_commit, pop.baseline_note
+        title, _, text = (repo.commit_message(commit) or "").partition("\n")
+        ref = branch_name(self.research.baseline_ref) or self.research.baseline_ref
+        q = shlex.quote(ref)
+        return {"id": "baseline", "title": red("baseline: " + title.strip()), "text": red(text.strip()),
+                "status": n.status.value if n else "queued", "origin": "baseline", "epoch": None, "parents": [],
+                "children": self._lineage()[0].get("baseline", [])[:100], "branch": ref, "commit": commit,
+                "base": None, "model": None, "attempts_n": None, "tokens": 0, "usd": 0.0, "trailers": {},
+                "diff": "", "diff_truncated": False, "note": self._note(n), "attempts": [], "check": None,
+                "logs": self._logs(n, True, log_bytes), "leases": _leases(pop.baseline_leases),
+                "git": f"git fetch origin {q} && git checkout --detach {commit}", "failure": None,
+                "colour": "baseline", "baseline": True, "seeds_planned": (n.seeds_planned if n else None)
+                or self.cfg.policy.baseline_seeds,
+                "metric": self.research.manifest.metric, "goal": self.goal, "version": self.version}
+
+
+def _leases(leases) -> list[dict]:
+    return [{"trial": lz.trial_id, "host": lz.host, "slot": lz.slot, "state": lz.state,
+             "elapsed_s": time.time() - lz.started} for lz in leases]
