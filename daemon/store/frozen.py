@@ -19,34 +19,31 @@ def _refuse(self, *args, **kwargs):
     raise TypeError(f"a cached {type(self).__name__} is immutable: copy it first")
 
 
-class FrozenList(list):
+class _Shared:
+    """Immutable, so a copy may be the object itself; pickled as its plain form's content."""
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo=None):
+        return self
+
+    def __reduce_ex__(self, protocol):
+        return (type(self), (self._plain(self),))
+
+
+class FrozenList(_Shared, list):
     """A list that refuses in-place changes (a list still: JSON, pydantic and == treat it as one)."""
+    _plain = list
     __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
     append = extend = insert = pop = remove = clear = sort = reverse = _refuse
 
-    def __copy__(self):
-        return self
 
-    def __deepcopy__(self, memo):
-        return self
-
-    def __reduce_ex__(self, protocol):
-        return (FrozenList, (list(self),))
-
-
-class FrozenDict(dict):
+class FrozenDict(_Shared, dict):
     """A dict that refuses in-place changes."""
+    _plain = dict
     __setitem__ = __delitem__ = __ior__ = _refuse
     pop = popitem = clear = update = setdefault = _refuse
-
-    def __copy__(self):
-        return self
-
-    def __deepcopy__(self, memo):
-        return self
-
-    def __reduce_ex__(self, protocol):
-        return (FrozenDict, (dict(self),))
 
 
 def _freeze(v):
@@ -78,7 +75,8 @@ def _construct(cls, model, conv):
 
 
 class _Frozen:
-    """What a frozen model adds: equality with its mutable form, copies that are mutable."""
+    """What a frozen model adds: equality with its mutable form, model_copy() that is mutable, and
+    copy/deepcopy that return the object itself."""
 
     def __eq__(self, other):
         if not isinstance(other, self._mutable):
@@ -92,11 +90,7 @@ class _Frozen:
         out = _construct(self._mutable, self, _thaw)
         return out.model_copy(update=update) if update else out
 
-    def __copy__(self):
-        return self
-
-    def __deepcopy__(self, memo=None):
-        return self
+    __copy__, __deepcopy__ = _Shared.__copy__, _Shared.__deepcopy__
 
 
 class FrozenTrial(_Frozen, Trial):
