@@ -13,6 +13,7 @@ import time
 from importlib import resources
 
 from autoresearchd import defaults
+from autoresearchd.scrub import SECRET_NAME, scrubbed_env  # noqa: F401  (runners.base re-exports both)
 
 from .isolation import TrialSandbox
 from .prepare import prepare_key
@@ -20,13 +21,6 @@ from .protocol import Slot, TrialSpec
 
 
 # Trials run untrusted code (LLM-written or pushed): variables that look like secrets stay behind.
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.I)
-
-
-def scrubbed_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The daemon's environment minus every variable whose name looks like a secret."""
-    env = os.environ if environ is None else environ
-    return {k: v for k, v in env.items() if not SECRET_NAME.search(k)}
 
 
 def trial_script() -> bytes:
