@@ -177,15 +177,15 @@ def test_cached_notes_and_commits_cannot_be_changed_in_place(tmp_path):
             change()
     with pytest.raises(TypeError):
         population._IDEAS[i.commit]["title"] = "changed"
-    with pytest.raises(TypeError):
-        population._IDEAS[i.commit]["trailers"]["Origin"] = "changed"
+    assert isinstance(population._IDEAS[i.commit]["parents"], tuple)
+    with pytest.raises(ValidationError, match="frozen"):
+        i.trailers.origin = "changed"
     mine = n.model_copy(deep=True)                   # the way to change a note: a mutable copy
     mine.value, mine.decision = 0.0, "worse"
     mine.trials[0].value = 0.0
     mine.values.append(9.9)
-    i.trailers["Origin"] = "changed"                 # a handed-out idea's dicts and lists are its own
-    i.parents.append("somebody")
+    i.parents.append("somebody")                     # a handed-out idea's lists are its own
     again = read_population(repo, MAIN).by_id[i.idea_id]
     assert again.note is n and again.note.value != 0.0 and 9.9 not in again.note.values
-    assert again.trailers.get("Origin") != "changed" and "somebody" not in again.parents
+    assert "somebody" not in again.parents
     assert mine != n and n.model_copy() == n and format_note(n.model_copy()) == format_note(n)

@@ -163,9 +163,9 @@ def _make_idea(ref: str, sha: str, own: set[str], note_blob: str | None, lease_b
     def make():
         tree, parents, msg, ts = _parse_commit(objs[sha])
         i = idea_from_commit(sha, tree, parents[0] if parents else None, msg, None, ts)
-        return MappingProxyType(dict(vars(i), parents=tuple(i.parents), trailers=MappingProxyType(dict(i.trailers))))
-    fields = _IDEAS.get_or(sha, make)       # immutable: each idea gets its own lists and dicts
-    idea = Idea(**dict(fields, parents=list(fields["parents"]), trailers=dict(fields["trailers"]), leases=[]))
+        return MappingProxyType(dict(vars(i), parents=tuple(i.parents)))   # trailers: a frozen model
+    fields = _IDEAS.get_or(sha, make)       # immutable: each idea gets its own lists
+    idea = Idea(**dict(fields, parents=list(fields["parents"]), leases=[]))
     on_branch = ref.startswith((IDEA_BRANCHES, ARCHIVE_PREFIX))
     if on_branch and sha not in own:
         idea = as_pushed(idea)
