@@ -131,6 +131,8 @@ SERVE_SSE_PING_S = 15.0      # keep-alive comment on idle event streams (proxies
 SERVE_LOG_TAIL_BYTES = 8000  # log tail shown per trial on the idea page
 SERVE_DIFF_BYTES = 300_000   # larger diffs are cut (the full one is a `git` command away)
 SERVE_PAGE_ROWS = 100        # leaderboard rows per page
+SERVE_TOTALS_REBUILD_MIN = 500  # the overview's running totals (views/totals.py) are rebuilt from scratch
+                                # when more ideas than this, and than a quarter of them, changed at once
 
 # Sandbox (runners/sandbox.py): what an untrusted command sees of the host, read-only. An allow-list:
 # $HOME, /root, /var, /srv, the research repo and the other trials stay out. Add more per runner with
