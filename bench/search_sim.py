@@ -57,6 +57,10 @@ BUDGET_TOKENS = 1500
 # 2-seed development run, it found nothing at all, which makes the bandit's choice trivial).
 MODELS = {"sim-ideator": (1.0, 4.0, 0.0), "sim-cheap": (0.2, 0.8, W.PRIOR_NOISE / 2)}
 
+# Every simulated trial takes the manifest's time budget on one GPU: what the ensemble's bandit prices
+# (ensemble_gpu_usd_per_hour) on top of the LLM spend.
+TRIAL_GPU_S = float(ENV.time_budget_s)
+
 # The default search as it was before the two switches this table justified (docs/policies.md)
 OLD_DEFAULTS = {"exploit_start": 0.5, "confirm_min": 0.0}
 
@@ -84,7 +88,10 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
         "evolutionary", {"lessons_every": 10, "prompt_token_budget": BUDGET_TOKENS}, {}),
     "+ lessons (every 10 results), no budget": ("evolutionary", {"lessons_every": 10}, {}),
     "evolutionary, cheap model only": ("evolutionary", {}, {"models": ["sim-cheap"]}),
-    "+ ensemble (strong + cheap, UCB per $)": ("evolutionary", {}, {"models": ["sim-ideator", "sim-cheap"]}),
+    "+ ensemble (strong + cheap, UCB per $ of LLM and GPU)": ("evolutionary", {},
+                                                               {"models": ["sim-ideator", "sim-cheap"]}),
+    "+ ensemble, UCB per $ of LLM only": ("evolutionary", {}, {"models": ["sim-ideator", "sim-cheap"],
+                                                                "gpu_usd_per_hour": 0.0}),
 }
 
 
@@ -118,8 +125,9 @@ class Run:
         self.cfg = cfg
         self.policy = policies.get(policy)(cfg)
         prices = {m: Price(input=i, output=o) for m, (i, o, _) in MODELS.items()}
+        gpu_price = flags.get("gpu_usd_per_hour", LLMCfg().ensemble_gpu_usd_per_hour)
         llms = {m: OpenAIProvider(LLMCfg(provider="openai", base_url=srv.base_url, model=m, max_retries=0,
-                                         prices=prices)) for m in models}
+                                         prices=prices, ensemble_gpu_usd_per_hour=gpu_price)) for m in models}
         self.llm = llms[models[0]]
         if len(models) > 1:      # proposals by the bandit's model, the rest (lessons, judge) by the first
             self.llm = Ensemble(self.llm, llms)
@@ -153,9 +161,10 @@ class Run:
         self.trials += 1
         if v is None:
             self.m["crashed"] += 1
-            return Note(status=Status.FAILED, exit_code=1, error="Traceback: RuntimeError: CUDA error")
+            return Note(status=Status.FAILED, exit_code=1, error="Traceback: RuntimeError: CUDA error",
+                        gpu_s=TRIAL_GPU_S)
         note = Note(status=Status.SUCCEEDED, value=v, values=[v], seeds=[0], baseline=self.bnote.value,
-                    trials=[_trial(0, v)])
+                    trials=[_trial(0, v)], gpu_s=TRIAL_GPU_S)
         if self.flags.get("noise") is False:
             if v < min([i.note.value for i in self.ideas if i.value is not None] + [self.bnote.value]):
                 note.decision = "promoted"              # the paper: the best single run wins
@@ -169,6 +178,7 @@ class Run:
         if d == "pending":
             fresh = [self.w.run(techs, self.rng) for _ in range(c.confirm_seeds)]
             self.trials += c.confirm_seeds
+            note.gpu_s += c.confirm_seeds * TRIAL_GPU_S
             fresh = [x for x in fresh if x is not None]
             if fresh:
                 noise, spread, dof = noise_estimate(pop, idea, fresh, c)

@@ -81,6 +81,8 @@ class LLMCfg(_Strict):
     # several proposing models at once, picked per batch by a bandit on improvement per dollar; every
     # other call (implement, lessons, novelty judge) goes to the provider/model above. [] = one model
     ensemble: list[EnsembleMember] = Field(default_factory=list)
+    # the ensemble's bandit counts an idea's trials at this price per GPU-hour on top of its LLM spend
+    ensemble_gpu_usd_per_hour: float = Field(defaults.ENSEMBLE_GPU_USD_PER_HOUR, ge=0)
 
     @field_validator("ensemble", mode="after")
     @classmethod

@@ -123,6 +123,10 @@ CHARS_PER_TOKEN = 4
 # them; ENSEMBLE_UCB_C weighs the exploration bonus (in units of the best mean gain).
 ENSEMBLE_MIN_TRIES = 10
 ENSEMBLE_UCB_C = 1.0
+# ... and an idea's cost is its proposal's LLM spend plus its trials' GPU time (note gpu_s) at this price
+# per GPU-hour, so "improvement per dollar" counts the runs, which usually cost far more than the
+# proposal (a rough rental price of one data-centre GPU-hour; set your own). Trials without GPUs add 0.
+ENSEMBLE_GPU_USD_PER_HOUR = 2.0
 
 LOCAL_SLOTS = 1
 HUMAN_PRIORITY = True

@@ -16,12 +16,17 @@ from pathlib import Path
 from fake_llm import FakeLLM
 from test_policies import ENV, Pop, policy
 from test_search_mechanisms import ideas_answer, provider, user_prompt
+from test_search_memory import add_by_model
 
-from autoresearchd.config import PolicyCfg
+from autoresearchd import defaults
+from autoresearchd import llm as llm_registry
+
+from autoresearchd.config import LLMCfg, PolicyCfg, Price
 from autoresearchd.engine.judge import build_note, decide, pooled_noise, repeat_groups, t975
+from autoresearchd.llm.ensemble import build
 from autoresearchd.policies.evolutionary import schedule
 from autoresearchd.store.notes import Note, Status, Trial, format_note
-from autoresearchd.store.refs import NOTES_REF
+from autoresearchd.store.refs import IDEAS_PREFIX, NOTES_REF
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,6 +116,34 @@ def test_exploit_demoted_shows_a_demoted_idea_that_still_beats_the_baseline(tmp_
     assert "demoted and worse" not in prompts[True]
     # the confirmed one is still listed first (preferred), the demoted one among the others
     assert prompts[True].index("confirmed winner") < prompts[True].index("demoted but better")
+
+
+def test_the_ensemble_bandit_counts_the_gpu_time_of_each_models_ideas(tmp_path, monkeypatch):
+    monkeypatch.setattr(defaults, "ENSEMBLE_MIN_TRIES", 5)
+    p = Pop(tmp_path)                     # baseline 3.0
+    # "cheap" proposes for $0.001 and gains 0.06, but its ideas take 3 GPU-hours of runs (they crash
+    # and retry, or need confirmation seeds); "pricey" proposes for $0.010, gains 0.10 in 20 GPU-minutes
+    for j in range(6):
+        for model, usd, value, gpu_s in (("pricey", 0.010, 2.90, 1200.0), ("cheap", 0.001, 2.94, 10800.0)):
+            iid = f"e000-{model[:2]}{j:06d}"
+            add_by_model(p, iid, model, usd, value)
+            commit = p.repo.rev_parse(IDEAS_PREFIX + iid)
+            p.repo.note_write(NOTES_REF, commit, format_note(Note(
+                status=Status.SUCCEEDED, idea_id=iid, metric="val_loss", value=value, values=[value], gpu_s=gpu_s)))
+    picked = {}
+    for price in (0.0, 2.0):
+        with FakeLLM() as fake:
+            prices = {m: Price(input=1.0, output=2.0) for m in ("main-model", "cheap", "pricey")}
+            cfg = LLMCfg(provider="openai", base_url=fake.openai_url, model="main-model", max_retries=0,
+                         timeout_s=10, prices=prices, ensemble_gpu_usd_per_hour=price,
+                         ensemble=[{"provider": "openai", "model": "pricey"}, {"provider": "openai", "model": "cheap"}])
+            llm = build(cfg, llm_registry.get("openai")(cfg), llm_registry.get)
+            fake.script(ideas_answer)
+            policy(ideas_per_epoch=40, batch=5).propose(p.read(), 5, ENV, llm)
+            picked[price] = [r.body["model"] for r in fake.requests]
+    # LLM spend alone: 60 gain per $ against 10; with $2 per GPU-hour: 0.06 / $6.001 against 0.10 / $0.677
+    assert picked == {0.0: ["cheap"], 2.0: ["pricey"]}
+    assert LLMCfg().ensemble_gpu_usd_per_hour == defaults.ENSEMBLE_GPU_USD_PER_HOUR == 2.0
 
 
 def test_the_simulator_runs_the_default_ablation_rows_on_a_chosen_seed_range():
