@@ -395,7 +395,8 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     log = open(a.log, "a") if a.log else None
     res = simulate(a.seeds, a.budget, names, a.jobs, log, a.first_seed)
-    print(f"{a.seeds} world seeds (from {a.first_seed}), {a.budget} trials each, {len(names)} variants, {a.jobs} processes, "
+    print(f"{a.seeds} world seeds (from {a.first_seed}), {a.budget} trials each, {len(names)} variants, "
+          f"{a.jobs} processes, "
           f"{time.monotonic() - t0:.0f} s wall")
     print(table(res))
     print(model_shares(res))

@@ -69,8 +69,8 @@ LLM_PRICES = {
 
 IDEAS_PER_EPOCH = 80
 # The exploit share of epoch 1; it grows by 0.1 every 2 epochs up to 0.8 (the paper started at 0.5).
-# Chosen on the search simulator (docs/policies.md), where more exploitation early found more; our
-# noise gate keeps the exploited winners honest, which the paper's best-single-run rule did not.
+# Chosen on the search simulator (docs/policies.md): the one change that put our default's mean above
+# the paper's rule there (a world whose effects are mostly additive, which rewards exploitation).
 EXPLOIT_START = 0.7
 IDEAS_PER_BATCH = 10
 MAX_PARENTS_SHOWN = 100

@@ -244,7 +244,8 @@ def fill_baseline(note: Note, idea: Idea | None, pop: Population, manifest, poli
     return True
 
 
-def noise_estimate(pop: Population, idea: Idea, fresh: list[float] | None, policy_cfg) -> tuple:
+def noise_estimate(pop: Population, idea: Idea, fresh: list[float] | None,
+                   policy_cfg) -> tuple[float | None, float | None, int | None]:
     """(std for a single run, std for a confirmed mean, dof or None) for `decide`. By default the
     seed noise is measured on the baseline's seeds (and, for a confirmation, the idea's fresh seeds).
     With `noise_pool` every idea's confirmation seeds add to it: a few baseline seeds give a noisy
