@@ -42,6 +42,7 @@ from autoresearchd.manifest import EnvManifest  # noqa: E402
 from autoresearchd.store.ideas import Idea, make_idea_id  # noqa: E402
 from autoresearchd.store.notes import BEST_DECISIONS, Note, Status, Trial  # noqa: E402
 from autoresearchd.store.population import Population  # noqa: E402
+from autoresearchd.store.trailers import Trailers  # noqa: E402
 
 ENV = EnvManifest(name="sim", run="true", metric="val_loss", goal="min", time_budget_s=600,
                   context="Improve the training recipe of a small language model.")
@@ -235,7 +236,7 @@ class Run:
                 idea = Idea(idea_id=make_idea_id(p.text, p.epoch, commit[:6]), commit=commit, title=p.title,
                             text=p.text, origin=p.origin, parents=p.parents, epoch=p.epoch,
                             base_commit=p.base_commit, committed_at=len(self.ideas),
-                            trailers={"Idea-Model": p.model, "Idea-Cost-USD": f"{p.cost_usd:.6f}"})
+                            trailers=Trailers(idea_model=p.model, idea_cost_usd=float(f"{p.cost_usd:.6f}")))
                 self.m["models"][p.model] = self.m["models"].get(p.model, 0) + 1
                 if p.dropped_reason:
                     idea.note = Note(status=Status.DUPLICATE, duplicate_of=p.duplicate_of, error=p.dropped_reason)

@@ -52,7 +52,7 @@ def restore_spend(provider, research: Research) -> None:
     from autoresearchd.store.population import read_population
     pop = read_population(research.repo, research.baseline_ref)
     for i in pop.ideas:
-        cost = i.cost_usd if i.cost_usd is not None else float(i.trailers.get("Idea-Cost-USD") or 0)
+        cost = i.cost_usd if i.cost_usd is not None else (i.trailers.idea_cost_usd or 0.0)
         provider.budget.usd += cost
         provider.budget.input_tokens += i.tokens or 0
     # calls (llm.max_calls) are not in git: the ledger in the state dir counts them across restarts

@@ -63,10 +63,10 @@ def _refuse_second_daemon(cfg) -> None:
     daemon already running on this repo makes `start` exit 2 naming it. The daemon itself holds
     the lock (loop.hold_daemon_lock); this only probes it."""
     from autoresearchd.engine.loop import hold_daemon_lock
-    from autoresearchd.research import _is_repo, research_path
+    from autoresearchd.research import is_repo, research_path
     from autoresearchd.store.gitrepo import GitRepo, state_dir
     path, _ = research_path(cfg)
-    if _is_repo(path):
+    if is_repo(path):
         os.close(hold_daemon_lock(state_dir(GitRepo(path)), path))
 
 
@@ -250,6 +250,11 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _command(sub, name: str, help: str, **kw) -> argparse.ArgumentParser:
+    """A subcommand whose own --help opens with what it does (argparse shows `help` only in the list)."""
+    return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".", **kw)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="autoresearchd", description="git-native automated AI research daemon")
     p.add_argument("--version", action="version", version=f"autoresearchd {_version()}",
@@ -257,54 +262,48 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="path to .autoresearch.toml (default: search upward from the cwd)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", help="one of these (COMMAND --help for its options)")
-    add = sub.add_parser
-
-    def add_command(name: str, help: str, **kw):
-        """A subcommand whose own --help opens with what it does (argparse shows `help` only in the list)."""
-        return add(name, help=help, description=help[0].upper() + help[1:] + ".", **kw)
-    sub.add_parser = add_command
-    s = sub.add_parser("init", help="create a research repo from an env template, or configure an existing one")
+    s = _command(sub, "init", help="create a research repo from an env template, or configure an existing one")
     s.add_argument("dir", nargs="?", help="where to create the repo (default: research.repo of the config)")
     s.add_argument("--env", help="template name (tinygpt, nanogpt, grpo) or path")
-    s = sub.add_parser("start", help="run the daemon (foreground unless --detach)")
+    s = _command(sub, "start", help="run the daemon (foreground unless --detach)")
     s.add_argument("--detach", action="store_true", help="run in the background; log to the state dir")
     s.add_argument("--until", choices=["idle", "first-note"], help="exit when idle / at the first result note")
     s.add_argument("--max-ideas", type=int, default=None, help="stop proposing after this many ideas")
-    s = sub.add_parser("stop", help="stop a running daemon (graceful; --now for immediate)")
+    s = _command(sub, "stop", help="stop a running daemon (graceful; --now for immediate)")
     s.add_argument("--now", action="store_true", help="stop at once instead of finishing the tick")
-    s = sub.add_parser("status", help="daemon, slots, counts, spend and best result (reads git)")
+    s = _command(sub, "status", help="daemon, slots, counts, spend and best result (reads git)")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    s = sub.add_parser("ideas", help="the leaderboard")
+    s = _command(sub, "ideas", help="the leaderboard")
     s.add_argument("--status", help="only ideas with this status (e.g. succeeded, queued, failed)")
     s.add_argument("--origin", help="only ideas of this origin (seed, exploit, explore, human)")
     s.add_argument("--epoch", type=int, help="only ideas of this epoch")
     s.add_argument("--limit", type=int, help="show at most this many rows")
     s.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
-    s = sub.add_parser("show", help="one idea: text, diffstat, note, attempts, log tail")
+    s = _command(sub, "show", help="one idea: text, diffstat, note, attempts, log tail")
     s.add_argument("idea", help="an idea id, a branch name or a commit prefix")
     s.add_argument("--diff", action="store_true", help="print the full diff instead of the diffstat")
     s.add_argument("--log", action="store_true", help="print whole logs instead of their tails")
-    s = sub.add_parser("queue", help="queue an idea in words (the implementer writes it; Origin: human)")
+    s = _command(sub, "queue", help="queue an idea in words (the implementer writes it; Origin: human)")
     s.add_argument("text", help="the idea, in words")
     s.add_argument("--title", help="a short title (default: the first line of the text)")
     s.add_argument("--parent", help="build on this idea's branch")
-    s = sub.add_parser("adopt", help="turn an existing training repo into an environment (writes a manifest "
+    s = _command(sub, "adopt", help="turn an existing training repo into an environment (writes a manifest "
                                      "skeleton and, if needed, an evaluator template; commits only if asked)")
     s.add_argument("dir", nargs="?", help="the repo's root (default: the current directory)")
     s.add_argument("--force", action="store_true", help="overwrite an existing .autoresearch.toml and templates")
     s.add_argument("--commit", action="store_true", help="commit the written files without asking")
-    s = sub.add_parser("doctor", help="check git, the config and env (as `start` does), hosts and API keys")
+    s = _command(sub, "doctor", help="check git, the config and env (as `start` does), hosts and API keys")
     s.add_argument("--run", action="store_true",
                    help="also run the env's check, then one run + evaluate of the baseline on the runner")
     s.add_argument("--budget-s", type=int, default=None,
                    help="with --run: the run's time budget in seconds (default: the env's time_budget_s)")
-    s = sub.add_parser("report", help="write an HTML report with plots")
+    s = _command(sub, "report", help="write an HTML report with plots")
     s.add_argument("--out", default="report", help="output directory (default: report)")
-    s = sub.add_parser("export", help="export the population as trajectories")
+    s = _command(sub, "export", help="export the population as trajectories")
     s.add_argument("--out", default="trajectories.jsonl", help="output file (default: trajectories.jsonl)")
     s.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl", help="file format (default: jsonl)")
     from autoresearchd import defaults
-    s = sub.add_parser("serve", help="a live, read-only web dashboard of the search")
+    s = _command(sub, "serve", help="a live, read-only web dashboard of the search")
     s.add_argument("--host", default=defaults.SERVE_HOST, help="address to bind (anything but loopback needs a token)")
     s.add_argument("--port", type=int, default=defaults.SERVE_PORT, help="0 picks a free port")
     s.add_argument("--token", help="require this token (16+ characters) on every request")

@@ -10,15 +10,21 @@ environment by the providers alone.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import EnvSettingsSource
+from pydantic_settings.exceptions import SettingsError
 
 from autoresearchd import defaults
 from autoresearchd.manifest import EnvManifest
+
+
+ENV_PREFIX = "AUTORESEARCHD_"      # AUTORESEARCHD_<SECTION>__<KEY> overrides the file
 
 
 class ConfigError(Exception):
@@ -269,26 +275,57 @@ def format_validation_error(e: ValidationError, model: type[BaseModel], source: 
     return f"{source}: {key}: {err['msg']}{got_s}"
 
 
-def _set_path(d: dict, keys: list[str], value: str) -> None:
-    for k in keys[:-1]:
-        d = d.setdefault(k, {})
-        if not isinstance(d, dict):
-            raise ConfigError(f"environment override {'.'.join(keys)}: {k} is not a table")
-    d[keys[-1]] = value
+class _EnvSource(EnvSettingsSource):
+    """`AUTORESEARCHD_<SECTION>__<KEY>` variables as a nested dict, read by pydantic-settings against
+    Config's own fields, so a list or a table (hosts, prices, ensemble) arrives decoded from JSON.
+    `environ` stands in for os.environ (tests pass a dict)."""
+
+    def __init__(self, environ: dict[str, str]):
+        self._environ = environ
+        super().__init__(Config, case_sensitive=False, env_prefix=ENV_PREFIX, env_nested_delimiter="__")
+
+    def _load_env_vars(self) -> dict[str, str]:
+        return {k.lower(): v for k, v in self._environ.items()}
+
+
+def _merge(into: dict, over: dict, where: str = "") -> None:
+    for k, v in over.items():
+        key = f"{where}.{k}" if where else k
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v, key)
+        elif isinstance(v, dict) and k in into:
+            raise ConfigError(f"environment override {key}: {k} is not a table in the config file")
+        else:
+            into[k] = v
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+        return True
+    except ValueError:
+        return False
 
 
 def env_overrides(data: dict, environ: dict | None = None) -> dict:
+    """Apply `AUTORESEARCHD_<SECTION>__<KEY>=value` over the file's data (in place). Only names with
+    the `__` separator count: a whole section is never replaced by one variable."""
     environ = os.environ if environ is None else environ
-    for name, value in environ.items():
-        if name.startswith("AUTORESEARCHD_") and "__" in name:
-            keys = [k.lower() for k in name[len("AUTORESEARCHD_"):].split("__")]
-            if value.startswith(("[", "{")):
-                import json
-                try:
-                    value = json.loads(value)
-                except ValueError:
-                    pass
-            _set_path(data, keys, value)
+    ours = {k: v for k, v in environ.items() if k.upper().startswith(ENV_PREFIX) and "__" in k}
+    # pydantic-settings skips a variable that names no field; a typo in the section must still fail
+    for name in sorted(ours):
+        section = name[len(ENV_PREFIX):].split("__")[0].lower()
+        if section not in Config.model_fields:
+            raise ConfigError(f"environment: unknown key '{section}' (from {name})"
+                              f"{_suggest(Config, (section,))}")
+    try:
+        over = _EnvSource(ours)()
+    except SettingsError:
+        # pydantic-settings names the section only; say which variables could not be read as JSON
+        bad = [n for n, v in sorted(ours.items()) if v.lstrip().startswith(("[", "{")) and not _is_json(v)]
+        raise ConfigError(f"environment override {', '.join(bad) or '(' + ', '.join(sorted(ours)) + ')'}: "
+                          "a list or table must be written as JSON, e.g. '[{\"name\": \"gpu1\"}]'") from None
+    _merge(data, over)
     return data
 
 

@@ -24,18 +24,12 @@ from autoresearchd import defaults
 from autoresearchd.goal import gain as goal_gain      # this module's own gain() is per idea
 from autoresearchd.store.notes import Status
 
-TRAILER = "Idea-Model"
-
-
 def idea_model(idea) -> str | None:
-    return idea.trailers.get(TRAILER) if idea.trailers else None
+    return idea.trailers.idea_model
 
 
 def idea_cost(idea) -> float:
-    try:
-        return float(idea.trailers.get("Idea-Cost-USD") or 0)
-    except (TypeError, ValueError):
-        return 0.0
+    return idea.trailers.idea_cost_usd or 0.0
 
 
 def compute_usd(idea, usd_per_gpu_hour: float) -> float:

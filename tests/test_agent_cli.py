@@ -124,7 +124,7 @@ def test_agent_cli_good_multi_file_edit_lands_as_branch(agent_setup, kind):
     assert branch, api.tool_results()
     repo = research.repo
     idea = read_population(repo, research.baseline_ref).by_id[idea_id]
-    assert idea.trailers["Implementer"] == kind
+    assert idea.trailers.implementer == kind
     files = repo.read_files(idea.commit, ["run.py", "lib/util.py", "notes_secret.md", "evaluate.py"])
     assert "x = 0.5" in files["run.py"].decode() and files["lib/util.py"] == b"SCALE = 0.5\n"
     assert files["notes_secret.md"] == b"do not show"          # hidden: absent for the agent, kept in the branch
@@ -136,12 +136,12 @@ def test_agent_cli_good_multi_file_edit_lands_as_branch(agent_setup, kind):
     assert "tokens-ready" in results          # the prepared data, read-only in the sandbox
     if kind == "codex":   # its shell commands do not inherit the key (claude's do: see docs/llm.md)
         assert "\n0\nENV-PROBED" in results
-    transcript = json.loads(repo.read_blob(idea.trailers["Transcript"]))
+    transcript = json.loads(repo.read_blob(idea.trailers.transcript))
     assert transcript[0]["implementer"] == kind and transcript[0]["session"] == "finished"
     assert len(transcript[0]["events"]) >= 3 and "x = 0.5" in transcript[0]["diff"]
     # usage priced with llm.prices (3 / 15 USD per Mtok), in the trailer and in the LLM budget
-    assert float(idea.trailers["Implement-Cost-USD"]) > 0
-    assert impl.llm.budget.usd == pytest.approx(float(idea.trailers["Implement-Cost-USD"]), rel=1e-6)
+    assert idea.trailers.implement_cost_usd > 0
+    assert impl.llm.budget.usd == pytest.approx(idea.trailers.implement_cost_usd, rel=1e-6)
     # `show` lists the session and its steps
     con = Console(record=True, width=240)
     assert show(impl.cfg, con, idea_id) == 0

@@ -67,6 +67,23 @@ def test_env_overrides(tmp_path):
         load_config(tmp_path / "c.toml", environ={"AUTORESEARCHD_RUNNER__SLOTZ": "4"})
 
 
+def test_env_overrides_decode_lists_and_tables_and_name_a_bad_variable(tmp_path):
+    """pydantic-settings reads the variables against Config's fields: a list arrives decoded from
+    JSON, a nested table merges into the file's, and a typo or bad JSON names the variable."""
+    (tmp_path / "c.toml").write_text("[runner]\nkind = 'slurm'\n[runner.slurm]\npartition = 'gpu'\n")
+    cfg = load_config(tmp_path / "c.toml", environ={
+        "AUTORESEARCHD_RUNNER__SLURM__TIME_MARGIN_S": "90", "OTHER__X": "1",
+        "AUTORESEARCHD_LLM__ENSEMBLE": '[{"provider": "openai", "model": "m1"}]'})
+    assert cfg.runner.slurm.partition == "gpu" and cfg.runner.slurm.time_margin_s == 90
+    assert [m.model for m in cfg.llm.ensemble] == ["m1"]
+    with pytest.raises(ConfigError, match=r"unknown key 'runer' \(from AUTORESEARCHD_RUNER__SLOTS\).*'runner'"):
+        load_config(tmp_path / "c.toml", environ={"AUTORESEARCHD_RUNER__SLOTS": "4"})
+    with pytest.raises(ConfigError, match="AUTORESEARCHD_LLM__ENSEMBLE: a list or table must be written as JSON"):
+        load_config(tmp_path / "c.toml", environ={"AUTORESEARCHD_LLM__ENSEMBLE": "[oops"})
+    with pytest.raises(ConfigError, match=r"runner.slots: Input should be a valid integer.*'many'"):
+        load_config(tmp_path / "c.toml", environ={"AUTORESEARCHD_RUNNER__SLOTS": "many"})
+
+
 def test_without_a_config_start_finds_the_packaged_env_from_any_directory(tmp_path, monkeypatch):
     """No config file: research.env is the packaged `tinygpt`, not a path relative to the cwd."""
     from autoresearchd.research import template_path

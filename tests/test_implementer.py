@@ -93,7 +93,7 @@ def test_self_revision_then_commit(setup):
     # cost: ideation share + two implement calls at 1000/2000 USD per Mtok
     assert abs(idea.cost_usd - (0.01 + 2 * (100 * 1000 + 50 * 2000) / 1e6)) < 1e-9
     assert idea.tokens == 100 + 2 * 150
-    transcript = json.loads(repo.read_blob(idea.trailers["Transcript"]))
+    transcript = json.loads(repo.read_blob(idea.trailers.transcript))
     assert len(transcript) == 2 and transcript[0]["error"] and "run.py" in transcript[0]["error"]
     # the revision request carried the error back to the model
     assert "could not be used" in fake.requests[1].body["messages"][-1]["content"]

@@ -20,6 +20,7 @@ from autoresearchd.research import _HOOK_HEAD, HOOKS
 from autoresearchd.store.gitrepo import GitRepo, git_env
 from autoresearchd.store.notes import Lease, Note, Status, Trial
 from autoresearchd.store.refs import IDEAS_PREFIX
+from autoresearchd.store.trailers import Trailers
 from autoresearchd.store.trust import suspicion
 
 from conftest import TOY_EVAL, TOY_RUN, branch_idea, git, run_until_settled, write_config
@@ -94,7 +95,7 @@ def test_only_commits_the_daemon_marked_keep_their_trailers(tmp_path):
     d, p = pop.by_commit[own], pop.by_commit[forged]
     assert (d.idea_id, d.origin, d.epoch, d.cost_usd, d.tokens) == ("e003-11111111", "exploit", 3, 0.5, 900)
     assert (p.idea_id, p.origin, p.epoch, p.cost_usd, p.tokens, p.trailers) == (f"h-{forged[:10]}", "human", 3,
-                                                                                  None, None, {})
+                                                                                  None, None, Trailers())
     assert p.parents == ["e003-11111111"] and p.text == "more" and pop.max_epoch() == 3
 
 

@@ -220,7 +220,7 @@ def test_the_daemon_wires_the_ensemble_and_keeps_lessons_and_the_proposing_model
         props = d.policy.propose(pop, 2, d.research.manifest, d.llm)
         ids = [d.implementer.record_proposal(q) for q in props]
     pop = read_population(d.repo, d.research.baseline_ref)
-    assert {pop.by_id[i].trailers["Idea-Model"] for i in ids} == {"a"}          # the first model tried
+    assert {pop.by_id[i].trailers.idea_model for i in ids} == {"a"}          # the first model tried
     assert fake.requests[0].body["model"] == "a"
 
 

@@ -168,7 +168,7 @@ def build_note(trials: list[Trial], idea: Idea | None, pop: Population, manifest
                 trials=sorted(trials, key=lambda t: t.seed), **agg)
     if idea is not None and idea.tokens is not None:
         note.tokens, note.cost_usd = idea.tokens, idea.cost_usd
-        split = {"ideation": idea.trailers.get("Idea-Cost-USD"), "implementation": idea.trailers.get("Implement-Cost-USD")}
+        split = {"ideation": idea.trailers.idea_cost_usd, "implementation": idea.trailers.implement_cost_usd}
         note.cost = {k: float(v) for k, v in split.items() if v is not None}
     fill_baseline(note, idea, pop, manifest, policy_cfg, confirmed)
     return note

@@ -256,7 +256,7 @@ def _daemon_path() -> str:
 def prepare_here(manifest, root: Path, key: str, src_tar: bytes | None) -> tuple[str | None, str]:
     """Run (or reuse) the prepare step on this machine under `root`, from the files in `src_tar`
     (the baseline's frozen files). Returns ($AUTORESEARCH_PREPARED, "") or (None, why it failed)."""
-    from autoresearchd.runners.base import scrubbed_env  # prepare runs with the trials' environment
+    from autoresearchd.scrub import scrubbed_env  # prepare runs with the trials' environment
     from autoresearchd.runners.prepare import prepared_dir, run_prepare_local
     env = dict(scrubbed_env(), PATH=_daemon_path(),
                **manifest.data)
@@ -302,7 +302,7 @@ def run_check(manifest, code_tar: bytes, timeout_s: float, prepared: str | None 
         code = Path(d) / "code"
         code.mkdir()
         tarfile.open(fileobj=io.BytesIO(code_tar)).extractall(code, filter="data")
-        from autoresearchd.runners.base import scrubbed_env  # the check runs untrusted code too
+        from autoresearchd.scrub import scrubbed_env  # the check runs untrusted code too
         env = dict(scrubbed_env(), AUTORESEARCH_CHECK="1", AUTORESEARCH_SEED="0",
                    PATH=_daemon_path(),
                    **manifest.data, **({"AUTORESEARCH_PREPARED": prepared} if prepared else {}))

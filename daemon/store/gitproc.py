@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from autoresearchd import defaults
+from autoresearchd.scrub import scrubbed_env
 
 
 class GitError(RuntimeError):
@@ -51,7 +52,6 @@ _CONFIG_KEY = re.compile(r"GIT_CONFIG_KEY_\d+")
 def git_env(extra: dict | None = None) -> dict[str, str]:
     """The environment of every git process the daemon starts: its own, minus secrets, plus the
     fixed plumbing settings and identity fallback."""
-    from autoresearchd.runners.trialdir import scrubbed_env
     env = dict(scrubbed_env(), **_BASE_ENV)
     # GIT_CONFIG_KEY_<n> names a config key (its value is GIT_CONFIG_VALUE_<n>): not a secret, and
     # dropping it while GIT_CONFIG_COUNT stays would make every git command fail

@@ -13,15 +13,14 @@ import hashlib
 import re
 import unicodedata
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from autoresearchd.store.notes import BEST_DECISIONS, Lease, Note, Status
 from autoresearchd.store.refs import IDEA_BRANCHES
+from autoresearchd.store.trailers import TRAILER_KEYS, Trailers, parse_trailers
 
 ORIGINS = ("seed", "exploit", "explore", "human", "greedy", "best_of_n", "baseline", "confirm")
 
-_TRAILER_KEYS = ["Idea-Id", "Origin", "Parents", "Epoch", "Model", "Attempts", "Tokens", "Cost-USD",
-                 "Prompt-Hash", "Idea-Cost-USD", "Implement-Cost-USD", "Idea-Tokens", "Transcript",
-                 "Duplicate-Of", "Base", "Implementer", "Idea-Model"]
 _TRAILER_RE = re.compile(r"^([A-Z][A-Za-z-]+): (.*)$")
 
 
@@ -70,7 +69,7 @@ class Idea:
     attempts: int | None = None
     tokens: int | None = None
     cost_usd: float | None = None
-    trailers: dict[str, str] = field(default_factory=dict)
+    trailers: Trailers = field(default_factory=Trailers)
     note: Note | None = None
     leases: list[Lease] = field(default_factory=list)
     committed_at: int = 0
@@ -96,24 +95,22 @@ class Idea:
         return self.value is not None and self.note.decision in BEST_DECISIONS
 
 
-def format_message(title: str, body: str, trailers: dict[str, str | int | float | list[str] | None]) -> str:
+def format_message(title: str, body: str, trailers: Trailers | dict[str, Any]) -> str:
+    """An idea commit's message. `trailers` may be a dict keyed by trailer name: it is validated
+    into `Trailers` here, so every message the daemon writes carries typed, versioned trailers."""
     title = " ".join(title.split())[:200] or "untitled idea"
     lines = [title, ""]
     body = body.strip()
     if body:
         lines += [body, ""]
-    for k, v in trailers.items():
-        if v is None or v == [] or v == "":
-            continue
-        if isinstance(v, list):
-            v = ", ".join(v)
-        v = " ".join(str(v).split())  # a trailer is one line, whatever the model wrote
-        lines.append(f"{k}: {v}")
+    tr = trailers if isinstance(trailers, Trailers) else Trailers.model_validate(
+        {k: v for k, v in trailers.items() if v is not None})
+    lines += tr.lines()
     return "\n".join(lines) + "\n"
 
 
 def parse_message(msg: str) -> tuple[str, str, dict[str, str]]:
-    """(title, body, trailers). Trailers are the final paragraph's `Key: value` lines we know."""
+    """(title, body, raw trailers). Trailers are the final paragraph's `Key: value` lines we know."""
     lines = msg.rstrip("\n").split("\n")
     title = lines[0].strip() if lines else ""
     rest = lines[1:]
@@ -121,7 +118,7 @@ def parse_message(msg: str) -> tuple[str, str, dict[str, str]]:
     end = len(rest)
     while end > 0 and rest[end - 1].strip():
         m = _TRAILER_RE.match(rest[end - 1])
-        if not m or m.group(1) not in _TRAILER_KEYS:
+        if not m or m.group(1) not in TRAILER_KEYS:
             break
         trailers[m.group(1)] = m.group(2).strip()
         end -= 1
@@ -133,27 +130,12 @@ def parse_message(msg: str) -> tuple[str, str, dict[str, str]]:
 
 def idea_from_commit(commit: str, tree: str, first_parent: str | None, message: str,
                      branch: str | None, committed_at: int = 0) -> Idea:
-    title, body, tr = parse_message(message)
-
-    def _int(k):
-        try:
-            return int(tr[k])
-        except (KeyError, ValueError):
-            return None
-
-    def _float(k):
-        try:
-            return float(tr[k])
-        except (KeyError, ValueError):
-            return None
-
-    origin = tr.get("Origin", "human")
-    idea_id = tr.get("Idea-Id") or pushed_id(commit)
-    parents = [p.strip() for p in tr.get("Parents", "").split(",") if p.strip()]
-    return Idea(idea_id=idea_id, commit=commit, title=title, text=body or title, origin=origin,
-                parents=parents, epoch=_int("Epoch") or 0, branch=branch, tree=tree,
-                base_commit=first_parent, model=tr.get("Model"), attempts=_int("Attempts"),
-                tokens=_int("Tokens"), cost_usd=_float("Cost-USD"), trailers=tr, committed_at=committed_at)
+    title, body, raw = parse_message(message)
+    tr = parse_trailers(raw)
+    return Idea(idea_id=tr.idea_id or pushed_id(commit), commit=commit, title=title, text=body or title,
+                origin=tr.origin or "human", parents=list(tr.parents), epoch=tr.epoch or 0, branch=branch,
+                tree=tree, base_commit=first_parent, model=tr.model, attempts=tr.attempts,
+                tokens=tr.tokens, cost_usd=tr.cost_usd, trailers=tr, committed_at=committed_at)
 
 
 def pushed_id(commit: str) -> str:
@@ -165,4 +147,4 @@ def as_pushed(idea: Idea) -> Idea:
     left out of the text), but provenance is the daemon's to decide: an `Origin: seed`, `Epoch: 99` or
     `Cost-USD: 1e9` line in a pushed commit must not move the origin, the epoch or the budget."""
     return replace(idea, idea_id=pushed_id(idea.commit or ""), origin="human", parents=[], epoch=0, model=None,
-                   attempts=None, tokens=None, cost_usd=None, trailers={})
+                   attempts=None, tokens=None, cost_usd=None, trailers=Trailers())

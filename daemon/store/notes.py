@@ -254,9 +254,13 @@ def parse_note(text: str) -> Note | None:
 
 
 # -- leases -------------------------------------------------------------------------------------
+LEASE_VERSION = 1
+
+
 class Lease(BaseModel):
     """What runs where. One lease note per commit holds every live trial of that commit."""
     model_config = ConfigDict(extra="allow")
+    version: int = LEASE_VERSION    # absent in leases written before versions: 1
     trial_id: str
     seed: int
     runner: str
@@ -284,11 +288,28 @@ def format_leases(leases: list[Lease]) -> str:
     return f"running: {head}\n\nleases: {body}\n"
 
 
+def _lease_v1(x: dict[str, Any]) -> Lease:
+    return Lease.model_validate(x)
+
+
+# One reader per lease version, as for notes: a newer version than this daemon knows is read by the
+# newest reader (a version only ever adds keys; unknown keys are kept as extras).
+LEASE_READERS = {1: _lease_v1}
+
+
+def _read_lease(x: dict[str, Any]) -> Lease:
+    try:
+        version = int(x.get("version", 1))
+    except (TypeError, ValueError):
+        version = 1
+    return LEASE_READERS.get(version, LEASE_READERS[max(LEASE_READERS)])(x)
+
+
 def parse_leases(text: str) -> list[Lease]:
     for line in text.splitlines():
         if line.startswith("leases: "):
             try:
-                return [Lease.model_validate(x) for x in json.loads(line[8:])]
-            except (json.JSONDecodeError, ValidationError):
+                return [_read_lease(x) for x in json.loads(line[8:])]
+            except (json.JSONDecodeError, ValidationError, AttributeError):
                 return []
     return []

@@ -293,7 +293,7 @@ class Snapshot:
             diff = repo.diff(i.base_commit, i.commit) or ""
             if len(diff) > defaults.SERVE_DIFF_BYTES:
                 diff, truncated = diff[:defaults.SERVE_DIFF_BYTES], True
-        transcript = i.trailers.get("Transcript") or (n.log if n and not i.branch else None)
+        transcript = i.trailers.transcript or (n.log if n and not i.branch else None)
         attempts = []
         if transcript:
             try:
@@ -335,7 +335,7 @@ class Snapshot:
                 "origin": i.origin, "epoch": i.epoch, "parents": i.parents,
                 "children": self._lineage()[0].get(i.idea_id, [])[:100], "branch": branch or None, "commit": i.commit,
                 "base": i.base_commit, "model": i.model, "attempts_n": i.attempts, "tokens": idea_tokens(i),
-                "usd": idea_usd(i), "trailers": {k: red(v) for k, v in i.trailers.items()},
+                "usd": idea_usd(i), "trailers": {k: red(v) for k, v in i.trailers.as_text().items()},
                 "diff": red(diff), "diff_truncated": truncated, "note": note, "attempts": attempts, "check": check,
                 "logs": logs, "leases": [{"trial": lz.trial_id, "host": lz.host, "slot": lz.slot, "state": lz.state,
                                           "elapsed_s": time.time() - lz.started} for lz in i.leases],

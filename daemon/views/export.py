@@ -27,7 +27,7 @@ FORMATS = ("jsonl", "parquet")
 
 def _transcripts(repo, ideas) -> dict[str, list]:
     """idea id -> its implementer attempts, for ideas that never became a branch."""
-    want = {i.idea_id: i.trailers.get("Transcript") or (i.note.log if i.note else None)
+    want = {i.idea_id: i.trailers.transcript or (i.note.log if i.note else None)
             for i in ideas if not i.branch}
     blobs = repo.cat_file_batch([s for s in want.values() if s])
     out = {}

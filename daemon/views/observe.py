@@ -243,7 +243,7 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
     else:
         console.print(f"[bold]no result yet[/]: {idea.status.value}")
     # The implementer's attempts: the Transcript trailer; for a record, the note's log holds it too.
-    transcript = idea.trailers.get("Transcript") or (idea.note.log if idea.note and not idea.branch else None)
+    transcript = idea.trailers.transcript or (idea.note.log if idea.note and not idea.branch else None)
     _attempts(console, repo, transcript)
     if idea.note and idea.branch:
         _logs(console, repo, idea.note, full_log)

@@ -51,20 +51,17 @@ def _spent(i, field: str, trailer: str, cast):
     for v in (getattr(i.note, field) if i.note else None, getattr(i, field)):
         if v is not None:
             return v
-    try:
-        return cast(i.trailers.get(trailer) or 0)
-    except ValueError:
-        return cast(0)
+    return cast(getattr(i.trailers, trailer) or 0)
 
 
 def idea_usd(i) -> float:
     """LLM spend on one idea."""
-    return _spent(i, "cost_usd", "Idea-Cost-USD", float)
+    return _spent(i, "cost_usd", "idea_cost_usd", float)
 
 
 def idea_tokens(i) -> int:
     """LLM tokens of one idea."""
-    return _spent(i, "tokens", "Idea-Tokens", int)
+    return _spent(i, "tokens", "idea_tokens", int)
 
 
 def compute_s(note, gpus: int) -> float:

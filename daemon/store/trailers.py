@@ -1,0 +1,99 @@
+"""The typed, versioned trailers of an idea commit: what the daemon records about an idea's
+provenance and spend (Idea-Id, Origin, Parents, Epoch, Model, costs, the transcript blob...).
+
+Text in git, a frozen model in memory: `parse_trailers` reads the `Key: value` lines with the reader
+of their `Trailer-Version` (1 when absent, which is every commit written before versions existed),
+and `Trailers.lines()` writes them back in a fixed order. A malformed number reads as absent, never as
+an error: trailers are believed only on commits the daemon wrote (population.py), but an old or
+hand-edited message must still load.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Callable
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+TRAILER_VERSION = 1
+
+
+def _lenient(cast: Callable[[Any], Any]):
+    def read(v):
+        if v is None or v == "":
+            return None
+        try:
+            return cast(v)
+        except (TypeError, ValueError):
+            return None
+    return BeforeValidator(read)
+
+
+def _names(v) -> list[str]:
+    if isinstance(v, str):
+        return [p.strip() for p in v.split(",") if p.strip()]
+    return list(v or [])
+
+
+Int = Annotated[int | None, _lenient(int)]
+Float = Annotated[float | None, _lenient(float)]
+
+
+class Trailers(BaseModel):
+    """One idea commit's trailers. Field names are Python's; aliases are the keys written in git."""
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
+    idea_id: str | None = Field(None, alias="Idea-Id")
+    origin: str | None = Field(None, alias="Origin")
+    parents: Annotated[list[str], BeforeValidator(_names)] = Field(default_factory=list, alias="Parents")
+    epoch: Int = Field(None, alias="Epoch")
+    model: str | None = Field(None, alias="Model")
+    idea_model: str | None = Field(None, alias="Idea-Model")        # who proposed it (the bandit's arm)
+    implementer: str | None = Field(None, alias="Implementer")      # an agent CLI's kind, if one wrote it
+    attempts: Int = Field(None, alias="Attempts")
+    tokens: Int = Field(None, alias="Tokens")
+    idea_tokens: Int = Field(None, alias="Idea-Tokens")
+    cost_usd: Float = Field(None, alias="Cost-USD")
+    idea_cost_usd: Float = Field(None, alias="Idea-Cost-USD")
+    implement_cost_usd: Float = Field(None, alias="Implement-Cost-USD")
+    prompt_hash: str | None = Field(None, alias="Prompt-Hash")
+    transcript: str | None = Field(None, alias="Transcript")        # blob id of the implementer's transcript
+    duplicate_of: str | None = Field(None, alias="Duplicate-Of")
+    base: str | None = Field(None, alias="Base")                    # the commit the proposal builds on
+    version: int = Field(TRAILER_VERSION, alias="Trailer-Version")
+
+    def lines(self) -> list[str]:
+        """`Key: value` lines, in field order, absent ones left out; the version line only when there
+        is anything to version."""
+        out = []
+        for name, f in type(self).model_fields.items():
+            v = getattr(self, name)
+            if v is None or v == [] or v == "" or name == "version":
+                continue
+            if isinstance(v, float):
+                v = f"{v:.6f}"
+            text = ", ".join(v) if isinstance(v, list) else " ".join(str(v).split())   # one line each
+            out.append(f"{f.alias}: {text}")
+        return out + [f"Trailer-Version: {self.version}"] if out else out
+
+    def as_text(self) -> dict[str, str]:
+        """The trailers as git shows them (key -> value text), for views."""
+        return dict(line.split(": ", 1) for line in self.lines())
+
+
+TRAILER_KEYS = frozenset(f.alias for f in Trailers.model_fields.values())
+
+
+def _read_v1(raw: dict[str, Any]) -> Trailers:
+    return Trailers.model_validate(raw)
+
+
+# One reader per version; a newer version than this daemon knows is read by the newest reader (a
+# version only ever adds keys), as notes are.
+TRAILER_READERS = {1: _read_v1}
+
+
+def parse_trailers(raw: dict[str, Any]) -> Trailers:
+    try:
+        version = int(raw.get("Trailer-Version", 1))
+    except (TypeError, ValueError):
+        version = 1
+    return TRAILER_READERS.get(version, TRAILER_READERS[max(TRAILER_READERS)])(raw)
