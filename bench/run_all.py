@@ -54,8 +54,8 @@ def run_other(name: str, quick: bool, timeout: float) -> tuple[str, float, list[
 
 
 def make_env(base: Path) -> Path:
-    """A repo whose `run` prints the value in v.txt (the load tests' env)."""
-    from test_load import LOAD_MANIFEST
+    """A repo whose `run` prints the value in v.txt (the scale tests' env)."""
+    from test_scale import LOAD_MANIFEST
     d = base / "research"
     d.mkdir(parents=True)
     (d / ".autoresearch.toml").write_text(LOAD_MANIFEST)

@@ -35,12 +35,12 @@ from search_ideator import Ideator, IdeatorServer  # noqa: E402
 
 from autoresearchd import policies  # noqa: E402
 from autoresearchd.config import LLMCfg, PolicyCfg, Price  # noqa: E402
-from autoresearchd.engine.judge import decide, pooled_std  # noqa: E402
+from autoresearchd.engine.judge import decide, noise_estimate  # noqa: E402
 from autoresearchd.llm.ensemble import Ensemble  # noqa: E402
 from autoresearchd.llm.openai_provider import OpenAIProvider  # noqa: E402
 from autoresearchd.manifest import EnvManifest  # noqa: E402
 from autoresearchd.store.ideas import Idea, make_idea_id  # noqa: E402
-from autoresearchd.store.notes import BEST_DECISIONS, Note, Status  # noqa: E402
+from autoresearchd.store.notes import BEST_DECISIONS, Note, Status, Trial  # noqa: E402
 from autoresearchd.store.population import Population  # noqa: E402
 from autoresearchd.store.trailers import Trailers  # noqa: E402
 
@@ -58,12 +58,24 @@ BUDGET_TOKENS = 1500
 # 2-seed development run, it found nothing at all, which makes the bandit's choice trivial).
 MODELS = {"sim-ideator": (1.0, 4.0, 0.0), "sim-cheap": (0.2, 0.8, W.PRIOR_NOISE / 2)}
 
+# Every simulated trial takes the manifest's time budget on one GPU: what the ensemble's bandit prices
+# (ensemble_gpu_usd_per_hour) on top of the LLM spend.
+TRIAL_GPU_S = float(ENV.time_budget_s)
+
+# The default search as it was before the two switches this table justified (docs/policies.md)
+OLD_DEFAULTS = {"exploit_start": 0.5, "confirm_min": 0.0}
+
 # name -> (policy, PolicyCfg overrides, loop flags)
 VARIANTS: dict[str, tuple[str, dict, dict]] = {
-    "paper rule (evolutionary, barrier, best single run)": ("evolutionary", {}, PAPER),
+    "paper rule (evolutionary, barrier, best single run)": ("evolutionary", {"exploit_start": 0.5}, PAPER),
     "best_of_n": ("best_of_n", {}, {}),
     "greedy": ("greedy", {}, {}),
     "evolutionary (ours)": ("evolutionary", {}, {}),
+    "evolutionary, the earlier default (exploit_start 0.5, confirm_min 0)": ("evolutionary", OLD_DEFAULTS, {}),
+    "- exploit_start = 0.5 (the paper's schedule)": ("evolutionary", {"exploit_start": 0.5}, {}),
+    "- confirm_min = 0 (confirm any lead)": ("evolutionary", {"confirm_min": 0.0}, {}),
+    "+ noise_pool (noise pooled over all confirmations)": ("evolutionary", {"noise_pool": True}, {}),
+    "+ exploit_demoted (demoted ideas stay parents)": ("evolutionary", {"exploit_demoted": True}, {}),
     "evolutionary, baseline_seeds = 5": ("evolutionary", {"baseline_seeds": 5}, {}),
     "+ islands (3, migration every 2 epochs)": ("evolutionary", {"islands": 3}, {}),
     "+ inspiration (top + diverse)": ("evolutionary", {"inspiration": "top_diverse"}, {}),
@@ -77,13 +89,25 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
         "evolutionary", {"lessons_every": 10, "prompt_token_budget": BUDGET_TOKENS}, {}),
     "+ lessons (every 10 results), no budget": ("evolutionary", {"lessons_every": 10}, {}),
     "evolutionary, cheap model only": ("evolutionary", {}, {"models": ["sim-cheap"]}),
-    "+ ensemble (strong + cheap, UCB per $)": ("evolutionary", {}, {"models": ["sim-ideator", "sim-cheap"]}),
+    "+ ensemble (strong + cheap, UCB per $ of LLM and GPU)": ("evolutionary", {},
+                                                               {"models": ["sim-ideator", "sim-cheap"]}),
+    "+ ensemble, UCB per $ of LLM only": ("evolutionary", {}, {"models": ["sim-ideator", "sim-cheap"],
+                                                                "gpu_usd_per_hour": 0.0}),
 }
+
+
+# Rows run only when named in --variants, so the default table stays under 10 minutes on 2 cores: an
+# earlier check of baseline_seeds, and every mechanism at once (docs/policies.md has both figures).
+OPT_IN = {"evolutionary, baseline_seeds = 5", "+ all of the above"}
 
 
 @functools.lru_cache(maxsize=None)
 def _optimum(wseed: int) -> float:
     return W.World.make(wseed).optimum()
+
+
+def _trial(seed: int, value: float) -> Trial:
+    return Trial(trial_id=f"s{seed}", seed=seed, status=Status.SUCCEEDED, value=value)
 
 
 def _sha(*parts) -> str:
@@ -107,8 +131,9 @@ class Run:
         self.cfg = cfg
         self.policy = policies.get(policy)(cfg)
         prices = {m: Price(input=i, output=o) for m, (i, o, _) in MODELS.items()}
+        gpu_price = flags.get("gpu_usd_per_hour", LLMCfg().ensemble_gpu_usd_per_hour)
         llms = {m: OpenAIProvider(LLMCfg(provider="openai", base_url=srv.base_url, model=m, max_retries=0,
-                                         prices=prices)) for m in models}
+                                         prices=prices, ensemble_gpu_usd_per_hour=gpu_price)) for m in models}
         self.llm = llms[models[0]]
         if len(models) > 1:      # proposals by the bandit's model, the rest (lessons, judge) by the first
             self.llm = Ensemble(self.llm, llms)
@@ -142,25 +167,32 @@ class Run:
         self.trials += 1
         if v is None:
             self.m["crashed"] += 1
-            return Note(status=Status.FAILED, exit_code=1, error="Traceback: RuntimeError: CUDA error")
-        note = Note(status=Status.SUCCEEDED, value=v, values=[v], seeds=[0], baseline=self.bnote.value)
+            return Note(status=Status.FAILED, exit_code=1, error="Traceback: RuntimeError: CUDA error",
+                        gpu_s=TRIAL_GPU_S)
+        note = Note(status=Status.SUCCEEDED, value=v, values=[v], seeds=[0], baseline=self.bnote.value,
+                    trials=[_trial(0, v)], gpu_s=TRIAL_GPU_S)
         if self.flags.get("noise") is False:
             if v < min([i.note.value for i in self.ideas if i.value is not None] + [self.bnote.value]):
                 note.decision = "promoted"              # the paper: the best single run wins
             return note
         c = self.cfg
         k = len(self.bvals)
-        d = decide(v, "min", self.bnote.value, self.bnote.std, self._best_value(), c.noise_mult,
-                   c.confirm_seeds > 0, k=k)
+        pop = Population(list(self.ideas), "0" * 40, self.bnote)      # the noise estimate is the judge's
+        noise, _, dof = noise_estimate(pop, idea, None, c)
+        d = decide(v, "min", self.bnote.value, noise, self._best_value(), c.noise_mult,
+                   c.confirm_seeds > 0, k=k, dof=dof, confirm_min=c.confirm_min)
         if d == "pending":
             fresh = [self.w.run(techs, self.rng) for _ in range(c.confirm_seeds)]
             self.trials += c.confirm_seeds
+            note.gpu_s += c.confirm_seeds * TRIAL_GPU_S
             fresh = [x for x in fresh if x is not None]
             if fresh:
-                d = decide(statistics.fmean(fresh), "min", self.bnote.value, self.bnote.std, self._best_value(),
-                           c.noise_mult, True, confirmed=True, n=len(fresh), k=k, std=pooled_std(fresh, self.bvals))
+                noise, spread, dof = noise_estimate(pop, idea, fresh, c)
+                d = decide(statistics.fmean(fresh), "min", self.bnote.value, noise, self._best_value(),
+                           c.noise_mult, True, confirmed=True, n=len(fresh), k=k, std=spread, dof=dof)
                 note.values = [v] + fresh
                 note.value = statistics.fmean(note.values)
+                note.trials += [_trial(j + 1, x) for j, x in enumerate(fresh)]
             else:
                 d = "demoted"
         note.decision = d
@@ -256,10 +288,11 @@ def _one(job: tuple[str, int, int]) -> dict:
     return Run(_SRV, seed, budget, policy, over, flags).go()
 
 
-def simulate(seeds: int, budget: int, names: list[str], jobs: int = 1, log=None) -> dict[str, list[dict]]:
+def simulate(seeds: int, budget: int, names: list[str], jobs: int = 1, log=None,
+             first: int = 0) -> dict[str, list[dict]]:
     """Seed-major order, so a run cut short has the same world seeds for every variant; `log` (a
     file) gets one JSON line per finished run, so partial results survive (see --from-log)."""
-    work = [(name, s, budget) for s in range(seeds) for name in names]
+    work = [(name, s, budget) for s in range(first, first + seeds) for name in names]
     out: dict[str, list[dict]] = {name: [] for name in names}
     pool = None
     if jobs > 1:
@@ -344,9 +377,12 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--budget", type=int, default=150)
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2: the 2-core target)")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="world seeds first-seed .. first-seed + seeds - 1 (a second set checks a choice made "
+                         "on the first)")
     ap.add_argument("--variants", default="",
                     help="prefixes of variant names, comma- (or, when a name holds a comma, semicolon-) "
-                         "separated (default: all)")
+                         "separated (default: all but the opt-in rows, " + "; ".join(sorted(OPT_IN)) + ")")
     ap.add_argument("--log", help="append one JSON line per finished run to this file")
     ap.add_argument("--from-log", help="print the table of a --log file (the seeds every variant finished)")
     ap.add_argument("--prompt-sizes", action="store_true",
@@ -361,11 +397,15 @@ def main(argv=None) -> int:
             print(prompt_sizes(res))
         return 0
     prefixes = a.variants.split(";" if ";" in a.variants else ",")     # ";" when a name holds a comma
-    names = [n for n in VARIANTS if not a.variants or any(n.startswith(p) for p in prefixes)]
+    if a.variants:
+        names = [n for n in VARIANTS if any(n.startswith(p) for p in prefixes)]
+    else:
+        names = [n for n in VARIANTS if n not in OPT_IN]
     t0 = time.monotonic()
     log = open(a.log, "a") if a.log else None
-    res = simulate(a.seeds, a.budget, names, a.jobs, log)
-    print(f"{a.seeds} world seeds, {a.budget} trials each, {len(names)} variants, {a.jobs} processes, "
+    res = simulate(a.seeds, a.budget, names, a.jobs, log, a.first_seed)
+    print(f"{a.seeds} world seeds (from {a.first_seed}), {a.budget} trials each, {len(names)} variants, "
+          f"{a.jobs} processes, "
           f"{time.monotonic() - t0:.0f} s wall")
     print(table(res))
     print(model_shares(res))

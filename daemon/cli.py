@@ -63,10 +63,10 @@ def _refuse_second_daemon(cfg) -> None:
     daemon already running on this repo makes `start` exit 2 naming it. The daemon itself holds
     the lock (loop.hold_daemon_lock); this only probes it."""
     from autoresearchd.engine.loop import hold_daemon_lock
-    from autoresearchd.research import _is_repo, research_path
+    from autoresearchd.research import is_repo, research_path
     from autoresearchd.store.gitrepo import GitRepo, state_dir
     path, _ = research_path(cfg)
-    if _is_repo(path):
+    if is_repo(path):
         os.close(hold_daemon_lock(state_dir(GitRepo(path)), path))
 
 

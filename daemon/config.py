@@ -87,6 +87,8 @@ class LLMCfg(_Strict):
     # several proposing models at once, picked per batch by a bandit on improvement per dollar; every
     # other call (implement, lessons, novelty judge) goes to the provider/model above. [] = one model
     ensemble: list[EnsembleMember] = Field(default_factory=list)
+    # the ensemble's bandit counts an idea's trials at this price per GPU-hour on top of its LLM spend
+    ensemble_gpu_usd_per_hour: float = Field(defaults.ENSEMBLE_GPU_USD_PER_HOUR, ge=0)
 
     @field_validator("ensemble", mode="after")
     @classmethod
@@ -163,10 +165,14 @@ class PolicyCfg(_Strict):
     baseline_seeds: int = Field(defaults.BASELINE_SEEDS, ge=1)
     noise_mult: float = Field(defaults.NOISE_MULT, ge=0)
     confirm_seeds: int = Field(defaults.CONFIRM_SEEDS, ge=0)
+    noise_pool: bool = defaults.NOISE_POOL      # margins use the noise pooled over all repeated runs
+    confirm_min: float = Field(defaults.CONFIRM_MIN, ge=0)   # a would-be best by less (in run SEs) is not confirmed
     duplicate_threshold: float = defaults.DUPLICATE_THRESHOLD
     islands: int = Field(defaults.ISLANDS, ge=1)
     migration_epochs: int = Field(defaults.MIGRATION_EPOCHS, ge=0)   # 0: islands never exchange
+    exploit_start: float = Field(defaults.EXPLOIT_START, ge=0, le=1)   # exploit share of epoch 1 (paper: 0.5)
     inspiration: Literal["sample", "top_diverse"] = defaults.INSPIRATION
+    exploit_demoted: bool = defaults.EXPLOIT_DEMOTED   # demoted ideas that beat the baseline stay parents
     novelty_threshold: float | None = Field(defaults.NOVELTY_THRESHOLD, ge=0, le=100)
     novelty_judge: bool = defaults.NOVELTY_JUDGE
     lessons_every: int = Field(defaults.LESSONS_EVERY, ge=0)           # 0: no lessons scratchpad
@@ -323,6 +329,17 @@ def env_overrides(data: dict, environ: dict | None = None) -> dict:
     return data
 
 
+def _env_var_at(loc: tuple, environ: dict) -> str | None:
+    """The override variable that set the config key at `loc` (or a table holding it), if one did."""
+    want = tuple(str(x).lower() for x in loc)
+    for name in sorted(environ):
+        if name.upper().startswith(ENV_PREFIX) and "__" in name:
+            keys = tuple(name[len(ENV_PREFIX):].lower().split("__"))
+            if want[:len(keys)] == keys or keys[:len(want)] == want:
+                return name
+    return None
+
+
 def find_config(start: Path | None = None) -> Path | None:
     d = (start or Path.cwd()).resolve()
     for p in (d, *d.parents):
@@ -354,6 +371,9 @@ def load_config(path: str | os.PathLike | None = None, *, environ: dict | None =
     try:
         cfg = Config.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, Config, str(p or "environment"))) from None
+        var = _env_var_at(tuple(e.errors()[0]["loc"]), os.environ if environ is None else environ)
+        # a bad value that came from a variable is blamed on it, not on a file that does not hold it
+        raise ConfigError(format_validation_error(e, Config, f"environment ({var})" if var
+                                                  else str(p or "environment"))) from None
     cfg.path = p.resolve() if p else None
     return cfg

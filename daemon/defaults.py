@@ -4,6 +4,11 @@ Ref names are not defaults (nothing configures them): they live in store/refs.py
 STATE_DIR = ".autoresearch"                    # inside the research repo's git dir
 CONFIG_NAME = ".autoresearch.toml"
 NOTE_SCHEMA = 1
+"""Version of the result-note format a note's `schema` line names (store/notes.py: one reader each)."""
+TRAILER_VERSION = 1
+"""Version of the idea-commit trailers a `Trailer-Version` line names (store/trailers.py); absent: 1."""
+LEASE_VERSION = 1
+"""Version of the run-lease format each lease's `version` names (store/notes.py); absent: 1."""
 # A lock file left by a git process that was killed (kill -9 of the daemon's process group, OOM, power
 # loss) would block that ref forever. Git holds a ref lock for milliseconds, so one this old is stale.
 STALE_LOCK_S = 10.0
@@ -72,12 +77,26 @@ LLM_PRICES = {
 }
 
 IDEAS_PER_EPOCH = 80
+# The exploit share of epoch 1; it grows by 0.1 every 2 epochs up to 0.8 (the paper started at 0.5).
+# Chosen on the search simulator (docs/policies.md): the one change that put our default's mean above
+# the paper's rule there (a world whose effects are mostly additive, which rewards exploitation).
+EXPLOIT_START = 0.7
 IDEAS_PER_BATCH = 10
 MAX_PARENTS_SHOWN = 100
 QUEUE_BUFFER = 2             # ideas kept ready beyond the free slots
 BASELINE_SEEDS = 3
 NOISE_MULT = 2.0             # promotions by less than this many baseline stds need confirmation
 CONFIRM_SEEDS = 2
+# noise_pool: the seed noise behind every margin is pooled over the baseline's seeds and the confirmation
+# seeds of every idea confirmed so far (engine/judge.noise_estimate), not the baseline's seeds alone.
+# Off: on the search simulator it did not find more (docs/policies.md).
+NOISE_POOL = False
+# A would-be new best is confirmed (confirm_seeds fresh runs) only when its single run beats the best
+# (the baseline, before any) by more than CONFIRM_MIN standard errors of a single run against it; a
+# smaller lead is a likely lucky draw (half of all no-op ideas beat the baseline once) and is left
+# `improved` or `within_noise`, its seeds saved for new ideas (chosen on the search simulator,
+# docs/policies.md). 0 = confirm any lead (the earlier rule).
+CONFIRM_MIN = 1.0
 DUPLICATE_THRESHOLD = 90.0   # rapidfuzz token_set_ratio
 MAX_FOLLOWUPS = 2            # extra LLM calls per proposal batch (a malformed or short answer)
 MAX_PARENT_IDS = 3           # parents an exploit idea records, at most
@@ -90,6 +109,10 @@ PROMPT_MAX_AVOID_TITLES = 300  # the newest titles a prompt lists as already tri
 ISLANDS = 1                  # exploit sub-populations; 1 = one population (the paper's search)
 MIGRATION_EPOCHS = 2         # with islands: confirmed winners visit every island each this many epochs
 INSPIRATION = "sample"       # exploit shows a uniform sample of the winners; "top_diverse": best + diverse rest
+# exploit_demoted: a demoted idea (pending, then not confirmed as the new best) stays an exploit parent,
+# shown with its mean over all its seeds, when that mean beats the baseline (demoted says "not the new
+# best", not "no gain"). Off: on the search simulator it did not find more (docs/policies.md).
+EXPLOIT_DEMOTED = False
 NOVELTY_THRESHOLD = None     # token_set_ratio of the novelty gate; None = off (only real duplicates dropped)
 NOVELTY_MIN_JACCARD = 0.55   # content-word overlap a pair needs before the gate compares it
 NOVELTY_JUDGE = False        # ask the LLM whether a gated pair is really the same experiment
@@ -109,6 +132,10 @@ CHARS_PER_TOKEN = 4
 # them; ENSEMBLE_UCB_C weighs the exploration bonus (in units of the best mean gain).
 ENSEMBLE_MIN_TRIES = 10
 ENSEMBLE_UCB_C = 1.0
+# ... and an idea's cost is its proposal's LLM spend plus its trials' GPU time (note gpu_s) at this price
+# per GPU-hour, so "improvement per dollar" counts the runs, which usually cost far more than the
+# proposal (a rough rental price of one data-centre GPU-hour; set your own). Trials without GPUs add 0.
+ENSEMBLE_GPU_USD_PER_HOUR = 2.0
 
 LOCAL_SLOTS = 1
 HUMAN_PRIORITY = True
@@ -130,6 +157,8 @@ SERVE_SSE_PING_S = 15.0      # keep-alive comment on idle event streams (proxies
 SERVE_LOG_TAIL_BYTES = 8000  # log tail shown per trial on the idea page
 SERVE_DIFF_BYTES = 300_000   # larger diffs are cut (the full one is a `git` command away)
 SERVE_PAGE_ROWS = 100        # leaderboard rows per page
+SERVE_TOTALS_REBUILD_MIN = 500  # the overview's running totals (views/totals.py) are rebuilt from scratch
+                                # when more ideas than this, and than a quarter of them, changed at once
 
 # Sandbox (runners/sandbox.py): what an untrusted command sees of the host, read-only. An allow-list:
 # $HOME, /root, /var, /srv, the research repo and the other trials stay out. Add more per runner with

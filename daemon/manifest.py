@@ -58,11 +58,11 @@ class EnvManifest(BaseModel):
         return v
 
     def is_frozen(self, path: str) -> bool:
-        return path == MANIFEST_FILE or _match(path, self.frozen) or _match(path, self.prepare_inputs) \
-            or _match(path, self.heldout())
+        return path == MANIFEST_FILE or match_globs(path, self.frozen) or match_globs(path, self.prepare_inputs) \
+            or match_globs(path, self.heldout())
 
     def is_hidden(self, path: str) -> bool:
-        return _match(path, self.hidden) or _match(path, self.heldout())
+        return match_globs(path, self.hidden) or match_globs(path, self.heldout())
 
     def heldout(self) -> list[str]:
         """Repo paths only the evaluator sees: the relative values of `eval_data`."""
@@ -76,7 +76,7 @@ class EnvManifest(BaseModel):
         return value - ref
 
 
-def _match(path: str, globs: list[str]) -> bool:
+def match_globs(path: str, globs: list[str]) -> bool:
     for g in globs:
         g = g.rstrip("/")
         if fnmatch.fnmatchcase(path, g) or path.startswith(g + "/"):

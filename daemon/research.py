@@ -159,8 +159,8 @@ class Research:
 
 
 def _match_any(path: str, globs: list[str]) -> bool:
-    from autoresearchd.manifest import _match
-    return _match(path, globs)
+    from autoresearchd.manifest import match_globs
+    return match_globs(path, globs)
 
 
 def load_manifest(repo: GitRepo, rev: str, cfg: Config | None = None) -> EnvManifest:
@@ -179,7 +179,7 @@ def load_manifest(repo: GitRepo, rev: str, cfg: Config | None = None) -> EnvMani
         raise ConfigError(str(e)) from None
 
 
-def _is_repo(path: Path) -> bool:
+def is_repo(path: Path) -> bool:
     return (path / ".git").exists() or (path / "HEAD").is_file() and (path / "objects").is_dir()
 
 
@@ -189,7 +189,7 @@ def research_path(cfg: Config) -> tuple[Path, str]:
     research.repo names another; otherwise research.repo, by default created from research.env."""
     if "repo" in cfg.research.model_fields_set:
         return cfg.resolve(cfg.research.repo), f"research.repo in {cfg.path or 'the environment'}"
-    if cfg.path is not None and cfg.env is not None and _is_repo(cfg.path.parent):
+    if cfg.path is not None and cfg.env is not None and is_repo(cfg.path.parent):
         return cfg.path.parent, f"the git repo holding the [env] manifest {cfg.path}"
     return (cfg.resolve(cfg.research.repo),
             f"the default research.repo ({cfg.research.repo}), created from env '{cfg.research.env}'")
@@ -199,7 +199,7 @@ def open_research(cfg: Config, create: bool = True, configure_repo: bool = False
     """Open (or, with `create`, create) the research repo. Only `configure_repo=True` (init, start)
     writes git config or hooks into it; the message saying so is `Research.configured`."""
     path, why = research_path(cfg)
-    if _is_repo(path):
+    if is_repo(path):
         repo = GitRepo(path)
     elif create:
         repo = create_from_template(template_path(cfg, cfg.research.env), path)

@@ -47,10 +47,10 @@ def _registry_name(what: str, names: list[str], name: str) -> Finding | None:
 def env_source(cfg: Config) -> EnvSource:
     """The manifest and file list `start` would use, read without creating or configuring anything.
     Raises ConfigError naming the exact key at fault."""
-    from autoresearchd.research import _is_repo, load_manifest, research_path, template_path
+    from autoresearchd.research import is_repo, load_manifest, research_path, template_path
     from autoresearchd.store.gitrepo import GitRepo
     path, _ = research_path(cfg)        # the repo `start` would use (init DIR's repo is DIR itself)
-    if _is_repo(path):
+    if is_repo(path):
         repo = GitRepo(path)
         head = repo.git("symbolic-ref", "-q", "--short", "HEAD", check=False).strip() or "main"
         rev = cfg.research.baseline or head
@@ -136,8 +136,8 @@ def manifest_findings(src: EnvSource, cfg: Config) -> list[Finding]:
 
 
 def _glob_hits(glob: str, path: str) -> bool:
-    from autoresearchd.manifest import _match
-    return _match(path, [glob])
+    from autoresearchd.manifest import match_globs
+    return match_globs(path, [glob])
 
 
 def local_gpu_count() -> int:

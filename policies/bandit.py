@@ -6,7 +6,10 @@ call's share, and any judge or lessons call billed to it). An idea's gain is its
 over the baseline (goal-aware, 0 when it did not improve, failed, or was dropped as a duplicate); ideas
 still waiting for a result count as proposals, not as gains.
 
-For a model with n proposals, m of them measured, mean gain g and mean cost u per proposal:
+An idea's cost is its proposal's LLM spend plus, with a price per GPU-hour (`[llm]
+ensemble_gpu_usd_per_hour`), its trials' GPU time (the note's `gpu_s`, confirmation seeds included):
+a model whose ideas are cheap to propose but fail or need many seeds is not cheap. For a model with n
+proposals, m of them measured, mean gain g and mean cost u per proposal:
     score = (g + C * G * sqrt(ln N / m)) / u
 where N is all proposals and G the best mean gain of any model (the bonus is in gain units). A model
 with fewer than ENSEMBLE_MIN_TRIES proposals is tried first, the least tried first.
@@ -29,6 +32,12 @@ def idea_cost(idea) -> float:
     return idea.trailers.idea_cost_usd or 0.0
 
 
+def compute_usd(idea, usd_per_gpu_hour: float) -> float:
+    """What the idea's trials cost at this price per GPU-hour (0 without GPU time or a price)."""
+    n = idea.note
+    return (n.gpu_s or 0.0) * usd_per_gpu_hour / 3600 if n is not None and usd_per_gpu_hour else 0.0
+
+
 def gain(idea, population, env) -> float | None:
     """Improvement over the baseline (>= 0), or None while the idea has no final result."""
     n = idea.note
@@ -40,17 +49,22 @@ def gain(idea, population, env) -> float | None:
     return max(0.0, goal_gain(n.value, base, env.goal))
 
 
-def arm_stats(population, env, models: list[str] | None = None, pending: Counter | None = None) -> dict:
-    """model -> {proposals, measured, gain (sum), usd (sum)} from the ideas that name their model, plus
-    `pending` proposals made by this process and not in git yet."""
-    out = {m: {"proposals": 0, "measured": 0, "gain": 0.0, "usd": 0.0} for m in models or []}
+def arm_stats(population, env, models: list[str] | None = None, pending: Counter | None = None,
+              usd_per_gpu_hour: float = 0.0) -> dict:
+    """model -> {proposals, measured, gain (sum), usd (sum: LLM spend), compute_usd (sum: trials at
+    usd_per_gpu_hour)} from the ideas that name their model, plus `pending` proposals made by this
+    process and not in git yet."""
+    def fresh():
+        return {"proposals": 0, "measured": 0, "gain": 0.0, "usd": 0.0, "compute_usd": 0.0}
+    out = {m: fresh() for m in models or []}
     for i in population.ideas:
         m = idea_model(i)
         if m is None or (models is not None and m not in out):
             continue
-        s = out.setdefault(m, {"proposals": 0, "measured": 0, "gain": 0.0, "usd": 0.0})
+        s = out.setdefault(m, fresh())
         s["proposals"] += 1
         s["usd"] += idea_cost(i)
+        s["compute_usd"] += compute_usd(i, usd_per_gpu_hour)
         g = gain(i, population, env)
         if g is not None:
             s["measured"] += 1
@@ -61,20 +75,22 @@ def arm_stats(population, env, models: list[str] | None = None, pending: Counter
     return out
 
 
-def choose(models: list[str], population, env, pending: Counter | None = None) -> str:
+def choose(models: list[str], population, env, pending: Counter | None = None,
+           usd_per_gpu_hour: float = 0.0) -> str:
     """The model for the next batch (deterministic for the same population)."""
-    st = arm_stats(population, env, models, pending)
+    st = arm_stats(population, env, models, pending, usd_per_gpu_hour)
     fresh = [m for m in models if st[m]["proposals"] < defaults.ENSEMBLE_MIN_TRIES]
     if fresh:
         return min(fresh, key=lambda m: (st[m]["proposals"], models.index(m)))
     total = sum(s["proposals"] for s in st.values())
     means = {m: st[m]["gain"] / st[m]["measured"] for m in models if st[m]["measured"]}
     scale = max(means.values(), default=0.0) or (population.baseline_std or 1e-6)
-    costs = [st[m]["usd"] / st[m]["proposals"] for m in models if st[m]["usd"] > 0]
+    spent = {m: st[m]["usd"] + st[m]["compute_usd"] for m in models}
+    costs = [spent[m] / st[m]["proposals"] for m in models if spent[m] > 0]
     floor = min(costs) / 100 if costs else 1.0       # an unpriced model is not free forever
 
     def score(m):
         s = st[m]
         bonus = defaults.ENSEMBLE_UCB_C * scale * math.sqrt(math.log(total) / max(1, s["measured"]))
-        return (means.get(m, 0.0) + bonus) / max(s["usd"] / s["proposals"], floor)
+        return (means.get(m, 0.0) + bonus) / max(spent[m] / s["proposals"], floor)
     return max(models, key=lambda m: (score(m), -models.index(m)))

@@ -158,7 +158,7 @@ class LLMPolicy(Policy):
         if not members:
             return None
         pending = Counter(p.model for p in self._pending if p.model)
-        return bandit.choose(members, population, env, pending)
+        return bandit.choose(members, population, env, pending, llm.cfg.ensemble_gpu_usd_per_hour)
 
     def _run_batch(self, plan: BatchPlan, population, llm, model: str | None = None) -> list[Proposal]:
         messages = [{"role": "user", "content": plan.prompt}]

@@ -2,11 +2,12 @@
 
 Epoch 0 asks for `ideas_per_epoch` seed ideas in batches of `batch`, each batch shown the titles
 already proposed in the epoch. A later epoch splits into exploit batches first, then explore
-batches, by `schedule()`: the exploit share is min(0.5 + 0.1 * (epoch // 2), 0.8), rounded down to
-whole batches.
+batches, by `schedule()`: the exploit share is min(start + 0.1 * (epoch // 2), 0.8), rounded down to
+whole batches; `start` is policy.exploit_start (the paper's 0.5).
 
 - exploit: up to `max_parents` parents sampled uniformly from the ideas that beat the measured
-  baseline (promoted/confirmed ones first, demoted ones never); with no baseline yet, the best
+  baseline (promoted/confirmed ones first; demoted ones only with `exploit_demoted`, by the mean of
+  all their seeds); with no baseline yet, the best
   measured ideas. The model combines and refines them. Parents = the shown ids the idea cites,
   else the shown ones (at most defaults.MAX_PARENT_IDS); it branches off the baseline, except when it cites
   exactly one parent: then it builds on that parent's commit.
@@ -29,25 +30,29 @@ from .prompting import Listing, ParsedIdea, history
 PREFERRED = ("promoted", "confirmed")
 
 
-def exploit_share_tenths(epoch: int) -> int:
-    """The paper's min(0.5 + 0.1 * (epoch // 2), 0.8), in tenths (integers: no float rounding)."""
-    return min(5 + epoch // 2, 8)
+def exploit_share_tenths(epoch: int, start: float = 0.5) -> int:
+    """min(start + 0.1 * (epoch // 2), max(0.8, start)) in tenths (integers: no float rounding); the
+    paper's with start = 0.5 (policy.exploit_start)."""
+    s = round(start * 10)
+    return min(s + epoch // 2, max(8, s))
 
 
-def schedule(epoch: int, ideas_per_epoch: int, batch: int) -> tuple[int, int]:
+def schedule(epoch: int, ideas_per_epoch: int, batch: int, start: float = 0.5) -> tuple[int, int]:
     """(n_exploit, n_explore) for one epoch. Epoch 0 is all seed ideas: (0, ideas_per_epoch)."""
     if epoch <= 0:
         return 0, ideas_per_epoch
     batch = max(1, batch)
-    n_exploit = ideas_per_epoch * exploit_share_tenths(epoch) // 10
+    n_exploit = ideas_per_epoch * exploit_share_tenths(epoch, start) // 10
     n_exploit = n_exploit // batch * batch
     return n_exploit, ideas_per_epoch - n_exploit
 
 
-def exploit_candidates(population, env) -> tuple[list, list]:
+def exploit_candidates(population, env, demoted: bool = False) -> tuple[list, list]:
     """(preferred, others): ideas worth building on. Preferred = promoted/confirmed by the noise-aware
-    loop. With a measured baseline, only ideas that beat it; without one, all measured ideas."""
-    ok = [i for i in population.succeeded() if not (i.note and i.note.decision == "demoted")]
+    loop. With a measured baseline, only ideas that beat it; without one, all measured ideas.
+    Demoted ideas are among the others only with `demoted` (policy.exploit_demoted): their value is
+    then the mean over all their seeds, so one that still beats the baseline gained something."""
+    ok = [i for i in population.succeeded() if demoted or not (i.note and i.note.decision == "demoted")]
     base = population.baseline_value
     if base is not None:
         ok = [i for i in ok if env.better(i.value, base)]
@@ -80,7 +85,7 @@ class EvolutionaryPolicy(LLMPolicy):
             prompt = self.prompts.page("seed", population, env, k, avoid=avoid)
             return BatchPlan("seed", epoch, batch_no, k, prompt, self.prompts.system(),
                              self.prompts.hash("system", "seed", "task", "format", "avoid"))
-        n_exploit, _ = schedule(epoch, cfg.ideas_per_epoch, bs)
+        n_exploit, _ = schedule(epoch, cfg.ideas_per_epoch, bs, cfg.exploit_start)
         if done < n_exploit:
             k = min(bs, n_exploit - done)
             plan = self._exploit(population, env, epoch, batch_no, k, rng, avoid)
@@ -92,7 +97,7 @@ class EvolutionaryPolicy(LLMPolicy):
 
     def _exploit(self, population, env, epoch, batch_no, k, rng, avoid) -> BatchPlan | None:
         cfg = self.cfg
-        preferred, others = exploit_candidates(population, env)
+        preferred, others = exploit_candidates(population, env, cfg.exploit_demoted)
         if cfg.islands > 1:
             island = batch_no % cfg.islands
             preferred, others = (island_candidates(c, population, island, cfg.islands, epoch,

@@ -25,7 +25,7 @@ from .prepare import prepare_key
 from .outcome import outcome_from_files, whole_tail  # noqa: F401  (re-exported: the runners' shared API)
 from .protocol import (HostUnreachable, PollState, Runner, Shell, Slot, TrialOutcome,  # noqa: F401
                        TrialSpec)
-from .trialdir import (_MINE_FN, _POLL_FN, _PROBE, SECRET_NAME, _slot_file,  # noqa: F401
+from .trialdir import (MINE_FN, POLL_FN, PROBE, SECRET_NAME, slot_file,  # noqa: F401
                        bundle, scrubbed_env, trial_env, trial_script)
 
 
@@ -129,7 +129,7 @@ class ShellRunner:
         root = self.work_root(slot.host).rstrip("/")
         tdir = f"{root}/{spec.trial_id}"
         q = shlex.quote
-        lock = f"{root}/.slots/{_slot_file(slot.slot)}.lock" if self.prestage > 1 else ""
+        lock = f"{root}/.slots/{slot_file(slot.slot)}.lock" if self.prestage > 1 else ""
         hs = self.host_sandbox(slot.host)
         # `~/x` data paths name the host user's home: inside, HOME is the trial's own directory
         data = {k: host_path(v, hs.home) or v for k, v in self.data_env(slot.host).items()}
@@ -214,7 +214,7 @@ class ShellRunner:
             calls = "".join(f"st {shlex.quote(handles[i]['dir'])} {int(handles[i].get('pid') or 0) or ''}\n"
                             for i in idx)
             try:
-                rc, res, _ = self.shell_for(host).run(_POLL_FN + calls, timeout=30)
+                rc, res, _ = self.shell_for(host).run(POLL_FN + calls, timeout=30)
             except HostUnreachable:
                 return
             words = res.decode(errors="replace").split()
@@ -308,7 +308,7 @@ class ShellRunner:
             # the trials' PATH, so the fingerprint names the python (and torch) the runs really use
             prefix = self.path_prefix(host)
             path = "export PATH=" + '"$PATH"'.join(shlex.quote(part) for part in prefix.split("$PATH")) + "\n"
-            hit = cache[host] = (time.monotonic(), sh.run(path + _PROBE, timeout=60)[1].decode(errors="replace"))
+            hit = cache[host] = (time.monotonic(), sh.run(path + PROBE, timeout=60)[1].decode(errors="replace"))
         return hit[1]
 
     def _read_files(self, sh: Shell, d: str, names: list[str]) -> dict[str, bytes]:
@@ -337,7 +337,7 @@ class ShellRunner:
         sh = self.shell_for(handle["host"])
         q = shlex.quote(handle["dir"])
         # only groups whose leader is still this trial's: a pid from a file may be reused by now
-        sh.run(_MINE_FN + f"g=; for f in {q}/run.pid {q}/eval.pid {q}/pgid; do read -r p < \"$f\" && "
+        sh.run(MINE_FN + f"g=; for f in {q}/run.pid {q}/eval.pid {q}/pgid; do read -r p < \"$f\" && "
                f"mine {q} \"$p\" && g=\"$g $p\"; done 2>/dev/null; [ -n \"$g\" ] || exit 0; "
                f"for p in $g; do kill -TERM -- -$p; done 2>/dev/null; sleep 1; "
                f"for p in $g; do kill -KILL -- -$p; done 2>/dev/null; true", timeout=60)

@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 from autoresearchd import defaults
 from autoresearchd.manifest import EnvManifest
 
-from .base import (_PROBE, SECRET_NAME, HostUnreachable, PollState, Shell, ShellRunner, Slot, TrialOutcome,
+from .base import (PROBE, SECRET_NAME, HostUnreachable, PollState, Shell, ShellRunner, Slot, TrialOutcome,
                    TrialSpec)
 from .local import LocalShell
 
@@ -280,7 +280,7 @@ class SlurmRunner(ShellRunner):
         return sorted(n for n in {*os.environ, *self._environ} if _SECRET.search(n))
 
     def launch(self, sh: Shell, tdir: str, spec: TrialSpec, slot: Slot) -> dict[str, Any]:
-        rc, _, err = sh.run(f"cat > {shlex.quote(tdir)}/probe.sh", stdin=_PROBE.encode(), timeout=60)
+        rc, _, err = sh.run(f"cat > {shlex.quote(tdir)}/probe.sh", stdin=PROBE.encode(), timeout=60)
         if rc != 0:
             raise RuntimeError(f"copying probe.sh to {self.host} failed: {err.decode(errors='replace')[-300:]}")
         # sbatch hands its environment to the job (--export=ALL), and the job runs LLM-written

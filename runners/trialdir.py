@@ -27,7 +27,7 @@ def trial_script() -> bytes:
     return resources.files("autoresearchd.runners").joinpath("trial.sh").read_bytes()
 
 
-_PROBE = r"""
+PROBE = r"""
 acc=cpu
 if command -v nvidia-smi >/dev/null 2>&1; then
   n=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
@@ -92,13 +92,13 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
 
 # Is process $2 this trial's ($1)? PIDs wrap quickly on a busy host, so a pid file alone can name a
 # stranger. The wrapper and its groups work in the trial dir, code/ or eval/ (test builtins, no fork).
-_MINE_FN = r"""mine() {
+MINE_FN = r"""mine() {
   [ -d /proc/1 ] || return 0
   [ /proc/$2/cwd -ef "$1" ] || [ /proc/$2/cwd -ef "$1/code" ] || [ /proc/$2/cwd -ef "$1/eval" ] ||
     { tr '\0' '\n' < /proc/$2/environ | grep -qF "=$1/"; } 2>/dev/null
 }
 """
-_POLL_FN = _MINE_FN + r"""st() {
+POLL_FN = MINE_FN + r"""st() {
   if [ -e "$1/done" ]; then echo done; return; fi
   if [ ! -d "$1" ]; then echo missing; return; fi
   p=$2; [ -n "$p" ] || { read -r p < "$1/pgid"; } 2>/dev/null || p=
@@ -114,7 +114,7 @@ _POLL_FN = _MINE_FN + r"""st() {
 # is placed on the host and still waits for its slot (pre-staging), so its budget clock has not started.
 
 
-def _slot_file(slot: str) -> str:
+def slot_file(slot: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.,-]", "_", slot) or "_"
 
 

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from autoresearchd.implement.safety import SafetyRules
-from autoresearchd.manifest import _match
+from autoresearchd.manifest import match_globs
 
 DATA = Path(__file__).parent / "data" / "diffs"
 SPEC = json.loads((DATA / "cases.json").read_text())
@@ -41,7 +41,7 @@ def expected_files(spec: dict) -> dict[str, bytes]:
 
 def rules() -> SafetyRules:
     r = SPEC["rules"]
-    return SafetyRules(is_frozen=lambda p: _match(p, r["frozen"]), max_file_bytes=r["max_file_bytes"],
+    return SafetyRules(is_frozen=lambda p: match_globs(p, r["frozen"]), max_file_bytes=r["max_file_bytes"],
                        max_diff_bytes=r["max_diff_bytes"])
 
 

@@ -1,5 +1,5 @@
 """Helpers for the fault-injection, security and scale suites (tests/test_faults_*.py, test_hostile.py,
-test_secrets.py, test_load.py) and bench/run_all.py.
+test_secrets.py, test_scale.py) and bench/run_all.py.
 
 - `ToyLLM`: a responder for tests/fake_llm.py that plays a model for the toy env: propose requests get
   fresh, mutually dissimilar ideas (so the duplicate filter keeps them), implement requests get a diff

@@ -84,6 +84,19 @@ def test_env_overrides_decode_lists_and_tables_and_name_a_bad_variable(tmp_path)
         load_config(tmp_path / "c.toml", environ={"AUTORESEARCHD_RUNNER__SLOTS": "many"})
 
 
+def test_a_bad_override_is_blamed_on_its_variable_not_on_the_file(tmp_path):
+    """The file is fine; the variable is not: the one-liner names the variable, so nobody searches the
+    file for a key it does not hold. A bad key in the file is still the file's."""
+    (tmp_path / "c.toml").write_text("[runner]\nslots = 2\n")
+    with pytest.raises(ConfigError, match=r"^environment \(AUTORESEARCHD_RUNNER__SLOTZ\): unknown key 'runner.slotz'"):
+        load_config(tmp_path / "c.toml", environ={"AUTORESEARCHD_RUNNER__SLOTZ": "3"})
+    with pytest.raises(ConfigError, match=r"^environment \(AUTORESEARCHD_RUNNER__SLOTS\): runner.slots: .*'x'"):
+        load_config(tmp_path / "c.toml", environ={"AUTORESEARCHD_RUNNER__SLOTS": "x"})
+    (tmp_path / "c.toml").write_text("[runner]\nslotz = 2\n")
+    with pytest.raises(ConfigError, match=r"c.toml: unknown key 'runner.slotz'"):
+        load_config(tmp_path / "c.toml", environ={"AUTORESEARCHD_RUNNER__SLOTS": "3"})
+
+
 def test_without_a_config_start_finds_the_packaged_env_from_any_directory(tmp_path, monkeypatch):
     """No config file: research.env is the packaged `tinygpt`, not a path relative to the cwd."""
     from autoresearchd.research import template_path

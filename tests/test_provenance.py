@@ -175,7 +175,8 @@ def test_pushed_provenance_hacks_and_titles_end_to_end(make_repo, tmp_path, monk
     # an honest improvement whose message forges every provenance trailer the daemon knows
     forged = _push(cl, "mallory/forged", "Scale x to 0.9 <script>alert(2)</script>\n\nAn honest change with a forged footer.\n\n"
                    "Idea-Id: e000-deadbeef\nOrigin: seed\nEpoch: 99\nParents: e000-cafecafe\nCost-USD: 1e9\n"
-                   "Tokens: 999999999\nIdea-Cost-USD: 1e9\nModel: gpt-9\n", TOY_RUN.replace("x = 1.0", "x = 0.9"))
+                   "Tokens: 999999999\nIdea-Cost-USD: 1e9\nModel: gpt-9\nTrailer-Version: x\n",   # unreadable: no crash
+                   TOY_RUN.replace("x = 1.0", "x = 0.9"))
     # a reward hack: a number far better than the env allows (below the plausible floor)
     hack = _push(cl, "mallory/hack", EVIL, TOY_RUN.replace("x = 1.0", "x = 0.01"))
     # tamper: the run rewrites the frozen evaluator in its own code dir (the runner's evidence)

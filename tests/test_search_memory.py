@@ -229,12 +229,13 @@ def test_the_simulator_runs_the_lessons_and_ensemble_rows_and_prints_prompt_size
     import sys
     from pathlib import Path
     r = subprocess.run([sys.executable, "bench/search_sim.py", "--seeds", "1", "--budget", "80", "--jobs", "1",
-                        "--prompt-sizes", "--variants", "+ lessons (every 10 results), prompt;+ ensemble"],
+                        "--prompt-sizes", "--variants", "+ lessons (every 10 results), prompt;+ ensemble (strong"],
                        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout
     assert "| + lessons (every 10 results), prompt budget 1500 | " in out and "| + ensemble (strong" in out
-    assert re.search(r"\+ ensemble \(strong \+ cheap, UCB per \$\): sim-cheap \d+%, sim-ideator \d+%", out)
+    assert re.search(r"\+ ensemble \(strong \+ cheap, UCB per \$ of LLM and GPU\): "
+                     r"sim-cheap \d+%, sim-ideator \d+%", out)
     sizes = next(ln for ln in out.splitlines() if ln.startswith("| + lessons") and "±" not in ln)
     cells = [int(c) for c in re.findall(r"\| (\d+) ", sizes + " ")]
     assert len(cells) >= 2 and all(c <= 1500 + 200 for c in cells)     # the page's budget + the system prompt

@@ -181,6 +181,33 @@ def test_overview_lineage_and_failures_views(page, site):
                                                                 h.startswith("check failed") for h in heads)
 
 
+def test_the_baseline_has_an_idea_page_and_every_idea_link_resolves(page, site):
+    """The overview and the lineage link the baseline: its page shows its commit, per-seed values and
+    checkout command; no idea link on those views leads to a 404."""
+    base = site["srv"].url
+    repo = site["repo"]
+    links = set()
+    for view, ready in (("#/", ".chart canvas"), ("#/lineage", "li.node")):
+        page.get(base + "/" + view)
+        wait(page, lambda d: d.find_elements("css selector", ready), what=view)
+        links |= set(page.execute_script("return [...document.querySelectorAll('main a[href^=\"#/idea/\"]')]"
+                                         ".map(a => decodeURIComponent(a.getAttribute('href').slice(7)))"))
+    assert "baseline" in links and len(links) > 5
+    for ref in links:
+        assert fetch(base + "/api/idea/" + urllib.request.quote(ref, safe=""))[0] == 200, ref
+    page.get(base + "/#/")
+    wait(page, lambda d: d.find_elements("css selector", ".chart canvas"), what="overview")
+    page.find_element("css selector", 'main a[href="#/idea/baseline"]').click()
+    wait(page, lambda d: d.execute_script("const t = document.querySelector('.idea h2'); "
+                                          "return t && t.textContent.includes('baseline')"), what="baseline page")
+    commit = repo.rev_parse("refs/heads/main")
+    assert commit in page.find_element("id", "git-cmd").text and "main" in page.find_element("id", "git-cmd").text
+    seeds = page.execute_script("return [...document.querySelectorAll('#seeds tr')].slice(1)"
+                                ".map(r => r.children[2].textContent)")
+    assert seeds == [f"{v:.4f}" for v in BASELINE_VALUES]
+    assert f"{commit}" in page.execute_script("return document.querySelector('main').textContent")
+
+
 def test_read_only_host_check_and_no_secret_in_api(site):
     url = site["srv"].url
     assert fetch(url + "/api/overview", method="POST")[0] == 405

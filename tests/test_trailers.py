@@ -21,7 +21,7 @@ def test_trailers_round_trip_through_a_real_commit_as_typed_values(tmp_path):
     idea = idea_from_commit(commit, repo.tree_of(commit), base, text, None)
     tr = idea.trailers
     assert (tr.idea_id, tr.origin, tr.parents, tr.epoch, tr.tokens, tr.cost_usd, tr.version) == \
-        ("e001-abcd1234", "exploit", ["e000-1", "e000-2"], 1, 1200, 0.012346, TRAILER_VERSION)
+        ("e001-abcd1234", "exploit", ("e000-1", "e000-2"), 1, 1200, 0.012346, TRAILER_VERSION)
     assert (idea.idea_id, idea.parents, idea.epoch, idea.cost_usd, idea.text) == \
         ("e001-abcd1234", ["e000-1", "e000-2"], 1, 0.012346, "Replace learned positions.")
     # the model is frozen: a caller cannot change what the commit says
@@ -54,3 +54,31 @@ def test_leases_carry_a_version_and_old_or_newer_ones_read():
     got = parse_leases(newer)[0]
     assert (got.version, got.seed, got.gpu_uuid) == (2, 0, "GPU-1")       # an added key is kept
     assert parse_leases("leases: [1, 2]\n") == []                          # garbage is no lease, not a crash
+
+
+def test_rewritten_trailers_name_the_writers_version_and_stay_immutable():
+    """The implementer re-writes a proposal's trailers (adding its own). Read from a newer version,
+    the keys this daemon does not know were dropped: what it writes is its own version, so a newer
+    daemon does not look for them. The parents are a tuple: the frozen model cannot be changed in place."""
+    _, _, raw = parse_message("T\n\nbody\n\nIdea-Id: e003-z\nParents: a, b\nTrailer-Version: 7\n")
+    assert raw["Trailer-Version"] == "7" and parse_trailers(raw).version == 7
+    rewritten = format_message("T", "body", dict(raw, Attempts=2))
+    assert rewritten.endswith(f"Attempts: 2\nTrailer-Version: {TRAILER_VERSION}\n")
+    assert parse_trailers(parse_message(rewritten)[2]).version == TRAILER_VERSION
+    tr = parse_trailers(raw)
+    assert tr.parents == ("a", "b")
+    try:
+        tr.parents.append("c")
+        raise AssertionError("parents are mutable")
+    except AttributeError:
+        pass
+
+
+def test_a_pushed_commit_with_an_unreadable_version_still_reads(tmp_path):
+    """Every commit is parsed before a pushed one's trailers are set aside: `Trailer-Version: x` in a
+    pushed message must read as version 1, not raise (it would stop every population read)."""
+    msg = "Hack\n\nbody\n\nIdea-Id: e000-0badf00d\nTrailer-Version: x\n"
+    idea = idea_from_commit("c" * 40, "t" * 40, "b" * 40, msg, "refs/heads/idea/m/hack")
+    assert (idea.trailers.version, idea.idea_id) == (1, "e000-0badf00d")
+    for bad in ("1.5", "-3", "", "99999999999999999999"):
+        assert parse_trailers({"Trailer-Version": bad, "Epoch": "2"}).epoch == 2

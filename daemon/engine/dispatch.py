@@ -47,6 +47,8 @@ class Dispatcher(Collector):
         self._pool = ThreadPoolExecutor(8, thread_name_prefix="dispatch")   # submits and clean-ups
 
     def _noted(self, commit: str, idea, note: Note) -> None:
+        if note.model_config.get("frozen"):
+            note = note.model_copy()        # a population's note is shared (store/frozen.py): write a copy
         if idea is not None:
             # the daemon's record of provenance: for a pushed commit this, not its trailers, is the truth
             note.origin, note.epoch = idea.origin, idea.epoch

@@ -83,23 +83,47 @@ def t975(dof: int) -> float:
     return _T975[dof - 1] if 1 <= dof <= len(_T975) else 1.96
 
 
-def pooled_std(a: list[float], b: list[float]) -> float | None:
-    """Pooled sample std of two groups (None with fewer than 2 degrees of freedom... of 1)."""
-    dof = len(a) - 1 + len(b) - 1
+def pooled_noise(groups: list[list[float]]) -> tuple[float | None, int]:
+    """(pooled sample std, degrees of freedom) of groups of repeated runs, each group one commit at
+    several seeds around its own mean: the seed noise, if it is the same for every commit. None when
+    no group has two values."""
+    dof = sum(len(g) - 1 for g in groups if g)
     if dof < 1:
-        return None
-    ss = sum((x - statistics.fmean(a)) ** 2 for x in a) if len(a) > 1 else 0.0
-    ss += sum((x - statistics.fmean(b)) ** 2 for x in b) if len(b) > 1 else 0.0
-    return (ss / dof) ** 0.5
+        return None, 0
+    ss = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in groups if len(g) > 1)
+    return (ss / dof) ** 0.5, dof
+
+
+def pooled_std(a: list[float], b: list[float]) -> float | None:
+    """Pooled sample std of two groups (None with fewer than 1 degree of freedom)."""
+    return pooled_noise([a, b])[0]
+
+
+def repeat_groups(pop: Population, exclude: str | None = None) -> list[list[float]]:
+    """The fresh seeds (seed 1 and up: confirmation runs) of every idea that has at least two, each
+    idea a group. Seed 0 is left out: it was selected for looking good, so its distance from the
+    fresh seeds' mean is not plain noise."""
+    out = []
+    for i in pop.ideas:
+        if i.commit == exclude or i.note is None or i.note.status != Status.SUCCEEDED:
+            continue
+        fresh = [t.value for t in i.note.trials
+                 if t.seed != 0 and t.status == Status.SUCCEEDED and t.value is not None]
+        if len(fresh) > 1:
+            out.append(fresh)
+    return out
 
 
 def decide(value: float, goal: str, baseline: float | None, baseline_std: float | None,
            best: float | None, noise_mult: float, confirm_enabled: bool, confirmed: bool = False,
-           n: int = 1, k: int = 1, std: float | None = None, noise_known: bool = True) -> str | None:
+           n: int = 1, k: int = 1, std: float | None = None, noise_known: bool = True,
+           dof: int | None = None, confirm_min: float = 0.0) -> str | None:
     """The decision for `value` (a mean over n seeds) against the baseline (a mean over k seeds) and
     `best`, the best confirmed/promoted value so far. A margin is a noise multiple (at least the
     t quantile for the degrees of freedom) times the standard error of the difference: a single
-    run against sqrt(1 + 1/k) baseline stds; a confirmed mean against the pooled std (`std`).
+    run against sqrt(1 + 1/k) noise stds (`baseline_std`); a confirmed mean against the pooled std
+    (`std`). `dof` is the noise estimate's degrees of freedom when it pools more than these runs
+    (noise_pool); by default k - 1 for a single run, n - 1 + k - 1 for a confirmed mean.
     With `noise_known` False (baseline seeds came back identical: the run ignores its seed) no margin
     can be computed, so nothing is promoted: a gain is only `improved`."""
     if baseline is None:
@@ -108,19 +132,21 @@ def decide(value: float, goal: str, baseline: float | None, baseline_std: float 
         vs = gain(value, baseline, goal)
         return "improved" if vs > 0 else "worse" if vs < 0 else "within_noise"
     s = baseline_std or 0.0
-    single = max(noise_mult, t975(k - 1) if k > 1 else noise_mult) * s * (1 + 1 / max(1, k)) ** 0.5
+    d1 = dof if dof is not None else k - 1
+    single = max(noise_mult, t975(d1) if d1 > 0 else noise_mult) * s * (1 + 1 / max(1, k)) ** 0.5
     vs_base = gain(value, baseline, goal)
     reference = best if best is not None and gain(best, baseline, goal) > 0 else baseline
     vs_best = gain(value, reference, goal)
     if confirmed:
-        dof = n - 1 + k - 1
+        d2 = dof if dof is not None else n - 1 + k - 1
         sp = std if std is not None else s
-        margin = max(noise_mult, t975(dof)) * sp * (1 / max(1, n) + 1 / max(1, k)) ** 0.5
+        margin = max(noise_mult, t975(d2)) * sp * (1 / max(1, n) + 1 / max(1, k)) ** 0.5
         return "confirmed" if vs_best > 0 and vs_base > margin else "demoted"
     if vs_best > 0:
-        if vs_best <= single and confirm_enabled:
+        if vs_best > single or not confirm_enabled:
+            return "promoted"
+        if vs_best > confirm_min * s * (1 + 1 / max(1, k)) ** 0.5:
             return "pending"
-        return "promoted"
     if vs_base > single:
         return "improved"
     if vs_base < -single:
@@ -209,11 +235,31 @@ def fill_baseline(note: Note, idea: Idea | None, pop: Population, manifest, poli
     noise_known = manifest.deterministic or not identical_seeds(b.values)
     if not noise_known:
         note.flags = sorted(set(note.flags) | {NOISE_UNKNOWN_FLAG})
-    note.decision = decide(sum(vals) / len(vals), manifest.goal, b.value, b.std,
+    noise, spread, dof = noise_estimate(pop, idea, vals if confirmed else None, policy_cfg)
+    note.decision = decide(sum(vals) / len(vals), manifest.goal, b.value, noise,
                            best_value(pop, manifest.goal, idea.commit), policy_cfg.noise_mult,
                            policy_cfg.confirm_seeds > 0, confirmed, n=len(vals), k=len(b.values),
-                           std=pooled_std(vals, b.values), noise_known=noise_known)
+                           std=spread, noise_known=noise_known, dof=dof,
+                           confirm_min=policy_cfg.confirm_min)
     return True
+
+
+def noise_estimate(pop: Population, idea: Idea, fresh: list[float] | None,
+                   policy_cfg) -> tuple[float | None, float | None, int | None]:
+    """(std for a single run, std for a confirmed mean, dof or None) for `decide`. By default the
+    seed noise is measured on the baseline's seeds (and, for a confirmation, the idea's fresh seeds).
+    With `noise_pool` every idea's confirmation seeds add to it: a few baseline seeds give a noisy
+    estimate of the noise (with 3, it is off by half or more one search in three), and a margin built
+    on an overestimate demotes real gains while the t quantile for 2 degrees of freedom (4.3) keeps
+    the margin wide long after the noise is well known."""
+    b = pop.baseline_note
+    if not policy_cfg.noise_pool:
+        return b.std, pooled_std(fresh, b.values) if fresh else None, None
+    groups = [b.values] + repeat_groups(pop, exclude=idea.commit) + ([fresh] if fresh else [])
+    std, dof = pooled_noise(groups)
+    if std is None:          # a single baseline seed and nothing repeated yet: the baseline's own
+        return b.std, None, None
+    return std, std, dof
 
 
 def _accel_class(acc: str) -> str:

@@ -30,6 +30,7 @@ from autoresearchd.store.ideas import branch_for, format_message, make_idea_id, 
 from autoresearchd.store.ledger import Ledger
 from autoresearchd.store.notes import Note, Status
 from autoresearchd.store.refs import IDEAS_PREFIX, IDEA_BRANCHES, PROPOSALS_PREFIX, RECORDS_PREFIX, branch_name
+from autoresearchd.store.trailers import parse_trailers
 
 log = logging.getLogger("autoresearchd")
 
@@ -183,8 +184,8 @@ class Implementer:
         """Store the transcript; then commit the idea's branch (tree set) or write a record with a
         note saying why it failed. Returns the branch ref on success."""
         m = self.research.manifest
-        idea_cost = float(trailers.get("Idea-Cost-USD") or 0)
-        idea_tokens = int(trailers.get("Idea-Tokens") or 0)
+        proposed = parse_trailers(trailers)        # typed: a malformed number is absent, not a crash
+        idea_cost, idea_tokens = proposed.idea_cost_usd or 0.0, proposed.idea_tokens or 0
         blob = self.ledger.store_log(f"{idea_id}-implement",
                                      json.dumps(transcript, indent=1).encode())
         trailers.update({"Model": model or trailers.get("Model"), "Attempts": attempts,

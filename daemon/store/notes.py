@@ -254,7 +254,7 @@ def parse_note(text: str) -> Note | None:
 
 
 # -- leases -------------------------------------------------------------------------------------
-LEASE_VERSION = 1
+LEASE_VERSION = defaults.LEASE_VERSION
 
 
 class Lease(BaseModel):

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
+from types import MappingProxyType
 from dataclasses import dataclass, field
 
 from autoresearchd.goal import best
+from autoresearchd.store.frozen import freeze_note
 from autoresearchd.store.gitrepo import GitError, GitRepo
 from autoresearchd.store.ideas import Idea, as_pushed, idea_from_commit
 from autoresearchd.store.notes import Note, Status, parse_leases, parse_note
@@ -111,7 +113,8 @@ def _placements(ideas: list[Idea], own: set[str]):
 
 class _LRU(OrderedDict):
     """Parsed objects by object id. Git objects never change, so a hit is always valid; the daemon
-    re-reads the population every tick and most of that time is parsing."""
+    re-reads the population every tick and most of that time is parsing. What it holds is shared by
+    every reader, so it holds only immutable forms (store/frozen.py, MappingProxyType)."""
 
     def __init__(self, size: int):
         super().__init__()
@@ -132,8 +135,9 @@ _IDEAS = _LRU(50_000)
 
 
 def _note(blob: str, objs: dict[str, bytes]) -> Note | None:
-    """The parsed note for a blob; callers that modify a note must copy it first."""
-    return _NOTES.get_or(blob, lambda: parse_note(objs[blob].decode(errors="replace")))
+    """The parsed note for a blob, frozen: it is shared, so a caller that would change it gets an
+    error; `note.model_copy()` is a mutable copy."""
+    return _NOTES.get_or(blob, lambda: freeze_note(parse_note(objs[blob].decode(errors="replace"))))
 
 
 def _parse_commit(raw: bytes) -> tuple[str, list[str], str, int]:
@@ -158,8 +162,10 @@ def _make_idea(ref: str, sha: str, own: set[str], note_blob: str | None, lease_b
     """The idea a ref shows (before pushed ideas are placed): a fresh object, free for the caller."""
     def make():
         tree, parents, msg, ts = _parse_commit(objs[sha])
-        return idea_from_commit(sha, tree, parents[0] if parents else None, msg, None, ts)
-    idea = dataclasses.replace(_IDEAS.get_or(sha, make))
+        i = idea_from_commit(sha, tree, parents[0] if parents else None, msg, None, ts)
+        return MappingProxyType(dict(vars(i), parents=tuple(i.parents)))   # trailers: a frozen model
+    fields = _IDEAS.get_or(sha, make)       # immutable: each idea gets its own lists
+    idea = Idea(**dict(fields, parents=list(fields["parents"]), leases=[]))
     on_branch = ref.startswith((IDEA_BRANCHES, ARCHIVE_PREFIX))
     if on_branch and sha not in own:
         idea = as_pushed(idea)

@@ -14,7 +14,9 @@ from typing import Annotated, Any, Callable
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-TRAILER_VERSION = 1
+from autoresearchd import defaults
+
+TRAILER_VERSION = defaults.TRAILER_VERSION
 
 
 def _lenient(cast: Callable[[Any], Any]):
@@ -28,10 +30,10 @@ def _lenient(cast: Callable[[Any], Any]):
     return BeforeValidator(read)
 
 
-def _names(v) -> list[str]:
+def _names(v) -> tuple[str, ...]:
     if isinstance(v, str):
-        return [p.strip() for p in v.split(",") if p.strip()]
-    return list(v or [])
+        return tuple(p.strip() for p in v.split(",") if p.strip())
+    return tuple(v or ())
 
 
 Int = Annotated[int | None, _lenient(int)]
@@ -43,7 +45,9 @@ class Trailers(BaseModel):
     model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
     idea_id: str | None = Field(None, alias="Idea-Id")
     origin: str | None = Field(None, alias="Origin")
-    parents: Annotated[list[str], BeforeValidator(_names)] = Field(default_factory=list, alias="Parents")
+    # a tuple: a frozen model whose list could still be appended to would not be immutable (ideas are
+    # cached process-wide by the population reader)
+    parents: Annotated[tuple[str, ...], BeforeValidator(_names)] = Field((), alias="Parents")
     epoch: Int = Field(None, alias="Epoch")
     model: str | None = Field(None, alias="Model")
     idea_model: str | None = Field(None, alias="Idea-Model")        # who proposed it (the bandit's arm)
@@ -62,17 +66,18 @@ class Trailers(BaseModel):
 
     def lines(self) -> list[str]:
         """`Key: value` lines, in field order, absent ones left out; the version line only when there
-        is anything to version."""
+        is anything to version. It names the version written (this daemon's), not the one read: keys of
+        a newer version that this daemon does not know were dropped on reading."""
         out = []
         for name, f in type(self).model_fields.items():
             v = getattr(self, name)
-            if v is None or v == [] or v == "" or name == "version":
+            if v is None or v == () or v == "" or name == "version":
                 continue
             if isinstance(v, float):
                 v = f"{v:.6f}"
-            text = ", ".join(v) if isinstance(v, list) else " ".join(str(v).split())   # one line each
+            text = ", ".join(v) if isinstance(v, tuple) else " ".join(str(v).split())   # one line each
             out.append(f"{f.alias}: {text}")
-        return out + [f"Trailer-Version: {self.version}"] if out else out
+        return out + [f"Trailer-Version: {TRAILER_VERSION}"] if out else out
 
     def as_text(self) -> dict[str, str]:
         """The trailers as git shows them (key -> value text), for views."""
@@ -83,7 +88,7 @@ TRAILER_KEYS = frozenset(f.alias for f in Trailers.model_fields.values())
 
 
 def _read_v1(raw: dict[str, Any]) -> Trailers:
-    return Trailers.model_validate(raw)
+    return Trailers.model_validate(raw)     # the version is already an int (parse_trailers)
 
 
 # One reader per version; a newer version than this daemon knows is read by the newest reader (a
@@ -92,8 +97,12 @@ TRAILER_READERS = {1: _read_v1}
 
 
 def parse_trailers(raw: dict[str, Any]) -> Trailers:
+    """Typed trailers of a commit's raw `Key: value` lines. Any commit is read this way, a pushed one
+    too (before its trailers are set aside), so nothing in them may raise: an unreadable version
+    (`Trailer-Version: x`) is version 1."""
     try:
-        version = int(raw.get("Trailer-Version", 1))
+        version = max(1, int(raw.get("Trailer-Version", 1)))
     except (TypeError, ValueError):
         version = 1
-    return TRAILER_READERS.get(version, TRAILER_READERS[max(TRAILER_READERS)])(raw)
+    return TRAILER_READERS.get(version, TRAILER_READERS[max(TRAILER_READERS)])(
+        {**raw, "Trailer-Version": version})

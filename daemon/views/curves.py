@@ -13,10 +13,14 @@ from autoresearchd.views.summary import compute_s, idea_usd
 NOT_ATTEMPTED = {Status.DUPLICATE, Status.CANCELLED}   # never ran: left out of the execution rate
 
 
+def finish_key(i) -> tuple:
+    """Where an idea with a result note stands in the order results arrived."""
+    return (i.note.finished_at or i.committed_at, i.idea_id)
+
+
 def _finished(pop):
     """Ideas with a result note, in the order their results arrived."""
-    done = [i for i in pop.ideas if i.note is not None]
-    return sorted(done, key=lambda i: (i.note.finished_at or i.committed_at, i.idea_id))
+    return sorted((i for i in pop.ideas if i.note is not None), key=finish_key)
 
 
 def series(pop, goal: str, gpus: int = 1) -> dict:

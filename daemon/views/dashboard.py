@@ -2,8 +2,9 @@
 failures, one idea), built from the same readers as `status`, `ideas` and `show` (observe.py).
 
 A `Snapshot` is immutable once built: it holds the research repo, one population, and indexes computed
-at most once (leaderboard rows, reused from the previous snapshot for ideas that did not change; the
-lineage's children, subtree sizes and bests, on first use). The server builds a new one
+at most once: the leaderboard index (board.py) and the overview's figures and curves (totals.py), moved
+on from the previous snapshot's by the ideas that changed; the lineage's children, subtree sizes and
+bests, on first use. The server builds a new one
 only when git changed, so every request between two notes is served from memory. Nothing here
 writes to git. Text that leaves this module passes `redact` (defence in depth: trials never see the
 daemon's secrets, but a served log must not carry one even if something leaked into it).
@@ -15,20 +16,17 @@ import json
 import os
 import shlex
 import time
-from collections import Counter
 
 from autoresearchd import defaults
 from autoresearchd.goal import better, sign
 from autoresearchd.runners.trialdir import SECRET_NAME
-from autoresearchd.store.notes import BEST_DECISIONS, FAILURES, GOOD_DECISIONS, Status
+from autoresearchd.store.notes import BEST_DECISIONS, GOOD_DECISIONS, Status
 from autoresearchd.store.refs import branch_name
-from autoresearchd.views.curves import series
-from autoresearchd.views.progress import running_trials
-from autoresearchd.views.summary import daemon_state, idea_tokens, idea_usd, leaderboard_row, rank_rows, summary
+from autoresearchd.views.summary import daemon_state, idea_tokens, idea_usd, summary
+from autoresearchd.views.board import FAILURE_GROUPS, Board, changes
+from autoresearchd.views.totals import Totals, rebuild
 
 SORT_KEYS = ("rank", "idea", "title", "value", "delta", "decision", "status", "origin", "epoch")
-FAILURE_GROUPS = ("implement_failed", "check_failed", "crashed", "timed_out", "rejected", "duplicate",
-                  "tamper_or_suspicious", "lost", "refused", "cancelled")
 
 
 def secrets_in_env(environ=None) -> list[str]:
@@ -53,28 +51,6 @@ def steps(curve: dict) -> dict:
     keep = [k for k in range(len(raw)) if k in (0, len(raw) - 1) or raw[k] != raw[k - 1] or conf[k] != conf[k - 1]
             or (k + 1 < len(raw) and (raw[k + 1] != raw[k] or conf[k + 1] != conf[k]))]
     return {key: [vals[k] for k in keep] for key, vals in curve.items()}
-
-
-def failure_reason(i) -> str | None:
-    """The failures view's group for an idea, or None when it did not fail."""
-    n = i.note
-    if n is None:
-        return None
-    flags = {str(f).lower() for f in (n.flags or [])}
-    extra = n.model_extra or {}             # newer daemons may file `suspicious: true` as its own key
-    if n.tamper or (n.decision or "") == "suspicious" or "suspicious" in flags or \
-            any(t.tamper for t in n.trials) or str(extra.get("suspicious") or "").lower() in ("true", "1"):
-        return "tamper_or_suspicious"
-    st = n.status
-    if st == Status.IMPLEMENT_FAILED:
-        return "check_failed" if "check" in (n.error or "").lower() else "implement_failed"
-    if st == Status.DUPLICATE:
-        return "duplicate"
-    if st == Status.FAILED:
-        return "crashed"
-    if st in FAILURES:
-        return st.value
-    return None
 
 
 def _colour(i) -> str:
@@ -102,21 +78,15 @@ class Snapshot:
         self.secrets = secrets_in_env() if secrets is None else secrets
         self.goal = research.manifest.goal
         self.built_at = time.time()
-        # An idea the live reader did not rebuild is the very object `prev` had: its row and failure
-        # reason are reused (a new note at 10k ideas builds one row, not 10k). Keyed by object id; the
-        # entry holds the idea, so no id is reused while the entry lives. Rows are never modified.
-        old = prev._per_idea if prev is not None else {}
-        per = {}
-        for i in pop.ideas:
-            o = old.get(id(i))
-            per[id(i)] = o if o is not None and o[0] is i else (i, leaderboard_row(i), failure_reason(i))
-        self._per_idea = per
-        self.rows = [per[id(i)][1] for i in pop.ideas]
-        rank_rows(self.rows, self.goal)
-        self.rank = {id(r): k for k, r in enumerate(self.rows, 1) if r["value"] is not None}
-        self.row_by_id = {r["idea"]: r for r in self.rows}
-        self.reasons = {i.idea_id: per[id(i)][2] for i in pop.ideas}
-        self._tree = self._facets = None        # built on first use: a note need not wait for them
+        # Ideas the live reader did not rebuild are the very objects `prev` had: the leaderboard and the
+        # overview's totals move on by the changed ones only (a new note at 10k ideas builds one row).
+        diff = changes(prev.pop, pop) if prev is not None else None
+        if diff is None or rebuild(*diff, pop):
+            self.board, self.totals = Board(pop, self.goal), Totals(pop, research.manifest)
+        else:
+            self.board, self.totals = prev.board.advance(*diff), prev.totals.advance(pop, diff)
+        self.rows, self.row_by_id, self.reasons = self.board.rows, self.board.by_id, self.board.reasons
+        self._tree = None                       # built on first use: a note need not wait for it
         self._summary = self._summary_state = self._fixed = None
 
     # -- overview ------------------------------------------------------------------------------------
@@ -127,14 +97,14 @@ class Snapshot:
         key = json.dumps({k: v for k, v in (st or {}).items() if k not in ("heartbeat", "fresh")}, sort_keys=True,
                          default=str)
         if self._fixed is None:
-            by_time = series(self.pop, self.goal, self.research.manifest.gpus)
+            by_time = self.totals.series()
             self._fixed = {
                 "curves": dict(by_time, by_time=steps(by_time["by_time"])),
-                "running": running_trials(self.pop),
-                "failures": dict(Counter(r for r in self.reasons.values() if r)),
+                "running": self.totals.figures()["running"],
+                "failures": dict(self.board.failures),
                 "noise_margin": self._margin(), "env": self.research.manifest.name}
         if self._summary is None or key != self._summary_state:
-            s = summary(self.cfg, self.research, self.pop)
+            s = summary(self.cfg, self.research, self.pop, figures=self.totals.figures())
             s["baseline"]["values"] = list(self.pop.baseline_note.values) if self.pop.baseline_note else []
             self._summary, self._summary_state = s, key
         out = dict(self._summary, **self._fixed)
@@ -172,17 +142,11 @@ class Snapshot:
         elif desc:
             rows = [r for r in reversed(rows) if r["value"] is not None] + [r for r in rows if r["value"] is None]
         margin = self._margin()
-        page = [dict(r, rank=self.rank.get(id(r)), margin=margin, title=redact(r["title"], self.secrets),
+        page = [dict(r, rank=self.board.rank(r), margin=margin, title=redact(r["title"], self.secrets),
                      error=(redact(r["error"], self.secrets) or "")[:300] or None)
                 for r in rows[offset:offset + limit]]
-        if self._facets is None:
-            facets = {"status": Counter(r["status"] for r in self.rows),
-                      "origin": Counter(r["origin"] for r in self.rows),
-                      "decision": Counter(r["decision"] or "none" for r in self.rows),
-                      "epoch": Counter(r["epoch"] for r in self.rows)}
-            self._facets = {k: dict(sorted(v.items(), key=lambda kv: str(kv[0]))) for k, v in facets.items()}
         return {"total": len(self.rows), "matched": len(rows), "offset": offset, "rows": page,
-                "facets": self._facets,
+                "facets": self.board.facet_counts(),
                 "metric": self.research.manifest.metric, "goal": self.goal, "version": self.version}
 
     # -- lineage -------------------------------------------------------------------------------------
@@ -285,7 +249,7 @@ class Snapshot:
     def idea(self, ref: str, log_bytes: int = defaults.SERVE_LOG_TAIL_BYTES) -> dict | None:
         i = self.pop.resolve(ref)
         if i is None:
-            return None
+            return self._baseline(log_bytes) if ref == "baseline" and self.pop.baseline_commit else None
         repo, n, red = self.research.repo, i.note, (lambda t: redact(t, self.secrets))
         branch = branch_name(i.branch)
         diff, truncated = "", False
@@ -307,26 +271,8 @@ class Snapshot:
         check = next((a["error"] for a in reversed(attempts) if a["error"] and "check" in a["error"].lower()), None)
         if check is None and n and n.status == Status.IMPLEMENT_FAILED and n.error:
             check = red(n.error)
-        logs, seen = [], set()
-        trial_logs = [(t.trial_id, t.log) for t in (n.trials if n else []) if t.log]
-        for name, sha in (trial_logs or ([("log", n.log)] if n and n.log and i.branch else [])):
-            if sha in seen:
-                continue
-            seen.add(sha)
-            data = repo.read_blob(sha) or b""
-            logs.append({"name": name, "truncated": len(data) > log_bytes,
-                         "text": red(data[-log_bytes:].decode(errors="replace"))})
-        note = None
-        if n is not None:
-            note = {"status": n.status.value, "value": n.value, "std": n.std, "values": n.values, "seeds": n.seeds,
-                    "delta": n.delta, "parent_delta": n.parent_delta, "decision": n.decision,
-                    "baseline": n.baseline, "baseline_std": n.baseline_std, "error": red(n.error),
-                    "host": n.host, "wall_s": n.wall_s, "gpu_s": n.gpu_s, "cpu_s": getattr(n, "cpu_s", None),
-                    "accelerator": n.accelerator, "tamper": n.tamper, "flags": n.flags,
-                    "duplicate_of": n.duplicate_of, "sandbox": getattr(n, "sandbox", None),
-                    "trials": [{"trial": t.trial_id, "seed": t.seed, "status": t.status.value, "value": t.value,
-                                "host": t.host, "wall_s": t.wall_s, "accelerator": t.accelerator,
-                                "error": red(t.error), "tamper": t.tamper} for t in n.trials]}
+        logs = self._logs(n, bool(i.branch), log_bytes)
+        note = self._note(n)
         # a pushed branch name may hold shell metacharacters that git allows in refs: quote it
         qb = shlex.quote(branch)
         cmd = (f"git fetch origin {qb} && git checkout {qb}" if branch
@@ -337,7 +283,58 @@ class Snapshot:
                 "base": i.base_commit, "model": i.model, "attempts_n": i.attempts, "tokens": idea_tokens(i),
                 "usd": idea_usd(i), "trailers": {k: red(v) for k, v in i.trailers.as_text().items()},
                 "diff": red(diff), "diff_truncated": truncated, "note": note, "attempts": attempts, "check": check,
-                "logs": logs, "leases": [{"trial": lz.trial_id, "host": lz.host, "slot": lz.slot, "state": lz.state,
-                                          "elapsed_s": time.time() - lz.started} for lz in i.leases],
+                "logs": logs, "leases": _leases(i.leases),
                 "git": cmd, "failure": self.reasons.get(i.idea_id), "colour": _colour(i),
                 "metric": self.research.manifest.metric, "goal": self.goal, "version": self.version}
+
+    def _logs(self, n, own_log: bool, log_bytes: int) -> list[dict]:
+        """The tail of each trial's log (or the note's own log where it has no trials)."""
+        logs, seen = [], set()
+        trial_logs = [(t.trial_id, t.log) for t in (n.trials if n else []) if t.log]
+        for name, sha in (trial_logs or ([("log", n.log)] if n and n.log and own_log else [])):
+            if sha in seen:
+                continue
+            seen.add(sha)
+            data = self.research.repo.read_blob(sha) or b""
+            logs.append({"name": name, "truncated": len(data) > log_bytes,
+                         "text": redact(data[-log_bytes:].decode(errors="replace"), self.secrets)})
+        return logs
+
+    def _note(self, n) -> dict | None:
+        """A result note as the idea page shows it."""
+        if n is None:
+            return None
+        red = (lambda t: redact(t, self.secrets))
+        return {"status": n.status.value, "value": n.value, "std": n.std, "values": n.values, "seeds": n.seeds,
+                "delta": n.delta, "parent_delta": n.parent_delta, "decision": n.decision,
+                "baseline": n.baseline, "baseline_std": n.baseline_std, "error": red(n.error),
+                "host": n.host, "wall_s": n.wall_s, "gpu_s": n.gpu_s, "cpu_s": getattr(n, "cpu_s", None),
+                "accelerator": n.accelerator, "tamper": n.tamper, "flags": n.flags,
+                "duplicate_of": n.duplicate_of, "sandbox": getattr(n, "sandbox", None),
+                "trials": [{"trial": t.trial_id, "seed": t.seed, "status": t.status.value, "value": t.value,
+                            "host": t.host, "wall_s": t.wall_s, "accelerator": t.accelerator,
+                            "error": red(t.error), "tamper": t.tamper} for t in n.trials]}
+
+    def _baseline(self, log_bytes: int) -> dict:
+        """The baseline's page (`#/idea/baseline`): its commit and message, per-seed values, each
+        seed's log, the ideas that grew from it and the command that checks it out."""
+        pop, repo, red = self.pop, self.research.repo, (lambda t: redact(t, self.secrets))
+        commit, n = pop.baseline_commit, pop.baseline_note
+        title, _, text = (repo.commit_message(commit) or "").partition("\n")
+        ref = branch_name(self.research.baseline_ref) or self.research.baseline_ref
+        q = shlex.quote(ref)
+        return {"id": "baseline", "title": red("baseline: " + title.strip()), "text": red(text.strip()),
+                "status": n.status.value if n else "queued", "origin": "baseline", "epoch": None, "parents": [],
+                "children": self._lineage()[0].get("baseline", [])[:100], "branch": ref, "commit": commit,
+                "base": None, "model": None, "attempts_n": None, "tokens": 0, "usd": 0.0, "trailers": {},
+                "diff": "", "diff_truncated": False, "note": self._note(n), "attempts": [], "check": None,
+                "logs": self._logs(n, True, log_bytes), "leases": _leases(pop.baseline_leases),
+                "git": f"git fetch origin {q} && git checkout --detach {commit}", "failure": None,
+                "colour": "baseline", "baseline": True, "seeds_planned": (n.seeds_planned if n else None)
+                or self.cfg.policy.baseline_seeds,
+                "metric": self.research.manifest.metric, "goal": self.goal, "version": self.version}
+
+
+def _leases(leases) -> list[dict]:
+    return [{"trial": lz.trial_id, "host": lz.host, "slot": lz.slot, "state": lz.state,
+             "elapsed_s": time.time() - lz.started} for lz in leases]

@@ -86,22 +86,35 @@ def result_entry(i) -> dict:
             "delta": n.delta, "origin": i.origin, "epoch": i.epoch}
 
 
-def summary(cfg, research=None, pop=None) -> dict:
+def population_figures(pop, env) -> dict:
+    """The population's part of the summary, computed from scratch: counts per status, the newest
+    epoch, the best confirmed and the best unconfirmed idea, LLM spend, compute seconds (`gpu_s` for a
+    GPU env, `cpu_s` for a CPU env), the running trials and each proposing model's figures.
+    views/totals.py keeps the same dict current by the ideas that changed (the live dashboard)."""
+    from autoresearchd.policies.bandit import arm_stats
+    notes = [i.note for i in pop.ideas if i.note] + ([pop.baseline_note] if pop.baseline_note else [])
+    return {"counts": dict(Counter(i.status.value for i in pop.ideas)), "total": len(pop.ideas),
+            "epoch": pop.max_epoch(), "best": pop.best(env.goal, confirmed=True),
+            "lucky": pop.best(env.goal, confirmed=False),
+            "usd": sum(idea_usd(i) for i in pop.ideas), "tokens": sum(idea_tokens(i) for i in pop.ideas),
+            "gpu_s": sum(compute_s(n, env.gpus) for n in notes) if env.gpus else 0.0,
+            "cpu_s": sum(compute_s(n, 0) for n in notes) if not env.gpus else 0.0,
+            "running": running_trials(pop), "arms": arm_stats(pop, env)}
+
+
+def summary(cfg, research=None, pop=None, figures: dict | None = None) -> dict:
+    """Everything `status` prints. `figures`: population_figures already at hand (the live dashboard
+    keeps them current instead of walking every idea per note)."""
     if pop is None:
         research, pop = load(cfg)
     m = research.manifest
-    counts = Counter(i.status.value for i in pop.ideas)
+    f = population_figures(pop, m) if figures is None else figures
     st = daemon_state(research.repo, cfg.daemon.tick_s)
     alive = bool(st and st["alive"])
-    best = pop.best(m.goal, confirmed=True)
-    lucky = pop.best(m.goal, confirmed=False)
+    best, lucky = f["best"], f["lucky"]
     if lucky is not None and best is not None and not m.better(lucky.value, best.value):
         lucky = None                 # only worth showing when it beats the confirmed best
-    usd = sum(idea_usd(i) for i in pop.ideas)
-    tokens = sum(idea_tokens(i) for i in pop.ideas)
-    notes = [i.note for i in pop.ideas if i.note] + ([pop.baseline_note] if pop.baseline_note else [])
-    gpu_s = sum(compute_s(n, m.gpus) for n in notes) if m.gpus else 0.0
-    cpu_s = sum(compute_s(n, 0) for n in notes) if not m.gpus else 0.0
+    usd, tokens, gpu_s, cpu_s = f["usd"], f["tokens"], f["gpu_s"], f["cpu_s"]
     budget = (st or {}).get("budget") or {}
     slots = st.get("slots", []) if alive else []
     improvement = abs(best.note.delta) if best is not None and best.note.delta else None
@@ -116,9 +129,9 @@ def summary(cfg, research=None, pop=None) -> dict:
         "slots": slots,
         "hosts": (st.get("hosts") or {}) if alive else {},
         "slot_counts": dict(Counter(x.get("state", "?") for x in slots)),
-        "counts": dict(counts),
-        "total": len(pop.ideas),
-        "epoch": pop.max_epoch(),
+        "counts": dict(f["counts"]),
+        "total": f["total"],
+        "epoch": f["epoch"],
         "baseline": {"commit": pop.baseline_commit, "value": pop.baseline_value, "std": pop.baseline_std,
                      "seeds": len(pop.baseline_note.values) if pop.baseline_note else 0,
                      "warning": seed_warning(pop.baseline_note),
@@ -135,8 +148,8 @@ def summary(cfg, research=None, pop=None) -> dict:
         "cost_per_improvement": {"usd": usd / improvement if improvement else None,
                                  "gpu_hours": gpu_s / 3600 / improvement if improvement and m.gpus else None},
         "metric": m.metric, "goal": m.goal, "gpus": m.gpus, "time_budget_s": m.time_budget_s,
-        "running_trials": running_trials(pop),
-        "models": model_shares(pop, m),
+        "running_trials": f["running"],
+        "models": shares(f["arms"]),
     }
 
 
@@ -144,11 +157,15 @@ def model_shares(pop, env) -> list[dict]:
     """Per proposing model (the Idea-Model trailer): its share of the proposals, its ideation spend and
     its improvement per dollar, as the ensemble's bandit sees them (policies/bandit.py)."""
     from autoresearchd.policies.bandit import arm_stats
-    st = arm_stats(pop, env)
+    return shares(arm_stats(pop, env))
+
+
+def shares(st: dict) -> list[dict]:
+    """model_shares from the bandit's arm_stats."""
     total = sum(s["proposals"] for s in st.values()) or 1
     return [{"model": m, "proposals": s["proposals"], "share": s["proposals"] / total, "usd": s["usd"],
              "measured": s["measured"], "gain_per_usd": s["gain"] / s["usd"] if s["usd"] else None}
-            for m, s in sorted(st.items(), key=lambda kv: -kv[1]["proposals"])]
+            for m, s in sorted(st.items(), key=lambda kv: (-kv[1]["proposals"], kv[0]))]
 
 
 def leaderboard_row(i) -> dict:
@@ -162,10 +179,16 @@ def leaderboard_row(i) -> dict:
             "error": n.error if n else None}
 
 
+def rank_key(row: dict, s: int) -> tuple:
+    """A row's place in the leaderboard under the goal's sign `s`: best first, unmeasured ideas last
+    (by id: stable from one read to the next)."""
+    return (row["value"] is None, s * (row["value"] or 0), row["idea"])
+
+
 def rank_rows(rows: list[dict], goal: str) -> None:
-    """Best first under the goal; unmeasured ideas last (by id: stable from one read to the next)."""
+    """Best first under the goal; unmeasured ideas last."""
     s = sign(goal)
-    rows.sort(key=lambda r: (r["value"] is None, s * (r["value"] or 0), r["idea"]))
+    rows.sort(key=lambda r: rank_key(r, s))
 
 
 def leaderboard(cfg, status=None, origin=None, epoch=None, research=None, pop=None) -> list[dict]:

@@ -154,8 +154,9 @@ async function renderOverview() {
     bar(usd, sp.budget_usd)];
   const baseline = b.value !== null
     ? [h("div", {class: "big"}, num(b.value)), h("div", {class: "dim"}, "± " + num(b.std || 0) + " over " + b.seeds +
-      " seeds"), h("div", {class: "seeds"}, (b.values || []).map((v, k) => h("span", {class: "seed"}, "s" + k + " " + num(v))))]
-    : [h("div", {class: "big dim"}, "not measured yet")];
+      " seeds"), h("div", {class: "seeds"}, (b.values || []).map((v, k) => h("span", {class: "seed"}, "s" + k + " " + num(v)))),
+      h("div", {class: "small"}, ideaLink("baseline", "seeds, logs, checkout →"))]
+    : [h("div", {class: "big dim"}, "not measured yet"), h("div", {class: "small"}, ideaLink("baseline", "its commit →"))];
   const result = (r, label) => r
     ? [h("div", {class: "big " + (label ? "warn" : "ok")}, num(r.value)),
       h("div", {class: "dim"}, (r.seeds > 1 && r.std !== null ? "± " + num(r.std) + " over " + r.seeds + " seeds"
@@ -185,7 +186,7 @@ async function renderOverview() {
     card("Slots and hosts", slots.length ? slotTable(slots) : h("p", {class: "dim"}, d.alive ? "no slots reported" : "the daemon is not running")),
     card("Running now", running.length ? h("table", {class: "grid"}, h("tr", {}, h("th", {}, "trial"), h("th", {}, "idea"),
       h("th", {}, "where"), h("th", {}, "for")), running.map(r => h("tr", {}, h("td", {}, r.trial),
-      h("td", {}, r.idea === "baseline" ? "baseline" : ideaLink(r.idea, r.title)), h("td", {}, r.where),
+      h("td", {}, ideaLink(r.idea, r.idea === "baseline" ? "baseline" : r.title)), h("td", {}, r.where),
       h("td", {}, dur(r.elapsed_s))))) : h("p", {class: "dim"}, "nothing is running"))));
   root.addEventListener("mounted", () => {
     root.querySelectorAll(".fill").forEach(f => { f.style.width = f.dataset.w + "%"; });
@@ -282,7 +283,7 @@ function node(n, goal, depth, open, margin) {
   const tog = n.children ? h("button", {class: "tog", title: "expand"}, isOpen && n.kids ? "▾" : "▸") : h("span", {class: "tog"}, "");
   const size = n.size > 1 ? h("span", {class: "dim small"}, " · " + (n.size - 1) + " below" +
     (n.best !== null && n.best !== undefined ? ", best " + num(n.best) : "")) : "";
-  const label = n.id === "baseline" ? h("b", {}, "baseline " + num(n.value)) : ideaLink(n.id, n.title);
+  const label = n.id === "baseline" ? h("b", {}, ideaLink("baseline", "baseline " + num(n.value))) : ideaLink(n.id, n.title);
   const row = h("div", {class: "nrow"}, tog, h("i", {class: "dot " + n.colour, title: n.status}), label,
     n.value !== null && n.id !== "baseline" ? h("span", {class: "num"}, " " + num(n.value)) : "",
     n.delta !== null && n.delta !== undefined ? h("span", {}, " ", deltaCell(n.delta, margin, goal, true)) : "",
@@ -349,7 +350,7 @@ async function renderIdea(args) {
   const root = h("div", {class: "idea"});
   root.append(h("h2", {}, h("i", {class: "dot " + i.colour}), " ", i.title),
     h("div", {class: "chips"}, badge(i.status), n && n.decision ? badge(n.decision) : "", badge(i.origin, "origin"),
-      h("span", {class: "dim"}, "epoch " + i.epoch), i.failure ? badge(REASONS[i.failure] || i.failure, "failed") : ""));
+      i.epoch !== null ? h("span", {class: "dim"}, "epoch " + i.epoch) : "", i.failure ? badge(REASONS[i.failure] || i.failure, "failed") : ""));
   const prov = kv([["idea", i.id], ["branch", i.branch || "(none: never became runnable)"], ["commit", i.commit || ""],
     ["base", i.base || ""],
     i.parents.length ? ["parents", i.parents.map((p, k) => [k ? ", " : "", ideaLink(p)])] : null,
@@ -385,7 +386,8 @@ async function renderIdea(args) {
     root.append(card("Result", h("p", {class: "dim"}, "no result yet: " + i.status)));
   }
   root.append(h("section", {class: "card wide"}, h("h3", {}, "Diff" + (i.diff_truncated ? " (cut; run the git command for all of it)" : "")),
-    i.diff ? diffView(i.diff) : h("p", {class: "dim"}, "no diff (the idea never became a commit of its own)")));
+    i.diff ? diffView(i.diff) : h("p", {class: "dim"}, i.baseline ? "none: the baseline is what every idea's diff is taken against"
+      : "no diff (the idea never became a commit of its own)")));
   if (i.attempts.length) {
     root.append(h("section", {class: "card wide"}, h("h3", {}, "Implementer attempts (" + i.attempts.length + ")"),
       h("ol", {class: "attempts"}, i.attempts.map(a => h("li", {}, a.method ? h("span", {class: "dim"}, "via " + a.method + ": ") : "",

@@ -154,3 +154,38 @@ def test_incremental_read_starts_on_a_repo_without_notes(tmp_path):
     live._notes[NOTES_REF] = ("1" * 40, {})
     repo.note_write(NOTES_REF, c, format_note(ok_note(0.9, 1.1, "improved")))
     assert live.refresh(scan=False).ideas[0].value == 0.9
+
+
+def test_cached_notes_and_commits_cannot_be_changed_in_place(tmp_path):
+    """The parse caches are shared by every read (and the live reader's populations): what they hold is
+    immutable, a note's model_copy() is the mutable way out, and a handed-out idea's own lists and dicts
+    are its own."""
+    from pydantic import ValidationError
+
+    from autoresearchd.store import population
+    repo = build_population(tmp_path / "research", 20, seed=1)
+    pop = read_population(repo, MAIN)
+    i = next(i for i in pop.ideas if i.value is not None and i.note.trials)
+    n = i.note
+    with pytest.raises(ValidationError, match="frozen"):
+        n.value = 0.0
+    with pytest.raises(ValidationError, match="frozen"):
+        n.trials[0].value = 0.0
+    for change in (lambda: n.values.append(1.0), lambda: n.trials.pop(), lambda: n.flags.extend(["x"]),
+                   lambda: n.cost.update(x=1.0), lambda: n.trials[0].metrics.clear()):
+        with pytest.raises(TypeError, match="immutable"):
+            change()
+    with pytest.raises(TypeError):
+        population._IDEAS[i.commit]["title"] = "changed"
+    assert isinstance(population._IDEAS[i.commit]["parents"], tuple)
+    with pytest.raises(ValidationError, match="frozen"):
+        i.trailers.origin = "changed"
+    mine = n.model_copy(deep=True)                   # the way to change a note: a mutable copy
+    mine.value, mine.decision = 0.0, "worse"
+    mine.trials[0].value = 0.0
+    mine.values.append(9.9)
+    i.parents.append("somebody")                     # a handed-out idea's lists are its own
+    again = read_population(repo, MAIN).by_id[i.idea_id]
+    assert again.note is n and again.note.value != 0.0 and 9.9 not in again.note.values
+    assert "somebody" not in again.parents
+    assert mine != n and n.model_copy() == n and format_note(n.model_copy()) == format_note(n)

@@ -1,0 +1,110 @@
+"""Immutable forms of parsed git objects, for the process-wide caches in population.py.
+
+A parsed note is shared by every population read while its blob is cached (and by every idea object
+the live dashboard reuses), so a caller that changed one in place would change what every other
+reader sees. The caches therefore hold frozen forms: a `FrozenNote` (and its `FrozenTrial`s) refuses
+attribute assignment, and its lists and dicts refuse every in-place change. A caller that needs to
+change a note calls `model_copy()`, which returns an ordinary, mutable `Note`. A frozen note equals
+the mutable note with the same fields, serialises the same, and `copy.deepcopy` returns it as is.
+"""
+
+from __future__ import annotations
+
+from pydantic import ConfigDict
+
+from autoresearchd.store.notes import Note, Trial
+
+
+def _refuse(self, *args, **kwargs):
+    raise TypeError(f"a cached {type(self).__name__} is immutable: copy it first")
+
+
+class _Shared:
+    """Immutable, so a copy may be the object itself; pickled as its plain form's content."""
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo=None):
+        return self
+
+    def __reduce_ex__(self, protocol):
+        return (type(self), (self._plain(self),))
+
+
+class FrozenList(_Shared, list):
+    """A list that refuses in-place changes (a list still: JSON, pydantic and == treat it as one)."""
+    _plain = list
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+
+
+class FrozenDict(_Shared, dict):
+    """A dict that refuses in-place changes."""
+    _plain = dict
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    pop = popitem = clear = update = setdefault = _refuse
+
+
+def _freeze(v):
+    if isinstance(v, Trial) and not isinstance(v, FrozenTrial):
+        return _construct(FrozenTrial, v, _freeze)
+    if isinstance(v, list) and not isinstance(v, FrozenList):
+        return FrozenList(_freeze(x) for x in v)
+    if isinstance(v, dict) and not isinstance(v, FrozenDict):
+        return FrozenDict((k, _freeze(x)) for k, x in v.items())
+    return v
+
+
+def _thaw(v):
+    if isinstance(v, FrozenTrial):
+        return _construct(Trial, v, _thaw)
+    if isinstance(v, list):
+        return [_thaw(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _thaw(x) for k, x in v.items()}
+    return v
+
+
+def _construct(cls, model, conv):
+    """`model`'s fields and extras as a `cls`, each value passed through `conv` (no validation: the
+    values were validated when the note was parsed)."""
+    values = {k: conv(v) for k, v in model.__dict__.items()}
+    values.update((k, conv(v)) for k, v in (model.__pydantic_extra__ or {}).items())
+    return cls.model_construct(_fields_set=set(model.model_fields_set), **values)
+
+
+class _Frozen:
+    """What a frozen model adds: equality with its mutable form, model_copy() that is mutable, and
+    copy/deepcopy that return the object itself."""
+
+    def __eq__(self, other):
+        if not isinstance(other, self._mutable):
+            return NotImplemented
+        return self.__dict__ == other.__dict__ and (self.__pydantic_extra__ or {}) == (other.__pydantic_extra__ or {})
+
+    __hash__ = None
+
+    def model_copy(self, *, update=None, deep: bool = False):
+        """A mutable copy (deep whatever `deep` says: nothing of the cached note may be shared)."""
+        out = _construct(self._mutable, self, _thaw)
+        return out.model_copy(update=update) if update else out
+
+    __copy__, __deepcopy__ = _Shared.__copy__, _Shared.__deepcopy__
+
+
+class FrozenTrial(_Frozen, Trial):
+    model_config = ConfigDict(frozen=True)
+    _mutable = Trial
+
+
+class FrozenNote(_Frozen, Note):
+    model_config = ConfigDict(frozen=True)
+    _mutable = Note
+
+
+def freeze_note(note: Note | None) -> FrozenNote | None:
+    """The immutable form of a parsed note (None stays None)."""
+    if note is None or isinstance(note, FrozenNote):
+        return note
+    return _construct(FrozenNote, note, _freeze)

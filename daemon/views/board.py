@@ -1,0 +1,116 @@
+"""The dashboard's leaderboard index: every idea's row in rank order, its failure group, and the
+counts the filters show (per status, origin, decision and epoch, and per failure group).
+
+Built once from a population, then moved on by the ideas that changed (compared by identity: the live
+reader hands out the previous population's objects for ideas that did not change): a changed idea's
+old row leaves the ranked list and its new row is inserted where it ranks, so a note at 10k ideas
+costs two binary searches, not a sort of every row. `advance` returns a new Board and leaves the old
+one as it was (a served snapshot may still be reading it). Rows are never modified once built.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+
+from autoresearchd.goal import sign
+from autoresearchd.store.notes import FAILURES, Status
+from autoresearchd.views.summary import leaderboard_row, rank_key
+
+FAILURE_GROUPS = ("implement_failed", "check_failed", "crashed", "timed_out", "rejected", "duplicate",
+                  "tamper_or_suspicious", "lost", "refused", "cancelled")
+FACETS = {"status": lambda r: r["status"], "origin": lambda r: r["origin"],
+          "decision": lambda r: r["decision"] or "none", "epoch": lambda r: r["epoch"]}
+
+
+def failure_reason(i) -> str | None:
+    """The failures view's group for an idea, or None when it did not fail."""
+    n = i.note
+    if n is None:
+        return None
+    flags = {str(f).lower() for f in (n.flags or [])}
+    extra = n.model_extra or {}             # newer daemons may file `suspicious: true` as its own key
+    if n.tamper or (n.decision or "") == "suspicious" or "suspicious" in flags or \
+            any(t.tamper for t in n.trials) or str(extra.get("suspicious") or "").lower() in ("true", "1"):
+        return "tamper_or_suspicious"
+    st = n.status
+    if st == Status.IMPLEMENT_FAILED:
+        return "check_failed" if "check" in (n.error or "").lower() else "implement_failed"
+    if st == Status.DUPLICATE:
+        return "duplicate"
+    if st == Status.FAILED:
+        return "crashed"
+    if st in FAILURES:
+        return st.value
+    return None
+
+
+def changes(old_pop, new_pop) -> tuple[list, list]:
+    """(ideas gone, ideas come) between two populations of one live reader, by identity."""
+    before = {id(i): i for i in old_pop.ideas}
+    now = {id(i): i for i in new_pop.ideas}
+    return [i for k, i in before.items() if k not in now], [i for k, i in now.items() if k not in before]
+
+
+class Board:
+    """rows (rank order), keys (their rank keys), by_id (idea id -> row), reasons (idea id -> failure
+    group or None), facets (filter counts) and failures (count per group)."""
+
+    def __init__(self, pop, goal: str):
+        self.sign = sign(goal)
+        self.per = {id(i): (i, leaderboard_row(i), failure_reason(i)) for i in pop.ideas}
+        self.rows = [self.per[id(i)][1] for i in pop.ideas]
+        self.rows.sort(key=self._key)
+        self.keys = [self._key(r) for r in self.rows]
+        self.by_id = {r["idea"]: r for r in self.rows}
+        self.reasons = {i.idea_id: r for i, _, r in self.per.values()}
+        self.facets = {f: Counter(get(r) for r in self.rows) for f, get in FACETS.items()}
+        self.failures = Counter(r for r in self.reasons.values() if r)
+
+    def _key(self, row: dict) -> tuple:
+        return rank_key(row, self.sign)
+
+    def rank(self, row: dict) -> int | None:
+        """A measured row's place (1 = best); None for an unmeasured one."""
+        return None if row["value"] is None else bisect.bisect_left(self.keys, self._key(row)) + 1
+
+    def advance(self, gone: list, came: list) -> Board:
+        b = Board.__new__(Board)
+        b.sign, b.per, b.rows, b.keys = self.sign, dict(self.per), list(self.rows), list(self.keys)
+        b.by_id, b.reasons = dict(self.by_id), dict(self.reasons)
+        b.facets = {f: Counter(c) for f, c in self.facets.items()}
+        b.failures = Counter(self.failures)
+        for i in gone:
+            _, row, reason = b.per.pop(id(i))
+            k = bisect.bisect_left(b.keys, b._key(row))
+            while b.rows[k] is not row:
+                k += 1
+            del b.rows[k], b.keys[k]
+            if b.by_id.get(row["idea"]) is row:
+                del b.by_id[row["idea"]]
+                b.reasons.pop(row["idea"], None)
+            b._count(row, reason, -1)
+        for i in came:
+            row, reason = leaderboard_row(i), failure_reason(i)
+            b.per[id(i)] = (i, row, reason)
+            key = b._key(row)
+            k = bisect.bisect_right(b.keys, key)
+            b.rows.insert(k, row)
+            b.keys.insert(k, key)
+            b.by_id[row["idea"]], b.reasons[i.idea_id] = row, reason
+            b._count(row, reason, +1)
+        return b
+
+    def _count(self, row: dict, reason: str | None, k: int) -> None:
+        for f, get in FACETS.items():
+            c = self.facets[f]
+            c[get(row)] += k
+            if not c[get(row)]:
+                del c[get(row)]
+        if reason:
+            self.failures[reason] += k
+            if not self.failures[reason]:
+                del self.failures[reason]
+
+    def facet_counts(self) -> dict:
+        return {f: dict(sorted(c.items(), key=lambda kv: str(kv[0]))) for f, c in self.facets.items()}
