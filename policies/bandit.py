@@ -49,19 +49,22 @@ def gain(idea, population, env) -> float | None:
     return max(0.0, goal_gain(n.value, base, env.goal))
 
 
+def new_arm() -> dict:
+    """One model's running figures, all zero."""
+    return {"proposals": 0, "measured": 0, "gain": 0.0, "usd": 0.0, "compute_usd": 0.0}
+
+
 def arm_stats(population, env, models: list[str] | None = None, pending: Counter | None = None,
               usd_per_gpu_hour: float = 0.0) -> dict:
     """model -> {proposals, measured, gain (sum), usd (sum: LLM spend), compute_usd (sum: trials at
     usd_per_gpu_hour)} from the ideas that name their model, plus `pending` proposals made by this
     process and not in git yet."""
-    def fresh():
-        return {"proposals": 0, "measured": 0, "gain": 0.0, "usd": 0.0, "compute_usd": 0.0}
-    out = {m: fresh() for m in models or []}
+    out = {m: new_arm() for m in models or []}
     for i in population.ideas:
         m = idea_model(i)
         if m is None or (models is not None and m not in out):
             continue
-        s = out.setdefault(m, fresh())
+        s = out.setdefault(m, new_arm())
         s["proposals"] += 1
         s["usd"] += idea_cost(i)
         s["compute_usd"] += compute_usd(i, usd_per_gpu_hour)

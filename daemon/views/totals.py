@@ -23,7 +23,7 @@ from types import SimpleNamespace
 from autoresearchd import defaults
 from autoresearchd.goal import better, sign
 from autoresearchd.policies.bandit import gain as arm_gain
-from autoresearchd.policies.bandit import idea_cost, idea_model
+from autoresearchd.policies.bandit import idea_cost, idea_model, new_arm
 from autoresearchd.views.board import changes
 from autoresearchd.views.curves import NOT_ATTEMPTED, finish_key, series
 from autoresearchd.views.progress import running_trials
@@ -131,7 +131,8 @@ class Totals:
                 self.leased.pop(id(i), None)
         m = idea_model(i)
         if m is not None:
-            s = self.arms.setdefault(m, {"proposals": 0, "measured": 0, "gain": 0.0, "usd": 0.0})
+            # the status view prices ideation only (no GPU price here): compute_usd stays 0
+            s = self.arms.setdefault(m, new_arm())
             s["proposals"] += k
             s["usd"] += k * idea_cost(i)
             g = arm_gain(i, self.pop, self.env)
