@@ -189,11 +189,14 @@ def _by_time(ideas: list[Idea]) -> None:
 
 
 def read_population(repo: GitRepo, baseline_ref: str) -> Population:
-    refs = repo.refs(IDEA_BRANCHES)
-    own = set(repo.refs(IDEAS_PREFIX).values())
-    refs.update(repo.refs(RECORDS_PREFIX))
-    refs.update(repo.refs(PROPOSALS_PREFIX))
-    refs.update(repo.refs(ARCHIVE_PREFIX))
+    # One listing, not one per prefix: the implementer turns a proposal into a branch (mark, branch,
+    # then the proposal deleted) while the loop reads. Listed apart, an idea could fall between the
+    # branch listing and the proposal listing and be missed, and the policy, counting the epoch's
+    # ideas, proposed it again. for-each-ref walks refs/autoresearch/ before refs/heads/, so a
+    # proposal gone by then has its branch listed.
+    listed = repo.refs(IDEA_BRANCHES, IDEAS_PREFIX, RECORDS_PREFIX, PROPOSALS_PREFIX, ARCHIVE_PREFIX)
+    own = {sha for ref, sha in listed.items() if ref.startswith(IDEAS_PREFIX)}
+    refs = {ref: sha for ref, sha in listed.items() if not ref.startswith(IDEAS_PREFIX)}
     baseline = repo.rev_parse(baseline_ref)
     note_list = repo.notes_list(NOTES_REF)
     lease_list = repo.notes_list(RUNS_REF)
