@@ -189,3 +189,36 @@ def test_cached_notes_and_commits_cannot_be_changed_in_place(tmp_path):
     assert again.note is n and again.note.value != 0.0 and 9.9 not in again.note.values
     assert "somebody" not in again.parents
     assert mine != n and n.model_copy() == n and format_note(n.model_copy()) == format_note(n)
+
+
+def test_a_read_never_misses_an_idea_turning_from_proposal_into_branch(tmp_path):
+    """The implementer writes the mark, the branch, then deletes the proposal, while the loop reads
+    the population on another thread. Every read must hold every idea (as a proposal or as a
+    branch): a missed one made the policy undercount its epoch and propose it again."""
+    import threading
+    repo = build_population(tmp_path / "r", 0, seed=3)
+    n = 30
+    props = {f"p{k:02d}": daemon_commit(repo, f"p{k:02d}", f"Proposal {k}") for k in range(n)}
+    for idea_id, c in props.items():
+        repo.update_ref(PROPOSALS_PREFIX + idea_id, c)
+    done = threading.Event()
+
+    def implement():
+        for idea_id in props:
+            c = daemon_commit(repo, idea_id, f"Proposal {idea_id} implemented")
+            repo.update_ref(IDEAS_PREFIX + idea_id, c)
+            repo.update_ref(f"{IDEA_BRANCHES}explore/{idea_id}", c)
+            repo.delete_ref(PROPOSALS_PREFIX + idea_id)
+        done.set()
+    t = threading.Thread(target=implement)
+    t.start()
+    reads = 0
+    try:
+        while not done.is_set():
+            pop = read_population(repo, MAIN)
+            reads += 1
+            assert set(props) <= set(pop.by_id), sorted(set(props) - set(pop.by_id))
+    finally:
+        t.join()
+    final = read_population(repo, MAIN)
+    assert reads >= 3 and all(final.by_id[i].branch and not final.by_id[i].proposal for i in props), reads
