@@ -238,19 +238,30 @@ def _read_v1(fields: dict[str, Any]) -> Note | None:
 NOTE_READERS = {1: _read_v1}
 
 
-def note_schema(fields: dict[str, Any]) -> int:
+def version_of(raw: Any) -> int:
+    """A version field as written (notes' `schema`, leases' and trailers' version): absent,
+    unreadable or below 1 is version 1."""
     try:
-        return int(fields.get("schema", 1))
+        return max(1, int(raw if raw is not None else 1))
     except (TypeError, ValueError):
         return 1
+
+
+def reader_for(readers: dict[int, Any], version: int):
+    """The reader of a version; a newer one than this daemon knows goes to the newest reader (a
+    version only ever adds keys). Notes, leases and trailers are all read this way."""
+    return readers.get(version, readers[max(readers)])
+
+
+def note_schema(fields: dict[str, Any]) -> int:
+    return version_of(fields.get("schema"))
 
 
 def parse_note(text: str) -> Note | None:
     """Parse a note with the reader of its schema version; None if it has no status line we
     understand. Unknown keys are kept as extras."""
     fields = _note_fields(text)
-    version = note_schema(fields)
-    return NOTE_READERS.get(version, NOTE_READERS[max(NOTE_READERS)])(fields)
+    return reader_for(NOTE_READERS, note_schema(fields))(fields)
 
 
 # -- leases -------------------------------------------------------------------------------------
@@ -298,11 +309,7 @@ LEASE_READERS = {1: _lease_v1}
 
 
 def _read_lease(x: dict[str, Any]) -> Lease:
-    try:
-        version = int(x.get("version", 1))
-    except (TypeError, ValueError):
-        version = 1
-    return LEASE_READERS.get(version, LEASE_READERS[max(LEASE_READERS)])(x)
+    return reader_for(LEASE_READERS, version_of(x.get("version")))(x)
 
 
 def parse_leases(text: str) -> list[Lease]:

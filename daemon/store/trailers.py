@@ -15,6 +15,7 @@ from typing import Annotated, Any, Callable
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from autoresearchd import defaults
+from autoresearchd.store.notes import reader_for, version_of
 
 TRAILER_VERSION = defaults.TRAILER_VERSION
 
@@ -100,9 +101,5 @@ def parse_trailers(raw: dict[str, Any]) -> Trailers:
     """Typed trailers of a commit's raw `Key: value` lines. Any commit is read this way, a pushed one
     too (before its trailers are set aside), so nothing in them may raise: an unreadable version
     (`Trailer-Version: x`) is version 1."""
-    try:
-        version = max(1, int(raw.get("Trailer-Version", 1)))
-    except (TypeError, ValueError):
-        version = 1
-    return TRAILER_READERS.get(version, TRAILER_READERS[max(TRAILER_READERS)])(
-        {**raw, "Trailer-Version": version})
+    version = version_of(raw.get("Trailer-Version"))
+    return reader_for(TRAILER_READERS, version)({**raw, "Trailer-Version": version})
