@@ -307,11 +307,16 @@ def _is_json(text: str) -> bool:
         return False
 
 
+def _override_names(environ: dict) -> list[str]:
+    """The variables that override the file: `AUTORESEARCHD_<SECTION>__<KEY>`, sorted."""
+    return sorted(k for k in environ if k.upper().startswith(ENV_PREFIX) and "__" in k)
+
+
 def env_overrides(data: dict, environ: dict | None = None) -> dict:
     """Apply `AUTORESEARCHD_<SECTION>__<KEY>=value` over the file's data (in place). Only names with
     the `__` separator count: a whole section is never replaced by one variable."""
     environ = os.environ if environ is None else environ
-    ours = {k: v for k, v in environ.items() if k.upper().startswith(ENV_PREFIX) and "__" in k}
+    ours = {k: environ[k] for k in _override_names(environ)}
     # pydantic-settings skips a variable that names no field; a typo in the section must still fail
     for name in sorted(ours):
         section = name[len(ENV_PREFIX):].split("__")[0].lower()
@@ -332,11 +337,10 @@ def env_overrides(data: dict, environ: dict | None = None) -> dict:
 def _env_var_at(loc: tuple, environ: dict) -> str | None:
     """The override variable that set the config key at `loc` (or a table holding it), if one did."""
     want = tuple(str(x).lower() for x in loc)
-    for name in sorted(environ):
-        if name.upper().startswith(ENV_PREFIX) and "__" in name:
-            keys = tuple(name[len(ENV_PREFIX):].lower().split("__"))
-            if want[:len(keys)] == keys or keys[:len(want)] == want:
-                return name
+    for name in _override_names(environ):
+        keys = tuple(name[len(ENV_PREFIX):].lower().split("__"))
+        if want[:len(keys)] == keys or keys[:len(want)] == want:
+            return name
     return None
 
 
