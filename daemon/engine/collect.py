@@ -33,9 +33,8 @@ class Collector(Recovery):
     def _units(self, pop: Population):
         if pop.baseline_commit:
             yield pop.baseline_commit, None, pop.baseline_note, pop.baseline_leases
-        for idea in pop.ideas:
-            # a pushed branch at the baseline commit shares its leases: harvested once, as the baseline
-            if idea.leases and idea.commit != pop.baseline_commit:
+        for idea in pop.ideas:       # a branch at the baseline commit is no idea (Population.at_baseline)
+            if idea.leases:
                 yield idea.commit, idea, idea.note, idea.leases
 
     def _baseline_moved(self, pop: Population) -> None:
