@@ -191,3 +191,26 @@ def local_trial_root(repo_path: str) -> str:
 
 
 LOCAL_TRIAL_ROOT = "~/.cache/autoresearchd/trials"
+
+# Compute and resources (runners/limits.sh, runners/limits.py, engine/judge.py; docs/security.md
+# "Compute and resources are part of the rule").
+COMPUTE_CAP = 1.25
+"""An idea's trial may use at most this many times the baseline's median compute per trial (CPU
+seconds of run and evaluation from the kernel; GPU seconds where env.gpus > 0), else its note is
+`over_budget` and it is never promoted. Room for the measurement's noise (CPU time under load varies
+by some percent), not for training longer. Manifest key `compute_cap`; 0 turns the check off."""
+TRIAL_MEM_SHARE = 0.8
+"""Share of a host's memory (or of the cgroup the runner's shell runs in, if smaller) split evenly
+among its slots: a trial's default memory limit (manifest `mem_mb` overrides it). The rest is the
+daemon's and the system's."""
+TRIAL_PIDS_PER_CPU = 256
+"""A trial's default process (and thread) limit is this many per host CPU, split among the host's
+slots (manifest `max_pids` overrides it): room for data-loader workers and their threads, none for a
+fork bomb."""
+TRIAL_MIN_PIDS = 512
+"""... and never fewer than this many processes (a small host's trial still starts its threads)."""
+TRIAL_OPEN_FILES = 4096
+"""A trial's default open-file limit per process (manifest `max_open_files`), at most the host's
+hard limit."""
+GPU_SAMPLE_S = 1.0
+"""How often a GPU trial's GPUs are sampled (nvidia-smi utilization.gpu) for its GPU seconds."""

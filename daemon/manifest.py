@@ -49,6 +49,15 @@ class EnvManifest(BaseModel):
     context: str = ""                          # free text for the ideator: the task, the rules
     # [lo, hi]: a metric of record outside it is a reward hack until shown otherwise (note: suspicious)
     plausible: tuple[float, float] | None = None
+    # Compute and resources (docs/environment.md, docs/security.md). compute_cap: an idea's trial
+    # may use at most this many times the baseline's median CPU (GPU where gpus > 0) seconds; 0: off.
+    compute_cap: float = Field(defaults.COMPUTE_CAP, ge=0)
+    # run-reported counts (steps, tokens) that an idea may not raise above the baseline's
+    budget_metrics: list[str] = Field(default_factory=list)
+    # per-trial limits the kernel enforces; None: derived from the host's size and its slots
+    mem_mb: int | None = Field(None, ge=1)
+    max_pids: int | None = Field(None, ge=1)
+    max_open_files: int | None = Field(None, ge=1)
 
     @field_validator("plausible")
     @classmethod

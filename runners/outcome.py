@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from autoresearchd.manifest import EnvManifest
 
+from .limits import EVAL_STEPS, RUN_STEP, applied, limit_hit, step_compute
 from .metrics import parse_metrics
 from .protocol import TrialOutcome
 
@@ -90,6 +91,45 @@ def outcome_from_files(files: dict[str, bytes], manifest: EnvManifest, probe: st
         elif line.startswith("software: "):
             sw = line[10:].strip()
     log = run_log + (b"\n===== evaluate =====\n" + eval_log if eval_log else b"")
-    return TrialOutcome(exit_code=rc, timed_out=timed_out, metrics=metrics, metrics_source=source, log=log,
-                        wall_s=(done - started) if started and done else None, tamper=tamper, error=error,
-                        accelerator=acc, software=sw, eval_exit_code=eval_rc)
+    out = TrialOutcome(exit_code=rc, timed_out=timed_out, metrics=metrics, metrics_source=source, log=log,
+                       wall_s=(done - started) if started and done else None, tamper=tamper, error=error,
+                       accelerator=acc, software=sw, eval_exit_code=eval_rc)
+    if manifest.budget_metrics:      # the run's own report, for the env's rule (judge.over_budget)
+        reported = parse_metrics(run_log.decode(errors="replace"), files.get("run_result.json"))
+        out.run_metrics = {k: v for k, v in reported.items() if k in manifest.budget_metrics}
+    _compute(out, files, manifest, run_log, eval_log, rc, eval_rc)
+    return out
+
+
+def _compute(out: TrialOutcome, files: dict[str, bytes], manifest: EnvManifest, run_log: bytes,
+             eval_log: bytes, rc: int | None, eval_rc: int | None) -> None:
+    """CPU, wall and GPU seconds of run + evaluation (docs/notes.md), and the limit a step hit."""
+    steps = [(RUN_STEP, run_log, rc)] + [(s, eval_log, eval_rc) for s in EVAL_STEPS]
+    cpu = wall = gpu = 0.0
+    ecpu = ewall = None
+    seen = False
+    for step, log, code in steps:
+        c, w, g = step_compute(files, step)
+        if c is None and w is None:
+            continue
+        seen = True
+        cpu, wall, gpu = cpu + (c or 0.0), wall + (w or 0.0), gpu + (g or 0.0)
+        if step != RUN_STEP:
+            ecpu, ewall = (ecpu or 0.0) + (c or 0.0), (ewall or 0.0) + (w or 0.0)
+        if out.limit is None:
+            lim, how = limit_hit(files, step, log, code not in (0, None))
+            if lim is not None:
+                out.limit = lim.value
+                value = applied(files).get({"memory": "memory_mb"}.get(lim.value, lim.value), "")
+                what = "evaluation" if step != RUN_STEP else "run"
+                note = f"limit: {lim.value} ({what}; {how}" + (f"; limit {value}" if value and
+                                                                  not how.startswith("cgroup") else "") + ")"
+                out.error = f"{out.error}; {note}" if out.error else note
+    if not seen:
+        return                       # an older wrapper: wall_s stays its started-to-done span
+    out.cpu_s, out.wall_s, out.eval_cpu_s, out.eval_wall_s = cpu, wall, ecpu, ewall
+    if manifest.gpus > 0:
+        # no sampler ran (no nvidia-smi on the host): the GPUs were held for the whole time
+        out.gpu_s = gpu if any(step + ".gpu_s" in files for step, _, _ in steps) else wall * manifest.gpus
+    else:
+        out.gpu_s = 0.0

@@ -2,7 +2,7 @@
 # autoresearchd trial wrapper. Runs detached in its trial directory; needs only bash and coreutils.
 # Layout: code/ (the idea's tree), eval.tar (the baseline's frozen files), trial.env (quoted vars).
 # Writes: prepare.rc/prepare.log (when the manifest has `prepare`), run.head/run.tail (capped log), run.bytes,
-# run.rc, timed_out, eval.*, tamper.txt, done.
+# run.rc, timed_out, eval.*, tamper.txt, done; per step (limits.sh) S.cpu_us, S.time, S.gpu_s, S.limit, and limits.
 # Isolation: run and evaluate each start through their sandbox's prefix (AR_SB_RUN, AR_SB_EVAL, built
 # by runners/sandbox.py) with a clean environment. run sees code/ (writable) and nothing else of this
 # directory; eval/ is unpacked only once run's sandbox (its PID namespace) is gone, and the evaluator
@@ -41,6 +41,9 @@ if [ -n "${AR_SLOT_LOCK:-}" ]; then
   fi
 fi
 date +%s.%N > "$T/started"
+# per-step CPU/GPU accounting and kernel limits (runners/limits.sh): decided once, before any step
+. "$T/limits.sh"
+lim_init
 
 # capped log: keep the head and the tail, drain the rest so the writer never blocks or dies. head's
 # stdout is made unbuffered where stdbuf exists: otherwise stdio holds a running trial's log until exit.
@@ -55,7 +58,8 @@ checksum_frozen() {
 
 run_budgeted() {  # $1 budget seconds, $2 log prefix, $3 command string; records rc and time-out
   local budget=$1 log=$2 cmd=$3
-  setsid bash -c "$cmd" 9>&- > >(exec 9>&-; cap "$T/$log") 2>&1 < /dev/null &
+  lim_begin "$log"
+  setsid bash -c "$(lim_enter "$log")$cmd" 9>&- > >(exec 9>&-; cap "$T/$log") 2>&1 < /dev/null &
   local pid=$!
   echo "$pid" > "$T/$log.pid"
   # the watchdog's sleeps are waited on, so killing the watchdog ends them too (no orphan `sleep`)
@@ -68,6 +72,7 @@ run_budgeted() {  # $1 budget seconds, $2 log prefix, $3 command string; records
   kill "$watchdog" 2>/dev/null; wait "$watchdog" 2>/dev/null
   kill -KILL -- "-$pid" 2>/dev/null   # stray children of the run's own process group
   wait 2>/dev/null                     # let the log cap drain
+  lim_end "$log"                       # its CPU/wall/GPU time, the limit it hit; its cgroup emptied
   echo "$rc" > "$T/$log.rc"
 }
 
@@ -75,7 +80,8 @@ q() { printf '%q' "$1"; }
 # one command line: the sandbox prefix (array named $1), a clean environment ($3...), bash -c $2
 sandboxed() {
   local -n pre=$1; local cmd=$2 out= a; shift 2
-  for a in "${pre[@]}" env -i "$@" bash -c "$cmd"; do out+="$(q "$a") "; done
+  # LIM_INNER (limits.sh): the rlimits, set inside the sandbox (its own user namespace counts its processes)
+  for a in "${pre[@]}" env -i "$@" bash -c "${LIM_INNER:-}$cmd"; do out+="$(q "$a") "; done
   printf '%s' "$out"
 }
 # what both steps get: nothing of the host's environment but these (never a secret)
@@ -119,6 +125,7 @@ if [ -n "${AR_EVALUATE:-}" ] && [ "$(cat "$T/run.rc")" = 0 ] && [ ! -e "$T/run.t
     AUTORESEARCH_ARTIFACTS="$T/artifacts" "${AR_EVAL_DATA[@]}")"
   cd "$T"
 fi
+lim_fini; trap - EXIT
 date +%s.%N > "$T/finished"
 mv -f "$T/finished" "$T/done"
 # wake the daemon's event waiter for this host (runners.base.ShellRunner.wait_event)

@@ -45,7 +45,8 @@ echo "accelerator: $acc"; echo "software: $sw"
 
 def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_tail: int,
               data_env: dict[str, str], scheduler_gpus: bool = False, slot_lock: str = "",
-              events: str = "", sandbox: TrialSandbox | None = None) -> str:
+              events: str = "", sandbox: TrialSandbox | None = None,
+              limits: dict[str, str] | None = None) -> str:
     """The quoted variables file that trial.sh sources. Every value goes through shlex.quote.
     With `scheduler_gpus` (Slurm --gres), CUDA_VISIBLE_DEVICES is left as the job got it.
     `sandbox`: the prefixes that isolate run and evaluate (default: none, a clean environment only)."""
@@ -71,6 +72,7 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
         "AR_PATH": path_prefix,
         "AR_SLOT_LOCK": slot_lock,     # trial.sh waits for this lock before its clock starts
         "AR_EVENTS": events,           # trial.sh appends a line here when it is done
+        **(limits or {}),              # runners/limits.sh: the trial's limits (0: derived on the host)
     }
     out = [f"{k}={qpath(v) if k == 'AR_PATH' else q(v)}" for k, v in lines.items()]
     out.append("AR_FROZEN=(" + " ".join(q(p) for p in spec.frozen_paths) + ")")
@@ -120,7 +122,7 @@ def slot_file(slot: str) -> str:
 
 def bundle(spec: TrialSpec, env_text: str) -> bytes:
     """One tar holding code/ (the commit), eval.tar (the harness: trial.sh unpacks it only after run
-    is gone), trial.sh, prepare.sh and trial.env, so a trial directory is placed with a single upload."""
+    is gone), trial.sh, prepare.sh, limits.sh and trial.env, so a trial directory is placed with a single upload."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as out:
         for prefix, data in (("code", spec.code_tar),):
@@ -136,7 +138,9 @@ def bundle(spec: TrialSpec, env_text: str) -> bytes:
                         m.linkname = f"{prefix}/{m.linkname}"
                     out.addfile(m, src.extractfile(m) if m.isreg() else None)
         from .prepare import prepare_script
+        from .limits import limits_script
         for name, data, mode in (("trial.sh", trial_script(), 0o755), ("prepare.sh", prepare_script(), 0o755),
+                                 ("limits.sh", limits_script(), 0o644),
                                  ("trial.env", env_text.encode(), 0o644), ("eval.tar", spec.eval_tar or b"", 0o644)):
             ti = tarfile.TarInfo(name)
             ti.size, ti.mode, ti.mtime = len(data), mode, int(time.time())
