@@ -146,8 +146,8 @@ async function renderOverview() {
   const spend = [kv([
     ["LLM", "$" + num(usd, 2) + (sp.budget_usd ? " / $" + num(sp.budget_usd, 0) : "")],
     ["tokens", Number(sp.tokens || 0).toLocaleString()],
-    s.gpus !== 0 ? ["GPU-hours", num(sp.gpu_hours, 1) + (sp.max_gpu_hours ? " / " + num(sp.max_gpu_hours, 0) : "")] : null,
-    s.gpus === 0 || sp.cpu_hours ? ["CPU-hours", num(sp.cpu_hours || 0, 1)] : null,
+    s.gpus !== 0 ? ["GPU-hours", num(sp.gpu_hours, 2) + (sp.max_gpu_hours ? " / " + num(sp.max_gpu_hours, 0) : "")] : null,
+    s.gpus === 0 || sp.cpu_hours ? ["CPU-hours", num(sp.cpu_hours || 0, 2)] : null,
     s.cost_per_improvement.usd !== null ? ["$ per 1.0 Δ", num(s.cost_per_improvement.usd, 2)] : null,
     s.cost_per_improvement.gpu_hours !== null && s.cost_per_improvement.gpu_hours !== undefined
       ? ["GPU-h per 1.0 Δ", num(s.cost_per_improvement.gpu_hours, 1)] : null]),
