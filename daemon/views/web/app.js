@@ -150,7 +150,7 @@ async function renderOverview() {
     s.gpus === 0 || sp.cpu_hours ? ["CPU-hours", num(sp.cpu_hours || 0, 2)] : null,
     s.cost_per_improvement.usd !== null ? ["$ per 1.0 Δ", num(s.cost_per_improvement.usd, 2)] : null,
     s.cost_per_improvement.gpu_hours !== null && s.cost_per_improvement.gpu_hours !== undefined
-      ? ["GPU-h per 1.0 Δ", num(s.cost_per_improvement.gpu_hours, 1)] : null]),
+      ? ["GPU-h per 1.0 Δ", num(s.cost_per_improvement.gpu_hours, 2)] : null]),
     bar(usd, sp.budget_usd)];
   const baseline = b.value !== null
     ? [h("div", {class: "big"}, num(b.value)), h("div", {class: "dim"}, "± " + num(b.std || 0) + " over " + b.seeds +
