@@ -316,7 +316,8 @@ function node(n, goal, depth, open, margin) {
 // -- failures ------------------------------------------------------------------------------------
 const REASONS = {implement_failed: "implementation failed", check_failed: "check failed", crashed: "crashed",
   timed_out: "timed out", rejected: "rejected", duplicate: "duplicate", tamper_or_suspicious: "tamper or suspicious",
-  lost: "lost (host vanished)", refused: "refused (harness differs)", cancelled: "cancelled"};
+  over_budget: "over budget (compute cap)", lost: "lost (host vanished)", refused: "refused (harness differs)",
+  cancelled: "cancelled"};
 async function renderFailures() {
   const r = await get("/api/failures");
   if (!r.groups.length) return h("p", {class: "dim"}, "no failures yet");
