@@ -181,3 +181,36 @@ def test_a_trial_that_hits_its_limit_ends_alone(make_runner, code_tar, limit):
     while trial_procs(tid_bad) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not trial_procs(tid_bad), "the hog left processes behind"
+
+
+FAKE_SMI = """#!/bin/bash
+# a stand-in nvidia-smi: each GPU named by -i is 50% busy
+case "$*" in
+  *utilization.gpu*) ids=; while [ $# -gt 0 ]; do [ "$1" = -i ] && ids=$2; shift; done
+    IFS=, read -ra a <<< "${ids:-0}"; for _ in "${a[@]}"; do echo 50; done;;
+  *-L*) echo "GPU 0: Fake GPU (UUID: GPU-0)";;
+  *) echo "Fake GPU";;
+esac
+"""
+
+
+def test_gpu_seconds_are_the_busy_time_of_the_slots_gpus(tmp_path, monkeypatch, code_tar):
+    """GPU seconds: the slot's GPUs' sampled utilisation x time (here a fake nvidia-smi says 50%);
+    without nvidia-smi, the time the GPUs were held (wall x GPUs)."""
+    m = manifest(f"sleep 4; {OK}", gpus=1)
+    r = make_local(None, tmp_path, m, gpus=1)
+    try:
+        _, h = submit(r, m, code_tar)
+        out = finish(r, h)
+        assert out.error is None and out.gpu_s == pytest.approx(out.wall_s * 1.0, rel=0.3), out
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
+        (bin_dir / "nvidia-smi").chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+        _, h = submit(r, m, code_tar)
+        out = finish(r, h)
+        assert out.error is None, out.error
+        assert 0.3 * out.wall_s <= out.gpu_s <= 0.7 * out.wall_s, (out.gpu_s, out.wall_s)
+    finally:
+        r.close()
