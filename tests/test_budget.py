@@ -5,7 +5,8 @@ The daemon runs a cheap env whose train.py burns a fixed CPU time per step (the 
 are what the cap reads) and reports its step count (`budget_metrics = ["steps"]`, the env's own rule,
 as tinygpt's fixed 200 steps). Four pushed ideas: an honest gain at the same compute; 3x the steps;
 3x the steps while reporting the baseline's count (the kernel's figure catches it); and 3x the steps
-at the same CPU cost (the env's step rule catches it).
+at the same CPU cost (the env's step rule catches it). On the local runner (root: cgroups) and over
+ssh (an unprivileged account: the rusage of the sandbox's reaped tree).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from autoresearchd.store.trust import over_budget
 
 from conftest import branch_idea
 from fixtures_reliability import run_until_idle, write_cfg
+from fixtures_sshd import ssh_fleet  # noqa: F401  (fixture, started only for the ssh case)
 
 MANIFEST = """[env]
 name = "budget"
@@ -56,9 +58,20 @@ def train(steps=4, step_cpu=0.4, gain=1.0, reported="STEPS") -> str:
     return TRAIN.format(steps=steps, step_cpu=step_cpu, gain=gain, reported=reported)
 
 
+def ssh_runner(fleet) -> str:
+    h = fleet.hosts[0]
+    return ('kind = "ssh"\nsandbox = "bwrap"\n[[runner.hosts]]\n'
+            f'name = "{h.name}"\nhost = "127.0.0.1"\nport = {h.port}\nuser = "{fleet.user}"\n'
+            f'key = "{fleet.client_key}"\nknown_hosts = "{fleet.known_hosts}"\ngpus = 1\nslots = 2\n'
+            f'work_root = "{h.work_root}"\n')
+
+
 @pytest.mark.skipif(sandboxes.get("bwrap").available() is not None,
                     reason=f"bubblewrap is needed: {sandboxes.get('bwrap').available()}")
-def test_an_idea_that_trains_longer_is_over_budget_and_never_promoted(make_repo, tmp_path):
+@pytest.mark.parametrize("where", ["local", "ssh"])
+def test_an_idea_that_trains_longer_is_over_budget_and_never_promoted(make_repo, tmp_path, request, where):
+    runner = ('kind = "local"\nslots = 2\nsandbox = "bwrap"' if where == "local"
+              else ssh_runner(request.getfixturevalue("ssh_fleet")))
     repo = make_repo({".autoresearch.toml": MANIFEST, "evaluate.py": EVALUATE, "train.py": train()}, "research")
     ideas = {
         "honest": branch_idea(repo, "i/honest", "A better update rule\n\nSame steps.", {"train.py": train(gain=1.5)}),
@@ -68,7 +81,7 @@ def test_an_idea_that_trains_longer_is_over_budget_and_never_promoted(make_repo,
         "cheap": branch_idea(repo, "i/cheap", "Many cheap steps\n\nMore, smaller steps.",
                              {"train.py": train(steps=12, step_cpu=0.4 / 3)}),
     }
-    cfg = write_cfg(tmp_path / "cfg", repo, runner='kind = "local"\nslots = 2\nsandbox = "bwrap"')
+    cfg = write_cfg(tmp_path / "cfg", repo, runner=runner)
     run_until_idle(cfg, timeout=400)
     from autoresearchd.store.population import read_population
     pop = read_population(GitRepo(repo), "refs/heads/main")
