@@ -210,8 +210,7 @@ class SlurmRunner(ShellRunner):
         return [Slot(self.host, f"job{i}") for i in range(max(1, self.scfg.max_jobs))]
 
     def host_slots(self, host: str) -> int:
-        # the slots are virtual: each job has its node's allocation (Slurm's own cgroup bounds it)
-        return 1
+        return 1        # virtual slots: each job has its node's allocation (Slurm's cgroup bounds it)
 
     def shell_for(self, host: str) -> Shell:
         if self._shell is None:
