@@ -369,8 +369,9 @@ async function renderIdea(args) {
     n.delta !== null ? ["Δ baseline", deltaCell(n.delta, null, i.goal)] : null,
     n.parent_delta !== null && n.parent_delta !== undefined ? ["Δ parent", signed(n.parent_delta)] : null,
     n.decision ? ["decision", badge(n.decision)] : null, n.host ? ["host", n.host + (n.accelerator ? " · " + n.accelerator : "")] : null,
-    n.wall_s ? ["wall", dur(n.wall_s)] : null, n.gpu_s ? ["GPU time", dur(n.gpu_s)] : null,
-    n.cpu_s ? ["CPU time", dur(n.cpu_s)] : null, n.sandbox ? ["sandbox", n.sandbox] : null,
+    // totals over every seed, run + evaluation (docs/notes.md "Compute fields")
+    n.wall_s ? ["wall (all seeds)", dur(n.wall_s)] : null, n.gpu_s ? ["GPU time (all seeds)", dur(n.gpu_s)] : null,
+    n.cpu_s ? ["CPU time (all seeds)", dur(n.cpu_s)] : null, n.sandbox ? ["sandbox", n.sandbox] : null,
     n.duplicate_of ? ["duplicate of", ideaLink(n.duplicate_of)] : null,
     n.tamper && n.tamper.length ? ["tamper", n.tamper.join(", ")] : null,
     n.flags && n.flags.length ? ["flags", n.flags.join(", ")] : null,
