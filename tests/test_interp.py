@@ -1,0 +1,230 @@
+"""Any host's Python (runners/interp.py): trials whose `python` is a version manager's shim (pyenv,
+asdf, mise), a conda env or a venv run in the bwrap sandbox through the local and the ssh runner.
+
+Each layout is built here, small but real: a base interpreter copied out of the system directories
+(so nothing of it is bound by default), envs that are venvs of it (or, for conda, a prefix of its
+own), each holding a package no other env has, and the managers' own shims, which call the
+manager's directory as the real ones do (pyenv's libexec, asdf's bin, mise's binary through a link).
+Over ssh the layout's directories come first on the login's PATH (authorized_keys `environment=`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from autoresearchd.config import HostCfg, RunnerCfg
+from autoresearchd.manifest import EnvManifest
+from autoresearchd.runners import sandbox as sandboxes
+from autoresearchd.runners.local import LocalRunner
+
+from fixtures_sshd import Fleet, have_sshd
+from test_runner_contract import run_trial
+
+BWRAP = sandboxes.get("bwrap")
+needs_bwrap = pytest.mark.skipif(BWRAP.available() is not None, reason=f"bubblewrap is needed: {BWRAP.available()}")
+SYSTEM_PY = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.access(p, os.X_OK)), None)
+needs_system_python = pytest.mark.skipif(SYSTEM_PY is None, reason="a system python3 (/usr/bin/python3) is "
+                                         "needed to build the layouts (the fleet's login cannot read this venv's)")
+KINDS = ("pyenv", "asdf", "mise", "conda", "venv")
+BASH = "#!/usr/bin/env bash\n"
+
+
+def _exe(p: Path, text: str) -> None:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+    p.chmod(0o755)
+
+
+def _copy_python(prefix: Path) -> Path:
+    """A Python install of its own at `prefix`: the system binary, its standard library linked in."""
+    real = Path(os.path.realpath(SYSTEM_PY))
+    ver = subprocess.run([str(real), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    (prefix / "bin").mkdir(parents=True)
+    shutil.copy2(real, prefix / "bin" / f"python{ver}")
+    for n in ("python3", "python"):
+        (prefix / "bin" / n).symlink_to(f"python{ver}")
+    lib = prefix / "lib" / f"python{ver}"
+    lib.mkdir(parents=True)
+    stdlib = Path(subprocess.run([str(real), "-c", "import os; print(os.path.dirname(os.__file__))"],
+                                 capture_output=True, text=True, check=True).stdout.strip())
+    for e in stdlib.iterdir():
+        if e.name not in ("site-packages", "dist-packages"):
+            (lib / e.name).symlink_to(e)
+    return prefix / "bin" / "python3"
+
+
+def _with_package(py: Path, kind: str) -> None:
+    """A package only this env has, in its own site-packages."""
+    site = subprocess.run([str(py), "-c", "import site; print(site.getsitepackages()[0])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    pkg = Path(site) / f"ardpkg_{kind}"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"WHERE = {kind!r}\n")
+
+
+def _venv(base_py: Path, d: Path, kind: str) -> Path:
+    subprocess.run([str(base_py), "-m", "venv", "--without-pip", str(d)], check=True, capture_output=True)
+    _with_package(d / "bin" / "python", kind)
+    return d / "bin" / "python"
+
+
+def build(kind: str, root: Path, base_py: Path) -> list[str]:
+    """Layout `kind` under the fake home `root`; returns the PATH entries the user's shell would set."""
+    h = root / kind
+    if kind == "pyenv":          # shims/python -> $PYENV_ROOT/libexec/pyenv exec -> versions/X/bin
+        pr = h / ".pyenv"
+        _venv(base_py, pr / "versions" / "3-ar", kind)
+        (pr / "version").write_text("3-ar\n")
+        _exe(pr / "libexec" / "pyenv", BASH + 'set -e\n[ "$1" = exec ] || exit 1; shift\nprogram=$1; shift\n'
+             'version=${PYENV_VERSION:-$(cat "$PYENV_ROOT/version")}\n'
+             'exec "$PYENV_ROOT/versions/$version/bin/$program" "$@"\n')
+        for n in ("python", "python3"):
+            _exe(pr / "shims" / n, BASH + f'set -e\nprogram="${{0##*/}}"\nexport PYENV_ROOT="{pr}"\n'
+                 f'exec "{pr}/libexec/pyenv" exec "$program" "$@"\n')
+        return [str(pr / "shims"), str(pr / "bin")]
+    if kind == "asdf":           # shims/python -> asdf exec python -> installs/python/X (from .tool-versions)
+        ad = h / ".asdf"
+        _venv(base_py, ad / "installs" / "python" / "3-ar", kind)
+        (h / ".tool-versions").write_text("python 3-ar\n")
+        _exe(ad / "bin" / "asdf", BASH + '[ "$1" = exec ] || exit 1; shift; program=$1; shift\n'
+             f'v=$(awk \'$1 == "python" {{print $2}}\' "{h}/.tool-versions")\n'
+             f'exec "${{ASDF_DATA_DIR:-{ad}}}/installs/python/$v/bin/$program" "$@"\n')
+        for n in ("python", "python3"):
+            _exe(ad / "shims" / n, BASH + f'# asdf-plugin: python 3-ar\nexec {ad}/bin/asdf exec "{n}" "$@"\n')
+        return [str(ad / "shims"), str(ad / "bin")]
+    if kind == "mise":           # shims/python is a link to the mise binary; installs/python/3 -> 3.0-ar
+        md = h / ".local" / "share" / "mise"
+        _venv(base_py, md / "installs" / "python" / "3.0-ar", kind)
+        (md / "installs" / "python" / "3").symlink_to("3.0-ar")
+        (h / ".config" / "mise").mkdir(parents=True)
+        (h / ".config" / "mise" / "config.toml").write_text('[tools]\npython = "3"\n')
+        _exe(h / ".local" / "bin" / "mise", BASH + 'program=${0##*/}\n'
+             f'v=$(sed -n \'s/^python = "\\(.*\\)"/\\1/p\' "{h}/.config/mise/config.toml")\n'
+             f'exec "{md}/installs/python/$v/bin/$program" "$@"\n')
+        (md / "shims").mkdir()
+        for n in ("python", "python3"):
+            (md / "shims" / n).symlink_to(h / ".local" / "bin" / "mise")
+        return [str(md / "shims"), str(h / ".local" / "bin")]
+    if kind == "conda":          # an env with a prefix of its own (no pyvenv.cfg), activated: its bin on PATH
+        cd = h / "miniconda3"
+        py = _copy_python(cd / "envs" / "ar")
+        (cd / "envs" / "ar" / "conda-meta").mkdir()
+        (cd / "envs" / "ar" / "conda-meta" / "history").write_text("")
+        _with_package(py, kind)
+        _exe(cd / "condabin" / "conda", BASH + "echo conda 0.0\n")
+        return [str(cd / "envs" / "ar" / "bin"), str(cd / "condabin")]
+    if kind == "venv":           # a venv whose base interpreter (pyvenv.cfg home) is outside the system dirs
+        _venv(base_py, h / "venvs" / "ar", kind)
+        return [str(h / "venvs" / "ar" / "bin")]
+    raise ValueError(kind)
+
+
+@pytest.fixture(scope="module")
+def layouts():
+    """{kind: PATH entries} under one world-readable root (the fleet's login must read it)."""
+    if SYSTEM_PY is None:
+        pytest.skip("a system python3 is needed to build the layouts")
+    root = Path(tempfile.mkdtemp(prefix="ard-interp-"))
+    root.chmod(0o755)
+    try:
+        base_py = _copy_python(root / "base")
+        yield root, {k: build(k, root, base_py) for k in KINDS}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _manifest(kind: str) -> EnvManifest:
+    # both names, each importing the package only this env has; the metric proves the run finished
+    py = f"import sys, ardpkg_{kind} as m; print(sys.executable, m.WHERE)"
+    return EnvManifest(run=f"python -c {py!r} && python3 -c {py!r} && echo --- && echo 'score: 1'",
+                       metric="score", time_budget_s=60)
+
+
+def _assert_ran_in(out, kind: str, root: Path) -> None:
+    log = out.log.decode(errors="replace")
+    assert out.exit_code == 0 and out.error is None, (out.error, log)
+    assert out.metrics == {"score": 1.0}
+    lines = [ln for ln in log.splitlines() if ln.endswith(f" {kind}")]
+    assert len(lines) == 2 and all(ln.startswith(str(root / kind)) for ln in lines), log
+    assert out.software and out.software.startswith("py3"), out.software     # the fingerprint found it too
+
+
+@needs_bwrap
+@needs_system_python
+@pytest.mark.parametrize("kind", KINDS)
+def test_local_trial_runs_the_configured_interpreter_through_its_shim(kind, layouts, tmp_path, monkeypatch):
+    root, paths = layouts
+    monkeypatch.setenv("PATH", ":".join(paths[kind] + [os.environ["PATH"]]))
+    m = _manifest(kind)
+    r = LocalRunner(RunnerCfg(sandbox="bwrap", python=f"{paths[kind][0]}/python"), m, tmp_path / "trials")
+    _, out = run_trial(r, m, b"")
+    _assert_ran_in(out, kind, root)
+    assert r.host_sandbox("local").python.found[0].command == f"{paths[kind][0]}/python"
+
+
+# -- over ssh: the layout first on the login's PATH ---------------------------------------------------
+@pytest.fixture(scope="module")
+def env_fleet():
+    """One sshd host that takes PATH from authorized_keys (`environment=`), rewritten per test."""
+    if not have_sshd():
+        pytest.skip("/usr/sbin/sshd is not installed (apt-get install openssh-server)")
+    with Fleet(n=1, extra_config="PermitUserEnvironment yes\n") as f:
+        yield f
+
+
+def _login_path(fleet: Fleet, entries: list[str]) -> None:
+    pub = Path(f"{fleet.client_key}.pub").read_text().strip()
+    path = ":".join(entries + ["/usr/local/bin", "/usr/bin", "/bin"])
+    (fleet.hosts[0].dir / "authorized_keys").write_text(f'environment="PATH={path}" {pub}\n')
+
+
+def _ssh_runner(fleet: Fleet, m: EnvManifest, **host):
+    from autoresearchd.runners.ssh import SSHRunner
+    return SSHRunner(RunnerCfg(kind="ssh", sandbox="bwrap", hosts=[fleet.host_cfg(0, **host)]), m, ssh_config=os.devnull)
+
+
+@needs_bwrap
+@needs_system_python
+@pytest.mark.parametrize("kind", KINDS)
+def test_ssh_trial_runs_the_shims_interpreter_in_the_sandbox(kind, layouts, env_fleet):
+    root, paths = layouts
+    _login_path(env_fleet, paths[kind])
+    m = _manifest(kind)
+    r = _ssh_runner(env_fleet, m)
+    try:
+        rc, out, _ = r.shell_for("gpu0").run("command -v python")
+        assert out.decode().strip() == f"{paths[kind][0]}/python"      # the login really finds the shim first
+        _, o = run_trial(r, m, b"")
+        _assert_ran_in(o, kind, root)
+    finally:
+        r.close()
+
+
+@needs_bwrap
+@needs_system_python
+def test_ssh_host_python_setting_names_a_shim_with_tilde(layouts, env_fleet):
+    """A host's `python` (here `~/...`, expanded there) wins over its PATH's."""
+    root, paths = layouts
+    _login_path(env_fleet, [])
+    home = env_fleet.home
+    link = home / f".ard-pyenv-{uuid.uuid4().hex[:6]}"
+    link.symlink_to(root / "pyenv" / ".pyenv")
+    try:
+        m = _manifest("pyenv")
+        r = _ssh_runner(env_fleet, m, python=f"~/{link.name}/shims/python")
+        try:
+            _, o = run_trial(r, m, b"")
+            _assert_ran_in(o, "pyenv", root)
+        finally:
+            r.close()
+    finally:
+        link.unlink()
