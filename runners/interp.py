@@ -237,13 +237,13 @@ def inside_script(names: list[str], torch: list[str], words: list[str]) -> str:
     """Bash run inside the sandbox: each interpreter's report (as probe_script's), `torch NAME ok|...`
     for those whose outside twin has torch, `nocmd W` for each first word that does not resolve."""
     q = shlex.quote
-    s = ""
+    s = "set -o pipefail\n"      # a step's status, not that of the `tail` after it
     for n in names:
         s += (f"if p=$(command -v -- {q(n)}); then o=$({q(n)} -s -c {q(PYCODE)} 2>&1 < /dev/null | tail -n 20 | "
               f"tr '\\n' '\\037'); printf 'interp %s\\t%s\\t%s\\t%s\\n' {q(n)} \"$p\" \"$(readlink -f -- \"$p\")\" \"$o\"; "
               f"else echo missing {q(n)}; fi\n")
     for n in torch:
-        s += (f"o=$({q(n)} -c 'import torch; print(torch.__version__)' 2>&1 < /dev/null | tail -n 3 | tr '\\n' ' ') "
+        s += (f"o=$({q(n)} -c 'import torch; print(torch.__version__)' 2>&1 < /dev/null | tail -n 1 | tr '\\n' ' ') "
               f"&& echo torch {q(n)} ok || printf 'torch %s %s\\n' {q(n)} \"$o\"\n")
     for w in words:
         s += f"command -v -- {q(w)} > /dev/null || echo nocmd {q(w)}\n"
@@ -268,11 +268,15 @@ def sandbox_check(runner, host: str, manifest) -> list[tuple[str, str, str]]:
     req = SandboxRequest(argv=[], cwd=d, writable=[d], readonly=hs.env_dirs + list(getattr(runner.cfg, "sandbox_binds", [])),
                          gpus=manifest.gpus)
     words = first_words(manifest.setup, manifest.run, manifest.evaluate)
-    script = inside_script([i.name for i in outside], [i.name for i in outside if i.info.get("torch")], words)
+    torch = list({i.info.get("real"): i.name for i in outside if i.info.get("torch")}.values())   # once per interpreter
+    script = inside_script([i.name for i in outside], torch, words)
     path = runner.trial_path(host)
     qp = '"$PATH"'.join(q(p) for p in path.split("$PATH"))
-    cmd = (f"mkdir -p {q(d)} && export PATH={qp} && " + " ".join(q(a) for a in hs.sandbox.prefix(req)) +
-           f" env -i PATH=\"$PATH\" HOME={q(d)} LANG=C.UTF-8 bash -c {q(script)}; rc=$?; rm -rf {q(d)}; exit $rc")
+    # the trial's environment (trial.sh's base_env): the host variables it passes, when set
+    passed = " ".join(q(v) for v in defaults.SANDBOX_PASS_ENV)
+    cmd = (f"mkdir -p {q(d)} && export PATH={qp} && a=() && for v in {passed}; do "
+           '[ -n "${!v+x}" ] && a+=("$v=${!v}"); done; ' + " ".join(q(a) for a in hs.sandbox.prefix(req)) +
+           f' env -i PATH="$PATH" HOME={q(d)} LANG=C.UTF-8 "${{a[@]}}" bash -c {q(script)}; rc=$?; rm -rf {q(d)}; exit $rc')
     rc, out, err = runner.shell_for(host).run(f"exec bash -c {q(cmd)}", timeout=120)
     lines = out.decode(errors="replace").splitlines()
     if rc != 0:
@@ -300,7 +304,9 @@ def sandbox_check(runner, host: str, manifest) -> list[tuple[str, str, str]]:
     for ln in lines:
         if ln.startswith("torch ") and not ln.endswith(" ok"):
             _, n, why = (ln.split(" ", 2) + [""])[:3]
-            res.append((ERROR, f"`{n}` imports torch outside the sandbox on {host} but not inside: {why.strip()[-300:]}", fix))
+            res.append((ERROR, f"`{n}` imports torch outside the sandbox on {host} but not inside: {why.strip()[-300:]}",
+                        "bind what it loads from outside its env (a CUDA install under /opt, say) with "
+                        "runner.sandbox_binds (docs/hosts.md, \"Interpreters\")"))
         elif ln.startswith("nocmd "):
             w = ln[6:]
             res.append((WARN if manifest.setup and w not in [i.name for i in outside] else ERROR,

@@ -228,3 +228,84 @@ def test_ssh_host_python_setting_names_a_shim_with_tilde(layouts, env_fleet):
             r.close()
     finally:
         link.unlink()
+
+
+# -- exit 127: which command, called by whom, and what to do -------------------------------------------
+@needs_bwrap
+def test_exit_127_names_the_missing_command_and_the_remedy(tmp_path, monkeypatch):
+    """A tool on PATH whose script calls a directory the sandbox does not bind (as a shim calls its
+    manager), and a command that exists nowhere: each note says which, and what to do."""
+    hidden = Path(tempfile.mkdtemp(prefix="ard-hidden-"))
+    try:
+        _exe(hidden / "libexec" / "tool", BASH + "echo never\n")
+        tools = tmp_path / "tools" / "bin"
+        _exe(tools / "mytool", BASH + f'exec "{hidden}/libexec/tool" "$@"\n')
+        monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+        assert subprocess.run(["mytool"], capture_output=True, text=True).stdout == "never\n"   # fine outside
+        for run, missing, by in (("mytool --x", f"{hidden}/libexec/tool", f"called by {tools}/mytool"),
+                                 ("echo hi && no-such-tool-zz 1", "no-such-tool-zz", None)):
+            m = EnvManifest(run=run, metric="score", time_budget_s=30)
+            r = LocalRunner(RunnerCfg(sandbox="bwrap"), m, tmp_path / "trials")
+            _, out = run_trial(r, m, b"")
+            assert out.exit_code == 127
+            assert out.error.startswith(f"run exited 127: `{missing}` was not found where the trial runs"), out.error
+            assert (by in out.error) if by else "called by" not in out.error
+            assert "runner.python" in out.error and "runner.sandbox_binds" in out.error and "env.setup" in out.error
+    finally:
+        shutil.rmtree(hidden, ignore_errors=True)
+
+
+def test_exit_127_parses_each_shells_wording():
+    from autoresearchd.runners.interp import not_found
+    cases = {"bash: line 1: torchrun: command not found": "`torchrun`",
+             "sh: 1: python: not found": "`python`",
+             "env: 'python3': No such file or directory": "`python3`",
+             "/h/.asdf/shims/python: line 3: /h/.asdf/bin/asdf: No such file or directory": "`/h/.asdf/bin/asdf`",
+             "bash: ./train.py: /opt/py/bin/python: bad interpreter: No such file or directory": "`/opt/py/bin/python`"}
+    for log, what in cases.items():
+        msg = not_found("some output\n" + log + "\n", "evaluation")
+        assert msg.startswith(f"evaluation exited 127: {what} was not found"), msg
+    assert "(the interpreter of ./train.py)" in not_found(list(cases)[-1])
+    assert not_found("Killed\n").startswith("run exited 127 (a command was not found); ")
+
+
+# -- doctor --run: every host's interpreter, inside the sandbox, before the first trial ----------------
+@needs_bwrap
+@needs_system_python
+def test_doctor_run_checks_the_interpreter_inside_the_sandbox_on_each_host(layouts, env_fleet, make_repo, tmp_path):
+    """A pyenv env whose torch needs a file outside it (as a CUDA library under /opt would be): torch
+    imports outside the sandbox, not inside. doctor --run says so, with the fix, and runs no trial;
+    with the directory in runner.sandbox_binds it passes and the baseline runs."""
+    from conftest import TOY_EVAL, TOY_MANIFEST, TOY_RUN
+    root, _ = layouts
+    home = root / f"doctor-{uuid.uuid4().hex[:6]}"
+    entries = build("pyenv", home, root / "base" / "bin" / "python3")
+    cuda = home / "opt-cuda"
+    cuda.mkdir()
+    (cuda / "version.txt").write_text("9.9\n")
+    site = next((home / "pyenv" / ".pyenv" / "versions" / "3-ar" / "lib").glob("python3*/site-packages"))
+    (site / "torch").mkdir()
+    (site / "torch" / "__init__.py").write_text(f"__version__ = open({str(cuda / 'version.txt')!r}).read().strip()\n")
+    _login_path(env_fleet, entries)
+    repo = make_repo({".autoresearch.toml": TOY_MANIFEST, "run.py": TOY_RUN, "evaluate.py": TOY_EVAL}, "research")
+    h = env_fleet.hosts[0]
+    outs = []
+    for binds in ([], [str(cuda)]):
+        cfg = tmp_path / f"c{len(binds)}.toml"
+        cfg.write_text(f'[research]\nrepo = "{repo}"\n[runner]\nkind = "ssh"\nsandbox = "bwrap"\n'
+                       f'sandbox_binds = {binds!r}\n'.replace("'", '"') +
+                       f'[[runner.hosts]]\nname = "gpu0"\nhost = "127.0.0.1"\nport = {h.port}\nuser = "{env_fleet.user}"\n'
+                       f'key = "{env_fleet.client_key}"\nknown_hosts = "{env_fleet.known_hosts}"\ngpus = 0\n'
+                       f'work_root = "{h.work_root}"\n[llm]\nprovider = "none"\n')
+        p = subprocess.run([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), "doctor", "--run"],
+                           capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, COLUMNS="400", AUTORESEARCHD_SSH_CONFIG=os.devnull))
+        outs.append((p.returncode, p.stdout + p.stderr))
+    (rc0, o0), (rc1, o1) = outs
+    exe = f"{home}/pyenv/.pyenv/versions/3-ar/bin/python"
+    assert f"python on gpu0: python = {exe} (via {entries[0]}/python): Python 3" in o0 and ", torch" in o0, o0
+    assert rc0 == 1 and "FAIL `python` imports torch outside the sandbox on gpu0 but not inside" in o0, o0
+    assert str(cuda / "version.txt") in o0 and "running the baseline once" not in o0
+    assert rc1 == 0, o1
+    assert f"ok   interpreter inside the sandbox on gpu0: python = {exe} (via {entries[0]}/python)" in o1, o1
+    assert "baseline run + evaluate" in o1
