@@ -309,3 +309,34 @@ def test_doctor_run_checks_the_interpreter_inside_the_sandbox_on_each_host(layou
     assert rc1 == 0, o1
     assert f"ok   interpreter inside the sandbox on gpu0: python = {exe} (via {entries[0]}/python)" in o1, o1
     assert "baseline run + evaluate" in o1
+
+
+@needs_bwrap
+@needs_system_python
+def test_a_pth_files_directory_is_bound_for_trials_and_checks(layouts, tmp_path):
+    """A venv whose .pth adds a directory outside it (an editable install): trials and the check's
+    sandbox see it, as `python` sees it outside; $HOME itself never is bound."""
+    root, _ = layouts
+    d = root / f"pth-{uuid.uuid4().hex[:6]}"
+    py = _venv(root / "base" / "bin" / "python3", d / "venv", "pth")
+    src = d / "src"
+    _exe(src / "ardpkg_editable.py", "WHERE = 'editable'\n")
+    site = next((d / "venv" / "lib").glob("python3*/site-packages"))
+    (site / "zz_editable.pth").write_text(f"{src}\n")
+    m = EnvManifest(run="python -c 'import ardpkg_editable as e; print(e.WHERE)' && echo --- && echo 'score: 1'",
+                    metric="score", time_budget_s=60)
+    r = LocalRunner(RunnerCfg(sandbox="bwrap", python=str(py)), m, tmp_path / "trials")
+    _, out = run_trial(r, m, b"")
+    assert out.error is None and b"editable" in out.log, (out.error, out.log)
+    # the check's sandbox (a SandboxRequest with a PATH) binds the same
+    work = tmp_path / "w"
+    work.mkdir()
+    path = f"{py.parent}:/usr/bin:/bin"
+    req = sandboxes.SandboxRequest(argv=["python", "-c", "import ardpkg_editable"], cwd=str(work), writable=[str(work)],
+                                   env={"PATH": path, "HOME": str(work)}, path=path)
+    p = subprocess.run(BWRAP.argv(req), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    from autoresearchd.runners.interp import Interp, Python
+    home = os.path.expanduser("~")
+    i = Interp("python", "/x", "/x", {"executable": "/x", "real": "/x", "dirs": [home, os.path.dirname(home), "/", str(src)]})
+    assert Python([i]).binds(home) == [str(src)]
