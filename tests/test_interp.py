@@ -340,3 +340,24 @@ def test_a_pth_files_directory_is_bound_for_trials_and_checks(layouts, tmp_path)
     home = os.path.expanduser("~")
     i = Interp("python", "/x", "/x", {"executable": "/x", "real": "/x", "dirs": [home, os.path.dirname(home), "/", str(src)]})
     assert Python([i]).binds(home) == [str(src)]
+
+
+def _real_pyenv_shim() -> str | None:
+    p = shutil.which("python3")
+    try:
+        return p if p and "/shims/" in p and "pyenv" in Path(p).read_text(errors="replace")[:2000] else None
+    except OSError:
+        return None
+
+
+@needs_bwrap
+@pytest.mark.skipif(_real_pyenv_shim() is None, reason="this machine's python3 is not a pyenv shim")
+def test_the_machines_own_pyenv_shim(tmp_path):
+    """This machine's real pyenv (when python3 on PATH is its shim), named as runner.python."""
+    shim = _real_pyenv_shim()
+    m = EnvManifest(run="python3 -c 'import sys; print(sys.executable)' && echo --- && echo 'score: 1'",
+                    metric="score", time_budget_s=60)
+    r = LocalRunner(RunnerCfg(sandbox="bwrap", python=shim), m, tmp_path / "trials")
+    _, out = run_trial(r, m, b"")
+    exe = r.host_sandbox("local").python.ok[0].executable
+    assert out.error is None and exe.encode() in out.log and "/shims/" not in exe, (out.error, out.log)
