@@ -123,13 +123,15 @@ class Python:
         return None
 
     def binds(self, home: str) -> list[str]:
-        """Directories to bind read-only: each interpreter's, less $HOME, anything above it, and `/`."""
+        """Directories to bind read-only: each interpreter's, less $HOME, anything above it, and
+        defaults.SANDBOX_NEVER_BIND."""
         home = home.rstrip("/")
         out: list[str] = []
         for i in self.ok:
             for d in i.info.get("dirs", []):
                 d = d.rstrip("/")
-                if not d.startswith("/") or (home and (home == d or home.startswith(d + "/"))) or d in out:
+                if not d.startswith("/") or (home and (home == d or home.startswith(d + "/"))) or d in out \
+                        or (d or "/") in defaults.SANDBOX_NEVER_BIND:
                     continue
                 if any(d == s or d.startswith(s + "/") for s in defaults.SANDBOX_SYSTEM_DIRS):
                     continue

@@ -338,7 +338,8 @@ def test_a_pth_files_directory_is_bound_for_trials_and_checks(layouts, tmp_path)
     assert p.returncode == 0, p.stderr
     from autoresearchd.runners.interp import Interp, Python
     home = os.path.expanduser("~")
-    i = Interp("python", "/x", "/x", {"executable": "/x", "real": "/x", "dirs": [home, os.path.dirname(home), "/", str(src)]})
+    i = Interp("python", "/x", "/x", {"executable": "/x", "real": "/x",
+                                      "dirs": [home, os.path.dirname(home), "/", "/tmp", "/etc", str(src)]})
     assert Python([i]).binds(home) == [str(src)]
 
 
