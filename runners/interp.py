@@ -270,7 +270,11 @@ def sandbox_check(runner, host: str, manifest) -> list[tuple[str, str, str]]:
     req = SandboxRequest(argv=[], cwd=d, writable=[d], readonly=hs.env_dirs + list(getattr(runner.cfg, "sandbox_binds", [])),
                          gpus=manifest.gpus)
     words = first_words(manifest.setup, manifest.run, manifest.evaluate)
-    torch = list({i.info.get("real"): i.name for i in outside if i.info.get("torch")}.values())   # once per interpreter
+    torch, seen = [], set()
+    for i in outside:                  # once per interpreter (python and python3 are mostly one)
+        if i.info.get("torch") and i.info.get("real") not in seen:
+            torch.append(i.name)
+            seen.add(i.info.get("real"))
     script = inside_script([i.name for i in outside], torch, words)
     path = runner.trial_path(host)
     qp = '"$PATH"'.join(q(p) for p in path.split("$PATH"))
