@@ -73,7 +73,7 @@ def env_dirs(path: str | None) -> list[str]:
     what PATH's python reports it needs (runners/interp.py: its prefixes and sys.path)."""
     from . import interp
     home = os.path.expanduser("~")
-    p = subprocess.run(["bash", "-c", ENV_DIRS_SCRIPT + "\n" + interp.probe_script(None)], capture_output=True,
+    p = subprocess.run(["bash", "-c", f"({ENV_DIRS_SCRIPT})\n{interp.probe_script(None)}"], capture_output=True,
                        text=True, env={"PATH": path or os.environ.get("PATH", ""), "HOME": home}, timeout=60)
     lines = p.stdout.splitlines()
     return prefixes([x for x in lines if not x.startswith("interp ")] + interp.parse(lines).binds(home))
