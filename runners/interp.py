@@ -267,8 +267,8 @@ def sandbox_check(runner, host: str, manifest) -> list[tuple[str, str, str]]:
         return [(ERROR, f"interpreter on {host}: {py.error()}", "docs/hosts.md, \"Interpreters\"")]
     outside = py.ok if py else []
     d = f"{runner.work_root(host).rstrip('/')}/.interp-check"
-    req = SandboxRequest(argv=[], cwd=d, writable=[d], readonly=hs.env_dirs + list(getattr(runner.cfg, "sandbox_binds", [])),
-                         gpus=manifest.gpus)
+    bound = hs.env_dirs + list(getattr(runner.cfg, "sandbox_binds", [])) + list(defaults.SANDBOX_SYSTEM_DIRS)
+    req = SandboxRequest(argv=[], cwd=d, writable=[d], readonly=bound, gpus=manifest.gpus)
     words = first_words(manifest.setup, manifest.run, manifest.evaluate)
     torch, seen = [], set()
     for i in outside:                  # once per interpreter (python and python3 are mostly one)
@@ -302,8 +302,10 @@ def sandbox_check(runner, host: str, manifest) -> list[tuple[str, str, str]]:
             continue
         if j.executable != i.executable:
             res.append((ERROR, f"`{i.name}` inside the sandbox on {host} is {j.executable}, outside {i.executable}", fix))
+        # absent inside, or there only as an empty parent of narrower binds (as $HOME may be)
         seen = set(j.info.get("dirs", []))
-        lost = [p for p in i.info.get("path", []) if p in i.info.get("dirs", []) and p not in seen]
+        lost = [p for p in i.info.get("path", []) if p in i.info.get("dirs", []) and (p not in seen or not any(
+                p == b or p.startswith(b.rstrip("/") + "/") for b in bound))]
         if lost:
             res.append((ERROR, f"`{i.name}` inside the sandbox on {host} cannot see {', '.join(lost)} (on its "
                                f"sys.path outside)", "add them to runner.sandbox_binds (docs/hosts.md, \"Interpreters\")"))

@@ -362,3 +362,26 @@ def test_the_machines_own_pyenv_shim(tmp_path):
     _, out = run_trial(r, m, b"")
     exe = r.host_sandbox("local").python.ok[0].executable
     assert out.error is None and exe.encode() in out.log and "/shims/" not in exe, (out.error, out.log)
+
+
+@needs_bwrap
+@needs_system_python
+def test_interpreter_check_names_a_missing_command_and_an_unbound_sys_path_entry(layouts, tmp_path):
+    """What doctor --run reports per host: a step's first command that does not resolve inside, and a
+    sys.path entry that is never bound ($HOME itself, named by a .pth)."""
+    from autoresearchd.runners.interp import sandbox_check
+    root, _ = layouts
+    py = _venv(root / "base" / "bin" / "python3", root / f"home-pth-{uuid.uuid4().hex[:6]}", "homepth")
+    site = next((py.parent.parent / "lib").glob("python3*/site-packages"))
+    (site / "zz_home.pth").write_text(os.path.expanduser("~") + "\n")
+    m = EnvManifest(run="no-such-tool-zz --epochs 1", evaluate="python3 eval.py", metric="score")
+    r = LocalRunner(RunnerCfg(sandbox="bwrap", python=str(py)), m, tmp_path / "trials")
+    found = sandbox_check(r, "local", m)
+    text = "\n".join(f"{lv} {what}" for lv, what, _ in found)
+    assert "error `no-such-tool-zz` (a step's first command) is not found inside the sandbox on local" in text, text
+    assert f"error `python` inside the sandbox on local cannot see {os.path.expanduser('~')} " in text, text
+    assert "python3" not in [ln.split("`")[1] for ln in text.splitlines() if "first command" in ln]
+    good = EnvManifest(run="python -c pass", metric="score")
+    ok = sandbox_check(LocalRunner(RunnerCfg(sandbox="bwrap", python=str(root / "venv" / "venvs" / "ar" / "bin" / "python")),
+                                   good, tmp_path / "t2"), "local", good)
+    assert [lv for lv, _, _ in ok] == ["ok"] and "python found" in ok[0][1], ok
