@@ -222,7 +222,7 @@ def test_pushed_provenance_hacks_and_titles_end_to_end(make_repo, tmp_path, monk
     restore_spend(P, reopen(cfg))
     assert P.budget.usd == 0 and P.budget.input_tokens == 0
     s = summary(cfg)
-    assert s["spend"]["usd"] == 0 and s["epoch"] == -1 and s["best"]["idea"] == f.idea_id
+    assert s["spend"]["usd"] == 0 and s["epoch"] == 0 and s["best"]["idea"] == f.idea_id
     assert s["best_unconfirmed"] is None
     from autoresearchd.policies.evolutionary import exploit_candidates
     from autoresearchd.policies.greedy import greedy_base

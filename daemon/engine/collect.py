@@ -295,8 +295,8 @@ class Collector(Recovery):
         changed = False
         final = baseline_complete(pop.baseline_note)
         for idea in pop.ideas:
-            if idea.note is None or idea.note.status not in MEASURED:
-                continue
+            if idea.note is None or idea.note.status not in MEASURED or pop.stale(idea):
+                continue        # a result measured against an old baseline is kept apart, never re-judged
             # notes measured against the baseline's first seeds get their decision when it is final
             undecided = final and idea.note.decision is None and idea.note.status == Status.SUCCEEDED
             if idea.note.baseline is not None and not undecided:
