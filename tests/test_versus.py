@@ -217,3 +217,44 @@ def test_an_undecided_result_says_the_baseline_is_running_and_no_none_reaches_a_
             assert bad not in v[name], (name, bad, v[name])
     payload = json.dumps([v["overview"]["best_unconfirmed"], v["board"]["rows"], v["export"]])
     assert "NaN" not in payload
+
+
+def test_the_dashboard_draws_a_confirmed_point_and_fits_the_epoch_axis(make_repo, tmp_path):
+    """In the browser: the "best so far by CPU-hours" chart draws the confirmed curve when its only point
+    is the last result (a result confirmed last), and the by-epoch chart's axis fits its one epoch
+    (pushed ideas only), or the chart says there are no epochs yet."""
+    from dashserver import Server, chromium
+    drv = chromium()                                 # skips without selenium or chromium
+    base = _baseline([1.004, 1.006], 2, std=0.0014)
+    lucky = _idea(0.990, base.value, 0.990 - base.value, "improved", finished=2.0)
+    conf = _idea(0.995, base.value, 0.995 - base.value, "confirmed", finished=3.0, values=[0.995, 0.994, 0.996])
+    cfg, _ = _repo_with_notes(make_repo, tmp_path / "one", base, [("h/lucky", lucky), ("h/conf", conf)])
+    empty, _ = _repo_with_notes(make_repo, tmp_path / "none", base, [], name="research-none")
+    from selenium.webdriver.support.ui import WebDriverWait
+    red = """const c = document.querySelectorAll('.chart canvas')[arguments[0]];
+             const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0;
+             for (let k = 0; k < d.length; k += 4)
+               if (Math.abs(d[k] - 209) < 30 && Math.abs(d[k + 1] - 73) < 30 && Math.abs(d[k + 2] - 91) < 30) n++;
+             return n;"""
+    try:
+        srv = Server(cfg)
+        try:
+            drv.get(srv.url + "/#/")
+            WebDriverWait(drv, 20, 0.05).until(lambda d: len(d.find_elements("css selector", ".chart canvas")) >= 2)
+            assert drv.execute_script("return charts.map(c => [c.scales.x.min, c.scales.x.max])")[0] == [-0.5, 0.5]
+            assert drv.execute_script(red, 1) > 0, "no confirmed curve on the CPU-hours chart"
+            assert drv.execute_script(red, 0) > 0, "no confirmed curve on the by-epoch chart"
+            errors = [e for e in drv.get_log("browser") if e["level"] == "SEVERE"]    # before the server stops
+            assert not errors, errors
+        finally:
+            srv.stop()
+        srv = Server(empty)
+        try:
+            drv.get(srv.url + "/#/")
+            WebDriverWait(drv, 20, 0.05).until(lambda d: "no epochs yet" in d.find_element("css selector", "main").text)
+            errors = [e for e in drv.get_log("browser") if e["level"] == "SEVERE" and "/api/events" not in e["message"]]
+            assert not errors, errors       # (the first server's event stream, cut when it stopped, aside)
+        finally:
+            srv.stop()
+    finally:
+        drv.quit()
