@@ -68,6 +68,7 @@ def test_one_suspicious_seed_taints_the_commit_and_is_never_promoted():
     class Pop:                      # a measured baseline, nothing else
         baseline_note = Note(status=Status.SUCCEEDED, value=3.2, std=0.01, values=[3.2, 3.21],
                              trials=[Trial(trial_id="b0", seed=0, status=Status.SUCCEEDED, value=3.2)])
+        baseline_commit = "b" * 40
         by_id: dict = {}
         ideas: list = []
     from autoresearchd.config import PolicyCfg
