@@ -200,7 +200,9 @@ class Snapshot:
         if i is None:
             return dict(base, title="baseline", value=self.pop.baseline_value, colour="baseline", status="baseline",
                         delta=None, decision=None, origin="baseline", epoch=None)
-        return dict(base, title=redact(i.title, self.secrets), value=i.value, colour=_colour(i),
+        cmp = {k: r[k] for k in ("delta_kind", "delta_mean", "deltas_differ", "delta_text", "baseline",
+                                 "baseline_commit", "stale", "decision_text")} if r else {}
+        return dict(base, **cmp, title=redact(i.title, self.secrets), value=i.value, colour=_colour(i),
                     status=i.status.value, delta=r["delta"] if r else None, decision=r["decision"] if r else None,
                     origin=i.origin, epoch=i.epoch, parents=i.parents)
 

@@ -304,7 +304,7 @@ function node(n, goal, depth, open, margin) {
   const label = n.id === "baseline" ? h("b", {}, ideaLink("baseline", "baseline " + num(n.value))) : ideaLink(n.id, n.title);
   const row = h("div", {class: "nrow"}, tog, h("i", {class: "dot " + n.colour, title: n.status}), label,
     n.value !== null && n.id !== "baseline" ? h("span", {class: "num"}, " " + num(n.value)) : "",
-    n.delta !== null && n.delta !== undefined ? h("span", {}, " ", deltaCell(n.delta, margin, goal, true)) : "",
+    n.delta !== null && n.delta !== undefined ? h("span", {title: n.delta_text || ""}, " ", deltaCell(n.delta, margin, goal, true), deltaKind(n)) : "",
     n.decision ? [" ", badge(n.decision)] : "", size,
     n.children && n.id !== "baseline" ? h("a", {class: "focus", title: "focus on this subtree",
       href: "#/lineage?root=" + encodeURIComponent(n.id)}, "focus") : "");
