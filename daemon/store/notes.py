@@ -154,27 +154,27 @@ def delta_kind(n: Note) -> DeltaKind | None:
     return DeltaKind.PAIRED
 
 
-def deltas_differ(n: Note) -> bool:
+def deltas_differ(n: Note, kind: DeltaKind | None = None) -> bool:
     """The paired and the mean delta differ by more than the noise, so a view shows both. The noise is
     the baseline's seed std (`baseline_std`); with no noise known (one seed, or identical seeds) any
-    difference visible at 4 decimals counts."""
+    difference visible at 4 decimals counts. `kind`: delta_kind(n), when the caller has it."""
     m = mean_delta(n)
-    if delta_kind(n) != DeltaKind.PAIRED or m is None:
+    if (kind or delta_kind(n)) != DeltaKind.PAIRED or m is None:
         return False
     gap = abs(n.delta - m)
     return gap > n.baseline_std if n.baseline_std else gap >= 0.5e-4
 
 
-def delta_words(n: Note) -> str:
+def delta_words(n: Note, kind: DeltaKind | None = None) -> str:
     """A note's delta with what it is: `+0.0257 vs baseline, paired by seed (+0.0075 vs baseline
     mean)`, `+0.0075 vs baseline mean`; empty without one."""
-    kind = delta_kind(n)
+    kind = kind or delta_kind(n)
     if kind is None:
         return ""
     if kind == DeltaKind.MEAN:
         return f"{n.delta:+.4f} vs baseline mean"
     text = f"{n.delta:+.4f} vs baseline, paired by seed"
-    return text + (f" ({mean_delta(n):+.4f} vs baseline mean)" if deltas_differ(n) else "")
+    return text + (f" ({mean_delta(n):+.4f} vs baseline mean)" if deltas_differ(n, kind) else "")
 
 
 def summary_line(n: Note) -> str:

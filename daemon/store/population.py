@@ -41,6 +41,9 @@ class Population:
     at_baseline: list[str] = field(default_factory=list)
 
     def __post_init__(self):
+        # the baseline's value, read once: `stale` asks for it for every idea of every view
+        n = self.baseline_note
+        self._bvalue = n.value if n and n.status == Status.SUCCEEDED else None
         for i in self.ideas:
             self.by_id.setdefault(i.idea_id, i)
             if i.commit:
@@ -79,7 +82,10 @@ class Population:
     def stale(self, i: Idea) -> bool:
         """Measured against a baseline that is no longer the current one. Such a result is kept apart
         (docs/policies.md, "A moved baseline"): never "best", never a parent, never re-judged."""
-        return on_old_baseline(i.note, self.baseline_commit, self.baseline_value)
+        n = i.note
+        if n is None or n.baseline is None:
+            return False
+        return on_old_baseline(n, self.baseline_commit, self._bvalue)
 
     def comparable(self) -> list[Idea]:
         """The measured ideas judged against the current baseline: what "best" and parents choose from."""

@@ -10,7 +10,7 @@ None.
 from __future__ import annotations
 
 from autoresearchd.engine.plan import baseline_complete
-from autoresearchd.store.notes import DeltaKind, delta_kind, delta_words, deltas_differ, mean_delta
+from autoresearchd.store.notes import DeltaKind, Status, delta_kind, delta_words, deltas_differ, mean_delta
 
 
 def baseline_tag(value: float | None, commit: str | None) -> str:
@@ -37,18 +37,19 @@ def decision_text(decision: str | None, waiting: str | None) -> str:
     return f"undecided: {waiting}" if waiting else "undecided"
 
 
-def delta_text(note, stale: bool) -> str:
+def delta_text(note, stale: bool, kind: DeltaKind | None = None) -> str:
     """The delta with what it is measured against and how: `-0.0805 vs old baseline 2.6133@abc1234,
-    paired by seed`, `+0.0257 vs baseline, paired by seed (+0.0075 vs baseline mean)`."""
+    paired by seed`, `+0.0257 vs baseline, paired by seed (+0.0075 vs baseline mean)`. `kind`:
+    delta_kind(note), when the caller has it."""
     if note is None or note.delta is None:
         return ""
+    kind = kind or delta_kind(note)
     if not stale:
-        return delta_words(note)
-    kind = delta_kind(note)
+        return delta_words(note, kind)
     text = f"{note.delta:+.4f} vs old baseline {baseline_tag(note.baseline, note.baseline_commit)}"
     if kind == DeltaKind.PAIRED:
         text += ", paired by seed"
-        if deltas_differ(note):
+        if deltas_differ(note, kind):
             text += f" ({mean_delta(note):+.4f} vs its mean)"
     return text
 
@@ -75,15 +76,18 @@ def versus(i, pop, waiting: str | None) -> dict:
     """The comparison fields of one idea's result, ready for JSON: what its delta is, against which
     baseline, and its decision in words. `waiting`: baseline_running(pop, ...)."""
     n = i.note
-    stale = pop.stale(i) if n is not None else False
-    kind = delta_kind(n) if n is not None else None
-    measured = n is not None and i.value is not None
-    return {"delta_kind": kind.value if kind is not None else None,
-            "delta_mean": mean_delta(n) if n is not None else None,
-            "deltas_differ": deltas_differ(n) if n is not None else False,
-            "delta_text": delta_text(n, stale),
-            "baseline": n.baseline if n is not None else None,
-            "baseline_commit": n.baseline_commit if n is not None else None,
-            "stale": stale,
+    if n is None:
+        return dict(_UNMEASURED)
+    stale = pop.stale(i)
+    kind = delta_kind(n)
+    measured = n.status == Status.SUCCEEDED and n.value is not None
+    return {"delta_kind": kind.value if kind is not None else None, "delta_mean": mean_delta(n),
+            "deltas_differ": deltas_differ(n, kind) if kind is not None else False,
+            "delta_text": delta_text(n, stale, kind) if kind is not None else "",
+            "baseline": n.baseline, "baseline_commit": n.baseline_commit, "stale": stale,
             "decision_text": decision_text(n.decision, "its baseline moved" if stale else waiting) if measured else
-            (n.decision or "" if n is not None else "")}
+            (n.decision or "")}
+
+
+_UNMEASURED = {"delta_kind": None, "delta_mean": None, "deltas_differ": False, "delta_text": "", "baseline": None,
+               "baseline_commit": None, "stale": False, "decision_text": ""}
