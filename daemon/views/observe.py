@@ -22,7 +22,8 @@ from autoresearchd.store.notes import Status
 from autoresearchd.store.refs import NOTES_REF, branch_name
 from autoresearchd.views.progress import running_trials
 from autoresearchd.views.summary import idea_tokens, idea_usd, leaderboard, load, summary
-from autoresearchd.views.versus import DELTA_LEGEND, baseline_running, delta_short, delta_text, decision_text
+from autoresearchd.views.versus import (DELTA_LEGEND, baseline_running, baseline_tag, decision_text, delta_short,
+                                        delta_text)
 
 
 def _fmt(v: float | None, nd: int = 4) -> str:
@@ -281,10 +282,11 @@ def _versus(console, idea, pop, cfg) -> None:
     if n.delta is not None:
         _plain(console, f"delta: {delta_text(n, stale)}")
     if stale:
-        cur = baseline_running(pop, cfg.policy.baseline_seeds) or "" if pop.baseline_value is None else \
-            f"{pop.baseline_value:.4f}@{(pop.baseline_commit or '')[:7]}"
-        _plain(console, f"measured against an old baseline (now {cur or 'not measured yet'}): kept apart, "
-                        "never best, never a parent")
+        if pop.baseline_value is not None:
+            now = baseline_tag(pop.baseline_value, pop.baseline_commit)
+        else:
+            now = baseline_running(pop, cfg.policy.baseline_seeds) or "not measured yet"
+        _plain(console, f"measured against an old baseline (now {now}): kept apart, never best, never a parent")
     if idea.value is not None:
         waiting = baseline_running(pop, (pop.baseline_note.seeds_planned if pop.baseline_note else None)
                                    or cfg.policy.baseline_seeds)
