@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 from rich.console import Console
 
@@ -258,3 +259,37 @@ def test_the_dashboard_draws_a_confirmed_point_and_fits_the_epoch_axis(make_repo
             srv.stop()
     finally:
         drv.quit()
+
+
+def test_confirmation_seeds_that_ran_across_a_baseline_move_are_judged_where_the_result_was_measured(
+        make_repo, tmp_path):
+    """A pending result's confirmation seeds were running when the baseline moved: harvested, they are
+    judged against the baseline the result was measured on (it stays apart), not the new one."""
+    from autoresearchd.app import build_daemon
+    from autoresearchd.store.notes import Lease, format_leases
+    from autoresearchd.store.refs import RUNS_REF
+    old = _baseline([1.00, 1.01], 2, std=0.00707)
+    pending = _idea(0.99, old.value, 0.99 - old.value, "pending")
+    cfg, (c_idea,) = _repo_with_notes(make_repo, tmp_path, old, [("h/pending", pending)])
+    repo = Path(load_config(cfg).research.repo)
+    g = GitRepo(repo)
+    base_a = g.rev_parse("refs/heads/main")
+    n = pending.model_copy(deep=True)
+    n.baseline_commit = base_a                        # as the judge writes it
+    g.note_write(NOTES_REF, c_idea, format_note(n))
+    (repo / "run.py").write_text(TOY_RUN.replace("x = 1.0", "x = 0.98"))
+    git(repo, "commit", "-qam", "a better baseline")
+    base_b = g.rev_parse("refs/heads/main")
+    g.note_write(NOTES_REF, base_b, format_note(_baseline([0.98, 0.99], 2, std=0.00707)))
+    k = load_config(cfg).policy.confirm_seeds
+    done = [Lease(trial_id=f"t-s{s}", seed=s, runner="local", host="local", slot="0", purpose="confirm", state="done",
+                  result=Trial(trial_id=f"t-s{s}", seed=s, status=Status.SUCCEEDED, value=0.99 + 0.001 * s, wall_s=1.0))
+            for s in range(1, k + 1)]
+    g.note_write(RUNS_REF, c_idea, format_leases(done))
+    d = build_daemon(load_config(cfg))
+    d.dispatcher.harvest(read_population(d.repo, d.research.baseline_ref))
+    pop = read_population(d.repo, d.research.baseline_ref)
+    idea = pop.by_commit[c_idea]
+    assert len(idea.note.values) == k + 1 and idea.note.decision in ("confirmed", "demoted")
+    assert idea.note.baseline_commit == base_a and idea.note.baseline == old.value, idea.note
+    assert pop.stale(idea) and pop.best("min") is None

@@ -87,6 +87,12 @@ class Population:
             return False
         return on_old_baseline(n, self.baseline_commit, self._bvalue)
 
+    def on_baseline(self, commit: str, note: Note) -> "Population":
+        """This population as judged against another baseline commit (an old one, with its note): the
+        late seeds of a result measured on it are judged where it was measured, among its own cohort."""
+        return dataclasses.replace(self, baseline_commit=commit, baseline_note=note, baseline_leases=[],
+                                   by_id={}, by_commit={})
+
     def comparable(self) -> list[Idea]:
         """The measured ideas judged against the current baseline: what "best" and parents choose from."""
         return [i for i in self.succeeded() if not self.stale(i)]
