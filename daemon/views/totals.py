@@ -65,7 +65,8 @@ class Totals:
         return {"counts": {k: v for k, v in self.counts.items() if v}, "total": self.total,
                 "epoch": max((e for e, k in self.epochs.items() if k), default=None),
                 "best": self.best, "lucky": self.lucky,
-                "stale": sorted(self.stale.values(), key=lambda i: (sign(self.goal) * i.value, i.idea_id)), "usd": self.usd, "tokens": self.tokens,
+                "stale": sorted(self.stale.values(), key=lambda i: (sign(self.goal) * i.value, i.idea_id)),
+                "usd": self.usd, "tokens": self.tokens,
                 "gpu_s": self.compute if self.gpus else 0.0, "cpu_s": 0.0 if self.gpus else self.compute,
                 "running": run,
                 "arms": {m: dict(s) for m, s in self.arms.items() if s["proposals"]}}
