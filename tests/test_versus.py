@@ -16,7 +16,7 @@ from autoresearchd.config import load_config
 from autoresearchd.research import open_research
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.notes import Note, Status, Trial, format_note
-from autoresearchd.store.population import read_population
+from autoresearchd.store.population import LivePopulation, read_population
 from autoresearchd.store.refs import NOTES_REF
 from autoresearchd.views.dashboard import Snapshot
 from autoresearchd.views.export import records
@@ -61,6 +61,12 @@ def test_a_result_measured_on_an_old_baseline_is_kept_apart_in_every_view(make_r
     assert abs(alice.note.delta_mean - (alice.note.value - alice.note.baseline)) < 1e-9
     assert summary(load_config(cfg))["best_unconfirmed"]["idea"] == alice.idea_id
     old_value = alice.note.baseline
+    # a live dashboard open across the move (it moves on by the ideas that changed: alice does not)
+    c0 = load_config(cfg)
+    research0 = open_research(c0, create=False)
+    live = LivePopulation(research0.repo, research0.baseline_ref)
+    snap0 = Snapshot(c0, research0, live.refresh(), "0", secrets=[])
+    assert not next(r for r in snap0.ideas()["rows"] if r["idea"] == alice.idea_id)["stale"]
 
     # ... then the baseline is fixed (it honours its seed now): the baseline moves and is measured afresh
     (repo / "run.py").write_text(TOY_RUN)
@@ -101,11 +107,12 @@ def test_a_result_measured_on_an_old_baseline_is_kept_apart_in_every_view(make_r
     from autoresearchd.policies.greedy import greedy_base
     m = v["research"].manifest
     assert exploit_candidates(v["pop"], m) == ([], []) and greedy_base(v["pop"], m) is None
-    # and a live dashboard moved on by the baseline's move rebuilds its rows (no row keeps "current")
-    research = v["research"]
-    snap2 = Snapshot(load_config(cfg), research, read_population(research.repo, research.baseline_ref), "2",
-                     secrets=[], prev=v["snap"])
-    assert next(r for r in snap2.ideas()["rows"] if r["idea"] == alice.idea_id)["stale"]
+    # the live dashboard, moved on across the baseline's move, rebuilds its rows: none keeps "current"
+    pop1 = live.refresh()
+    assert any(i is snap0.pop.by_id[alice.idea_id] for i in pop1.ideas)      # alice's object did not change
+    snap1 = Snapshot(c0, research0, pop1, "1", secrets=[], prev=snap0)
+    row1 = next(r for r in snap1.ideas()["rows"] if r["idea"] == alice.idea_id)
+    assert row1["stale"] and tag in row1["delta_text"]
 
 
 # -- notes written straight into a real research repo ---------------------------------------------
