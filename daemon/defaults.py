@@ -144,6 +144,9 @@ HUMAN_PRIORITY = True
 IDEAS_RICH_ROWS = 300        # `ideas` prints plain columns beyond this many rows (rich lays out big tables slowly)
 IDEAS_WIDE_TABLE = 130       # below this many terminal columns `ideas` shows the narrow set
 REPORT_TOP_K = 20            # ideas in the report's leaderboard
+# results measured against an old baseline are kept apart (docs/policies.md, "A moved baseline"):
+# `status`, the report and the dashboard list this many of them, best first, after the current ones
+STALE_SHOWN = 3
 DOCTOR_LOG_TAIL_CHARS = 3000   # output shown for a failing doctor step
 WANDB_MAX_DIFF = 200_000     # characters of an idea's diff mirrored to W&B
 

@@ -44,7 +44,7 @@ def running_trials(population, now: float | None = None) -> list[dict]:
 
 def epoch_counts(population, trials: list[dict] | None = None) -> dict:
     """This epoch's ideas by fate, and the queue and running trials (from the leases in git)."""
-    epoch = population.max_epoch()
+    epoch = population.epoch()          # the one current epoch every view shows (Population.epoch)
     here = [i for i in population.ideas if i.epoch == epoch and i.origin != "human"]
     trials = running_trials(population) if trials is None else trials
     return {"epoch": epoch, "proposed": len(here), "implemented": sum(1 for i in here if i.branch),
@@ -77,7 +77,7 @@ def render_progress(state: dict | None, population, time_budget_s: float | None 
                                                ("failed_to_implement", "not implementable"),
                                                ("duplicates", "duplicates")) if c[k]]
     waiting = f" (+{c['waiting']} waiting for a slot)" if c["waiting"] else ""
-    head = Text.assemble(("epoch ", "bold"), (str(max(c["epoch"], 0)), "bold"),
+    head = Text.assemble(("epoch ", "bold"), (str(c["epoch"]) if c["epoch"] is not None else "-", "bold"),
                          f": {', '.join(fates)} · queued {c['queued']} · running {c['running']}{waiting} · "
                          f"finished {c['finished']}")
     parts = [head]
