@@ -145,6 +145,7 @@ IDEAS_RICH_ROWS = 300        # `ideas` prints plain columns beyond this many row
 IDEAS_WIDE_TABLE = 130       # below this many terminal columns `ideas` shows the narrow set
 REPORT_TOP_K = 20            # ideas in the report's leaderboard
 DOCTOR_LOG_TAIL_CHARS = 3000   # output shown for a failing doctor step
+SHOW_LOG_TAIL_BYTES = 4000   # end of each trial's log `show` prints (`show --log`: the whole stored log)
 WANDB_MAX_DIFF = 200_000     # characters of an idea's diff mirrored to W&B
 
 # `autoresearchd serve`, the live dashboard

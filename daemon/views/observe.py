@@ -21,6 +21,7 @@ from autoresearchd import defaults
 from autoresearchd.store.notes import Status
 from autoresearchd.store.refs import NOTES_REF, branch_name
 from autoresearchd.views.progress import running_trials
+from autoresearchd.views.safe import UNTRUSTED, one_line, untrusted_lines
 from autoresearchd.views.summary import idea_tokens, idea_usd, leaderboard, load, summary
 
 
@@ -163,6 +164,7 @@ def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=Fals
         return 0
     cells = [(str(k), r["idea"], _cut(r["title"], 60), _metric_cell(r), _delta(r["delta"]), r["decision"] or "",
               r["status"], r["origin"], ",".join(r["parents"])[:30], str(r["epoch"])) for k, r in enumerate(rows, 1)]
+    cells = [tuple(one_line(x) for x in c) for c in cells]     # before widths are measured (views/safe.py)
     if len(rows) > defaults.IDEAS_RICH_ROWS:   # rich lays out big tables slowly (seconds per thousand rows): plain columns
         w = [max([len(h)] + [len(c[j]) for c in cells]) for j, h in enumerate(COLUMNS)]
         fmt = "  ".join(f"{{:<{x}}}" for x in w)
@@ -170,7 +172,7 @@ def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=Fals
         console.print(f"{len(rows)} idea(s)")
         return 0
     # piped into a file or a pager: do not squeeze the table into 80 columns
-    out = console if console.is_terminal else Console(file=console.file, width=max(console.width, 180))
+    out = console if console.is_terminal else type(console)(file=console.file, width=max(console.width, 180))
     cols = COLUMNS
     if out.width < defaults.IDEAS_WIDE_TABLE:
         # a narrow terminal: all ten columns leave the title no room at all, so keep those that rank
@@ -216,7 +218,7 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
         _plain(console, f"no idea matches '{ref}' (try an idea id, a branch name, a commit prefix "
                         "or 'baseline')")
         return 2                     # bad input, like every other command's
-    console.print(Text(idea.title, style="bold") + Text(f"  ({idea.idea_id}, {idea.origin}, epoch {idea.epoch}, "
+    console.print(Text(one_line(idea.title), style="bold") + Text(f"  ({idea.idea_id}, {idea.origin}, epoch {idea.epoch}, "
                                                        f"{idea.status.value})"), highlight=False)
     _plain(console, f"branch: {branch_name(idea.branch) or '(none: never became runnable)'}  commit: {idea.commit}")
     if idea.parents:
@@ -267,7 +269,10 @@ def _attempts(console, repo, sha: str | None) -> None:
         if a.get("implementer"):       # a coding-agent session: its summary, then its steps
             line += (f"{a['implementer']} session {a.get('session', '?')}, {a.get('turns', 0)} turns, "
                      f"{a.get('wall_s', 0)}s, ${a.get('cost_usd', 0)}: ")
-        _plain(console, line + ("ok" if not err else err.strip()[:1500]))
+        first, _, rest = (err or "").strip()[:1500].partition("\n")
+        _plain(console, line + ("ok" if not err else first))
+        if rest:                       # the check's or the agent's output: untrusted, behind a gutter
+            _plain(console, untrusted_lines(rest, indent="    "))
         if a.get("events"):
             from autoresearchd.implement.agent_cli import steps
             for s in steps(a["events"]):
@@ -283,6 +288,9 @@ def _logs(console, repo, note, full: bool) -> None:
             continue
         seen.add(sha)
         data = repo.read_blob(sha) or b""
-        tail = len(data) > 4000 and not full
-        console.print(f"[bold]log {escape(name)}[/]" + (" (tail; --log for all)" if tail else ""), highlight=False)
-        _plain(console, (data[-4000:] if tail else data).decode(errors="replace"))
+        cap = defaults.SHOW_LOG_TAIL_BYTES
+        tail = len(data) > cap and not full
+        console.print(f"[bold]log {escape(name)}[/]: {UNTRUSTED}" + (" (tail; --log for all)" if tail else ""),
+                      highlight=False)
+        _plain(console, untrusted_lines((data[-cap:] if tail else data).decode(errors="replace")))
+        _plain(console, f"(end of log {name})")
