@@ -10,6 +10,7 @@ reported separately and labelled, because one lucky seed is not a result.
 from __future__ import annotations
 
 import json
+import textwrap
 
 from rich import box
 from rich.console import Console
@@ -229,7 +230,7 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
         facts += [f"tokens: {idea_tokens(idea):,}", f"cost: ${idea_usd(idea):.4f}"]
         console.print("; ".join(facts), markup=False, highlight=False)
     console.print()
-    _plain(console, idea.text)
+    _plain(console, textwrap.indent(idea.text, "  "))   # the idea's own words: no line of it starts as the view's
     console.print()
     if idea.base_commit and idea.commit and idea.branch:
         console.print("[bold]diff[/]" if diff else "[bold]diffstat[/] (--diff for the full diff)")
@@ -239,7 +240,7 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
         console.print("[bold]note[/]")
         _plain(console, "\n".join(ln for ln in text.splitlines() if not ln.startswith("trials: ")))
         for t in idea.note.trials if idea.note else []:
-            v = f"{t.value:.4f}" if t.value is not None else (t.error or "")[:200]
+            v = f"{t.value:.4f}" if t.value is not None else one_line(t.error)[:200]
             _plain(console, f"  seed {t.seed}: {t.status.value} {v} on {t.host or '?'}"
                             + (f" in {t.wall_s:.0f}s" if t.wall_s else ""))
     else:

@@ -122,5 +122,6 @@ UNTRUSTED = "trial output, untrusted text"
 def untrusted_lines(text: str | None, indent: str = "") -> str:
     """Output a trial (or a coding agent) wrote, for the terminal: each line made visible and set behind
     a gutter, so no line of it can pass for a line of the view around it."""
-    lines = visible((text or "").replace("\r\n", "\n"), keep="\n\t").split("\n")    # CRLF is a line end
+    text = (text or "").replace("\r\n", "\n")             # CRLF is a line end
+    lines = visible(text.removesuffix("\n"), keep="\n\t").split("\n")
     return "\n".join(indent + GUTTER + ln for ln in lines)
