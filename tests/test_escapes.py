@@ -36,8 +36,8 @@ from conftest import write_config
 
 HOSTILE = {
     "clear": "\x1b[2J\x1b[3J\x1b[H",
-    "osc0_bel": "\x1b]0;PWNED-BEL\x07",
     "osc2_st": "\x1b]2;PWNED-ST\x1b\\",
+    "osc0_bel": "\x1b]0;PWNED-BEL\x07",
     "osc8_link": "\x1b]8;;http://evil.invalid/\x1b\\click\x1b]8;;\x1b\\",
     "dcs": "\x1bPq#0;2;0;0;0\x1b\\",
     "apc_pm_sos": "\x1b_apc\x1b\\\x1b^pm\x1b\\\x1bXsos\x1b\\",
@@ -100,7 +100,8 @@ def hostile(toy_env, tmp_path):
     failed = _commit(toy_env, {b"run.py": run_py.replace("0.7", "0.6").encode()},
                      f"Crash it {HOSTILE['cursor']}{HOSTILE['osc0_bel']}\n".encode())
     repo.update_ref("refs/heads/idea/h/crash", failed)
-    log = ("step 1 loss 2.0\r\n" + PAYLOAD + "\n" + FORGED + "\n" + HOSTILE["overprint"] + FORGED + "\nend\n").encode()
+    log = ("step 1 loss 2.0\r\n" + PAYLOAD + "\n" + FORGED + "\n" + HOSTILE["overprint"] + FORGED + "\n"
+           + HOSTILE["osc2_st"] + "\nend\n").encode()
     log_sha = repo.hash_blob(log)
     led = Ledger(repo)
     base = repo.rev_parse("refs/heads/main")
