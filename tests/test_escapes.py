@@ -298,3 +298,56 @@ def test_a_real_terminal_shows_the_real_lines(hostile, tmp_path, term):
     assert "trial output, untrusted text" in text
 
 
+
+
+def test_wandb_keeps_the_title_raw_and_its_html_panel_inert(hostile, tmp_path, monkeypatch):
+    """W&B: the config's title is the raw string (W&B stores JSON and shows it as text); the idea's
+    HTML panel is escaped with control and bidi characters written out."""
+    pytest.importorskip("wandb", reason="wandb is not installed (the wandb extra)")
+    from test_wandb import runs, wait_written
+
+    from autoresearchd.config import WandbCfg, load_config
+    from autoresearchd.views.summary import load
+    from autoresearchd.views.wandb_mirror import WandbMirror
+    cfg, best, failed, branch = hostile
+    wdir = tmp_path / "wandb"
+    wdir.mkdir()
+    monkeypatch.setenv("WANDB_DIR", str(wdir))
+    research, pop = load(load_config(cfg))
+    idea = pop.resolve(best[:12])
+    m = WandbMirror(WandbCfg(enabled=True, mode="offline"), research.manifest, repo=research.repo, dir=wdir,
+                    background=False)
+    m(idea.commit, idea, idea.note)
+    assert m.logged == 1 and m.failed == 0
+    wait_written(wdir, 1)
+    (run,) = runs(wdir)
+    assert run["config"]["title"] == f"Lower lr {PAYLOAD}" and run["config"]["branch"] == branch
+    panels = [p.read_text() for p in wdir.rglob("*.html")]
+    assert panels and all(not hidden_chars(p) for p in panels), [hidden_chars(p) for p in panels]
+    assert any("\\u202e" in p and "\\x1b[2J" in p for p in panels)
+
+
+def test_dashboard_page_writes_hostile_text_out_and_labels_logs(hostile):
+    """The dashboard serves the raw text (JSON) and its page writes it out as text with the control
+    and bidi characters shown; each trial log is labelled untrusted."""
+    from dashserver import Server, chromium
+    cfg, best, failed, branch = hostile
+    drv = chromium()
+    srv = Server(cfg)
+    try:
+        from selenium.webdriver.support.ui import WebDriverWait
+        drv.get(srv.url + "/#/idea/" + best[:12])
+        WebDriverWait(drv, 30, poll_frequency=0.1).until(
+            lambda d: d.execute_script("return document.querySelector('pre.log.untrusted') !== null"))
+        title = drv.execute_script("return document.querySelector('.idea h2').textContent")
+        main = drv.execute_script("return document.querySelector('main').textContent")
+        labels = drv.execute_script("return [...document.querySelectorAll('.badge.untrusted')].map(e => e.textContent)")
+        errors = [e for e in drv.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        srv.stop()
+        drv.quit()
+    assert not errors, errors
+    assert not hidden_chars(main), hidden_chars(main)
+    assert title.strip() == visible(f"Lower lr {PAYLOAD}", keep="").strip()
+    assert "\\u202e" in main and "\\x1b]2;PWNED-ST" in main and FORGED in main
+    assert labels and all("untrusted" in x for x in labels)
