@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.logging import RichHandler
 
 from autoresearchd.config import ConfigError, load_config
-from autoresearchd.views.safe import SafeConsole, SafeFormatter, one_line
+from autoresearchd.views.safe import SafeConsole, SafeFormatter, one_line, visible
 
 # every view prints through these: text from an idea is shown, never obeyed (views/safe.py)
 console = SafeConsole(stderr=False)
@@ -320,7 +320,14 @@ COMMANDS = {"init": cmd_init, "start": cmd_start, "stop": cmd_stop, "status": cm
             "serve": cmd_serve}
 
 
+def _traceback_shown(tp, value, tb) -> None:
+    """An uncaught exception's traceback, made visible: its message may quote a title or a log."""
+    import traceback
+    sys.stderr.write(visible("".join(traceback.format_exception(tp, value, tb))))
+
+
 def main(argv: list[str] | None = None) -> int:
+    sys.excepthook = _traceback_shown
     p = parser()
     args = p.parse_args(argv)
     if args.cmd is None:             # no command: the help, as for --help

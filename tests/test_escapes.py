@@ -351,3 +351,24 @@ def test_dashboard_page_writes_hostile_text_out_and_labels_logs(hostile):
     assert title.strip() == visible(f"Lower lr {PAYLOAD}", keep="").strip()
     assert "\\u202e" in main and "\\x1b]2;PWNED-ST" in main and FORGED in main
     assert labels and all("untrusted" in x for x in labels)
+
+
+def test_cli_errors_quote_hostile_text_inert(hostile):
+    """An error that quotes idea text, one line (a configuration error) or a traceback (an uncaught
+    exception), reaches the terminal written out."""
+    cfg, best, failed, branch = hostile
+    boom = ("import sys, autoresearchd.cli as c\n"
+            "def cmd(args, cfg): raise RuntimeError(%r)\n"
+            "c.COMMANDS['status'] = cmd\n"
+            "sys.exit(c.main(['--config', %r, 'status']))\n") % (f"bad title {PAYLOAD}", str(cfg))
+    p = subprocess.run([sys.executable, "-c", boom], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "RuntimeError: bad title \\x1b[2J" in p.stderr, p.stderr
+    assert_inert(p.stderr, "traceback")
+    conf = ("import sys, autoresearchd.cli as c\nfrom autoresearchd.config import ConfigError\n"
+            "def cmd(args, cfg): raise ConfigError(%r)\n"
+            "c.COMMANDS['status'] = cmd\n"
+            "sys.exit(c.main(['--config', %r, 'status']))\n") % (f"branch {branch} {PAYLOAD}", str(cfg))
+    p = subprocess.run([sys.executable, "-c", conf], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.startswith("autoresearchd: branch idea/h/evil\\u202e"), p.stderr
+    assert_inert(p.stderr, "config error")
+    assert len(p.stderr.strip().splitlines()) == 1
