@@ -204,6 +204,19 @@ def test_html_report_escapes_and_shows_the_hostile_text(hostile, tmp_path):
     assert html_text(branch) in page
 
 
+def test_hidden_table_matches_this_pythons_unicode():
+    """safe.py's table of control and format characters holds every one the running Python's
+    unicodedata knows (a newer Unicode's additions fail here), and nothing that shows itself."""
+    from autoresearchd.views.safe import is_hidden
+    missing, extra = [], []
+    for cp in range(0x110000):
+        ch = chr(cp)
+        cat = unicodedata.category(ch)
+        if (cat in HIDDEN_CATS) != is_hidden(ch) and not (cat == "Cn" and is_hidden(ch)):
+            (missing if cat in HIDDEN_CATS else extra).append(f"U+{cp:04X} {cat}")
+    assert not missing and not extra, (missing[:20], extra[:20])
+
+
 def test_sanitizer_covers_each_class_member():
     for name, seq in HOSTILE.items():
         shown = visible(seq)
