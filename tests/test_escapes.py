@@ -135,7 +135,8 @@ def views(best: str, failed: str, tmp: Path) -> dict[str, list[str]]:
             "doctor": ["doctor"]}
 
 
-@pytest.mark.parametrize("env", [{}, {"TERM": "dumb"}, {"NO_COLOR": "1"}, {"FORCE_COLOR": "1", "TERM": "xterm-256color"}],
+@pytest.mark.parametrize("env", [{}, {"TERM": "dumb"}, {"NO_COLOR": "1"},
+                                 {"FORCE_COLOR": "1", "TERM": "xterm-256color"}],
                          ids=["piped", "TERM=dumb", "NO_COLOR", "FORCE_COLOR"])
 def test_every_terminal_view_shows_hostile_text_and_obeys_none_of_it(hostile, tmp_path, env):
     cfg, best, failed, branch = hostile
@@ -177,7 +178,8 @@ def test_json_export_and_dashboard_keep_the_raw_text(hostile, tmp_path):
     rows = json.loads(cli(cfg, "ideas", "--json"))
     assert title in [r["title"] for r in rows]
     out = cli(cfg, "status", "--json")
-    assert "\x1b" not in out and json.loads(out)["best"]["title"] == title and json.loads(out)["best"]["branch"] == branch
+    assert "\x1b" not in out
+    assert json.loads(out)["best"]["title"] == title and json.loads(out)["best"]["branch"] == branch
     cli(cfg, "export", "--out", str(tmp_path / "t.jsonl"))
     recs = {r["commit"]: r for r in map(json.loads, (tmp_path / "t.jsonl").read_text().splitlines())}
     assert recs[best]["title"] == title and recs[best]["branch"] == branch
@@ -283,7 +285,8 @@ def test_a_real_terminal_shows_the_real_lines(hostile, tmp_path, term):
     me = [sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg)]
     cmd = " ; ".join([shlex.join(me + ["status"]), shlex.join(me + ["show", best[:12]]),
                       f"touch {shlex.quote(str(done))}", "sleep 120"])
-    env = ["env", "-u", "COLUMNS", "-u", "LINES", "-u", "NO_COLOR", "-u", "FORCE_COLOR"] + ([f"TERM={term}"] if term else [])
+    env = ["env", "-u", "COLUMNS", "-u", "LINES", "-u", "NO_COLOR", "-u", "FORCE_COLOR"]
+    env += [f"TERM={term}"] if term else []
     tmux = ["tmux", "-L", sock, "-f", "/dev/null"]
     subprocess.run(tmux + ["new-session", "-d", "-x", "80", "-y", "40", "-s", "t", shlex.join(env) + " sh -c "
                            + shlex.quote(cmd)], check=True, timeout=30)

@@ -13,7 +13,6 @@ import json
 import textwrap
 
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -219,8 +218,9 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
         _plain(console, f"no idea matches '{ref}' (try an idea id, a branch name, a commit prefix "
                         "or 'baseline')")
         return 2                     # bad input, like every other command's
-    console.print(Text(one_line(idea.title), style="bold") + Text(f"  ({idea.idea_id}, {idea.origin}, epoch {idea.epoch}, "
-                                                       f"{idea.status.value})"), highlight=False)
+    console.print(Text(one_line(idea.title), style="bold")
+                  + Text(f"  ({idea.idea_id}, {idea.origin}, epoch {idea.epoch}, {idea.status.value})"),
+                  highlight=False)
     _plain(console, f"branch: {branch_name(idea.branch) or '(none: never became runnable)'}  commit: {idea.commit}")
     if idea.parents:
         _plain(console, f"parents: {', '.join(idea.parents)}")
