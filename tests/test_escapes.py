@@ -388,3 +388,22 @@ def test_cli_errors_quote_hostile_text_inert(hostile):
     assert p.returncode == 2 and p.stderr.startswith("autoresearchd: branch idea/h/evil\\u202e"), p.stderr
     assert_inert(p.stderr, "config error")
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_progress_table_of_the_foreground_daemon_is_inert():
+    """The live view `start` shows (and `status`'s running trials): a hostile title in a running
+    trial's row, printed through the CLI's console into a forced terminal, keeps its columns and
+    obeys nothing."""
+    import io
+
+    from autoresearchd.cli import console as cli_console
+    from autoresearchd.views.progress import trials_table
+    rows = [{"trial": "t-1", "idea": "h-1", "title": f"Lower lr {PAYLOAD}", "seed": 0, "where": "local/0",
+             "purpose": "run", "elapsed_s": 12.0, "waiting_s": 13.0}]
+    buf = io.StringIO()
+    type(cli_console)(file=buf, force_terminal=True, width=80, color_system="standard").print(trials_table(rows, 60.0))
+    out = buf.getvalue()
+    assert_inert(out, "progress table", styled=True)
+    lines = SGR.sub("", out).splitlines()
+    assert lines[1].startswith("h-1 s0  Lower lr \\x1b[2J") and "0:12 / 1:00" in lines[1], lines
+    assert all(len(ln) <= 80 for ln in lines), lines
