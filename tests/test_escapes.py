@@ -190,8 +190,9 @@ def test_json_export_and_dashboard_keep_the_raw_text(hostile, tmp_path):
     from autoresearchd.views.dashboard import Snapshot
     from autoresearchd.views.summary import load
     research, pop = load(load_config(cfg))
-    page = json.dumps(Snapshot(load_config(cfg), research, pop, "v1", secrets=[]).idea(best[:12]))
-    assert "\x1b" not in page and "\u202e" not in page
+    # encoded as the server's JSONResponse encodes (UTF-8, ensure_ascii=False): C0 controls still escaped
+    page = json.dumps(Snapshot(load_config(cfg), research, pop, "v1", secrets=[]).idea(best[:12]), ensure_ascii=False)
+    assert "\x1b" not in page and "\\u001b[2J" in page
     back = json.loads(page)
     assert back["title"] == title and PAYLOAD in back["logs"][0]["text"] and back["branch"] == branch
 
