@@ -408,3 +408,21 @@ def test_progress_table_of_the_foreground_daemon_is_inert():
     lines = SGR.sub("", out).splitlines()
     assert lines[1].startswith("h-1 s0  Lower lr \\x1b[2J") and "0:12 / 1:00" in lines[1], lines
     assert all(len(ln) <= 80 for ln in lines), lines
+
+
+def test_ideas_plain_columns_are_inert(hostile, monkeypatch):
+    """Beyond IDEAS_RICH_ROWS `ideas` writes plain columns straight to the console's file (rich would
+    take seconds): its cells are made visible before they are measured and written."""
+    import io
+
+    from autoresearchd import defaults
+    from autoresearchd.cli import console as cli_console
+    from autoresearchd.config import load_config
+    from autoresearchd.views.observe import ideas_table
+    cfg, best, failed, branch = hostile
+    monkeypatch.setattr(defaults, "IDEAS_RICH_ROWS", 0)
+    buf = io.StringIO()
+    assert ideas_table(load_config(cfg), type(cli_console)(file=buf, width=200)) == 0
+    out = buf.getvalue()
+    assert_inert(out, "ideas (plain columns)")
+    assert "Lower lr \\x1b[2J" in out and "2 idea(s)" in out
