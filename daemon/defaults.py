@@ -176,6 +176,11 @@ SANDBOX_ETC_FILES = ("/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.conf"
 SANDBOX_GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
                        "/dev/nvidia-caps", "/dev/dri", *(f"/dev/nvidia{i}" for i in range(16)))
 SANDBOX_IMAGE = ""           # apptainer's image (runner.sandbox_image); bwrap needs none
+# Directories never bound whole for an interpreter's sys.path (runners/interp.py), wherever a .pth or
+# a prefix points: binding them would expose the host (or hide the sandbox's own /tmp, /proc, /dev).
+# $HOME and every directory above it are refused as well.
+SANDBOX_NEVER_BIND = ("/", "/tmp", "/var", "/etc", "/home", "/root", "/proc", "/dev", "/sys", "/run",
+                      "/mnt", "/media", "/srv", "/boot")
 # host variables passed into run and evaluate when set (the rest of the environment stays out; a name
 # that looks like a secret never passes)
 SANDBOX_PASS_ENV = ("LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM_THREADS", "TZ")

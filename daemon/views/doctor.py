@@ -90,6 +90,8 @@ def _sandboxes(cfg, src: EnvSource, line) -> None:
                 except Exception as e:  # noqa: BLE001 - reported, as a failure
                     line(ERROR, f"sandbox on {host}: {e}")
                     continue
+                if hs.python is not None:
+                    line(OK, f"python on {host}: {hs.python.describe()}")
                 if hs.sandbox.isolated:
                     line(OK, f"sandbox on {host}: {hs.sandbox.name}")
                 else:
@@ -205,6 +207,8 @@ def _run_baseline(cfg, src: EnvSource, line, console, budget_s: int | None) -> N
             if not slots:
                 line(ERROR, f"doctor --run: runner '{cfg.runner.kind}' has no reachable slot")
                 return
+            if not _interpreters(runner, sorted({s.host for s in slots}), m, line):
+                return
             spec = TrialSpec(f"doctor-{int(time.time())}", commit, 0, m, code, harness, frozen, "doctor")
             console.print(f"running the baseline once on {escape(slots[0].key)} "
                           f"(run budget {m.time_budget_s}s, evaluate {m.eval_budget_s}s) …", highlight=False)
@@ -225,6 +229,25 @@ def _run_baseline(cfg, src: EnvSource, line, console, budget_s: int | None) -> N
                 except Exception:  # noqa: BLE001 - a leftover dir is harmless
                     pass
             runner.close()
+
+
+def _interpreters(runner, hosts: list[str], m, line) -> bool:
+    """Every host, before the first trial: its resolved python runs inside the trial's sandbox, sees
+    what it sees outside (and torch where it has it), and each step's first command is found there
+    (runners/interp.py). False when a host fails."""
+    from autoresearchd.runners.interp import sandbox_check
+    ok = True
+    for host in hosts:
+        try:
+            found = sandbox_check(runner, host, m)
+        except Exception as e:  # noqa: BLE001 - reported, as a failure
+            found = [(ERROR, f"interpreter check on {host}: {e}", "")]
+        for level, what, hint in found:
+            line(level, what, hint)
+            ok &= level != ERROR
+    if not ok:
+        line(ERROR, "doctor --run: not running the baseline until every host's interpreter works in the sandbox")
+    return ok
 
 
 def _report(out, m, line, console) -> None:
