@@ -148,6 +148,7 @@ REPORT_TOP_K = 20            # ideas in the report's leaderboard
 # `status`, the report and the dashboard list this many of them, best first, after the current ones
 STALE_SHOWN = 3
 DOCTOR_LOG_TAIL_CHARS = 3000   # output shown for a failing doctor step
+SHOW_LOG_TAIL_BYTES = 4000   # end of each trial's log `show` prints (`show --log`: the whole stored log)
 WANDB_MAX_DIFF = 200_000     # characters of an idea's diff mirrored to W&B
 
 # `autoresearchd serve`, the live dashboard

@@ -23,6 +23,7 @@ from rich.markup import escape
 from autoresearchd import defaults
 from autoresearchd.store.refs import branch_ref
 from autoresearchd.validate import ERROR, OK, WARN, EnvSource, findings
+from autoresearchd.views.safe import UNTRUSTED, untrusted_lines
 
 
 
@@ -192,7 +193,8 @@ def _run_baseline(cfg, src: EnvSource, line, console, budget_s: int | None) -> N
             why = f"the check was not run: {e}"
         if why:
             line(ERROR, f"check failed: {why.splitlines()[0]}")
-            console.print(escape(_tail(why)), highlight=False, soft_wrap=True)
+            console.print(f"[bold]end of the check's output[/]: {UNTRUSTED}", highlight=False)
+            console.print(escape(untrusted_lines(_tail(why))), highlight=False, soft_wrap=True)
             return
         line(OK, f"check: `{m.check}` passed on the baseline")
     else:
@@ -268,5 +270,5 @@ def _report(out, m, line, console) -> None:
         line(OK, f"baseline run + evaluate{wall}: {m.metric} = {value:.6g} (read from {out.metrics_source})")
         return
     line(ERROR, f"doctor --run: the {step} step failed: {why}")
-    console.print(f"[bold]end of the log[/] (run, then evaluate):", highlight=False)
-    console.print(escape(_tail(log)), highlight=False, soft_wrap=True)
+    console.print(f"[bold]end of the log[/] (run, then evaluate): {UNTRUSTED}", highlight=False)
+    console.print(escape(untrusted_lines(_tail(log))), highlight=False, soft_wrap=True)

@@ -10,9 +10,9 @@ reported separately and labelled, because one lucky seed is not a result.
 from __future__ import annotations
 
 import json
+import textwrap
 
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -21,6 +21,7 @@ from autoresearchd import defaults
 from autoresearchd.store.notes import Status
 from autoresearchd.store.refs import NOTES_REF, branch_name
 from autoresearchd.views.progress import running_trials
+from autoresearchd.views.safe import UNTRUSTED, one_line, untrusted_lines
 from autoresearchd.views.summary import idea_tokens, idea_usd, leaderboard, load, summary
 from autoresearchd.views.versus import (DELTA_LEGEND, baseline_running, baseline_tag, decision_text, delta_short,
                                         delta_text)
@@ -178,6 +179,7 @@ def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=Fals
         return 0
     cells = [(str(k), r["idea"], _cut(r["title"], 60), _metric_cell(r), delta_short(r), r["decision_text"],
               r["status"], r["origin"], ",".join(r["parents"])[:30], str(r["epoch"])) for k, r in enumerate(rows, 1)]
+    cells = [tuple(one_line(x) for x in c) for c in cells]     # before widths are measured (views/safe.py)
     if len(rows) > defaults.IDEAS_RICH_ROWS:   # rich lays out big tables slowly (seconds per thousand rows): plain columns
         w = [max([len(h)] + [len(c[j]) for c in cells]) for j, h in enumerate(COLUMNS)]
         fmt = "  ".join(f"{{:<{x}}}" for x in w)
@@ -186,7 +188,7 @@ def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=Fals
         console.print(f"{len(rows)} idea(s)")
         return 0
     # piped into a file or a pager: do not squeeze the table into 80 columns
-    out = console if console.is_terminal else Console(file=console.file, width=max(console.width, 180))
+    out = console if console.is_terminal else type(console)(file=console.file, width=max(console.width, 180))
     cols = COLUMNS
     if out.width < defaults.IDEAS_WIDE_TABLE:
         # a narrow terminal: all ten columns leave the title no room at all, so keep those that rank
@@ -238,8 +240,9 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
         _plain(console, f"no idea matches '{ref}' (try an idea id, a branch name, a commit prefix "
                         "or 'baseline')")
         return 2                     # bad input, like every other command's
-    console.print(Text(idea.title, style="bold") + Text(f"  ({idea.idea_id}, {idea.origin}, epoch {idea.epoch}, "
-                                                       f"{idea.status.value})"), highlight=False)
+    console.print(Text(one_line(idea.title), style="bold")
+                  + Text(f"  ({idea.idea_id}, {idea.origin}, epoch {idea.epoch}, {idea.status.value})"),
+                  highlight=False)
     _plain(console, f"branch: {branch_name(idea.branch) or '(none: never became runnable)'}  commit: {idea.commit}")
     if idea.parents:
         _plain(console, f"parents: {', '.join(idea.parents)}")
@@ -249,7 +252,7 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
         facts += [f"tokens: {idea_tokens(idea):,}", f"cost: ${idea_usd(idea):.4f}"]
         console.print("; ".join(facts), markup=False, highlight=False)
     console.print()
-    _plain(console, idea.text)
+    _plain(console, textwrap.indent(idea.text, "  "))   # the idea's own words: no line of it starts as the view's
     console.print()
     if idea.base_commit and idea.commit and idea.branch:
         console.print("[bold]diff[/]" if diff else "[bold]diffstat[/] (--diff for the full diff)")
@@ -261,7 +264,7 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
         console.print("[bold]note[/]")
         _plain(console, "\n".join(ln for ln in text.splitlines() if not ln.startswith("trials: ")))
         for t in idea.note.trials if idea.note else []:
-            v = f"{t.value:.4f}" if t.value is not None else (t.error or "")[:200]
+            v = f"{t.value:.4f}" if t.value is not None else one_line(t.error)[:200]
             _plain(console, f"  seed {t.seed}: {t.status.value} {v} on {t.host or '?'}"
                             + (f" in {t.wall_s:.0f}s" if t.wall_s else ""))
     else:
@@ -310,7 +313,10 @@ def _attempts(console, repo, sha: str | None) -> None:
         if a.get("implementer"):       # a coding-agent session: its summary, then its steps
             line += (f"{a['implementer']} session {a.get('session', '?')}, {a.get('turns', 0)} turns, "
                      f"{a.get('wall_s', 0)}s, ${a.get('cost_usd', 0)}: ")
-        _plain(console, line + ("ok" if not err else err.strip()[:1500]))
+        first, _, rest = (err or "").strip()[:1500].partition("\n")
+        _plain(console, line + ("ok" if not err else first))
+        if rest:                       # the check's or the agent's output: untrusted, behind a gutter
+            _plain(console, untrusted_lines(rest, indent="    "))
         if a.get("events"):
             from autoresearchd.implement.agent_cli import steps
             for s in steps(a["events"]):
@@ -326,6 +332,9 @@ def _logs(console, repo, note, full: bool) -> None:
             continue
         seen.add(sha)
         data = repo.read_blob(sha) or b""
-        tail = len(data) > 4000 and not full
-        console.print(f"[bold]log {escape(name)}[/]" + (" (tail; --log for all)" if tail else ""), highlight=False)
-        _plain(console, (data[-4000:] if tail else data).decode(errors="replace"))
+        cap = defaults.SHOW_LOG_TAIL_BYTES
+        tail = len(data) > cap and not full
+        console.print(f"[bold]log {escape(name)}[/]: {UNTRUSTED}" + (" (tail; --log for all)" if tail else ""),
+                      highlight=False)
+        _plain(console, untrusted_lines((data[-cap:] if tail else data).decode(errors="replace")))
+        _plain(console, f"(end of log {name})")

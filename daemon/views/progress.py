@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autoresearchd.store.notes import Status
+from autoresearchd.views.safe import one_line
 
 
 def mmss(s: float) -> str:
@@ -120,7 +121,7 @@ class TrialsTable:
         self.trials, self.budget_s, self.bar = trials, budget_s, bar and bool(budget_s)
 
     def __rich_console__(self, console, options):
-        rows = [(f"{r['idea']} s{r['seed']}", r["title"], r["where"][:24], time_cell(r, self.budget_s), r)
+        rows = [(f"{r['idea']} s{r['seed']}", one_line(r["title"]), r["where"][:24], time_cell(r, self.budget_s), r)
                 for r in self.trials]
         idea_w = max([4] + [len(x[0]) for x in rows])
         where_w = max([5] + [len(x[2]) for x in rows])

@@ -13,7 +13,6 @@ report can be written from inside the daemon's process too.
 
 from __future__ import annotations
 
-import html
 import random
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from matplotlib.ticker import MaxNLocator
 
 from autoresearchd import defaults
 from autoresearchd.views.curves import series
+from autoresearchd.views.safe import html_text
 from autoresearchd.views.summary import compute_unit, leaderboard, load, summary
 from autoresearchd.views.versus import DELTA_LEGEND, delta_short
 
@@ -197,7 +197,7 @@ def _num(v, nd=4) -> str:
 
 
 def _html(cfg, research, summ: dict, rows: list[dict], images: list[str], s: dict) -> str:
-    e = html.escape
+    e = html_text        # escaped, and control/bidi characters shown (views/safe.py)
     m = summ["metric"]
     b = summ["baseline"]
 

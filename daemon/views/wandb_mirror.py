@@ -18,7 +18,6 @@ W&B calls run on one background thread, so a slow or offline W&B never holds up 
 from __future__ import annotations
 
 import atexit
-import html
 import logging
 import queue
 import re
@@ -28,6 +27,7 @@ from pathlib import Path
 from autoresearchd import defaults
 from autoresearchd.store.notes import delta_kind, mean_delta
 from autoresearchd.store.refs import branch_name
+from autoresearchd.views.safe import html_text
 
 log = logging.getLogger("autoresearchd")
 
@@ -146,8 +146,8 @@ class WandbMirror:
                              settings=wandb_settings(), reinit="create_new")
             try:
                 run.summary.update(p["summary"])
-                body = (f"<h3>{html.escape(p['config']['title'] or '')}</h3><pre>{html.escape(p['text'])}</pre>"
-                        + (f"<h4>diff</h4><pre>{html.escape(diff)}</pre>" if diff else ""))
+                body = (f"<h3>{html_text(p['config']['title'])}</h3><pre>{html_text(p['text'])}</pre>"
+                        + (f"<h4>diff</h4><pre>{html_text(diff)}</pre>" if diff else ""))
                 run.log({"idea": wandb.Html(body)})
             finally:
                 run.finish()

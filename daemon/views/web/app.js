@@ -12,17 +12,29 @@ let charts = [];
 const expanded = new Set(); // lineage nodes the user opened
 
 // -- DOM helpers ---------------------------------------------------------------------------------
+// Control and format characters (C0/C1 controls, bidi overrides and isolates, zero-width characters) are
+// written out as escapes: a browser obeys a bidi override even in a text node. The same rule as the
+// terminal's (views/safe.py); newlines and tabs stay where a block is multi-line on purpose.
+const HIDDEN = /[\p{Cc}\p{Cf}\p{Cs}\p{Zl}\p{Zp}]/gu;
+const NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"};
+function escaped(c) {
+  if (NAMED[c]) return NAMED[c];
+  const cp = c.codePointAt(0);
+  return cp <= 0xff ? "\\x" + cp.toString(16).padStart(2, "0")
+    : cp <= 0xffff ? "\\u" + cp.toString(16).padStart(4, "0") : "\\U" + cp.toString(16).padStart(8, "0");
+}
+function visible(s, keep = "\n\t") { return String(s).replace(HIDDEN, c => keep.includes(c) ? c : escaped(c)); }
 function h(tag, props, ...kids) {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(props || {})) {
     if (v === null || v === undefined || v === false) continue;
     if (k === "class") el.className = v;
     else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-    else el.setAttribute(k, String(v));
+    else el.setAttribute(k, visible(v, ""));
   }
   for (const kid of kids.flat(Infinity)) {
     if (kid === null || kid === undefined || kid === false) continue;
-    el.appendChild(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+    el.appendChild(kid instanceof Node ? kid : document.createTextNode(visible(kid)));
   }
   return el;
 }
@@ -139,7 +151,7 @@ function liveOn() {
 // -- overview ------------------------------------------------------------------------------------
 async function renderOverview() {
   const s = await get("/api/overview");
-  document.getElementById("env").textContent = s.env ? "· " + s.env : "";
+  document.getElementById("env").textContent = s.env ? "· " + visible(s.env, "") : "";
   const d = s.daemon, m = s.metric, b = s.baseline, sp = s.spend;
   const root = h("div", {class: "overview"});
   const daemon = d.alive
@@ -411,10 +423,12 @@ async function renderIdea(args) {
       h("ol", {class: "attempts"}, i.attempts.map(a => h("li", {}, a.method ? h("span", {class: "dim"}, "via " + a.method + ": ") : "",
         a.error ? h("pre", {class: "log"}, a.error) : h("span", {class: "ok"}, "ok"))))));
   }
-  if (i.check) root.append(h("section", {class: "card wide"}, h("h3", {}, "Check output"), h("pre", {class: "log"}, i.check)));
+  if (i.check) root.append(h("section", {class: "card wide untrusted"}, h("h3", {}, "Check output ",
+    h("span", {class: "badge untrusted"}, "untrusted text")), h("pre", {class: "log untrusted"}, i.check)));
   for (const l of i.logs) {
-    root.append(h("section", {class: "card wide"}, h("h3", {}, "Log ", h("span", {class: "raw"}, l.name),
-      l.truncated ? " (tail)" : ""), h("pre", {class: "log tail"}, l.text)));
+    root.append(h("section", {class: "card wide untrusted"}, h("h3", {}, "Log ", h("span", {class: "raw"}, l.name),
+      l.truncated ? " (tail)" : "", " ", h("span", {class: "badge untrusted"}, "trial output, untrusted text")),
+      h("pre", {class: "log tail untrusted"}, l.text)));
   }
   root.addEventListener("mounted", () => root.querySelectorAll("pre.tail").forEach(p => { p.scrollTop = p.scrollHeight; }));
   return root;
