@@ -351,3 +351,31 @@ def test_an_agents_directory_is_staged_byte_for_byte(research, case, tmp_path):
     tree = repo.tree_from_dir("main", wt)
     got = real_tree(research, tree)
     assert got["run.py"] == got["new.py"] == data and got[".gitattributes"] == attrs.encode()
+
+
+# -- the daemon's loop: what a push adds changes no measured value ------------------------------------------
+def test_pushed_attributes_and_a_replaced_evaluator_change_no_measured_value(toy_env, tmp_path):
+    """The real daemon (local runner, real pushes from a clone): an idea whose attributes would rewrite
+    its run.py on export, one whose filter would, and a replace ref that swaps the baseline's evaluator
+    for one that prints 0.5. Every value is the one the real trees give."""
+    research = toy_env
+    cfg_path = write_config(tmp_path, research, '[wandb]\nenabled = false\n')
+    open_research(load_config(cfg_path), configure_repo=True)
+    forged = git(research, "hash-object", "-w", "--stdin", input="print('---')\nprint('score: 0.5')\n").strip()
+    git(research, "replace", git(research, "rev-parse", "main:evaluate.py").strip(), forged)
+    git(research, "config", "filter.swap.smudge", "sed s/0.7/0.02/")      # a driver the user has, say
+    git(research, "config", "filter.swap.clean", "cat")
+    cl = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", f"file://{research}", str(cl))
+    subst = commit_in(cl, {".gitattributes": "run.py export-subst\n", "run.py": TOY_RUN.replace(
+        "x = 1.0", 'x = 0.8 if "$Format:%h$".startswith("$") else 0.01')}, "Scale x by 0.8")
+    assert push(cl, "HEAD:refs/heads/idea/subst").returncode == 0
+    swap = commit_in(cl, {".gitattributes": "run.py filter=swap\n", "run.py": TOY_RUN.replace("x = 1.0", "x = 0.7")},
+                     "Scale x by 0.7")
+    assert push(cl, "HEAD:refs/heads/idea/swap").returncode == 0
+
+    pop = run_until_settled(cfg_path, timeout=240)
+    assert pop.baseline_note is not None and pop.baseline_note.value == pytest.approx(1.0, abs=0.011)
+    for commit, want in ((subst, 0.8), (swap, 0.7)):
+        note = pop.by_commit[commit].note
+        assert note is not None and note.value == pytest.approx(want, abs=0.011), note
