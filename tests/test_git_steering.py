@@ -223,7 +223,8 @@ def test_the_export_has_git_archives_members_modes_and_order(research):
     plain = lambda *a: subprocess.run(["git", "archive", "--format=tar", "HEAD", *a], cwd=d,  # noqa: E731
                                       capture_output=True, check=True).stdout
     assert _entries(repo.archive("HEAD")) == _entries(plain())
-    assert _entries(repo.archive("HEAD", ["a/b/c.txt", "evaluate.py"])) == _entries(plain("--", "a/b/c.txt", "evaluate.py"))
+    assert _entries(repo.archive("HEAD", ["a/b/c.txt", "evaluate.py"])) == \
+        _entries(plain("--", "a/b/c.txt", "evaluate.py"))
     assert _entries(repo.archive("HEAD", exclude=["a", "run.py"])) == \
         _entries(plain("--", ".", ":(exclude,literal)a", ":(exclude,literal)run.py"))
     with pytest.raises(GitError, match="did not match"):
