@@ -232,8 +232,14 @@ def test_the_export_has_git_archives_members_modes_and_order(research):
 
 
 # -- object substitution: replace refs and grafts (written in the repo, or pushed before the hook) ----------
-def test_a_replace_ref_swaps_neither_the_evaluator_nor_a_commit(research, tmp_path):
+def test_a_replace_ref_swaps_neither_the_evaluator_nor_a_commit(research, clone, tmp_path):
     base = git(research, "rev-parse", "main").strip()
+    idea = commit_in(clone, {"run.py": TOY_RUN.replace("x = 1.0", "x = 0.5")})
+    assert push(clone, "HEAD:refs/heads/idea/twin").returncode == 0
+    # the idea's commit swapped for one with the baseline's tree: it would be linked as the baseline's
+    # twin ("identical code") and never run
+    twin = git(research, "commit-tree", f"{base}^{{tree}}", "-p", base, input="twin\n").strip()
+    git(research, "replace", idea, twin)
     real = real_tree(research, base)
     repo = GitRepo(research)
     forged = git(research, "hash-object", "-w", "--stdin", input="print('---')\nprint('score: 0.5')\n").strip()
@@ -251,6 +257,10 @@ def test_a_replace_ref_swaps_neither_the_evaluator_nor_a_commit(research, tmp_pa
     assert repo.read_files(base) == real and repo.tree_of(base) == git(research, "--no-replace-objects",
                                                                       "rev-parse", f"{base}^{{tree}}").strip()
     assert repo.cat_file_batch([git(research, "--no-replace-objects", "rev-parse", "main:evaluate.py").strip()])
+    from autoresearchd.store.population import read_population
+    pop = read_population(repo, "refs/heads/main")
+    assert pop.by_commit[idea].tree == git(research, "--no-replace-objects", "rev-parse", f"{idea}^{{tree}}").strip()
+    assert pop.by_commit[idea].tree != repo.tree_of(base)
 
 
 def test_grafts_rewrite_no_ancestry(research, clone):
