@@ -31,7 +31,7 @@ def _under(path: str, roots: list[str]) -> bool:
 
 class TreesIO:
     """The export half of GitRepo (it provides git, _run, rev_parse, read_object, tree_of,
-    cat_file_batch, ls_tree and object_sizes)."""
+    cat_file_batch and ls_tree)."""
 
     def archive(self, rev: str, paths: list[str] | None = None, exclude: list[str] | None = None) -> bytes:
         """A tar of the tree at rev, so a host needs neither git nor access to the repo. `paths`
@@ -41,7 +41,7 @@ class TreesIO:
         sha = self.rev_parse(rev)
         if sha is None:
             raise GitError(["archive", rev], 128, f"not a valid object name {rev}")
-        typ, body = self.read_object(sha) or ("", b"")
+        typ = (self.read_object(sha) or ("", b""))[0]
         tree = self.tree_of(sha)
         commit = self.rev_parse(sha + "^{commit}") if typ in ("commit", "tag") else None
         mtime = _committer_time(self.read_object(commit)[1]) if commit else int(time.time())
