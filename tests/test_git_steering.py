@@ -78,6 +78,7 @@ REFUSED = [
     ("HEAD:refs/tags/v1", "tags are not ideas"),
     ("HEAD:refs/heads/main", "it is the baseline"),                  # the frozen evaluator's branch
     ("HEAD:refs/heads/feature", "only branches under idea/ are ideas"),
+    ("HEAD:refs/heads/{base}", "only branches under idea/ are ideas"),   # a branch named like an object id
     ("HEAD:refs/heads/HEAD", "a HEAD-like name is ambiguous"),
     ("HEAD:refs/main", "only idea branches (refs/heads/idea/...) may be pushed"),   # refs/<name> wins over tags
     ("HEAD:refs/remotes/origin/main", "only idea branches"),
