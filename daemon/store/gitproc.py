@@ -56,10 +56,12 @@ IDENTITY = {
 # committed file named `:(exclude)x` or `*` is that file), no attributes file outside the tree is
 # read, and no mailmap renames anyone.
 GIT = ["git", "--no-replace-objects", "--literal-pathspecs", "-c", "core.hooksPath=/dev/null",
-       "-c", "core.fsmonitor=false", "-c", "core.attributesFile=/dev/null", "-c", "log.mailmap=false"]
-# The same for git's own git children: no replace refs and no grafts (git reads info/grafts only where
-# it reads replace refs, so both switches turn grafts off too), no system attributes file.
-_PINNED_ENV = {"GIT_NO_REPLACE_OBJECTS": "1", "GIT_ATTR_NOSYSTEM": "1"}
+       "-c", "core.fsmonitor=false", "-c", "core.attributesFile=/dev/null", "-c", "log.mailmap=false",
+       "-c", "advice.graftFileDeprecated=false"]
+# The same for git's own git children (no replace refs), no grafts (info/grafts reparents commits:
+# merge-bases, first-parent diffs; --no-replace-objects leaves them on, an empty graft file stands in)
+# and no system attributes file.
+_PINNED_ENV = {"GIT_NO_REPLACE_OBJECTS": "1", "GIT_GRAFT_FILE": os.devnull, "GIT_ATTR_NOSYSTEM": "1"}
 _CONFIG_KEY = re.compile(r"GIT_CONFIG_KEY_\d+")
 # The GIT_* variables a daemon may inherit and pass on: where config and identity come from, tracing,
 # and how git finds its own programs. Every other one (GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE,
