@@ -45,33 +45,45 @@ exit 0
 # records and provenance marks are written by the daemon alone, so a push cannot forge a result or an
 # origin; and the baseline branch (which holds the frozen evaluator every result is measured with)
 # moves only by a commit or merge made in the research repo itself: a pushed evaluator would grade
-# every idea after it. An idea branch must point at a commit (not a tag, tree or blob).
+# every idea after it. An idea branch must point at a commit (not a tag, tree or blob). The repo's
+# owner may allow more (other branches, tags; never the daemon's refs, the baseline, replace or notes
+# refs, HEAD-like names) with patterns in this git config key, e.g. `refs/heads/dev/*`: the daemon
+# reads every ref by its full name, so such refs change none of its reads.
+PUSH_ALLOW_KEY = "autoresearchd.pushAllow"
 _GUARD = _HOOK_HEAD % "a push may write idea branches only" + ("""\
 rc=0
 base=$(cat "$GIT_DIR/autoresearch/baseline-ref" 2>/dev/null || git symbolic-ref -q HEAD)
+set -f                     # the owner's patterns below are matched against ref names, never globbed
+allow=$(git config --get-all %(allow)s)
 while read -r old new ref; do
+  opt=1                    # refusals the owner may lift for a pattern of %(allow)s
   case "$ref" in
     %(daemon)s*|%(notes)s|%(notes)s-*)
-      why="only the daemon writes its results and records" ;;
+      why="only the daemon writes its results and records"; opt= ;;
     "$base")
       why="it is the baseline, whose frozen evaluator grades every idea; push idea/* branches, and move the \\
-baseline by a commit or merge made in the research repo itself" ;;
+baseline by a commit or merge made in the research repo itself"; opt= ;;
     %(ideas)s?*)
       why= ;;
     refs/replace/*)
-      why="a replace ref substitutes one object for another in every git read" ;;
+      why="a replace ref substitutes one object for another in every git read"; opt= ;;
     refs/notes/*)
-      why="notes are the daemon's: a pushed notes ref would show beside its results" ;;
+      why="notes are the daemon's: a pushed notes ref would show beside its results"; opt= ;;
     refs/tags/*)
       why="tags are not ideas, and a tag named like a branch makes that name ambiguous" ;;
     HEAD|*/HEAD|*_HEAD)
-      why="a HEAD-like name is ambiguous" ;;
+      why="a HEAD-like name is ambiguous"; opt= ;;
     refs/heads/*)
       why="only branches under idea/ are ideas; other branches belong to the research repo" ;;
     *)
       why="only idea branches (%(ideas)s...) may be pushed" ;;
   esac
-  if [ -z "$why" ] && [ -n "$(printf %%s "$new" | tr -d 0)" ]; then
+  if [ -n "$why" ] && [ -n "$opt" ]; then
+    for p in $allow; do
+      case "$ref" in $p) why= ;; esac
+    done
+  fi
+  if [ -z "$why" ] && [ -n "$(printf %%s "$new" | tr -d 0)" ] && [ "${ref#refs/tags/}" = "$ref" ]; then
     t=$(git --no-replace-objects cat-file -t "$new" 2>/dev/null)
     [ "$t" = commit ] || why="it would point at a ${t:-missing object}, not a commit"
   fi
@@ -81,7 +93,7 @@ baseline by a commit or merge made in the research repo itself" ;;
   fi
 done
 exit $rc
-""" % {"daemon": DAEMON_PREFIX, "notes": NOTES_REF, "ideas": IDEA_BRANCHES})
+""" % {"daemon": DAEMON_PREFIX, "notes": NOTES_REF, "ideas": IDEA_BRANCHES, "allow": PUSH_ALLOW_KEY})
 HOOKS = {"reference-transaction": _POKE, "post-receive": _POKE, "pre-receive": _GUARD}
 _OURS = "# installed by autoresearchd"
 

@@ -125,6 +125,23 @@ def test_idea_branches_are_created_moved_by_force_and_deleted(research, clone):
     assert git(research, "for-each-ref", "refs/heads/idea/") == ""
 
 
+def test_the_owner_may_allow_more_refs_but_never_the_daemons_the_baseline_replace_or_notes(research, clone):
+    for pattern in ("refs/heads/dev/*", "refs/tags/v*", "refs/heads/*", "refs/replace/*", "refs/notes/*",
+                    "refs/autoresearch/*", "*"):
+        git(research, "config", "--add", "autoresearchd.pushAllow", pattern)
+    base = git(research, "rev-parse", "main").strip()
+    commit_in(clone, {"run.py": TOY_RUN.replace("x = 1.0", "x = 0.5")})
+    git(clone, "tag", "-a", "-m", "release", "v1")
+    for ok in ("HEAD:refs/heads/dev/x", "v1:refs/tags/v1", "HEAD:refs/heads/feature"):
+        p = push(clone, ok)
+        assert p.returncode == 0, (ok, p.stderr)
+    for refspec, why in (("HEAD:refs/heads/main", "it is the baseline"),
+                         (f"HEAD:refs/replace/{base}", "a replace ref"), ("HEAD:refs/notes/commits", "notes are"),
+                         ("HEAD:refs/autoresearch/ideas/e1", "only the daemon"), ("HEAD:refs/heads/HEAD", "HEAD-like")):
+        p = push(clone, "--force", refspec)
+        assert p.returncode != 0 and why in p.stderr, (refspec, p.stderr)
+
+
 def test_one_refused_ref_refuses_the_whole_push(research, clone):
     commit_in(clone, {"run.py": TOY_RUN.replace("x = 1.0", "x = 0.5")})
     p = push(clone, "HEAD:refs/heads/idea/fine", "HEAD:refs/tags/main")
