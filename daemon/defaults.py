@@ -12,6 +12,13 @@ LEASE_VERSION = 1
 # A lock file left by a git process that was killed (kill -9 of the daemon's process group, OOM, power
 # loss) would block that ref forever. Git holds a ref lock for milliseconds, so one this old is stale.
 STALE_LOCK_S = 10.0
+# The receive-side git config `init`/`start` write into the research repo, each only where the repo
+# (or the user's global config) sets nothing for it (docs/security.md, "A push is data"): every pushed
+# object is checked by fsck (a tree entry named `..` or `.git`, a malformed commit or a `.gitmodules`
+# with an option-like URL is refused), and one push brings at most 256 MiB (idea branches are small
+# changes on the baseline; a bigger push is refused before it fills the disk).
+RECEIVE_CONFIG = {"receive.fsckObjects": "true", "receive.maxInputSize": str(256 * 1024 * 1024)}
+"""key -> value written into the research repo's config unless already set."""
 
 # Closing a repo handle waits this long for its persistent `git cat-file` processes to exit after
 # their stdin closes (they exit at once), then kills them: a closed handle leaves no process behind.
