@@ -38,6 +38,10 @@ lim_v1_root() {             # $1 a v1 controller: this process's group dir in it
 lim_mkgroup() {             # $1 parent dir: makes <parent>/autoresearchd-<trial>, prints it
   local g="$1/autoresearchd-${T##*/}"
   [ -w "$1/cgroup.procs" ] || return 1
+  # groups a killed wrapper left (SIGKILL skips its EXIT trap): an hour old and empty (rmdir refuses
+  # a group with a process; a live trial between steps gets its group back from lim_begin's mkdir -p)
+  find "$1" -maxdepth 1 -name 'autoresearchd-*' -mmin +60 2>/dev/null |
+    while read -r old; do rmdir "$old"/*/ "$old"; done 2>/dev/null
   rmdir "$g"/*/ 2>/dev/null; rmdir "$g" 2>/dev/null      # a retry of the same trial id
   mkdir "$g" 2>/dev/null && printf '%s' "$g"
 }
