@@ -135,6 +135,7 @@ def test_doctor_run_prints_the_metric(toy_env, tmp_path, capsys):
     assert rc == 0, out
     assert "ok baseline run + evaluate" in out and "score = 1.00" in out and "(read from evaluate)" in out, out
     assert "score = 123" not in out                     # run's own claim is not the metric of record
+    assert " CPU seconds; an idea may use compute_cap x the baseline's)" in out, out   # the kernel's figure
 
 
 def test_doctor_run_names_the_failing_step_and_its_log(make_repo, tmp_path, capsys):
