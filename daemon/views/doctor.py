@@ -267,7 +267,8 @@ def _report(out, m, line, console) -> None:
         why = f"printed no '{m.metric}' (a final `---` block of `key: value` lines, or $AUTORESEARCH_RESULT)"
     else:
         wall = f" in {out.wall_s:.0f}s" if out.wall_s else ""
-        wall += f" ({out.cpu_s:.1f} CPU seconds; an idea may use compute_cap x the baseline's)" if out.cpu_s is not None else ""
+        if out.cpu_s is not None:           # the kernel's figure, the one compute_cap multiplies
+            wall += f" ({out.cpu_s:.1f} CPU seconds; an idea may use compute_cap x the baseline's)"
         line(OK, f"baseline run + evaluate{wall}: {m.metric} = {value:.6g} (read from {out.metrics_source})")
         return
     line(ERROR, f"doctor --run: the {step} step failed: {why}")
