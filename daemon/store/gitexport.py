@@ -58,6 +58,11 @@ class TreesIO:
             if exclude and _under(path, exclude):
                 continue
             entries.append((mode, otype, osha, path))
+        if exclude:
+            # a directory left with nothing in it is dropped, as git archive drops it: a held-out
+            # file's empty parent would otherwise still tell run where the evaluator's data lives
+            inner = [e[3] for e in entries if e[1] != "tree"]
+            entries = [e for e in entries if e[1] != "tree" or any(x.startswith(e[3] + "/") for x in inner)]
         if paths is not None:
             missing = [p for p in paths if not any(_under(e[3], [p]) for e in entries)]
             if missing:
