@@ -191,3 +191,10 @@ def local_trial_root(repo_path: str) -> str:
 
 
 LOCAL_TRIAL_ROOT = "~/.cache/autoresearchd/trials"
+
+
+# The split evaluation (issue 26, docs/security.md "A model is code"): what one model-runner group may
+# write, in MB (the manifest's `model_output_mb`). The kernel enforces it per file (RLIMIT_FSIZE, set
+# inside the model runner's sandbox) and trial.sh checks the group's total after. 256 MB holds a
+# group of tinygpt's float32 logits (512 x 128 x 256 x 4 bytes = 67 MB) with room to spare.
+MODEL_OUTPUT_MB = 256

@@ -47,7 +47,7 @@ def outcome_from_files(files: dict[str, bytes], manifest: EnvManifest, probe: st
     """Turn the files a trial left into an outcome. With a frozen evaluate step, only its output
     counts: whatever `run` printed or wrote is ignored for the metric of record."""
     run_log = _joined_log(files, "run")
-    eval_log = _joined_log(files, "eval")
+    eval_log = _joined_log(files, "eval")          # the scorer's (score phase): the only parsed output
     rc = _int(files.get("run.rc"))
     timed_out = "run.timed_out" in files
     started, done = _float(files.get("started")), _float(files.get("done"))
@@ -61,10 +61,17 @@ def outcome_from_files(files: dict[str, bytes], manifest: EnvManifest, probe: st
             # the evaluator's own captured stdout only: no file in the trial directory is believed
             metrics = parse_metrics(eval_log.decode(errors="replace"))
             source = "evaluate"
+            # trial.sh's own reason when a split evaluation's step failed (never a sandboxed step's text)
+            why = files.get("eval.error", b"").decode(errors="replace").strip()[:500]
             if "eval.timed_out" in files:
-                error = "evaluation timed out"
+                error = "evaluation timed out" + (f": {why}" if why else "")
+            elif why:
+                error = f"evaluation failed: {why}"
+                metrics = {}           # a step failed: nothing the scorer printed before it counts
             elif eval_rc not in (0, None):
                 error = f"evaluation exited {eval_rc}"
+                if manifest.model and (last := _last_line(eval_log)):
+                    error += f": {last}"     # the trusted scorer's reason (a split evaluation's)
     else:
         metrics = parse_metrics(run_log.decode(errors="replace"), files.get("run_result.json"))
         source = "run"
@@ -89,7 +96,30 @@ def outcome_from_files(files: dict[str, bytes], manifest: EnvManifest, probe: st
             acc = line[13:].strip()
         elif line.startswith("software: "):
             sw = line[10:].strip()
-    log = run_log + (b"\n===== evaluate =====\n" + eval_log if eval_log else b"")
+    log = run_log + split_logs(files) + (b"\n===== evaluate =====\n" + eval_log if eval_log else b"")
     return TrialOutcome(exit_code=rc, timed_out=timed_out, metrics=metrics, metrics_source=source, log=log,
                         wall_s=(done - started) if started and done else None, tamper=tamper, error=error,
-                        accelerator=acc, software=sw, eval_exit_code=eval_rc)
+                        accelerator=acc, software=sw, eval_exit_code=eval_rc, trust=manifest.trust().value)
+
+
+def _last_line(log: bytes) -> str:
+    lines = [ln.strip() for ln in log.decode(errors="replace").splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+MODEL_LOG_LABEL = (b"\n===== model runner: UNTRUSTED output of the idea's code (never parsed, "
+                   b"not the evaluator's) =====\n")
+
+
+def split_logs(files: dict[str, bytes]) -> bytes:
+    """A split evaluation's other logs, each under its own label: the scorer's inputs phase, then
+    the model runner's (the idea's code printed it: untrusted text, kept apart from the scorer's)."""
+    out = b""
+    inputs, model = _joined_log(files, "eval_inputs"), _joined_log(files, "model")
+    if inputs:
+        out += b"\n===== evaluate (scorer, inputs phase) =====\n" + inputs
+    if model or "model.rc" in files:
+        # every line marked, so no line of it can pass for a label or for the scorer's output
+        marked = b"".join(b"model| " + ln for ln in model.splitlines(keepends=True))
+        out += MODEL_LOG_LABEL + marked + b"\n===== end of the model runner's output =====\n"
+    return out

@@ -59,6 +59,7 @@ class TrialOutcome:
     requeue: bool = False            # e.g. Slurm preemption: run again, not a failure
     sandbox: str | None = None       # the sandbox kind the trial ran in (bwrap, apptainer, none)
     host_fault: str | None = None    # the host, not the run, failed it (its disk filled): run it elsewhere
+    trust: str | None = None         # manifest.Trust: split | model-code | run (what the metric rests on)
 
 
 class Shell(Protocol):
