@@ -253,7 +253,7 @@ class Collector(Recovery):
                           metrics=out.metrics, exit_code=out.exit_code, host=lz.host, wall_s=out.wall_s,
                           gpus=self.research.manifest.gpus, log=log_sha, error=error, tamper=out.tamper,
                           harness=harness or digest, accelerator=out.accelerator, software=out.software,
-                          sandbox=out.sandbox, faults=list(lz.faults))
+                          sandbox=out.sandbox, trust=out.trust, faults=list(lz.faults))
         log.info("trial %s on %s: %s %s", lz.trial_id, lz.host, status.value,
                  f"{m.metric}={value:.4f}" if value is not None else (error or ""))
         return lz

@@ -17,6 +17,7 @@ import statistics
 
 from autoresearchd.engine.plan import baseline_complete
 from autoresearchd.goal import gain
+from autoresearchd.manifest import Trust
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.notes import GOOD_DECISIONS, SIG_DIGITS, Note, Status, Trial
 from autoresearchd.store.population import Population
@@ -58,12 +59,22 @@ def aggregate(trials: list[Trial]) -> dict:
         "harness": first.harness if first else None,
         # the weakest isolation any seed had: one unsandboxed seed makes the result unsandboxed
         "sandbox": "none" if any(t.sandbox == "none" for t in trials) else (first.sandbox if first else None),
+        # likewise the weakest evaluation any seed had (issue 26: a model is code)
+        "trust": weakest_trust([t.trust for t in trials]),
         # accelerator time is counted only where the trial had GPUs; a CPU trial is CPU time
         "gpu_s": sum((t.wall_s or 0) * t.gpus for t in trials if t.gpus > 0)
         if any(t.gpus > 0 for t in trials) else None,
         "cpu_s": sum((t.wall_s or 0) for t in trials if t.gpus <= 0) if any(t.gpus <= 0 for t in trials) else None,
         "tamper": sorted({x for t in trials for x in t.tamper}),
     }
+
+
+def weakest_trust(values: list[str | None]) -> str | None:
+    """The least trusted of the trials' `trust` values (manifest.Trust, weakest first: run,
+    model-code, split); None when no trial says."""
+    order = [t.value for t in (Trust.SELF_REPORTED, Trust.MODEL_CODE, Trust.SPLIT)]
+    known = [v for v in values if v in order]
+    return min(known, key=order.index) if known else None
 
 
 def identical_seeds(values: list[float]) -> bool:
