@@ -38,7 +38,7 @@ from autoresearchd.runners.base import PollState, TrialSpec  # noqa: E402
 from autoresearchd.runners.local import LocalRunner  # noqa: E402
 from autoresearchd.store.notes import Note, Status, Trial, format_note, parse_note  # noqa: E402
 
-from fixtures_sshd import have_sshd  # noqa: E402
+from fixtures_sshd import have_sshd, ssh_fleet  # noqa: E402,F401  (fixture)
 
 pytestmark = pytest.mark.skipif(sandboxes.get("bwrap").available() is not None,
                                 reason=f"bubblewrap is needed: {sandboxes.get('bwrap').available()}")
