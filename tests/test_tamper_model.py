@@ -338,3 +338,26 @@ def test_a_manifest_without_model_says_model_code_in_the_note(outcomes):
     both = [Trial(trial_id=f"s{i}", seed=i, status=Status.SUCCEEDED, value=1.0, trust=tr)
             for i, tr in enumerate(("split", "model-code"))]
     assert aggregate(both)["trust"] == "model-code"
+
+
+def test_the_honest_val_loss_is_unchanged(tmp_path):
+    """The same trained artifact scored by the previous one-process evaluator (tests/data, verbatim)
+    and by the split one: the same windows, the same cross-entropy, equal to the printed 1e-6."""
+    import shutil
+    import subprocess
+    from autoresearchd.runners.metrics import parse_block
+    code = tmp_path / "code"
+    shutil.copytree(ENV, code, ignore=shutil.ignore_patterns("out", "__pycache__"))
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TINYGPT_STEPS": "12"}
+    p = subprocess.run([sys.executable, "train.py"], cwd=code, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    shutil.copy(Path(__file__).parent / "data" / "tinygpt_evaluate_v1.py", code / "evaluate_v1.py")
+    vals = {}
+    for name in ("evaluate_v1.py", "evaluate.py"):
+        q = subprocess.run([sys.executable, name], cwd=code, env={**env, "PYTHONSAFEPATH": "1"},
+                           capture_output=True, text=True, timeout=600)
+        assert q.returncode == 0, (name, q.stderr[-2000:])
+        vals[name] = parse_block(q.stdout)
+    assert vals["evaluate.py"]["val_tokens"] == vals["evaluate_v1.py"]["val_tokens"] == 65536
+    assert abs(vals["evaluate.py"]["val_loss"] - vals["evaluate_v1.py"]["val_loss"]) <= 1e-6 + 1e-12, vals
+    assert vals["evaluate.py"]["val_loss"] < math.log(256) - 0.3, vals      # a trained model, not a zeros one
