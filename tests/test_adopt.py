@@ -216,6 +216,7 @@ def test_adopt_nanogpt_shaped_repo_to_baseline_and_idea_notes(nano, tmp_path):
     b = pop.baseline_note
     assert b is not None and b.status == Status.SUCCEEDED, (b, out[-3000:])
     assert 1.0 < b.value < 4.0 and b.seeds == [0, 1]
+    assert b.trust == "split"          # adopt wrote the scorer + model-runner pair (issue 26)
     # the seed is hard-coded: both seeds are identical, and every channel says so
     assert any("identical" in f for f in b.flags) and "identical" in out
     assert b.gpu_s is None and b.cpu_s and b.cpu_s > 0          # gpus = 0: CPU time, not GPU time
