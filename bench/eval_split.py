@@ -86,7 +86,7 @@ def main() -> None:
         code = tmp / "code"
         shutil.copytree(ENV, code, ignore=shutil.ignore_patterns("out", "__pycache__"))
         shutil.copy(OLD, code / "evaluate_v1.py")
-        env = {"PATH": os.environ["PATH"], "HOME": str(tmp), "TINYGPT_STEPS": str(a.steps), "PYTHONSAFEPATH": "1"}
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp), "TINYGPT_STEPS": str(a.steps)}
         subprocess.run([sys.executable, "train.py"], cwd=code, env=env, check=True, capture_output=True, timeout=1800)
         model = (code / "out" / "model.pt").read_bytes()
         print(f"tinygpt evaluation, old (one process) vs new (split); {a.reps} reps each, alternating; "
