@@ -361,3 +361,25 @@ def test_the_honest_val_loss_is_unchanged(tmp_path):
     assert vals["evaluate.py"]["val_tokens"] == vals["evaluate_v1.py"]["val_tokens"] == 65536
     assert abs(vals["evaluate.py"]["val_loss"] - vals["evaluate_v1.py"]["val_loss"]) <= 1e-6 + 1e-12, vals
     assert vals["evaluate.py"]["val_loss"] < math.log(256) - 0.3, vals      # a trained model, not a zeros one
+
+
+def test_the_split_evaluation_runs_without_a_sandbox(tmp_path):
+    """runner.sandbox = "none": the three steps still run as separate processes with clean
+    environments (nothing isolates them; the note says `sandbox: none`)."""
+    base = parse_manifest((ENV / ".autoresearch.toml").read_text())
+    m = base.model_copy(update={"run": "true"})
+    runner = LocalRunner(RunnerCfg(kind="local", slots=1, sandbox="none"), m, str(tmp_path / "work"))
+    try:
+        eval_tar = tar_of({rel: (ENV / rel).read_bytes() for rel in m.frozen + m.heldout()})
+        spec = TrialSpec(trial_id="none-1", commit="0" * 40, seed=0, manifest=m, eval_tar=eval_tar,
+                         code_tar=tar_of({"out/model.pt": artifact(LookAhead(OFF_CUTS))}), frozen_paths=list(m.frozen))
+        h = runner.submit(spec, runner.slots()[0])
+        deadline = time.monotonic() + 600
+        while runner.poll(h) != PollState.DONE:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        out = runner.fetch(h)
+    finally:
+        runner.close()
+    assert out.sandbox == "none" and out.trust == "split"
+    assert out.error and "not causal" in out.error and "val_loss" not in out.metrics, out.error
