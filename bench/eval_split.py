@@ -8,7 +8,9 @@ then times, alternating old and new, `--reps` times each:
   trial    a whole trial through trial.sh on the local runner with bwrap, `run = true` and the
            artifact in code/: the old evaluator as a one-step `evaluate` against the split evaluation
            (three sandboxes more); the figure is the wrapper's own `done - started`.
-Prints the medians, the ratio new/old (the goal is at most 2), and both val_loss values.
+Prints the median wall times, the ratio new/old (the goal is at most 2), both val_loss values, and
+for the process mode the CPU seconds (user + sys) of the process tree, which a loaded machine
+inflates far less than wall time.
 
     .venv/bin/python bench/eval_split.py [--reps 3] [--steps 20] [--modes process,trial]
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -49,10 +52,14 @@ def tar_of(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def timed(cmd: list[str], cwd: Path, env: dict) -> tuple[float, float]:
-    t0 = time.perf_counter()
+CPU: dict[str, list[float]] = {"old": [], "new": []}     # process mode: CPU seconds of the whole tree
+
+
+def timed(cmd: list[str], cwd: Path, env: dict, which: str) -> tuple[float, float]:
+    r0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
-    dt = time.perf_counter() - t0
+    dt, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU[which].append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
     if p.returncode != 0:
         raise SystemExit(f"{cmd} failed: {p.stderr[-2000:]}")
     return dt, parse_block(p.stdout)["val_loss"]
@@ -102,9 +109,9 @@ def main() -> None:
             old_t, new_t, vals = [], [], {}
             for _ in range(a.reps):
                 if mode == "process":
-                    t, vals["old"] = timed([sys.executable, "evaluate_v1.py"], code, env)
+                    t, vals["old"] = timed([sys.executable, "evaluate_v1.py"], code, env, "old")
                     old_t.append(t)
-                    t, vals["new"] = timed([sys.executable, "evaluate.py"], code, env)
+                    t, vals["new"] = timed([sys.executable, "evaluate.py"], code, env, "new")
                     new_t.append(t)
                 else:
                     files = {rel: (ENV / rel).read_bytes() for rel in ("data.py",)} | heldout
@@ -117,6 +124,9 @@ def main() -> None:
             print(f"{mode:8s} old {mo:6.2f} s  new {mn:6.2f} s  ratio {mn / mo:4.2f}  "
                   f"(old {', '.join(f'{x:.2f}' for x in old_t)}; new {', '.join(f'{x:.2f}' for x in new_t)})  "
                   f"val_loss old {vals['old']:.6f} new {vals['new']:.6f}")
+            if mode == "process":      # CPU time is what the load average does not inflate
+                co, cn = statistics.median(CPU["old"]), statistics.median(CPU["new"])
+                print(f"{'cpu':8s} old {co:6.2f} s  new {cn:6.2f} s  ratio {cn / co:4.2f}  (user + sys of the process tree)")
         runner.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
