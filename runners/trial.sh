@@ -119,7 +119,8 @@ model_group() {  # $1 group name: a fresh model/ and io/cur/{in,out}, one sandbo
   elif [ "${big:-0}" -ge "$lim" ] || [ "$sz" -gt "$lim" ]; then
     split_fail 3 "the model runner (group $g) wrote ${sz} bytes, at or over the bound model_output_mb = $(( lim / 1048576 )) (exit $rc)"
   elif [ -n "$odd" ]; then
-    split_fail 3 "the model runner (group $g) left something other than a plain file in its output: ${odd#"$io/out/"}"
+    # (not its name: the model chose it, and this reason reaches the note)
+    split_fail 3 "the model runner (group $g) left something other than a plain file (a link, a pipe) in its output"
   elif [ "$rc" != 0 ]; then
     split_fail "$rc" "the model runner (group $g) exited $rc (its output is in the model runner's log, untrusted)"
   else return 0; fi
