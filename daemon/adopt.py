@@ -18,7 +18,8 @@ from autoresearchd.config import ConfigError
 from autoresearchd.manifest import MANIFEST_FILE
 from autoresearchd.store.gitrepo import GitError, GitRepo
 
-EVAL_FILE = "autoresearch_eval.py"
+EVAL_FILE = "autoresearch_eval.py"       # the trusted scorer (the manifest's `evaluate`)
+MODEL_FILE = "autoresearch_model.py"     # the model runner: the only process that loads the model (`model`)
 EXPORT_FILE = "autoresearch_export.py"
 EXPORT_DIR = "autoresearch_out"
 TRAIN_NAMES = ("train.py", "train_gpt.py", "train_gpt2.py", "main.py", "run.py")
@@ -106,7 +107,7 @@ def render_manifest(f: Findings) -> str:
     name = re.sub(r"[^A-Za-z0-9_-]+", "-", f.root.name).strip("-") or "env"
     train = f.train or "train.py"
     run = f"python {train}" + (f" && python {EXPORT_FILE}" if f.needs_evaluator else "")
-    frozen = ([EVAL_FILE] if f.needs_evaluator else []) + (["data"] if f.data_dir else [])
+    frozen = ([EVAL_FILE, MODEL_FILE] if f.needs_evaluator else []) + (["data"] if f.data_dir else [])
     seed_lines = "".join(f"#   {s}\n" for s in f.seeds[:8]) or "#   (none found)\n"
     prep = f.prepare_scripts[0] if f.prepare_scripts else "data/prepare.py"
     lines = [
@@ -126,6 +127,10 @@ def render_manifest(f: Findings) -> str:
     if f.needs_evaluator:
         lines += [f"# the metric of record: fill in val_tokens() in {EVAL_FILE} (frozen, trusted)",
                   f"evaluate = {_toml_str('python ' + EVAL_FILE)}",
+                  "# the model runner: runs the exported model in a sandbox of its own, apart from the held-out",
+                  "# data. If your evaluator must run the model itself, delete this line: notes then say",
+                  "# `trust: model-code` (docs/security.md, \"A model is code\")",
+                  f"model = {_toml_str('python ' + MODEL_FILE)}",
                   f'artifacts = ["{EXPORT_DIR}"]          # all that leaves the run for the evaluator']
     lines += [
         f"# {f.metric_why}",
@@ -185,6 +190,7 @@ def plan(root: Path, force: bool = False) -> Plan:
     files = {MANIFEST_FILE: render_manifest(f)}
     if f.needs_evaluator:
         files[EVAL_FILE] = template(EVAL_FILE)
+        files[MODEL_FILE] = template(MODEL_FILE)
         files[EXPORT_FILE] = template(EXPORT_FILE)
     kept = [p for p in files if (root / p).exists() and not force]
     if MANIFEST_FILE in kept:

@@ -230,3 +230,9 @@ TRIAL_OPEN_FILES = 4096
 hard limit."""
 GPU_SAMPLE_S = 1.0
 """How often a GPU trial's GPUs are sampled (nvidia-smi utilization.gpu) for its GPU seconds."""
+
+# The split evaluation (issue 26, docs/security.md "A model is code"): what one model-runner group may
+# write, in MB (the manifest's `model_output_mb`). The kernel enforces it per file (RLIMIT_FSIZE, set
+# inside the model runner's sandbox) and trial.sh checks the group's total after. 256 MB holds a
+# group of tinygpt's float32 logits (512 x 128 x 256 x 4 bytes = 67 MB) with room to spare.
+MODEL_OUTPUT_MB = 256

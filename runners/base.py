@@ -257,7 +257,11 @@ class ShellRunner:
 
     FILES: ClassVar[list[str]] = ["prepare.rc", "prepare.log", "run.rc", "run.timed_out", "started", "done", "tamper.txt", "run_result.json",
                                   "eval.rc", "eval.timed_out", "run.head", "run.tail",
-                                  "eval.head", "eval.tail", "wrapper.log", *step_files()]
+                                  "eval.head", "eval.tail", "wrapper.log", *step_files(),
+                                  # the split evaluation: the scorer's inputs phase, the model runner's
+                                  # (untrusted) log, and trial.sh's own reason when a step failed
+                                  "eval_inputs.head", "eval_inputs.tail", "model.head", "model.tail",
+                                  "model.rc", "model.timed_out", "eval.error"]
 
     def fetch(self, handle: dict[str, Any]) -> TrialOutcome:
         out = self._fetch_batched([handle])[0]
@@ -356,7 +360,7 @@ class ShellRunner:
         sh = self.shell_for(handle["host"])
         q = shlex.quote(handle["dir"])
         # only groups whose leader is still this trial's: a pid from a file may be reused by now
-        sh.run(MINE_FN + f"g=; for f in {q}/run.pid {q}/eval.pid {q}/pgid; do read -r p < \"$f\" && "
+        sh.run(MINE_FN + f"g=; for f in {q}/run.pid {q}/eval.pid {q}/eval_inputs.pid {q}/model.pid {q}/pgid; do read -r p < \"$f\" && "
                f"mine {q} \"$p\" && g=\"$g $p\"; done 2>/dev/null; [ -n \"$g\" ] || exit 0; "
                f"for p in $g; do kill -TERM -- -$p; done 2>/dev/null; sleep 1; "
                f"for p in $g; do kill -KILL -- -$p; done 2>/dev/null; true", timeout=60)

@@ -28,7 +28,9 @@ class Limit(str, Enum):
 
 # The steps trial.sh meters: `run`, then the evaluation's steps (each its own files S.cpu_us ...).
 RUN_STEP = "run"
-EVAL_STEPS: tuple[str, ...] = ("eval",)
+# A split evaluation (docs/security.md "A model is code") adds the scorer's inputs phase and the model
+# runner, whose groups trial.sh sums into one `model` step.
+EVAL_STEPS: tuple[str, ...] = ("eval_inputs", "model", "eval")
 STEP_SUFFIXES = (".cpu_us", ".time", ".gpu_s", ".limit")
 
 # What each runtime prints when the call an rlimit refused fails (checked only for a failed step).

@@ -66,6 +66,7 @@ class TrialOutcome:
     eval_wall_s: float | None = None
     limit: str | None = None         # the per-trial limit a step hit: memory | pids | open_files
     run_metrics: dict[str, float] = field(default_factory=dict)   # run's own report of budget_metrics
+    trust: str | None = None         # manifest.Trust: split | model-code | run (what the metric rests on)
 
 
 class Shell(Protocol):

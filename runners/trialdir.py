@@ -59,6 +59,8 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
     lines = {
         "AR_RUN": m.run,
         "AR_EVALUATE": m.evaluate or "",
+        "AR_MODEL": m.model or "",           # the split evaluation's model runner (trial.sh: three steps)
+        "AR_MODEL_OUTPUT_KB": str(int(m.model_output_mb) * 1024),
         "AR_SETUP": m.setup or "",
         "AR_PREPARE": m.prepare or "",
         # a caller that gives no key (doctor --run) still gets a cache of its own, never the bare dir
@@ -78,7 +80,7 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
     out.append("AR_FROZEN=(" + " ".join(q(p) for p in spec.frozen_paths) + ")")
     out.append("AR_ARTIFACTS=(" + " ".join(q(p) for p in m.artifacts) + ")")
     sb = sandbox or TrialSandbox()
-    arrays = {"AR_SB_RUN": sb.run_prefix, "AR_SB_EVAL": sb.eval_prefix,
+    arrays = {"AR_SB_RUN": sb.run_prefix, "AR_SB_EVAL": sb.eval_prefix, "AR_SB_MODEL": sb.model_prefix,
               "AR_DATA": [f"{k}={v}" for k, v in data_env.items()],
               "AR_EVAL_DATA": [f"{k}={v}" for k, v in sb.eval_env.items()],
               "AR_HELDOUT": m.heldout(),     # never copied where run can read (the prepare step's source)
@@ -93,10 +95,11 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
 
 
 # Is process $2 this trial's ($1)? PIDs wrap quickly on a busy host, so a pid file alone can name a
-# stranger. The wrapper and its groups work in the trial dir, code/ or eval/ (test builtins, no fork).
+# stranger. The wrapper and its groups work in the trial dir, code/, eval/ or model/ (test builtins, no fork).
 MINE_FN = r"""mine() {
   [ -d /proc/1 ] || return 0
   [ /proc/$2/cwd -ef "$1" ] || [ /proc/$2/cwd -ef "$1/code" ] || [ /proc/$2/cwd -ef "$1/eval" ] ||
+  [ /proc/$2/cwd -ef "$1/model" ] ||
     { tr '\0' '\n' < /proc/$2/environ | grep -qF "=$1/"; } 2>/dev/null
 }
 """

@@ -254,7 +254,7 @@ class Collector(Recovery):
                           cpu_s=out.cpu_s, gpu_s=out.gpu_s, eval_wall_s=out.eval_wall_s, eval_cpu_s=out.eval_cpu_s,
                           limit=out.limit, run_metrics=out.run_metrics, gpus=self.research.manifest.gpus, log=log_sha, error=error, tamper=out.tamper,
                           harness=harness or digest, accelerator=out.accelerator, software=out.software,
-                          sandbox=out.sandbox, faults=list(lz.faults))
+                          sandbox=out.sandbox, trust=out.trust, faults=list(lz.faults))
         log.info("trial %s on %s: %s %s", lz.trial_id, lz.host, status.value,
                  f"{m.metric}={value:.4f}" if value is not None else (error or ""))
         return lz

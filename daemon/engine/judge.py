@@ -17,6 +17,7 @@ import statistics
 
 from autoresearchd.engine.plan import baseline_complete
 from autoresearchd.goal import gain
+from autoresearchd.manifest import Trust
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.notes import GOOD_DECISIONS, SIG_DIGITS, Note, Status, Trial
 from autoresearchd.store.population import Population
@@ -60,6 +61,8 @@ def aggregate(trials: list[Trial]) -> dict:
         "harness": first.harness if first else None,
         # the weakest isolation any seed had: one unsandboxed seed makes the result unsandboxed
         "sandbox": "none" if any(t.sandbox == "none" for t in trials) else (first.sandbox if first else None),
+        # likewise the weakest evaluation any seed had (issue 26: a model is code)
+        "trust": weakest_trust([t.trust for t in trials]),
         "gpu_s": _total(trials, "gpu_s"),
         "cpu_s": _total(trials, "cpu_s"),
         "limit": next((t.limit for t in sorted(trials, key=lambda t: t.seed) if t.limit), None),
@@ -74,6 +77,14 @@ def _total(trials: list[Trial], key: str) -> float | None:
     if key == "gpu_s":
         xs += [(t.wall_s or 0) * t.gpus for t in trials if t.gpu_s is None and t.gpus > 0]
     return sum(xs) if xs else None
+
+
+def weakest_trust(values: list[str | None]) -> str | None:
+    """The least trusted of the trials' `trust` values (manifest.Trust, weakest first: run,
+    model-code, split); None when no trial says."""
+    order = [t.value for t in (Trust.SELF_REPORTED, Trust.MODEL_CODE, Trust.SPLIT)]
+    known = [v for v in values if v in order]
+    return min(known, key=order.index) if known else None
 
 
 def identical_seeds(values: list[float]) -> bool:

@@ -77,6 +77,7 @@ class Trial(BaseModel):
     accelerator: str | None = None
     software: str | None = None
     sandbox: str | None = None      # what isolated run and evaluate: bwrap | apptainer | none
+    trust: str | None = None        # what the metric rests on: split | model-code | run (manifest.Trust)
     faults: list[str] = Field(default_factory=list)   # host faults met before this run ("host: reason")
 
 
@@ -120,6 +121,7 @@ class Note(BaseModel):
     software: str | None = None
     harness: str | None = None
     sandbox: str | None = None      # bwrap | apptainer | none (an unsandboxed result says so)
+    trust: str | None = None        # split | model-code | run: the weakest of its trials (docs/notes.md)
     tamper: list[str] = Field(default_factory=list)
     superseded: list[str] = Field(default_factory=list)   # trials of this commit run twice; not counted
     flags: list[str] = Field(default_factory=list)   # e.g. cross_accelerator: compared across hardware
