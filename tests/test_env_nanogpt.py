@@ -345,8 +345,11 @@ class Leak(torch.nn.Module):
         if self.how == "stateful":     # causal for its first 6 calls (the old check's), then it leaks
             self.calls.add_(1)
             return h + (self.calls > 6).float() * self.mask[None, :, None] * nxt
+        if self.how == "inflated":     # a small leak beside a huge state the head ignores (which
+            big = torch.full_like(h[..., :1], 60000.0)     # would widen a tolerance on the states)
+            return torch.cat([h + 0.01 * self.mask[None, :, None] * nxt, big], dim=-1)
         return h + self.mask[None, :, None] * nxt
-for how in ("untested", "future", "rows", "stateful", "honest"):
+for how in ("untested", "future", "rows", "stateful", "inflated", "honest"):
     m = Leak(how).eval()
     if how == "honest":
         m.how, m.mask = "future", torch.zeros(T)
@@ -355,7 +358,10 @@ for how in ("untested", "future", "rows", "stateful", "honest"):
     d = sys.argv[1] + "/" + how + "/out"
     import os; os.makedirs(d)
     torch.export.save(ep, d + "/model.pt2")
-    np.savez(d + "/head.npz", weight=m.emb.weight.detach().numpy())
+    w = m.emb.weight.detach().numpy()
+    if how == "inflated":
+        w = np.concatenate([w, np.zeros((V, 1), dtype=w.dtype)], axis=1)
+    np.savez(d + "/head.npz", weight=w)
 """
 
 
@@ -382,7 +388,7 @@ def test_untested_positions_escaped_the_old_fixed_check(leaky_models):
         assert torch.equal(body(y)[:, :cut], base[:, :cut])
 
 
-@pytest.mark.parametrize("how", ["untested", "future", "rows", "stateful"])
+@pytest.mark.parametrize("how", ["untested", "future", "rows", "stateful", "inflated"])
 def test_evaluate_rejects_a_model_that_sees_ahead(tmp_path, data, leaky_models, how):
     p = evaluate(leaky_models / how, data, tmp_path, NANOGPT_EVAL_BATCH="4")
     assert p.returncode == 1 and "causality check failed" in p.stderr, p.stderr[-2000:]
