@@ -1,7 +1,8 @@
 """Frozen evaluation: MATH-500 accuracy of the saved policy, the metric of record; the trusted scorer.
 
-The split evaluation (docs/env-grpo.md, "Evaluation"). The policy is the idea's artifact, so it never
-loads here: the untrusted model runner (eval_model.py) samples the completions from the prompts alone,
+The split evaluation (docs/env-grpo.md, "How the frozen metric is enforced"). The policy is the
+idea's artifact, so it never loads here: the untrusted model runner (eval_model.py) samples the
+completions from the prompts alone,
 and this scorer, the only process that holds the answers (MATH-500 at $GRPO_EVAL_DATA/test.jsonl, the
 manifest's eval_data), grades them with grader.py and prints the metric block: `---` then `key: value`.
 
@@ -144,7 +145,8 @@ def local(args) -> int:
         out.mkdir(parents=True)
         model_env = {k: v for k, v in base.items() if k not in ("GRPO_DATA", EVAL_DATA_VAR, "AUTORESEARCH_RESULT")}
         model_env.update(AUTORESEARCH_MODEL_IN=str(io / "in" / "0"), AUTORESEARCH_MODEL_OUT=str(out))
-        policy = ["--policy", str(Path(args.policy).resolve())] if args.policy else []
+        arts = os.environ.get("AUTORESEARCH_ARTIFACTS", "")
+        policy = ["--policy", str(Path(args.policy or (Path(arts) / "policy" if arts else "policy")).resolve())]
         # its stdout goes to our stderr: only the scorer's `---` block reaches stdout
         rc = subprocess.run([sys.executable, str(HERE / "eval_model.py"), *policy], cwd=model_cwd,
                             env=model_env, stdout=sys.stderr).returncode

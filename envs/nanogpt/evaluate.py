@@ -19,7 +19,8 @@ one causality variant for every CHECK_EVERY-th window: a secret random window w,
 [1, T-1], w's tokens before c and another real window's tokens from c on. A variant goes to another
 group (another fresh process) than w and than w-1 (whose last target is w's first token); consecutive
 windows never share a group, so no row's last target is in its process. Rows are shuffled in groups.
-The states of w and its variant before c must agree, else the model sees the future: it fails.
+Before c, w and its variant must predict the same (log-probabilities under the head within
+CAUSAL_NATS), else the model sees the future or other rows: the evaluation fails.
 Test-only size overrides (a real trial's clean environment has none of them): NANOGPT_EVAL_SIZE,
 NANOGPT_EVAL_SEQ_LEN, NANOGPT_EVAL_BATCH, NANOGPT_EVAL_VOCAB.
 """
