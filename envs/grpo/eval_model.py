@@ -20,9 +20,12 @@ them against the answers that only it holds.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -81,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"${k} is not set: this is the model step of the split evaluation; "
                              "run `python evaluate.py` to evaluate by hand")
     inp, out = Path(env["AUTORESEARCH_MODEL_IN"]), Path(env["AUTORESEARCH_MODEL_OUT"])
+    # the sandbox leaves nothing writable but the output (and a private /tmp): vLLM's, triton's and
+    # inductor's caches go to a fresh temporary folder, never to $HOME
+    cache = tempfile.mkdtemp(prefix="grpo-model-cache-")
+    atexit.register(shutil.rmtree, cache, True)
+    for k in ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME"):
+        os.environ.setdefault(k, os.path.join(cache, k.lower()))
     policy = Path(args.policy or Path(env.get("AUTORESEARCH_ARTIFACTS", ".")) / POLICY_DIR)
     check_policy(policy)
     cfg = json.loads((inp / "config.json").read_text())
