@@ -240,36 +240,46 @@ def model_step(io, g, arts):
     return run([PY, str(ENV / "eval_model.py")], out.parent, env)
 
 
+def _scorer_module():
+    """The env's evaluate.py under a name of its own (other envs have an evaluate.py too)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("nanogpt_evaluate", ENV / "evaluate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def test_model_input_holds_no_secret_and_no_next_window(tmp_path, data, trained):
-    """The groups hold tokens only: no seed, no cut, no targets beyond the rows themselves. No row's
-    last target (the next window's first token) is in the same process: today's evaluator scored
-    16 consecutive windows per batch, so a model mixing rows could read it."""
+    """The groups hold token rows only: no seed, no cut, no targets beyond the rows themselves. No
+    row's last target (the next window's first token) is in its process: neither the next window
+    nor a variant of it (which starts with it) shares its group. The evaluator before the split
+    scored 16 consecutive windows per batch, so a model mixing rows could read it."""
     io, sc = tmp_path / "io", tmp_path / "scorer"
     sc.mkdir()
     p = phase("inputs", io, sc, trained, data)
     assert p.returncode == 0, p.stderr
-    plan = json.loads((sc / ".nanogpt_eval_plan.json").read_text())
+    cfg = json.loads((sc / ".nanogpt_eval_plan.json").read_text())
+    ev = _scorer_module()
     x, _ = next(shards.val_sequences(64, 4096, 64, root=str(data)))
-    index = {row.tobytes(): w for w, row in enumerate(x.astype(np.uint16))}
+    n = len(x)
+    plan = ev.make_plan(cfg["seed"], n, 64, cfg["c"])
     groups = sorted((io / "in").iterdir(), key=lambda d: int(d.name))
-    assert len(groups) >= 3
-    seen, variants = set(), 0
-    for g in groups:
+    assert len(groups) == len(plan["groups"]) >= 3 and cfg["c"] == 32
+    group_of = {}
+    for g, ids in zip(groups, plan["groups"]):
         assert sorted(f.name for f in g.iterdir()) == ["meta.json", "tokens.npy"]
-        assert str(plan["seed"]) not in (g / "meta.json").read_text()
+        assert str(cfg["seed"]) not in (g / "meta.json").read_text()
         rows = np.load(g / "tokens.npy")
-        assert rows.dtype == np.uint16 and rows.shape[1] == 64
-        mine = {index[r.tobytes()] for r in rows if r.tobytes() in index}
-        variants += sum(r.tobytes() not in index for r in rows)
-        assert not mine & seen                   # each scored window in exactly one group
-        seen |= mine
-        assert not {w + 1 for w in mine} & mine  # ... never beside the window that follows it
-        firsts = {int(r[0]) for r in rows}
-        for w in mine:                           # ... nor beside any row starting with its last target
-            assert w + 1 >= len(x) or not any((r[:1] == x[w + 1, :1]).all() and (r[:4] == x[w + 1, :4]).all()
-                                               for r in rows), (g.name, w)
-        assert firsts
-    assert seen == set(range(len(x))) and variants == plan["c"] == 32
+        assert rows.dtype == np.uint16 and (rows == ev.rows_of(ids, x, plan)).all()   # what the plan says
+        group_of.update((int(i), int(g.name)) for i in ids)
+    assert sorted(group_of) == list(range(n + cfg["c"]))        # each row in exactly one group
+    for w in range(n - 1):
+        assert group_of[w] != group_of[w + 1], w                 # never beside the next window
+    for j, w in enumerate(plan["checked"]):
+        assert group_of[n + j] != group_of[int(w)]               # a variant is never beside its original
+        assert w == 0 or group_of[n + j] != group_of[int(w) - 1]  # ... nor beside the window before it
+        cut = plan["cuts"][j]
+        assert 1 <= cut <= 63 and plan["donors"][j] != w
 
 
 def test_wrong_outputs_fail_with_a_reason(tmp_path, data, trained):
