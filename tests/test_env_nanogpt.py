@@ -356,11 +356,15 @@ class Leak(torch.nn.Module):
         if self.how == "stateful":     # causal for its first 6 calls (the old check's), then it leaks
             self.calls.add_(1)
             return h + (self.calls > 6).float() * self.mask[None, :, None] * nxt
+        if self.how == "flat":         # not [B, T, D]
+            return h.sum(-1)
+        if self.how == "huge":         # states float16 cannot hold
+            return h * 1e6
         if self.how == "inflated":     # a small leak beside a huge state the head ignores (which
             big = torch.full_like(h[..., :1], 60000.0)     # would widen a tolerance on the states)
             return torch.cat([h + 0.01 * self.mask[None, :, None] * nxt, big], dim=-1)
         return h + self.mask[None, :, None] * nxt
-for how in ("untested", "future", "rows", "stateful", "inflated", "honest"):
+for how in ("untested", "future", "rows", "stateful", "inflated", "flat", "huge", "honest"):
     m = Leak(how).eval()
     if how == "honest":
         m.how, m.mask = "future", torch.zeros(T)
@@ -404,6 +408,13 @@ def test_evaluate_rejects_a_model_that_sees_ahead(tmp_path, data, leaky_models, 
     p = evaluate(leaky_models / how, data, tmp_path, NANOGPT_EVAL_BATCH="4")
     assert p.returncode == 1 and "causality check failed" in p.stderr, p.stderr[-2000:]
     assert "val_loss" not in p.stdout
+
+
+@pytest.mark.parametrize("how,reason", [("flat", "must map int64 [B, T] to float hidden states [B, T, D]"),
+                                        ("huge", "over float16's 65504")])
+def test_the_model_step_refuses_outputs_it_cannot_pass_on(tmp_path, data, leaky_models, how, reason):
+    p = evaluate(leaky_models / how, data, tmp_path)
+    assert p.returncode == 1 and reason in p.stderr and "val_loss" not in p.stdout, p.stderr[-2000:]
 
 
 def test_evaluate_accepts_the_causal_twin(tmp_path, data, leaky_models):
