@@ -81,6 +81,7 @@ def test_manifest_freezes_the_evaluation_side():
     assert not m.is_frozen("train_grpo.py") and not m.is_frozen("rollout.py")
     assert m.artifacts == ["policy"] and set(m.data) == {"GRPO_DATA", "GRPO_MODEL"}
     assert set(m.eval_data) == {"GRPO_EVAL_DATA"}     # the answers: for the scorer's sandbox only
+    assert (m.model, m.model_output_mb) == ("python eval_model.py", 64)         # the split evaluation
 
 
 def test_prepare_math_writes_jsonl_from_local_files(tmp_path):
