@@ -218,7 +218,7 @@ def _ask_command(f) -> int | None:
     console.print("training commands found:", markup=False)
     for i, c in enumerate([f.command, *f.alternatives], 1):
         console.print(f"  {i}. {c.cmd}   ({c.where}" + (f"; missing: {', '.join(c.missing)}" if c.missing else "")
-                      + ")", markup=False, soft_wrap=True)
+                      + ")", markup=False, highlight=False, soft_wrap=True)
     answer = input(f"use which for `run`? [1-{len(f.alternatives) + 1}, Enter: 1] ").strip()
     return int(answer) - 2 if answer.isdigit() and 2 <= int(answer) <= len(f.alternatives) + 1 else None
 

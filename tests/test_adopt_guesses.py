@@ -319,3 +319,42 @@ def test_doctor_suggests_cpu_gpus_and_prepare(make_repo):
     assert "a file is missing: data that is not committed must be made by `prepare`" in out, out
     assert 'env.prepare = "python data/shakespeare_char/prepare.py" (the baseline has data/openwebtext/prepare.py, ' \
            'data/shakespeare/prepare.py, data/shakespeare_char/prepare.py)' in out, out
+
+
+def test_adopt_asks_which_command_on_a_terminal(make_repo):
+    """On a terminal adopt lists the training commands and asks; the answer becomes `run` (the CPU
+    option still added), and its commit question is asked too. Without a terminal it never asks (the
+    tests above run with stdin from /dev/null)."""
+    import pty
+    import select
+    import time
+    repo = make_repo(files(README_FULL), "tty")
+    head = git(repo, "rev-parse", "HEAD").strip()
+    pid, fd = pty.fork()
+    if pid == 0:        # the child: adopt on the pty
+        os.chdir(repo)
+        os.execvpe(sys.executable, [sys.executable, "-m", "autoresearchd.cli", "adopt"], cli_env(COLUMNS="400"))
+    out, answers, deadline = b"", [(b"use which for `run`? [1-4", b"2\n"), (b"now, as they are? [y/N]", b"n\n")], \
+        time.time() + 120
+    while time.time() < deadline:
+        if not select.select([fd], [], [], 1)[0]:
+            continue
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:         # the child closed the pty
+            break
+        if not chunk:
+            break
+        out += chunk
+        if answers and answers[0][0] in out:
+            os.write(fd, answers.pop(0)[1])
+    _, status = os.waitpid(pid, 0)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out.decode(errors="replace"))
+    assert os.waitstatus_to_exitcode(status) == 0 and not answers, text
+    assert "2. python train.py config/train_shakespeare_char.py   (README.md:9)" in text, text
+    m = (repo / ".autoresearch.toml").read_text()
+    assert manifest_value(m, "run").endswith(
+        'python train.py config/train_shakespeare_char.py --device=cpu && python autoresearch_export.py"'), m
+    assert "other training command (edit `run` to use it): python train.py config/train_shakespeare_char.py " \
+           "--device=cpu --max_iters=20" in m
+    assert git(repo, "rev-parse", "HEAD").strip() == head        # answered no: nothing committed
