@@ -51,6 +51,8 @@ class Findings:
     command: docs.Command | None = None      # the documented training command chosen for `run`
     alternatives: list[docs.Command] = field(default_factory=list)   # the others, best first
     cpu_option: str | None = None            # appended to the command: no GPU here, the script defaults to cuda
+    seed_option: str | None = None           # appended: the script takes --seed, so trials pass theirs
+    branch: str = "main"                     # the branch checked out: the baseline
     gpus: int = 0
     gpus_why: str = ""
     prepare: str | None = None               # the prepare command, when adopt can tell how to run it
@@ -61,7 +63,7 @@ class Findings:
     def train_cmd(self) -> str:
         """The training command, without the prepared-data links and the export step."""
         base = self.command.cmd if self.command else f"python {shlex.quote(self.train or 'train.py')}"
-        return base + (f" {self.cpu_option}" if self.cpu_option else "")
+        return base + "".join(f" {o}" for o in (self.cpu_option, self.seed_option) if o)
 
     @property
     def prepared_dir(self) -> str:
@@ -173,6 +175,17 @@ def _guess_host(f: Findings) -> None:
     f.prepare, f.prepare_why, _ = docs.prepare_command(f.root, f.prepare_scripts, f.command)
     if f.prepare_scripts and f.prepare is None:
         f.unsure.append(f"prepare: {f.prepare_why}")
+    cmd = f.command or docs.Command(f"python {script}", "", script)
+    f.seed_option = docs.seed_option(f.root, cmd)
+    if (endless := docs.endless(f.root, cmd)) is not None:
+        f.unsure.append(f"{script} {endless}: a run may train until time_budget_s kills it; set it in `run`")
+
+
+def _branch(root: Path) -> str:
+    try:
+        return GitRepo(root).git("symbolic-ref", "-q", "--short", "HEAD", check=False).strip() or "main"
+    except GitError:
+        return "main"
 
 
 def _toml_str(s: str) -> str:
@@ -184,7 +197,8 @@ def render_manifest(f: Findings) -> str:
     name = re.sub(r"[^A-Za-z0-9_-]+", "-", f.root.name).strip("-") or "env"
     train = f.train or "train.py"
     run = f.run
-    frozen = ([EVAL_FILE] if f.needs_evaluator else []) + (["data"] if f.data_dir else [])
+    frozen = ([EVAL_FILE] if f.needs_evaluator else []) + (["data"] if f.data_dir else []) + \
+        [d for d in (docs.data_files(f.command) if f.command else []) if not (f.data_dir and d.startswith("data/"))]
     seed_lines = "".join(f"#   {s}\n" for s in f.seeds[:8]) or "#   (none found)\n"
     prep = f.prepare_scripts[0] if f.prepare_scripts else "data/prepare.py"
     lines = [
@@ -198,8 +212,10 @@ def render_manifest(f: Findings) -> str:
         "",
         "[env]",
         f"name = {_toml_str(name)}",
+        *([f"baseline = {_toml_str(f.branch)}                 # the branch adopt ran on"] if f.branch != "main" else []),
         (f"# documented at {f.command.where}" if f.command else f"# guessed from {train}")
         + (f", with {f.cpu_option} (no GPU here)" if f.cpu_option else "")
+        + (f", with {f.seed_option} (the trial's seed)" if f.seed_option else "")
         + (", after linking in what prepare made" if f.prepare else "")
         + (f", then the export step that writes {EXPORT_DIR}/" if f.needs_evaluator else ""),
         f"run = {_toml_str(run)}",
@@ -268,6 +284,7 @@ def plan(root: Path, force: bool = False, ask=None) -> Plan:
     """What adopt would write. `ask(findings)`, given only on a terminal, may return another of the
     training commands found (an index into findings.alternatives) to use for `run`."""
     f = inspect(root)
+    f.branch = _branch(root)
     pick = ask(f) if ask and f.command and f.alternatives else None
     if pick is not None and 0 <= pick < len(f.alternatives) and not f.alternatives[pick].missing:
         chosen = f.alternatives.pop(pick)
@@ -325,6 +342,8 @@ def report_lines(f: Findings) -> list[str]:
                    + (f"; missing: {', '.join(c.missing)}" if c.missing else "") + ")")
     if len(f.alternatives) > 6:
         out.append(f"  ... and {len(f.alternatives) - 6} more, listed in {MANIFEST_FILE}")
+    if f.seed_option:
+        out.append(f"seed: run passes {f.seed_option} ({f.train} takes the option): every trial seeds from its own")
     out.append(f"gpus = {f.gpus}: {f.gpus_why}")
     if f.prepare:
         out.append(f"prepare: {f.prepare}   ({f.prepare_why})")

@@ -239,5 +239,36 @@ def cpu_option(root: Path, c: Command) -> str | None:
     return None
 
 
+_SEED_OPTION = re.compile(r"""add_argument\(\s*(?:['"]-\w['"]\s*,\s*)?['"](--(?:random[-_])?seed)['"]""")
+_ENDLESS = re.compile(r"""add_argument\(\s*(?:['"]-\w['"]\s*,\s*)?['"](--(?:max|num|n|total)?[-_]?"""
+                      r"""(?:steps|iters|iterations|epochs|train[-_]steps))['"][^\n]*default\s*=\s*(-1|None)\b""")
+
+
+def seed_option(root: Path, c: Command) -> str | None:
+    """`--seed "$AUTORESEARCH_SEED"` when the script takes a --seed option (argparse) that the command
+    does not set: every trial then seeds from its own seed without a code change."""
+    text = (root / c.script).read_text(errors="replace") if c.script and (root / c.script).is_file() else ""
+    m = _SEED_OPTION.search(text)
+    if not m or re.search(rf"(^|\s){re.escape(m.group(1))}(=|\s|$)", c.cmd):
+        return None
+    return f'{m.group(1)} "$AUTORESEARCH_SEED"'
+
+
+def endless(root: Path, c: Command) -> str | None:
+    """A length option (--max-steps, --epochs, ...) that defaults to -1 or None, when the command does
+    not set it: such a run may train until its time budget kills it."""
+    text = (root / c.script).read_text(errors="replace") if c.script and (root / c.script).is_file() else ""
+    for m in _ENDLESS.finditer(text):
+        if not re.search(rf"(^|\s){re.escape(m.group(1))}(=|\s|$)", c.cmd):
+            return f"{m.group(1)} (default {m.group(2)})"
+    return None
+
+
+def data_files(c: Command) -> list[str]:
+    """The data files a command names (not scripts, not configs): frozen, so ideas cannot edit the data
+    and the evaluator finds it beside itself."""
+    return [f for f in c.files if not f.endswith(CONFIG_EXTS) and f not in c.missing]
+
+
 def defaults_to_cuda(root: Path, script: str | None) -> bool:
     return bool(script and (root / script).is_file() and _DEVICE_DEFAULT.search((root / script).read_text(errors="replace")))

@@ -358,3 +358,46 @@ def test_adopt_asks_which_command_on_a_terminal(make_repo):
     assert "other training command (edit `run` to use it): python train.py config/train_shakespeare_char.py " \
            "--device=cpu --max_iters=20" in m
     assert git(repo, "rev-parse", "HEAD").strip() == head        # answered no: nothing committed
+
+
+CHARLM = '''"""A character-level model of the lines of a text file, trained until --max-steps (forever by default)."""
+import argparse
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--input-file", "-i", type=str, default="words.txt")
+parser.add_argument("--work-dir", "-o", type=str, default="out")
+parser.add_argument("--max-steps", type=int, default=-1, help="-1 for infinite")
+parser.add_argument("--seed", type=int, default=3407)
+args = parser.parse_args()
+torch.manual_seed(args.seed)
+step = 0
+while args.max_steps < 0 or step < args.max_steps:
+    step += 1
+print(f"step {step} test loss: 1.0")
+'''
+
+
+def test_adopt_on_an_argparse_script_on_master(make_repo):
+    """A makemore-shaped repo: one script that is not called train*, a README command naming its data
+    file, argparse options for the seed and an endless default length, the branch `master`. adopt
+    passes the trial's seed through --seed, says the run may never end, freezes the data file the run
+    reads and makes `master` the baseline, so doctor reads the committed manifest from it."""
+    repo = make_repo({"charlm.py": CHARLM, "words.txt": "ada\nbob\ncy\n" * 50,
+                      "README.md": "# charlm\n\n```bash\n$ python charlm.py -i words.txt -o words\n"
+                                   "$ python charlm.py -i words.txt -o words --sample-only\n```\n"}, "charlm")
+    git(repo, "branch", "-m", "main", "master")
+    p = cli("adopt", "--commit", cwd=repo)
+    assert p.returncode == 0, p.stderr
+    out, m = p.stdout, (repo / ".autoresearch.toml").read_text()
+    assert manifest_value(m, "run") == ('"python charlm.py -i words.txt -o words --seed \\"$AUTORESEARCH_SEED\\" '
+                                        '&& python autoresearch_export.py"'), m
+    assert 'seed: run passes --seed "$AUTORESEARCH_SEED" (charlm.py takes the option)' in out, out
+    assert "not sure: charlm.py --max-steps (default -1): a run may train until time_budget_s kills it" in out, out
+    assert manifest_value(m, "frozen").startswith('["autoresearch_eval.py", "words.txt"]'), m
+    assert manifest_value(m, "baseline").startswith('"master"'), m
+    assert "--sample-only" not in manifest_value(m, "run")
+    d = cli("doctor", cwd=repo)
+    out = " ".join(d.stdout.split())
+    assert d.returncode == 0 and "ok env 'charlm' from research repo" in out, out
