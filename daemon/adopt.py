@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
+import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -53,6 +55,8 @@ class Findings:
     cpu_option: str | None = None            # appended to the command: no GPU here, the script defaults to cuda
     seed_option: str | None = None           # appended: the script takes --seed, so trials pass theirs
     branch: str = "main"                     # the branch checked out: the baseline
+    python: str | None = None                # `python` on PATH, when it is not the daemon's interpreter
+    setup: str | None = None                 # ... then the setup that puts it first for the trials
     gpus: int = 0
     gpus_why: str = ""
     prepare: str | None = None               # the prepare command, when adopt can tell how to run it
@@ -181,6 +185,22 @@ def _guess_host(f: Findings) -> None:
         f.unsure.append(f"{script} {endless}: a run may train until time_budget_s kills it; set it in `run`")
 
 
+def _user_python() -> tuple[str | None, str | None]:
+    """(`python` on PATH, the setup that activates it) when it lives in another environment than the
+    interpreter running adopt: the local runner puts the daemon's interpreter first on the trials'
+    PATH, so without this setup trials would run without the packages the user installed."""
+    exe = shutil.which("python") or shutil.which("python3")
+    if exe is None:
+        return None, None
+    mine, theirs = Path(sys.executable).parent, Path(exe).parent
+    # a pyenv/asdf shim is no environment of its own: nothing to activate
+    if mine == theirs or mine.resolve() == theirs.resolve() or not (theirs.parent / "pyvenv.cfg").is_file() \
+            and not (theirs.parent / "conda-meta").is_dir():
+        return None, None
+    act = theirs / "activate"
+    return exe, (f"source {shlex.quote(str(act))}" if act.is_file() else f'export PATH={shlex.quote(str(theirs))}:"$PATH"')
+
+
 def _branch(root: Path) -> str:
     try:
         return GitRepo(root).git("symbolic-ref", "-q", "--short", "HEAD", check=False).strip() or "main"
@@ -255,7 +275,9 @@ def render_manifest(f: Findings) -> str:
            f"# prepare_inputs = [\"{prep}\"]"]),
         "# Before prepare, run and evaluate, on the host (e.g. activate a venv"
         + (f" with the packages of {f.requirements}" if f.requirements else "") + "):",
-        "# setup = \"source ~/venvs/ml/bin/activate\"",
+        *([f"# `python` on your PATH is {f.python}, not the interpreter that runs autoresearchd (the local",
+           "# runner puts that one first on the trials' PATH): use yours. Another host: its own venv",
+           f"setup = {_toml_str(f.setup)}"] if f.setup else ["# setup = \"source ~/venvs/ml/bin/activate\""]),
         "",
         "context = \"\"\"",
         f"This repo trains a model with `{f.train_cmd}`. The metric is {f.metric} ({'lower' if f.goal == 'min' else 'higher'} "
@@ -285,6 +307,7 @@ def plan(root: Path, force: bool = False, ask=None) -> Plan:
     training commands found (an index into findings.alternatives) to use for `run`."""
     f = inspect(root)
     f.branch = _branch(root)
+    f.python, f.setup = _user_python()
     pick = ask(f) if ask and f.command and f.alternatives else None
     if pick is not None and 0 <= pick < len(f.alternatives) and not f.alternatives[pick].missing:
         chosen = f.alternatives.pop(pick)
@@ -342,6 +365,8 @@ def report_lines(f: Findings) -> list[str]:
                    + (f"; missing: {', '.join(c.missing)}" if c.missing else "") + ")")
     if len(f.alternatives) > 6:
         out.append(f"  ... and {len(f.alternatives) - 6} more, listed in {MANIFEST_FILE}")
+    if f.setup:
+        out.append(f"setup: {f.setup}   (`python` on your PATH is {f.python}, not autoresearchd's interpreter)")
     if f.seed_option:
         out.append(f"seed: run passes {f.seed_option} ({f.train} takes the option): every trial seeds from its own")
     out.append(f"gpus = {f.gpus}: {f.gpus_why}")
@@ -361,9 +386,11 @@ def hand_test(f: Findings) -> str:
     $AUTORESEARCH_PREPARED, and the run's links find the files in place."""
     env = ["AUTORESEARCH_SEED=0", "AUTORESEARCH_TRIAL=by-hand", "AUTORESEARCH_TIME_BUDGET_S=600",
            'AUTORESEARCH_ARTIFACTS="$PWD"'] + (['AUTORESEARCH_PREPARED="$PWD"'] if f.prepare else [])
-    steps = ([f.prepare] if f.prepare else []) + [f"bash -c {shlex.quote(f.run)}"]
-    if f.needs_evaluator:
-        steps.append(f"python {EVAL_FILE}")
+    steps = ([f.prepare] if f.prepare else []) + [f.run] + ([f"python {EVAL_FILE}"] if f.needs_evaluator else [])
+    if f.setup:         # as a trial does: setup right before each step
+        steps = [f"bash -c {shlex.quote(f.setup + ' && ' + s)}" for s in steps]
+    else:
+        steps = [s if s != f.run else f"bash -c {shlex.quote(s)}" for s in steps]
     return f"(export {' '.join(env)}; {' && '.join(steps)})"
 
 

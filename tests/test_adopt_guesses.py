@@ -401,3 +401,27 @@ def test_adopt_on_an_argparse_script_on_master(make_repo):
     d = cli("doctor", cwd=repo)
     out = " ".join(d.stdout.split())
     assert d.returncode == 0 and "ok env 'charlm' from research repo" in out, out
+
+
+def test_adopt_activates_the_python_on_path_when_it_is_not_its_own(make_repo, tmp_path):
+    """The local runner puts autoresearchd's interpreter first on the trials' PATH. When `python` on
+    the user's PATH is another venv (the one holding the repo's packages), adopt writes the setup that
+    activates it, and the hand test runs each step after it, as a trial does."""
+    venv = tmp_path / "ml"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    repo = make_repo({"charlm.py": CHARLM, "words.txt": "ada\nbob\n",
+                      "README.md": "```\npython charlm.py -i words.txt --max-steps 3\n```\n"}, "venv")
+    env = cli_env()
+    env["PATH"] = os.pathsep.join([str(venv / "bin"), env["PATH"]])
+    p = subprocess.run([sys.executable, "-m", "autoresearchd.cli", "adopt"], cwd=repo, env=env, capture_output=True,
+                       text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr
+    m = (repo / ".autoresearch.toml").read_text()
+    assert manifest_value(m, "setup") == f'"source {venv}/bin/activate"', m
+    assert f"setup: source {venv}/bin/activate   (`python` on your PATH is {venv}/bin/python" in p.stdout, p.stdout
+    hand = next(ln for ln in p.stdout.splitlines() if "try it by hand:" in ln)
+    assert f"bash -c 'source {venv}/bin/activate && python charlm.py" in hand, hand
+    # python on PATH is adopt's own interpreter (the other tests): no setup
+    plain = make_repo({"train.py": CHARLM, "words.txt": "ada\n"}, "plain")
+    assert cli("adopt", cwd=plain).returncode == 0
+    assert manifest_value((plain / ".autoresearch.toml").read_text(), "setup") is None
