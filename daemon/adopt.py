@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
-import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -185,29 +183,6 @@ def _guess_host(f: Findings) -> None:
         f.unsure.append(f"{script} {endless}: a run may train until time_budget_s kills it; set it in `run`")
 
 
-def _user_python() -> tuple[str | None, str | None]:
-    """(`python` on PATH, the setup that activates it) when it lives in another environment than the
-    interpreter running adopt: the local runner puts the daemon's interpreter first on the trials'
-    PATH, so without this setup trials would run without the packages the user installed."""
-    exe = shutil.which("python") or shutil.which("python3")
-    if exe is None:
-        return None, None
-    mine, theirs = Path(sys.executable).parent, Path(exe).parent
-    # a pyenv/asdf shim is no environment of its own: nothing to activate
-    if mine == theirs or mine.resolve() == theirs.resolve() or not (theirs.parent / "pyvenv.cfg").is_file() \
-            and not (theirs.parent / "conda-meta").is_dir():
-        return None, None
-    act = theirs / "activate"
-    return exe, (f"source {shlex.quote(str(act))}" if act.is_file() else f'export PATH={shlex.quote(str(theirs))}:"$PATH"')
-
-
-def _branch(root: Path) -> str:
-    try:
-        return GitRepo(root).git("symbolic-ref", "-q", "--short", "HEAD", check=False).strip() or "main"
-    except GitError:
-        return "main"
-
-
 def _toml_str(s: str) -> str:
     return json.dumps(s)
 
@@ -306,8 +281,8 @@ def plan(root: Path, force: bool = False, ask=None) -> Plan:
     """What adopt would write. `ask(findings)`, given only on a terminal, may return another of the
     training commands found (an index into findings.alternatives) to use for `run`."""
     f = inspect(root)
-    f.branch = _branch(root)
-    f.python, f.setup = _user_python()
+    f.branch = docs.branch(root)
+    f.python, f.setup = docs.user_python()
     pick = ask(f) if ask and f.command and f.alternatives else None
     if pick is not None and 0 <= pick < len(f.alternatives) and not f.alternatives[pick].missing:
         chosen = f.alternatives.pop(pick)

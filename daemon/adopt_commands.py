@@ -1,6 +1,7 @@
 """What `adopt` reads besides the code: the commands a repo documents (its README's code blocks and
 inline code) and its config directory, ranked into the `run` it writes and the alternatives it lists,
-plus the `prepare` command and the GPU count of this host.
+plus the `prepare` command, and what it reads of this host: the GPU count, the branch checked out and
+the `python` on PATH.
 
 The ranking, best first (docs/bring-your-own-repo.md, step 1):
 1. every file the command names exists (a config named in the README but missing is demoted);
@@ -18,6 +19,8 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -272,3 +275,28 @@ def data_files(c: Command) -> list[str]:
 
 def defaults_to_cuda(root: Path, script: str | None) -> bool:
     return bool(script and (root / script).is_file() and _DEVICE_DEFAULT.search((root / script).read_text(errors="replace")))
+
+
+def user_python() -> tuple[str | None, str | None]:
+    """(`python` on PATH, the setup that activates it) when it lives in another environment than the
+    interpreter running adopt: the local runner puts the daemon's interpreter first on the trials'
+    PATH, so without this setup trials would run without the packages the user installed."""
+    exe = shutil.which("python") or shutil.which("python3")
+    if exe is None:
+        return None, None
+    mine, theirs = Path(sys.executable).parent, Path(exe).parent
+    # a pyenv/asdf shim is no environment of its own: nothing to activate
+    if mine == theirs or mine.resolve() == theirs.resolve() or not (theirs.parent / "pyvenv.cfg").is_file() \
+            and not (theirs.parent / "conda-meta").is_dir():
+        return None, None
+    act = theirs / "activate"
+    return exe, (f"source {shlex.quote(str(act))}" if act.is_file() else f'export PATH={shlex.quote(str(theirs))}:"$PATH"')
+
+
+def branch(root: Path) -> str:
+    """The branch checked out in the repo adopt reads: the baseline."""
+    from autoresearchd.store.gitrepo import GitError, GitRepo
+    try:
+        return GitRepo(root).git("symbolic-ref", "-q", "--short", "HEAD", check=False).strip() or "main"
+    except GitError:
+        return "main"
