@@ -14,23 +14,26 @@ import sys
 import time
 from pathlib import Path
 
-from rich.console import Console
 from rich.logging import RichHandler
 
 from autoresearchd.config import ConfigError, load_config
+from autoresearchd.views.safe import SafeConsole, SafeFormatter, one_line, visible
 
-console = Console(stderr=False)
-err = Console(stderr=True)
+# every view prints through these: text from an idea is shown, never obeyed (views/safe.py)
+console = SafeConsole(stderr=False)
+err = SafeConsole(stderr=True)
 
 
 def _setup_logging(level: str, logfile: Path | None = None) -> None:
     handlers: list[logging.Handler] = []
     if logfile is not None:
         h = logging.FileHandler(logfile)
-        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        h.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(message)s"))
         handlers.append(h)
     else:
-        handlers.append(RichHandler(console=err, show_path=False, rich_tracebacks=False))
+        h = RichHandler(console=err, show_path=False, rich_tracebacks=False)
+        h.setFormatter(SafeFormatter("%(message)s"))
+        handlers.append(h)
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=handlers, force=True,
                         format="%(message)s")
     for noisy in ("httpx", "paramiko", "watchdog", "anthropic", "openai"):
@@ -327,7 +330,14 @@ COMMANDS = {"init": cmd_init, "start": cmd_start, "stop": cmd_stop, "status": cm
             "serve": cmd_serve}
 
 
+def _traceback_shown(tp, value, tb) -> None:
+    """An uncaught exception's traceback, made visible: its message may quote a title or a log."""
+    import traceback
+    sys.stderr.write(visible("".join(traceback.format_exception(tp, value, tb))))
+
+
 def main(argv: list[str] | None = None) -> int:
+    sys.excepthook = _traceback_shown
     p = parser()
     args = p.parse_args(argv)
     if args.cmd is None:             # no command: the help, as for --help
@@ -340,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         if args.debug:
             raise
-        sys.stderr.write(f"autoresearchd: {' '.join(str(e).split())}\n")  # one line, never wrapped
+        sys.stderr.write(f"autoresearchd: {one_line(' '.join(str(e).split()))}\n")  # one line, never wrapped
         return 2
     except KeyboardInterrupt:
         return 130

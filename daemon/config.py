@@ -126,6 +126,7 @@ class HostCfg(_Strict):
     work_root: str = "~/.autoresearchd/trials"
     connect_timeout_s: float = Field(10.0, gt=0)
     min_free_mb: float = defaults.MIN_FREE_MB   # free space the work root needs before a trial is staged
+    python: str | None = None              # the trials' interpreter here (overrides runner.python; docs/hosts.md)
 
 
 class SlurmCfg(_Strict):
@@ -148,6 +149,9 @@ class RunnerCfg(_Strict):
     sandbox: Literal["bwrap", "apptainer", "none"] | None = None
     sandbox_binds: list[str] = Field(default_factory=list)  # more host dirs visible read-only inside
     sandbox_image: str = defaults.SANDBOX_IMAGE             # apptainer's image (.sif or a directory)
+    # the interpreter trials run as `python`: a path, `~/...` or a name on the host's PATH, a shim is
+    # fine; unset: PATH's python/python3, resolved through any shim (runners/interp.py, docs/hosts.md)
+    python: str | None = None
     hosts: list[HostCfg] = Field(default_factory=list)
     slurm: SlurmCfg = Field(default_factory=SlurmCfg)
     prestage: int | None = Field(None, ge=1)          # trials placed per slot (the next waits on the host); default 2

@@ -12,6 +12,13 @@ LEASE_VERSION = 1
 # A lock file left by a git process that was killed (kill -9 of the daemon's process group, OOM, power
 # loss) would block that ref forever. Git holds a ref lock for milliseconds, so one this old is stale.
 STALE_LOCK_S = 10.0
+# The receive-side git config `init`/`start` write into the research repo, each only where the repo
+# (or the user's global config) sets nothing for it (docs/security.md, "A push is data"): every pushed
+# object is checked by fsck (a tree entry named `..` or `.git`, a malformed commit or a `.gitmodules`
+# with an option-like URL is refused), and one push brings at most 256 MiB (idea branches are small
+# changes on the baseline; a bigger push is refused before it fills the disk).
+RECEIVE_CONFIG = {"receive.fsckObjects": "true", "receive.maxInputSize": str(256 * 1024 * 1024)}
+"""key -> value written into the research repo's config unless already set."""
 
 # Closing a repo handle waits this long for its persistent `git cat-file` processes to exit after
 # their stdin closes (they exit at once), then kills them: a closed handle leaves no process behind.
@@ -144,7 +151,11 @@ HUMAN_PRIORITY = True
 IDEAS_RICH_ROWS = 300        # `ideas` prints plain columns beyond this many rows (rich lays out big tables slowly)
 IDEAS_WIDE_TABLE = 130       # below this many terminal columns `ideas` shows the narrow set
 REPORT_TOP_K = 20            # ideas in the report's leaderboard
+# results measured against an old baseline are kept apart (docs/policies.md, "A moved baseline"):
+# `status`, the report and the dashboard list this many of them, best first, after the current ones
+STALE_SHOWN = 3
 DOCTOR_LOG_TAIL_CHARS = 3000   # output shown for a failing doctor step
+SHOW_LOG_TAIL_BYTES = 4000   # end of each trial's log `show` prints (`show --log`: the whole stored log)
 WANDB_MAX_DIFF = 200_000     # characters of an idea's diff mirrored to W&B
 
 # `autoresearchd serve`, the live dashboard
@@ -175,6 +186,11 @@ SANDBOX_ETC_FILES = ("/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.conf"
 SANDBOX_GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
                        "/dev/nvidia-caps", "/dev/dri", *(f"/dev/nvidia{i}" for i in range(16)))
 SANDBOX_IMAGE = ""           # apptainer's image (runner.sandbox_image); bwrap needs none
+# Directories never bound whole for an interpreter's sys.path (runners/interp.py), wherever a .pth or
+# a prefix points: binding them would expose the host (or hide the sandbox's own /tmp, /proc, /dev).
+# $HOME and every directory above it are refused as well.
+SANDBOX_NEVER_BIND = ("/", "/tmp", "/var", "/etc", "/home", "/root", "/proc", "/dev", "/sys", "/run",
+                      "/mnt", "/media", "/srv", "/boot")
 # host variables passed into run and evaluate when set (the rest of the environment stays out; a name
 # that looks like a secret never passes)
 SANDBOX_PASS_ENV = ("LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM_THREADS", "TZ")

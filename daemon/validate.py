@@ -17,7 +17,7 @@ from pathlib import Path
 from autoresearchd import defaults
 from autoresearchd.config import Config, ConfigError
 from autoresearchd.manifest import MANIFEST_FILE, EnvManifest
-from autoresearchd.store.refs import branch_ref
+from autoresearchd.store.refs import branch_name, branch_ref
 
 ERROR, WARN, OK = "error", "warn", "ok"
 
@@ -52,11 +52,13 @@ def env_source(cfg: Config) -> EnvSource:
     path, _ = research_path(cfg)        # the repo `start` would use (init DIR's repo is DIR itself)
     if is_repo(path):
         repo = GitRepo(path)
-        head = repo.git("symbolic-ref", "-q", "--short", "HEAD", check=False).strip() or "main"
+        # the full name: `--short` gives "heads/main" when a tag `main` exists
+        head = repo.git("symbolic-ref", "-q", "HEAD", check=False).strip() or "refs/heads/main"
         rev = cfg.research.baseline or head
         if repo.rev_parse(branch_ref(rev)) is None:
-            raise ConfigError(f"research.repo: {path} has no commit on '{rev}' yet; commit your baseline first")
-        manifest = load_manifest(repo, rev, cfg)
+            raise ConfigError(f"research.repo: {path} has no commit on '{branch_name(rev)}' yet; "
+                              f"commit your baseline first")
+        manifest = load_manifest(repo, branch_ref(rev), cfg)
         branch = cfg.research.baseline or manifest.baseline
         ref = branch_ref(branch)
         if repo.rev_parse(ref) is None:

@@ -52,7 +52,8 @@ def exploit_candidates(population, env, demoted: bool = False) -> tuple[list, li
     loop. With a measured baseline, only ideas that beat it; without one, all measured ideas.
     Demoted ideas are among the others only with `demoted` (policy.exploit_demoted): their value is
     then the mean over all their seeds, so one that still beats the baseline gained something."""
-    ok = [i for i in population.succeeded() if demoted or not (i.note and i.note.decision == "demoted")]
+    # like with like: a result measured against an old baseline is no parent (Population.stale)
+    ok = [i for i in population.comparable() if demoted or not (i.note and i.note.decision == "demoted")]
     base = population.baseline_value
     if base is not None:
         ok = [i for i in ok if env.better(i.value, base)]

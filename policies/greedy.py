@@ -20,7 +20,8 @@ from .prompting import Listing, describe_idea, fmt_num
 
 def greedy_base(population, env):
     """The idea to build on, or None for the baseline."""
-    ok = [i for i in population.succeeded() if not (i.note and i.note.decision == "demoted")]
+    # like with like: a result measured against an old baseline is no parent (Population.stale)
+    ok = [i for i in population.comparable() if not (i.note and i.note.decision == "demoted")]
     base = population.baseline_value
     if base is not None:
         ok = [i for i in ok if env.better(i.value, base)]

@@ -162,13 +162,15 @@ def result_line(idea, population, env) -> str:
         s = f"Result: {env.metric} = {fmt_num(n.value)}"
         if len(n.values) > 1 and n.std is not None:
             s += f" ± {fmt_num(n.std)} over {len(n.values)} seeds"
-        base = population.baseline_value
+        old = population.stale(idea)       # measured against an old baseline: compared with that one
+        base = n.baseline if old else population.baseline_value
         if base is None:
             base = n.baseline
         if base is not None:
             d = n.value - base
             verdict = "better" if env.better(n.value, base) else ("same" if d == 0 else "worse")
-            s += f" ({d:+.4g} vs baseline {fmt_num(base)}: {verdict})"
+            which = "an old baseline (before the baseline moved)" if old else "baseline"
+            s += f" ({d:+.4g} vs {which} {fmt_num(base)}: {verdict})"
         if n.decision:
             s += f" [{n.decision}]"
         return s

@@ -77,8 +77,18 @@ class ShellRunner:
         if host not in cache:
             kind = getattr(self.cfg, "sandbox", None) or defaults.SANDBOX
             cache[host] = resolve(self.shell_for(host), host, kind, getattr(self.cfg, "sandbox_image", ""),
-                                  self.path_prefix(host), self.sandbox_fallback)
+                                  self.path_prefix(host), self.sandbox_fallback, self.python_for(host))
         return cache[host]
+
+    def python_for(self, host: str) -> str | None:
+        """The interpreter configured for `host` (runner.python), else None: PATH's (runners/interp.py)."""
+        return getattr(self.cfg, "python", None) or None
+
+    def trial_path(self, host: str) -> str:
+        """The trials' PATH on `host`: path_prefix, after the resolved interpreter's directory where
+        PATH would find a shim (runners/interp.py)."""
+        py = self.host_sandbox(host).python
+        return py.path(self.path_prefix(host)) if py else self.path_prefix(host)
 
     # Braces: only the wrapper goes to the background. Without them `&` backgrounds the whole
     # `cd && setsid ...` list in a subshell that keeps our stdout open until the trial ends.
@@ -137,7 +147,7 @@ class ShellRunner:
         key = spec.prepare_key or (prepare_key(m, []) if m.prepare else "")
         sandbox = trial_sandbox(hs, tdir, m, data, list(getattr(self.cfg, "sandbox_binds", [])),
                                 f"{root}/.prepared/{key}" if m.prepare else None)
-        env_text = trial_env(spec, slot, self.path_prefix(slot.host), self.cfg.log_head_bytes,
+        env_text = trial_env(spec, slot, self.trial_path(slot.host), self.cfg.log_head_bytes,
                              self.cfg.log_tail_bytes, data, self.scheduler_gpus, lock,
                              f"{root}/.events", sandbox)
         fused = type(self).launch is ShellRunner.launch
@@ -306,7 +316,10 @@ class ShellRunner:
         hit = cache.get(host)
         if hit is None or time.monotonic() - hit[0] > self.PROBE_TTL_S:
             # the trials' PATH, so the fingerprint names the python (and torch) the runs really use
-            prefix = self.path_prefix(host)
+            try:
+                prefix = self.trial_path(host)
+            except Exception:  # noqa: BLE001 - a host whose sandbox cannot be probed: its plain PATH
+                prefix = self.path_prefix(host)
             path = "export PATH=" + '"$PATH"'.join(shlex.quote(part) for part in prefix.split("$PATH")) + "\n"
             hit = cache[host] = (time.monotonic(), sh.run(path + PROBE, timeout=60)[1].decode(errors="replace"))
         return hit[1]

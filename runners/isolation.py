@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from autoresearchd.manifest import EnvManifest
 
+from . import interp
 from . import sandbox as sandboxes
 from .protocol import Shell
 
@@ -34,40 +35,51 @@ class TrialSandbox:
 @dataclass
 class HostSandbox:
     sandbox: sandboxes.Sandbox
-    env_dirs: list[str]
+    env_dirs: list[str]          # with the resolved interpreter's directories (runners/interp.py)
     home: str
+    python: interp.Python | None = None     # the interpreters trials run on this host
 
 
-def probe_script(sb: sandboxes.Sandbox, path: str) -> str:
-    """One round trip: the host's $HOME, whether the sandbox works there, and its env dirs."""
+def probe_script(sb: sandboxes.Sandbox, path: str, python: str | None = None) -> str:
+    """One round trip: the host's $HOME, whether the sandbox works there, its env dirs, and the
+    interpreters trials run (`python`: the configured one, else PATH's)."""
     qpath = '"$PATH"'.join(shlex.quote(p) for p in path.split("$PATH"))
     script = (f'echo "home $HOME"; export PATH={qpath}; echo "check $({sb.check_script()})"; '
-              f"({sandboxes.ENV_DIRS_SCRIPT}) 2>/dev/null | while IFS= read -r l; do printf 'dir %s\\n' \"$l\"; done")
+              f"({sandboxes.ENV_DIRS_SCRIPT}) 2>/dev/null | while IFS= read -r l; do printf 'dir %s\\n' \"$l\"; done\n"
+              f"{interp.probe_script(python)}")
     return f"exec bash -c {shlex.quote(script)}"     # bash whatever the login shell is
 
 
-def probe_host(sh: Shell, sb: sandboxes.Sandbox, path: str) -> tuple[str | None, list[str], str]:
-    """(None or why the sandbox does not work, env dirs, $HOME) on the host behind `sh`."""
-    rc, out, err = sh.run(probe_script(sb, path), timeout=60)
+def probe_host(sh: Shell, sb: sandboxes.Sandbox, path: str,
+               python: str | None = None) -> tuple[str | None, list[str], str, interp.Python]:
+    """(None or why the sandbox does not work, env dirs, $HOME, the interpreters) on the host
+    behind `sh`."""
+    rc, out, err = sh.run(probe_script(sb, path, python), timeout=120)
     lines = out.decode(errors="replace").splitlines()
     home = next((x[5:] for x in lines if x.startswith("home ")), "")
     check = next((x[6:] for x in lines if x.startswith("check ")), None)
     if rc != 0 or check is None:
         raise RuntimeError(f"probing the sandbox on {sh.name} failed: {err.decode(errors='replace')[-300:]}")
     dirs = sandboxes.prefixes([x[4:] for x in lines if x.startswith("dir ")])
-    return (None if check.strip() == "ok" else check.strip()), dirs, home
+    return (None if check.strip() == "ok" else check.strip()), dirs, home, interp.parse(lines, python)
 
 
-def resolve(sh: Shell, host: str, kind: str, image: str, path: str, fallback: bool) -> HostSandbox:
-    """The sandbox to use on `host`. Where it does not work: an error, or (only for the config-less
-    embedded demo, `fallback`) a one-line warning and `none`, which every note then records."""
+def resolve(sh: Shell, host: str, kind: str, image: str, path: str, fallback: bool,
+            python: str | None = None) -> HostSandbox:
+    """The sandbox to use on `host`, with the interpreter trials run there resolved (runners/interp.py;
+    `python`: runner.python or the host's). Where the sandbox does not work: an error, or (only for the
+    config-less embedded demo, `fallback`) a one-line warning and `none`, which every note then records.
+    A configured `python` that does not start is an error too."""
     sb = sandboxes.get(kind, image=image) if kind == "apptainer" else sandboxes.get(kind)
-    why, dirs, home = probe_host(sh, sb, path)
+    why, dirs, home, py = probe_host(sh, sb, path, python)
+    if py.error():
+        raise RuntimeError(f"{host}: {py.error()} (docs/hosts.md, \"Interpreters\")")
+    dirs = sandboxes.prefixes(dirs + py.binds(home))
     if why is None:
-        return HostSandbox(sb, dirs, home)
+        return HostSandbox(sb, dirs, home, py)
     if fallback:
         log.warning("%s: %s. Trials run UNSANDBOXED (notes say `sandbox: none`).", host, why)
-        return HostSandbox(sandboxes.get("none"), dirs, home)
+        return HostSandbox(sandboxes.get("none"), dirs, home, py)
     raise RuntimeError(f"sandbox '{kind}' does not work on {host}: {why}; "
                        f"or set runner.sandbox = \"none\" to run trials without one (docs/security.md)")
 

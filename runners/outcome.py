@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from autoresearchd.manifest import EnvManifest
 
+from .interp import not_found
 from .metrics import parse_metrics
 from .protocol import TrialOutcome
 
@@ -63,6 +64,8 @@ def outcome_from_files(files: dict[str, bytes], manifest: EnvManifest, probe: st
             source = "evaluate"
             if "eval.timed_out" in files:
                 error = "evaluation timed out"
+            elif eval_rc == 127:
+                error = not_found(eval_log.decode(errors="replace"), "evaluation")
             elif eval_rc not in (0, None):
                 error = f"evaluation exited {eval_rc}"
     else:
@@ -78,6 +81,8 @@ def outcome_from_files(files: dict[str, bytes], manifest: EnvManifest, probe: st
     elif rc is None:
         wrapper = whole_tail(files.get("wrapper.log", b""), 1000)
         error = "run left no exit code (killed, or the wrapper failed)" + (f": {wrapper}" if wrapper else "")
+    elif rc == 127:
+        error = not_found(run_log.decode(errors="replace"))
     elif rc != 0:
         error = f"run exited {rc}"
     elif manifest.metric not in metrics and error is None:

@@ -69,10 +69,14 @@ def prefixes(dirs: list[str]) -> list[str]:
 
 def env_dirs(path: str | None) -> list[str]:
     """The Python environment and tools behind a PATH on this machine, to bind read-only so that
-    `python` inside finds the same packages (a venv, its base interpreter, ~/.local, conda)."""
-    p = subprocess.run(["bash", "-c", ENV_DIRS_SCRIPT], capture_output=True, text=True,
-                       env={"PATH": path or os.environ.get("PATH", "")}, timeout=30)
-    return prefixes(p.stdout.splitlines())
+    `python` inside finds the same packages (a venv, its base interpreter, ~/.local, conda), with
+    what PATH's python reports it needs (runners/interp.py: its prefixes and sys.path)."""
+    from . import interp
+    home = os.path.expanduser("~")
+    p = subprocess.run(["bash", "-c", f"({ENV_DIRS_SCRIPT})\n{interp.probe_script(None)}"], capture_output=True,
+                       text=True, env={"PATH": path or os.environ.get("PATH", ""), "HOME": home}, timeout=60)
+    lines = p.stdout.splitlines()
+    return prefixes([x for x in lines if not x.startswith("interp ")] + interp.parse(lines).binds(home))
 
 
 def _ro_dirs(req: SandboxRequest) -> list[str]:

@@ -247,6 +247,11 @@ class SlurmRunner(ShellRunner):
     def path_prefix(self, host: str) -> str:
         return self._home_and_path()[1]
 
+    def python_for(self, host: str) -> str | None:
+        """The login host's own `python`, else runner.python (resolved on the login node)."""
+        h = next((h for h in self.cfg.hosts if h.name == self.scfg.login), None) if self.scfg.login else None
+        return (h.python if h is not None else None) or super().python_for(host)
+
     def time_limit_s(self) -> int:
         m = self.manifest
         s = m.time_budget_s + defaults.KILL_GRACE_S + self.scfg.time_margin_s

@@ -338,6 +338,10 @@ class SSHRunner(ShellRunner):
             self._shells[host].reset_backoff()
             self._reach.pop(host, None)
 
+    def python_for(self, host: str) -> str | None:
+        h = self.hosts.get(host)
+        return (h.python if h is not None else None) or super().python_for(host)
+
     def shell_for(self, host: str) -> SSHShell:
         try:
             return self._shells[host]

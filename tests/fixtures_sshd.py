@@ -121,7 +121,8 @@ class Host:
 
 
 class Fleet:
-    def __init__(self, base: str | os.PathLike | None = None, n: int = 2):
+    def __init__(self, base: str | os.PathLike | None = None, n: int = 2, extra_config: str = ""):
+        """`extra_config`: more sshd_config lines for every host (e.g. PermitUserEnvironment yes)."""
         if not have_sshd():
             raise RuntimeError(f"{SSHD} or ssh-keygen is missing (apt-get install openssh-server)")
         # sshd reads authorized_keys as the login user: the base must be world-traversable, which
@@ -146,7 +147,7 @@ class Fleet:
             shutil.copy(f"{self.client_key}.pub", d / "authorized_keys")
             (d / "authorized_keys").chmod(0o644)
             h = Host(f"gpu{i}", free_port(), d, f"~/{self.tag}/gpu{i}")
-            (d / "sshd_config").write_text(_CONFIG.format(port=h.port, dir=d))
+            (d / "sshd_config").write_text(_CONFIG.format(port=h.port, dir=d) + extra_config)
             typ, key = (d / "host_ed25519.pub").read_text().split()[:2]
             lines.append(f"[127.0.0.1]:{h.port} {typ} {key}\n")
             self.hosts.append(h)

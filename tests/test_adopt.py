@@ -267,6 +267,7 @@ def test_init_says_what_it_wrote_and_the_removal_line_removes_it(make_repo, tmp_
     undo = line.split("to remove: ", 1)[1]
     subprocess.run(["bash", "-c", undo], cwd=repo, check=True)
     assert g.config_get("notes.displayRef") is None and g.config_get("receive.denyCurrentBranch") is None
+    assert g.config_get("receive.fsckObjects") is None and g.config_get("receive.maxInputSize") is None
     assert not (g.git_dir / "hooks" / "post-receive").exists()
     assert not (g.git_dir / "hooks" / "reference-transaction").exists()
 

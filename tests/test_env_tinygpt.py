@@ -217,7 +217,6 @@ def _check_with(repo: GitRepo, base: str, diff: str, tmp: Path) -> subprocess.Co
     return p
 
 
-@pytest.mark.slow
 def test_replay_check_outcomes(template_repo, tmp_path):
     """Every final diff passes `check`, except the ones meant to fail it (about 20 check runs)."""
     repo, base = template_repo
@@ -263,7 +262,6 @@ def test_trial_through_local_runner_short(template_repo, tmp_path):
     assert "steps: 20" in out.log.decode()
 
 
-@pytest.mark.slow
 def test_full_baseline_trial_through_local_runner(template_repo, tmp_path):
     out, _ = _trial(template_repo, tmp_path, {}, 600)
     assert out.error is None, out.log.decode(errors="replace")[-2000:]

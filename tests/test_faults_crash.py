@@ -97,7 +97,6 @@ def trial_key(trial_id: str) -> str:
     return "-".join(parts[:-1]) if parts[-1].startswith("r") and parts[-1][1:].isdigit() else trial_id
 
 
-@pytest.mark.slow
 def test_kill9_during_dispatch_and_note_writes(toy_env, tmp_path):
     rng = random.Random(1234)
     counter = tmp_path / "runs.log"
@@ -123,7 +122,6 @@ def test_kill9_during_dispatch_and_note_writes(toy_env, tmp_path):
     assert len(started) == len(set(started)), sorted(started)
 
 
-@pytest.mark.slow
 def test_kill9_during_implement_and_proposals(toy_env, tmp_path):
     rng = random.Random(99)
     with FakeLLM() as fake:

@@ -143,7 +143,6 @@ def test_host_that_accepts_and_hangs_is_skipped(ssh_fleet, toy_env, tmp_path, sh
     assert silent.conns, "the daemon never tried the hung host (test is void)"
 
 
-@pytest.mark.slow
 def test_output_flood_is_capped_and_metrics_still_parsed(ssh_fleet, toy_env, tmp_path):
     flood = TOY_RUN.replace("x = 1.0", "import sys\nchunk = ('y' * 1023 + '\\n') * 1024\n"
                                        "for _ in range(100):\n    sys.stdout.write(chunk)\nx = 0.4")

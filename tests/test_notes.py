@@ -32,7 +32,7 @@ def test_every_field_round_trips():
 
 def test_summary_line():
     first = format_note(full_note()).splitlines()[0]
-    assert first.startswith("succeeded val_loss=3.2412±0.0021 (-0.0138 vs baseline) [promoted] gpu03 24m13s")
+    assert first.startswith("succeeded val_loss=3.2412±0.0021 (-0.0138 vs baseline mean) [promoted] gpu03 24m13s")
 
 
 def test_tolerant_parsing_skips_unknown_and_garbage():

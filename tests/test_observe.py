@@ -180,7 +180,7 @@ def test_ideas_json_with_1000_ideas(tmp_path):
     assert took < 60, took   # generous: shared 2-core machine; bench/population.py has the real figure
     lines = cli(cfg, "ideas").stdout.splitlines()   # > 300 rows: plain columns, one line per idea
     assert lines[0].split()[:3] == ["#", "idea", "title"] and lines[-1] == "1000 idea(s)"
-    assert len(lines) == 1002 and rows[0]["idea"] in lines[1]
+    assert len(lines) == 1003 and rows[0]["idea"] in lines[1] and lines[-2].startswith("Δ: paired")
 
 
 def test_render_progress_shows_epoch_and_running_trials(pop300):

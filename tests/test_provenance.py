@@ -68,6 +68,7 @@ def test_one_suspicious_seed_taints_the_commit_and_is_never_promoted():
     class Pop:                      # a measured baseline, nothing else
         baseline_note = Note(status=Status.SUCCEEDED, value=3.2, std=0.01, values=[3.2, 3.21],
                              trials=[Trial(trial_id="b0", seed=0, status=Status.SUCCEEDED, value=3.2)])
+        baseline_commit = "b" * 40
         by_id: dict = {}
         ideas: list = []
     from autoresearchd.config import PolicyCfg
@@ -222,7 +223,7 @@ def test_pushed_provenance_hacks_and_titles_end_to_end(make_repo, tmp_path, monk
     restore_spend(P, reopen(cfg))
     assert P.budget.usd == 0 and P.budget.input_tokens == 0
     s = summary(cfg)
-    assert s["spend"]["usd"] == 0 and s["epoch"] == -1 and s["best"]["idea"] == f.idea_id
+    assert s["spend"]["usd"] == 0 and s["epoch"] == 0 and s["best"]["idea"] == f.idea_id
     assert s["best_unconfirmed"] is None
     from autoresearchd.policies.evolutionary import exploit_candidates
     from autoresearchd.policies.greedy import greedy_base

@@ -339,7 +339,6 @@ def test_too_many_gpus_is_refused_with_slurms_reason(slurm_cluster, tmp_path):
 
 
 @pytest.mark.slurm
-@pytest.mark.slow
 def test_slurm_time_limit_is_a_timeout(slurm_cluster, tmp_path):
     # The wrapper's own budget (600 s) is far above the Slurm limit (1 min, from extra_args, which
     # override --time), so only Slurm can stop it. Slurm enforced 1 min about 75 s after start here.

@@ -44,7 +44,6 @@ def note_count(repo) -> int:
     return len(out.splitlines())
 
 
-@pytest.mark.slow
 def test_many_queued_ideas_on_16_slots_memory_flat(load_env, tmp_path):
     n = 1000 if FULL else 100
     refs = build_population(load_env, n)
@@ -88,7 +87,6 @@ def _timed(cmd: list[str]) -> float:
     return time.monotonic() - t
 
 
-@pytest.mark.slow
 def test_10k_ideas_population_status_and_ideas(load_env, tmp_path):
     n = 10_000
     t = time.monotonic()

@@ -132,6 +132,8 @@ def test_offline_runs_through_dispatcher_hold_results_and_no_secret(pop_repo, tm
         r = by_name[i.idea_id]
         for k in ("value", "values", "delta", "decision", "status", "wall_s", "gpu_s", "cost_usd"):
             assert k in r["summary"], (k, r["summary"])
+        if i.value is not None:     # what the delta is (paired by seed, or vs the baseline mean)
+            assert r["summary"]["delta_kind"] in ("paired by seed", "vs baseline mean"), r["summary"]
         assert r["summary"]["status"] == i.note.status.value
         assert r["config"]["idea_id"] == i.idea_id and r["config"]["commit"] == i.commit
         assert r["group"] == f"epoch-{i.epoch:03d}" and r["job_type"] == i.origin

@@ -276,6 +276,12 @@ class Collector(Recovery):
         elif not all(s in results for s in needed):
             return False
         confirming = note is not None and note.decision == "pending"
+        if idea is not None and note is not None and note.baseline_commit and pop.stale(idea):
+            # confirmation seeds that were running when the baseline moved: judged against the baseline the
+            # result was measured on, so it stays apart (docs/policies.md, "A moved baseline")
+            old = self.ledger.note(note.baseline_commit)
+            if old is not None:
+                pop = pop.on_baseline(note.baseline_commit, old)
         new = build_note(list(results.values()), idea, pop, self.research.manifest, p, confirmed=confirming)
         new.superseded = sorted(set(note.superseded if note else []) |
                                 {lz.trial_id for lz in leases if lz.state == "superseded"})
@@ -295,8 +301,8 @@ class Collector(Recovery):
         changed = False
         final = baseline_complete(pop.baseline_note)
         for idea in pop.ideas:
-            if idea.note is None or idea.note.status not in MEASURED:
-                continue
+            if idea.note is None or idea.note.status not in MEASURED or pop.stale(idea):
+                continue        # a result measured against an old baseline is kept apart, never re-judged
             # notes measured against the baseline's first seeds get their decision when it is final
             undecided = final and idea.note.decision is None and idea.note.status == Status.SUCCEEDED
             if idea.note.baseline is not None and not undecided:

@@ -209,6 +209,7 @@ def fill_baseline(note: Note, idea: Idea | None, pop: Population, manifest, poli
     b = pop.baseline_note
     if idea is None or b is None or b.status != Status.SUCCEEDED or b.value is None:
         return False
+    note.baseline_commit = pop.baseline_commit     # what the result is measured against (views say so)
     if note.status != Status.SUCCEEDED or note.value is None:
         note.baseline, note.baseline_std = b.value, b.std
         return True
@@ -216,7 +217,8 @@ def fill_baseline(note: Note, idea: Idea | None, pop: Population, manifest, poli
     per_seed = {t.seed: t.value for t in b.trials if t.value is not None}
     paired = [(t.value - per_seed[t.seed]) for t in note.trials if t.value is not None and t.seed in per_seed]
     note.baseline, note.baseline_std = b.value, b.std
-    note.delta = sum(paired) / len(paired) if paired else note.value - b.value
+    note.delta_mean = note.value - b.value
+    note.delta = sum(paired) / len(paired) if paired else note.delta_mean
     if b.accelerator and note.accelerator and _accel_class(b.accelerator) != _accel_class(note.accelerator):
         flag = f"cross_accelerator: {note.accelerator} vs baseline {b.accelerator}"
         note.flags = sorted(set(note.flags) | {flag})

@@ -91,8 +91,8 @@ class Daemon:
         for idea in pop.ideas:
             if not idea.branch or idea.proposal:
                 continue
-            if idea.note is not None and idea.note.decision != "pending":
-                continue
+            if idea.note is not None and (idea.note.decision != "pending" or pop.stale(idea)):
+                continue        # pending against an old baseline: kept apart, not confirmed (docs/policies.md)
             purpose = "confirm" if idea.note is not None else "idea"
             needed = seeds_needed(idea.note, "idea", p.baseline_seeds, p.confirm_seeds)
             for m in missing_seeds(needed, idea.note, idea.leases):

@@ -111,8 +111,11 @@ def settled(pop: Population) -> bool:
     """Nothing queued, implementing or running: useful for `--until idle` and tests."""
     # a measured idea whose note came before the baseline's last seed is decided by the next tick's
     # backfill (it may then need confirmation seeds): until then the search is not settled
+    # (results measured against an old baseline are kept apart: they wait for nothing)
     undecided = pop.baseline_value is not None and any(
-        i.note is not None and i.note.status == Status.SUCCEEDED and i.note.decision is None for i in pop.ideas)
+        i.note is not None and i.note.status == Status.SUCCEEDED and i.note.decision is None and not pop.stale(i)
+        for i in pop.ideas)
     return (baseline_complete(pop.baseline_note) and not pop.queued() and not pop.running()
-            and not pop.implementing() and all(i.note is None or i.note.decision != "pending" for i in pop.ideas)
+            and not pop.implementing()
+            and all(i.note is None or i.note.decision != "pending" or pop.stale(i) for i in pop.ideas)
             and all(i.status != Status.QUEUED for i in pop.ideas) and not undecided)

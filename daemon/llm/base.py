@@ -1,7 +1,7 @@
 """The provider contract, the shared retry/timeout/concurrency wrapper, and the budget ledger.
 
 A provider subclass implements `_call(messages, system, max_tokens) -> Completion` for one attempt;
-`complete()` adds the concurrency limit, retries with backoff on 429/5xx/timeouts, usage and cost
+`complete()` adds the concurrency limit, retries (tenacity, one policy) with backoff on 429/5xx/timeouts, usage and cost
 accounting, and budget checks, so every provider behaves the same.
 """
 
@@ -12,6 +12,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import ClassVar
+
+import tenacity
 
 
 class LLMError(Exception):
@@ -157,29 +159,35 @@ class Provider:
             self.budget.release()
 
     def _complete(self, messages, system, purpose, max_tokens, meta) -> Completion:
-        delay = self.cfg.backoff_s
-        last: Exception | None = None
-        for attempt in range(1, self.cfg.max_retries + 2):
-            t0 = time.monotonic()
-            try:
-                with self._sem:
-                    c = self._call(messages, system, max_tokens or self.cfg.max_tokens, meta)
-            except LLMError as e:
-                last = e
-                if not e.retryable or attempt > self.cfg.max_retries:
-                    raise
-                # a server's retry-after (set by the HTTP providers on 429/5xx) wins over our backoff
-                time.sleep(max(delay, getattr(e, "retry_after", None) or 0.0))
-                delay *= 2
-                continue
-            c.latency_s = time.monotonic() - t0
-            c.attempts = attempt
-            if not c.cost_usd:
-                c.cost_usd = self.cost(c.model, c.input_tokens, c.output_tokens)
-            self.budget.record(c, purpose)
-            if not c.text.strip():
-                e = LLMError("the model returned an empty response", retryable=False)
-                e.completion = c        # billed all the same: the caller attributes its cost
-                raise e
-            return c
-        raise LLMError(f"gave up after {self.cfg.max_retries + 1} attempts: {last}")
+        # tenacity runs the one retry policy: retryable LLMErrors only (429, 5xx, time-outs), at most
+        # max_retries more attempts, exponential backoff from backoff_s, and a server's retry-after
+        # wins when it asks for longer. The SDKs' own retries are off so that no call retries twice.
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.cfg.max_retries + 1),
+            retry=tenacity.retry_if_exception(lambda e: isinstance(e, LLMError) and e.retryable),
+            wait=self._wait, sleep=time.sleep, reraise=True)
+        for attempt in retrying:
+            with attempt:
+                return self._attempt(messages, system, max_tokens, meta, purpose,
+                                     attempt.retry_state.attempt_number)
+        raise AssertionError("unreachable: tenacity either returns or re-raises")
+
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        backoff = self.cfg.backoff_s * 2 ** (state.attempt_number - 1)
+        exc = state.outcome.exception() if state.outcome else None
+        return max(backoff, getattr(exc, "retry_after", None) or 0.0)
+
+    def _attempt(self, messages, system, max_tokens, meta, purpose, number: int) -> Completion:
+        t0 = time.monotonic()
+        with self._sem:
+            c = self._call(messages, system, max_tokens or self.cfg.max_tokens, meta)
+        c.latency_s = time.monotonic() - t0
+        c.attempts = number
+        if not c.cost_usd:
+            c.cost_usd = self.cost(c.model, c.input_tokens, c.output_tokens)
+        self.budget.record(c, purpose)
+        if not c.text.strip():
+            e = LLMError("the model returned an empty response", retryable=False)
+            e.completion = c        # billed all the same: the caller attributes its cost
+            raise e
+        return c

@@ -88,7 +88,9 @@ class Note(BaseModel):
     values: list[float] = Field(default_factory=list)
     baseline: float | None = None
     baseline_std: float | None = None
-    delta: float | None = None
+    baseline_commit: str | None = None   # the baseline commit the result was judged against
+    delta: float | None = None      # paired by seed where the baseline has the idea's seeds, else delta_mean
+    delta_mean: float | None = None   # value - baseline (the baseline's mean over its seeds)
     parent_delta: float | None = None
     decision: str | None = None     # promoted | within_noise | worse | confirmed | demoted
     host: str | None = None
@@ -127,6 +129,54 @@ def _fmt_duration(s: float | None) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
+class DeltaKind(str, Enum):
+    """What a note's `delta` is: paired by seed (the idea's seeds minus the baseline's at the same
+    seeds), or the plain difference of means (no seed in common, or every baseline seed paired)."""
+    PAIRED = "paired by seed"
+    MEAN = "vs baseline mean"
+
+
+def mean_delta(n: Note) -> float | None:
+    """value - baseline mean: `delta_mean` where the note has it, else computed (older notes)."""
+    if n.delta_mean is not None:
+        return n.delta_mean
+    return n.value - n.baseline if n.value is not None and n.baseline is not None else None
+
+
+def delta_kind(n: Note) -> DeltaKind | None:
+    """Which delta `delta` is; where the paired and the mean delta agree, both names are true and it
+    is read as the mean (the figure a reader can check by subtracting)."""
+    if n.delta is None:
+        return None
+    m = mean_delta(n)
+    if m is None or abs(n.delta - m) <= 1e-9 * max(1.0, abs(m)):
+        return DeltaKind.MEAN
+    return DeltaKind.PAIRED
+
+
+def deltas_differ(n: Note, kind: DeltaKind | None = None) -> bool:
+    """The paired and the mean delta differ by more than the noise, so a view shows both. The noise is
+    the baseline's seed std (`baseline_std`); with no noise known (one seed, or identical seeds) any
+    difference visible at 4 decimals counts. `kind`: delta_kind(n), when the caller has it."""
+    m = mean_delta(n)
+    if (kind or delta_kind(n)) != DeltaKind.PAIRED or m is None:
+        return False
+    gap = abs(n.delta - m)
+    return gap > n.baseline_std if n.baseline_std else gap >= 0.5e-4
+
+
+def delta_words(n: Note, kind: DeltaKind | None = None) -> str:
+    """A note's delta with what it is: `+0.0257 vs baseline, paired by seed (+0.0075 vs baseline
+    mean)`, `+0.0075 vs baseline mean`; empty without one."""
+    kind = kind or delta_kind(n)
+    if kind is None:
+        return ""
+    if kind == DeltaKind.MEAN:
+        return f"{n.delta:+.4f} vs baseline mean"
+    text = f"{n.delta:+.4f} vs baseline, paired by seed"
+    return text + (f" ({mean_delta(n):+.4f} vs baseline mean)" if deltas_differ(n, kind) else "")
+
+
 def summary_line(n: Note) -> str:
     parts = [n.status.value]
     if n.value is not None and n.metric:
@@ -137,7 +187,7 @@ def summary_line(n: Note) -> str:
         if n.seeds_planned and len(n.seeds) < n.seeds_planned:
             parts.append(f"({len(n.seeds)} of {n.seeds_planned} seeds so far)")
         if n.delta is not None:
-            parts.append(f"({n.delta:+.4f} vs baseline)")
+            parts.append(f"({delta_words(n)})")
     if n.decision:
         parts.append(f"[{n.decision}]")
     if n.host:

@@ -41,6 +41,9 @@ class Population:
     at_baseline: list[str] = field(default_factory=list)
 
     def __post_init__(self):
+        # the baseline's value, read once: `stale` asks for it for every idea of every view
+        n = self.baseline_note
+        self._bvalue = n.value if n and n.status == Status.SUCCEEDED else None
         for i in self.ideas:
             self.by_id.setdefault(i.idea_id, i)
             if i.commit:
@@ -68,13 +71,38 @@ class Population:
         return [i for i in self.ideas if i.value is not None]
 
     def max_epoch(self) -> int:
+        """The newest epoch of the policy's own ideas (-1: none yet): where the policy's cursor is."""
         return max((i.epoch for i in self.ideas if i.origin != "human"), default=-1)
+
+    def epoch(self) -> int | None:
+        """The current epoch as every view shows it: the newest epoch of any idea, a pushed idea counting
+        in the epoch it was placed in (0 before the policy proposed anything); None with no idea yet."""
+        return max((i.epoch for i in self.ideas), default=None)
+
+    def stale(self, i: Idea) -> bool:
+        """Measured against a baseline that is no longer the current one. Such a result is kept apart
+        (docs/policies.md, "A moved baseline"): never "best", never a parent, never re-judged."""
+        n = i.note
+        if n is None or n.baseline is None:
+            return False
+        return on_old_baseline(n, self.baseline_commit, self._bvalue)
+
+    def on_baseline(self, commit: str, note: Note) -> "Population":
+        """This population as judged against another baseline commit (an old one, with its note): the
+        late seeds of a result measured on it are judged where it was measured, among its own cohort."""
+        return dataclasses.replace(self, baseline_commit=commit, baseline_note=note, baseline_leases=[],
+                                   by_id={}, by_commit={})
+
+    def comparable(self) -> list[Idea]:
+        """The measured ideas judged against the current baseline: what "best" and parents choose from."""
+        return [i for i in self.succeeded() if not self.stale(i)]
 
     def best(self, goal: str, confirmed: bool | None = None, exclude: str | None = None) -> Idea | None:
         """The best measured idea, the one definition of "best": confirmed=True only promoted or
         confirmed results (the best *result*), False only the others (the best unconfirmed value),
-        None any; `exclude` leaves out one commit (the idea being judged)."""
-        cands = [i for i in self.succeeded() if (exclude is None or i.commit != exclude)
+        None any; `exclude` leaves out one commit (the idea being judged). Results measured against an
+        old baseline are never best (`stale`)."""
+        cands = [i for i in self.comparable() if (exclude is None or i.commit != exclude)
                  and (confirmed is None or i.confirmed == confirmed)]
         if not cands:
             return None
@@ -91,6 +119,17 @@ class Population:
         matches = [i for i in self.ideas if i.idea_id.startswith(ref) or (i.commit and len(ref) >= 6
                                                                           and i.commit.startswith(ref))]
         return matches[0] if len(matches) == 1 else None
+
+
+def on_old_baseline(note: Note | None, commit: str | None, value: float | None) -> bool:
+    """A note judged against another baseline than `commit` (whose value is `value`). A note from
+    before `baseline_commit` was written counts as old when its `baseline` differs from the current
+    baseline's value; with no current value there is nothing to tell them apart by, so it is current."""
+    if note is None or note.baseline is None:
+        return False                # not judged yet: it will be, against the current baseline
+    if note.baseline_commit is not None:
+        return note.baseline_commit != commit
+    return value is not None and abs(note.baseline - value) > 1e-9 * max(1.0, abs(value))
 
 
 def _placements(ideas: list[Idea], own: set[str]):

@@ -16,6 +16,7 @@ from collections import Counter
 from autoresearchd.goal import sign
 from autoresearchd.store.notes import FAILURES, Status
 from autoresearchd.views.summary import leaderboard_row, rank_key
+from autoresearchd.views.versus import baseline_running
 
 FAILURE_GROUPS = ("implement_failed", "check_failed", "crashed", "timed_out", "rejected", "duplicate",
                   "tamper_or_suspicious", "lost", "refused", "cancelled")
@@ -45,6 +46,11 @@ def failure_reason(i) -> str | None:
     return None
 
 
+def same_baseline(old_pop, new_pop) -> bool:
+    """The baseline did not move and its note did not change: rows built against it still hold."""
+    return old_pop.baseline_commit == new_pop.baseline_commit and old_pop.baseline_note == new_pop.baseline_note
+
+
 def changes(old_pop, new_pop) -> tuple[list, list]:
     """(ideas gone, ideas come) between two populations of one live reader, by identity."""
     before = {id(i): i for i in old_pop.ideas}
@@ -56,9 +62,13 @@ class Board:
     """rows (rank order), keys (their rank keys), by_id (idea id -> row), reasons (idea id -> failure
     group or None), facets (filter counts) and failures (count per group)."""
 
-    def __init__(self, pop, goal: str):
+    def __init__(self, pop, goal: str, seeds_planned: int = 1):
         self.sign = sign(goal)
-        self.per = {id(i): (i, leaderboard_row(i), failure_reason(i)) for i in pop.ideas}
+        # a row says against which baseline it was measured and what an undecided one waits for: both
+        # follow the baseline, so a moved or further measured baseline builds a new Board (same_baseline)
+        self.seeds_planned = seeds_planned
+        self.waiting = baseline_running(pop, seeds_planned)
+        self.per = {id(i): (i, leaderboard_row(i, pop, self.waiting), failure_reason(i)) for i in pop.ideas}
         self.rows = [self.per[id(i)][1] for i in pop.ideas]
         self.rows.sort(key=self._key)
         self.keys = [self._key(r) for r in self.rows]
@@ -74,8 +84,10 @@ class Board:
         """A measured row's place (1 = best); None for an unmeasured one."""
         return None if row["value"] is None else bisect.bisect_left(self.keys, self._key(row)) + 1
 
-    def advance(self, gone: list, came: list) -> Board:
+    def advance(self, gone: list, came: list, pop) -> Board:
+        """The board of `pop`, a later population with the same baseline (same_baseline)."""
         b = Board.__new__(Board)
+        b.seeds_planned, b.waiting = self.seeds_planned, self.waiting
         b.sign, b.per, b.rows, b.keys = self.sign, dict(self.per), list(self.rows), list(self.keys)
         b.by_id, b.reasons = dict(self.by_id), dict(self.reasons)
         b.facets = {f: Counter(c) for f, c in self.facets.items()}
@@ -91,7 +103,7 @@ class Board:
                 b.reasons.pop(row["idea"], None)
             b._count(row, reason, -1)
         for i in came:
-            row, reason = leaderboard_row(i), failure_reason(i)
+            row, reason = leaderboard_row(i, pop, b.waiting), failure_reason(i)
             b.per[id(i)] = (i, row, reason)
             key = b._key(row)
             k = bisect.bisect_right(b.keys, key)

@@ -1,5 +1,7 @@
 """The search's curves as plain lists, computed from a population: best-so-far (raw and confirmed)
 against ideas finished, cumulative GPU-hours and LLM USD, and per epoch with the execution rate.
+The best-so-far values compare like with like: results measured against an old baseline count for
+spend and the execution rate, never for "best" (Population.stale).
 
 Both `report` (matplotlib figures) and `serve` (the live dashboard's charts) draw from these.
 """
@@ -33,7 +35,7 @@ def series(pop, goal: str, gpus: int = 1) -> dict:
     for k, i in enumerate(_finished(pop), 1):
         gpu_h += compute_s(i.note, gpus) / 3600
         usd += idea_usd(i)
-        if i.value is not None:
+        if i.value is not None and not pop.stale(i):   # like with like: only results on the current baseline
             raw = i.value if raw is None or better(i.value, raw, goal) else raw
             if i.confirmed:
                 conf = i.value if conf is None or better(i.value, conf, goal) else conf
@@ -48,7 +50,7 @@ def series(pop, goal: str, gpus: int = 1) -> dict:
     for e in epochs:
         here = grouped[e]
         for i in here:
-            if i.value is not None:
+            if i.value is not None and not pop.stale(i):
                 raw = i.value if raw is None or better(i.value, raw, goal) else raw
                 if i.confirmed:
                     conf = i.value if conf is None or better(i.value, conf, goal) else conf

@@ -23,8 +23,9 @@ from autoresearchd.runners.trialdir import SECRET_NAME
 from autoresearchd.store.notes import BEST_DECISIONS, GOOD_DECISIONS, Status
 from autoresearchd.store.refs import branch_name
 from autoresearchd.views.summary import daemon_state, idea_tokens, idea_usd, summary
-from autoresearchd.views.board import FAILURE_GROUPS, Board, changes
+from autoresearchd.views.board import FAILURE_GROUPS, Board, changes, same_baseline
 from autoresearchd.views.totals import Totals, rebuild
+from autoresearchd.views.versus import versus
 
 SORT_KEYS = ("rank", "idea", "title", "value", "delta", "decision", "status", "origin", "epoch")
 
@@ -81,10 +82,12 @@ class Snapshot:
         # Ideas the live reader did not rebuild are the very objects `prev` had: the leaderboard and the
         # overview's totals move on by the changed ones only (a new note at 10k ideas builds one row).
         diff = changes(prev.pop, pop) if prev is not None else None
-        if diff is None or rebuild(*diff, pop):
-            self.board, self.totals = Board(pop, self.goal), Totals(pop, research.manifest)
+        planned = cfg.policy.baseline_seeds
+        if diff is None or rebuild(*diff, pop) or not same_baseline(prev.pop, pop):
+            # a moved baseline changes every row's comparison (views/versus.py): built afresh
+            self.board, self.totals = Board(pop, self.goal, planned), Totals(pop, research.manifest)
         else:
-            self.board, self.totals = prev.board.advance(*diff), prev.totals.advance(pop, diff)
+            self.board, self.totals = prev.board.advance(*diff, pop), prev.totals.advance(pop, diff)
         self.rows, self.row_by_id, self.reasons = self.board.rows, self.board.by_id, self.board.reasons
         self._tree = None                       # built on first use: a note need not wait for it
         self._summary = self._summary_state = self._fixed = None
@@ -197,7 +200,9 @@ class Snapshot:
         if i is None:
             return dict(base, title="baseline", value=self.pop.baseline_value, colour="baseline", status="baseline",
                         delta=None, decision=None, origin="baseline", epoch=None)
-        return dict(base, title=redact(i.title, self.secrets), value=i.value, colour=_colour(i),
+        cmp = {k: r[k] for k in ("delta_kind", "delta_mean", "deltas_differ", "delta_text", "baseline",
+                                 "baseline_commit", "stale", "decision_text")} if r else {}
+        return dict(base, **cmp, title=redact(i.title, self.secrets), value=i.value, colour=_colour(i),
                     status=i.status.value, delta=r["delta"] if r else None, decision=r["decision"] if r else None,
                     origin=i.origin, epoch=i.epoch, parents=i.parents)
 
@@ -273,6 +278,8 @@ class Snapshot:
             check = red(n.error)
         logs = self._logs(n, bool(i.branch), log_bytes)
         note = self._note(n)
+        if note is not None:        # what its delta is, against which baseline (views/versus.py)
+            note.update(versus(i, self.pop, self.board.waiting))
         # a pushed branch name may hold shell metacharacters that git allows in refs: quote it
         qb = shlex.quote(branch)
         cmd = (f"git fetch origin {qb} && git checkout {qb}" if branch

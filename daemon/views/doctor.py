@@ -24,6 +24,7 @@ from rich.markup import escape
 from autoresearchd import defaults
 from autoresearchd.store.refs import branch_ref
 from autoresearchd.validate import ERROR, OK, WARN, EnvSource, findings
+from autoresearchd.views.safe import UNTRUSTED, untrusted_lines
 
 
 
@@ -90,6 +91,8 @@ def _sandboxes(cfg, src: EnvSource, line) -> None:
                 except Exception as e:  # noqa: BLE001 - reported, as a failure
                     line(ERROR, f"sandbox on {host}: {e}")
                     continue
+                if hs.python is not None:
+                    line(OK, f"python on {host}: {hs.python.describe()}")
                 if hs.sandbox.isolated:
                     line(OK, f"sandbox on {host}: {hs.sandbox.name}")
                 else:
@@ -188,7 +191,8 @@ def _run_baseline(cfg, src: EnvSource, line, console, budget_s: int | None) -> N
             why = f"the check was not run: {e}"
         if why:
             line(ERROR, f"check failed: {why.splitlines()[0]}")
-            console.print(escape(_tail(why)), highlight=False, soft_wrap=True)
+            console.print(f"[bold]end of the check's output[/]: {UNTRUSTED}", highlight=False)
+            console.print(escape(untrusted_lines(_tail(why))), highlight=False, soft_wrap=True)
             return
         line(OK, f"check: `{m.check}` passed on the baseline")
     else:
@@ -200,6 +204,8 @@ def _run_baseline(cfg, src: EnvSource, line, console, budget_s: int | None) -> N
             slots = [s for s in runner.slots() if s.reachable]
             if not slots:
                 line(ERROR, f"doctor --run: runner '{cfg.runner.kind}' has no reachable slot")
+                return
+            if not _interpreters(runner, sorted({s.host for s in slots}), m, line):
                 return
             spec = TrialSpec(f"doctor-{int(time.time())}", commit, 0, m, code, harness, frozen, "doctor")
             console.print(f"running the baseline once on {escape(slots[0].key)} "
@@ -221,6 +227,25 @@ def _run_baseline(cfg, src: EnvSource, line, console, budget_s: int | None) -> N
                 except Exception:  # noqa: BLE001 - a leftover dir is harmless
                     pass
             runner.close()
+
+
+def _interpreters(runner, hosts: list[str], m, line) -> bool:
+    """Every host, before the first trial: its resolved python runs inside the trial's sandbox, sees
+    what it sees outside (and torch where it has it), and each step's first command is found there
+    (runners/interp.py). False when a host fails."""
+    from autoresearchd.runners.interp import sandbox_check
+    ok = True
+    for host in hosts:
+        try:
+            found = sandbox_check(runner, host, m)
+        except Exception as e:  # noqa: BLE001 - reported, as a failure
+            found = [(ERROR, f"interpreter check on {host}: {e}", "")]
+        for level, what, hint in found:
+            line(level, what, hint)
+            ok &= level != ERROR
+    if not ok:
+        line(ERROR, "doctor --run: not running the baseline until every host's interpreter works in the sandbox")
+    return ok
 
 
 _MISSING_FILE = re.compile(r"FileNotFoundError|No such file or directory")
@@ -269,5 +294,5 @@ def _report(out, m, line, console, files: list[str] = ()) -> None:
         line(OK, f"baseline run + evaluate{wall}: {m.metric} = {value:.6g} (read from {out.metrics_source})")
         return
     line(ERROR, f"doctor --run: the {step} step failed: {why}", _missing_file_hint(log, m, list(files)))
-    console.print(f"[bold]end of the log[/] (run, then evaluate):", highlight=False)
-    console.print(escape(_tail(log)), highlight=False, soft_wrap=True)
+    console.print(f"[bold]end of the log[/] (run, then evaluate): {UNTRUSTED}", highlight=False)
+    console.print(escape(untrusted_lines(_tail(log))), highlight=False, soft_wrap=True)

@@ -8,7 +8,9 @@ Each record:
   revisions  for such an idea, the diffs of the later attempts (the replay provider serves them)
   epoch, result (the metric value, null when the idea produced none)
   idea_id, title, origin, parents, status, decision, metric, goal, seeds, values (per seed), std,
-  baseline, delta, error, cost {tokens, usd}, gpu_s (GPU runs), cpu_s (runs with gpus = 0), branch, commit
+  baseline, delta, error, cost {tokens, usd}, gpu_s (GPU runs), cpu_s (runs with gpus = 0), branch, commit,
+  and what the delta is against: baseline_commit, stale (measured against an old baseline), delta_kind
+  (paired by seed, or vs baseline mean), delta_mean, deltas_differ, delta_text, decision_text
 The replay provider (llm.provider = "replay") reads an export back as its file of recorded ideas.
 Everything is read in a fixed number of git processes: one diff-tree for all diffs, one batch for
 the transcripts.
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from autoresearchd.store.refs import branch_name
 from autoresearchd.views.summary import idea_tokens, idea_usd, load
+from autoresearchd.views.versus import baseline_running, versus
 
 FORMATS = ("jsonl", "parquet")
 
@@ -45,6 +48,8 @@ def records(cfg) -> list[dict]:
     repo, m = research.repo, research.manifest
     diffs = repo.diffs_first_parent([i.commit for i in pop.ideas if i.commit and i.branch])
     attempts = _transcripts(repo, pop.ideas)
+    waiting = baseline_running(pop, (pop.baseline_note.seeds_planned if pop.baseline_note else None)
+                               or cfg.policy.baseline_seeds)
     out = []
     for i in pop.ideas:
         n = i.note
@@ -63,6 +68,9 @@ def records(cfg) -> list[dict]:
                "cost": {"tokens": idea_tokens(i), "usd": idea_usd(i)},
                "gpu_s": n.gpu_s if n else None, "cpu_s": n.cpu_s if n else None,
                "branch": branch_name(i.branch) or None, "commit": i.commit}
+        # what the delta is and against which baseline: baseline_commit, stale, delta_kind, delta_mean,
+        # deltas_differ, delta_text, decision_text (views/versus.py)
+        rec.update({k: v for k, v in versus(i, pop, waiting).items() if k != "baseline"})
         if revisions:
             rec["revisions"] = revisions
         out.append(rec)

@@ -10,9 +10,9 @@ reported separately and labelled, because one lucky seed is not a result.
 from __future__ import annotations
 
 import json
+import textwrap
 
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -21,7 +21,10 @@ from autoresearchd import defaults
 from autoresearchd.store.notes import Status
 from autoresearchd.store.refs import NOTES_REF, branch_name
 from autoresearchd.views.progress import running_trials
+from autoresearchd.views.safe import UNTRUSTED, one_line, untrusted_lines
 from autoresearchd.views.summary import idea_tokens, idea_usd, leaderboard, load, summary
+from autoresearchd.views.versus import (DELTA_LEGEND, baseline_running, baseline_tag, decision_text, delta_short,
+                                        delta_text)
 
 
 def _fmt(v: float | None, nd: int = 4) -> str:
@@ -35,7 +38,8 @@ def _delta(v: float | None) -> str:
 def _result_line(r: dict, metric: str) -> str:
     spread = f" ± {r['std']:.4f} over {r['seeds']} seeds" if r["seeds"] > 1 and r["std"] is not None \
         else f" ({r['seeds']} seed)"
-    return (f"{metric} = {r['value']:.4f}{spread}, {_delta(r['delta'])} vs baseline [{r['decision']}]  "
+    delta = f", {escape(r['delta_text'])}" if r["delta_text"] else ""
+    return (f"{metric} = {r['value']:.4f}{spread}{delta} \\[{escape(r['decision_text'])}]  "
             f"{r['idea']} {escape(r['branch'])}  “{escape(r['title'][:60])}”")
 
 
@@ -87,7 +91,7 @@ def status(cfg, console, as_json: bool = False) -> int:
     extra = sorted(k for k in counts if k not in order)
     console.print(f"ideas: {s['total']} — " + (", ".join(f"{k} {counts[k]}" for k in order + extra if k in counts)
                                                 or "none yet"))
-    console.print(f"epoch: {s['epoch'] if s['epoch'] >= 0 else '-'}")
+    console.print(f"epoch: {s['epoch'] if s['epoch'] is not None else 'none yet (no idea)'}")
     b = s["baseline"]
     console.print(f"baseline {s['metric']} ({s['goal']}): {baseline_text(b)}", highlight=False, markup=False)
     if b.get("warning"):
@@ -102,6 +106,7 @@ def status(cfg, console, as_json: bool = False) -> int:
     if s["best_unconfirmed"]:
         console.print("[yellow]best unconfirmed[/] (not yet confirmed by fresh seeds): " +
                       _result_line(s["best_unconfirmed"], s["metric"]), highlight=False)
+    _stale(console, s)
     sp = s["spend"]
     budget = f" of ${sp['budget_usd']:.2f}" if sp["budget_usd"] else ""
     gpu_budget = f" of {sp['max_gpu_hours']:.1f}" if sp["max_gpu_hours"] else ""
@@ -120,6 +125,17 @@ def status(cfg, console, as_json: bool = False) -> int:
     if d.get("stop_reason"):
         _plain(console, f"not proposing: {d['stop_reason']}")
     return 0
+
+
+def _stale(console, s: dict) -> None:
+    """Results measured against an old baseline: listed apart, never best (docs/policies.md)."""
+    st = s["stale"]
+    if not st["count"]:
+        return
+    console.print(f"[dim]measured against an old baseline[/] ({st['count']}, kept apart: never best, never a "
+                  f"parent; push the change again onto the current baseline to compare it):", highlight=False)
+    for r in st["top"]:
+        console.print("  " + _result_line(r, s["metric"]), highlight=False)
 
 
 def _running(console, s: dict, alive: bool) -> None:
@@ -161,16 +177,18 @@ def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=Fals
     if as_json:
         console.file.write(json.dumps(rows) + "\n")
         return 0
-    cells = [(str(k), r["idea"], _cut(r["title"], 60), _metric_cell(r), _delta(r["delta"]), r["decision"] or "",
+    cells = [(str(k), r["idea"], _cut(r["title"], 60), _metric_cell(r), delta_short(r), r["decision_text"],
               r["status"], r["origin"], ",".join(r["parents"])[:30], str(r["epoch"])) for k, r in enumerate(rows, 1)]
+    cells = [tuple(one_line(x) for x in c) for c in cells]     # before widths are measured (views/safe.py)
     if len(rows) > defaults.IDEAS_RICH_ROWS:   # rich lays out big tables slowly (seconds per thousand rows): plain columns
         w = [max([len(h)] + [len(c[j]) for c in cells]) for j, h in enumerate(COLUMNS)]
         fmt = "  ".join(f"{{:<{x}}}" for x in w)
         console.file.write("\n".join([fmt.format(*COLUMNS)] + [fmt.format(*c).rstrip() for c in cells]) + "\n")
+        _legend(console, rows)
         console.print(f"{len(rows)} idea(s)")
         return 0
     # piped into a file or a pager: do not squeeze the table into 80 columns
-    out = console if console.is_terminal else Console(file=console.file, width=max(console.width, 180))
+    out = console if console.is_terminal else type(console)(file=console.file, width=max(console.width, 180))
     cols = COLUMNS
     if out.width < defaults.IDEAS_WIDE_TABLE:
         # a narrow terminal: all ten columns leave the title no room at all, so keep those that rank
@@ -184,8 +202,14 @@ def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=Fals
     for c in cells:
         t.add_row(*(Text(c[j]) for j in keep))    # titles, branches, errors are data, never rich markup
     out.print(t)
+    _legend(console, rows)
     console.print(f"{len(rows)} idea(s)")
     return 0
+
+
+def _legend(console, rows: list[dict]) -> None:
+    if any(r["delta"] is not None for r in rows):
+        console.print(DELTA_LEGEND, markup=False, highlight=False)     # wrapped to the terminal
 
 
 def _cut(text: str, n: int) -> str:
@@ -216,8 +240,9 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
         _plain(console, f"no idea matches '{ref}' (try an idea id, a branch name, a commit prefix "
                         "or 'baseline')")
         return 2                     # bad input, like every other command's
-    console.print(Text(idea.title, style="bold") + Text(f"  ({idea.idea_id}, {idea.origin}, epoch {idea.epoch}, "
-                                                       f"{idea.status.value})"), highlight=False)
+    console.print(Text(one_line(idea.title), style="bold")
+                  + Text(f"  ({idea.idea_id}, {idea.origin}, epoch {idea.epoch}, {idea.status.value})"),
+                  highlight=False)
     _plain(console, f"branch: {branch_name(idea.branch) or '(none: never became runnable)'}  commit: {idea.commit}")
     if idea.parents:
         _plain(console, f"parents: {', '.join(idea.parents)}")
@@ -227,17 +252,19 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
         facts += [f"tokens: {idea_tokens(idea):,}", f"cost: ${idea_usd(idea):.4f}"]
         console.print("; ".join(facts), markup=False, highlight=False)
     console.print()
-    _plain(console, idea.text)
+    _plain(console, textwrap.indent(idea.text, "  "))   # the idea's own words: no line of it starts as the view's
     console.print()
     if idea.base_commit and idea.commit and idea.branch:
         console.print("[bold]diff[/]" if diff else "[bold]diffstat[/] (--diff for the full diff)")
         _plain(console, repo.diff(idea.base_commit, idea.commit, stat=not diff) or "(no change)")
     text = repo.note_read(NOTES_REF, idea.commit) if idea.commit else None
+    if text and idea.note is not None:
+        _versus(console, idea, pop, cfg)
     if text:
         console.print("[bold]note[/]")
         _plain(console, "\n".join(ln for ln in text.splitlines() if not ln.startswith("trials: ")))
         for t in idea.note.trials if idea.note else []:
-            v = f"{t.value:.4f}" if t.value is not None else (t.error or "")[:200]
+            v = f"{t.value:.4f}" if t.value is not None else one_line(t.error)[:200]
             _plain(console, f"  seed {t.seed}: {t.status.value} {v} on {t.host or '?'}"
                             + (f" in {t.wall_s:.0f}s" if t.wall_s else ""))
     else:
@@ -248,6 +275,25 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
     if idea.note and idea.branch:
         _logs(console, repo, idea.note, full_log)
     return 0
+
+
+def _versus(console, idea, pop, cfg) -> None:
+    """What the note's delta is and against which baseline (the note's own first line may predate the
+    labels), and what an undecided result waits for."""
+    n = idea.note
+    stale = pop.stale(idea)
+    if n.delta is not None:
+        _plain(console, f"delta: {delta_text(n, stale)}")
+    if stale:
+        if pop.baseline_value is not None:
+            now = baseline_tag(pop.baseline_value, pop.baseline_commit)
+        else:
+            now = baseline_running(pop, cfg.policy.baseline_seeds) or "not measured yet"
+        _plain(console, f"measured against an old baseline (now {now}): kept apart, never best, never a parent")
+    if idea.value is not None:
+        waiting = baseline_running(pop, (pop.baseline_note.seeds_planned if pop.baseline_note else None)
+                                   or cfg.policy.baseline_seeds)
+        _plain(console, f"decision: {decision_text(n.decision, 'its baseline moved' if stale else waiting)}")
 
 
 def _attempts(console, repo, sha: str | None) -> None:
@@ -267,7 +313,10 @@ def _attempts(console, repo, sha: str | None) -> None:
         if a.get("implementer"):       # a coding-agent session: its summary, then its steps
             line += (f"{a['implementer']} session {a.get('session', '?')}, {a.get('turns', 0)} turns, "
                      f"{a.get('wall_s', 0)}s, ${a.get('cost_usd', 0)}: ")
-        _plain(console, line + ("ok" if not err else err.strip()[:1500]))
+        first, _, rest = (err or "").strip()[:1500].partition("\n")
+        _plain(console, line + ("ok" if not err else first))
+        if rest:                       # the check's or the agent's output: untrusted, behind a gutter
+            _plain(console, untrusted_lines(rest, indent="    "))
         if a.get("events"):
             from autoresearchd.implement.agent_cli import steps
             for s in steps(a["events"]):
@@ -283,6 +332,9 @@ def _logs(console, repo, note, full: bool) -> None:
             continue
         seen.add(sha)
         data = repo.read_blob(sha) or b""
-        tail = len(data) > 4000 and not full
-        console.print(f"[bold]log {escape(name)}[/]" + (" (tail; --log for all)" if tail else ""), highlight=False)
-        _plain(console, (data[-4000:] if tail else data).decode(errors="replace"))
+        cap = defaults.SHOW_LOG_TAIL_BYTES
+        tail = len(data) > cap and not full
+        console.print(f"[bold]log {escape(name)}[/]: {UNTRUSTED}" + (" (tail; --log for all)" if tail else ""),
+                      highlight=False)
+        _plain(console, untrusted_lines((data[-cap:] if tail else data).decode(errors="replace")))
+        _plain(console, f"(end of log {name})")

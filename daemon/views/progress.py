@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autoresearchd.store.notes import Status
+from autoresearchd.views.safe import one_line
 
 
 def mmss(s: float) -> str:
@@ -44,7 +45,7 @@ def running_trials(population, now: float | None = None) -> list[dict]:
 
 def epoch_counts(population, trials: list[dict] | None = None) -> dict:
     """This epoch's ideas by fate, and the queue and running trials (from the leases in git)."""
-    epoch = population.max_epoch()
+    epoch = population.epoch()          # the one current epoch every view shows (Population.epoch)
     here = [i for i in population.ideas if i.epoch == epoch and i.origin != "human"]
     trials = running_trials(population) if trials is None else trials
     return {"epoch": epoch, "proposed": len(here), "implemented": sum(1 for i in here if i.branch),
@@ -77,7 +78,7 @@ def render_progress(state: dict | None, population, time_budget_s: float | None 
                                                ("failed_to_implement", "not implementable"),
                                                ("duplicates", "duplicates")) if c[k]]
     waiting = f" (+{c['waiting']} waiting for a slot)" if c["waiting"] else ""
-    head = Text.assemble(("epoch ", "bold"), (str(max(c["epoch"], 0)), "bold"),
+    head = Text.assemble(("epoch ", "bold"), (str(c["epoch"]) if c["epoch"] is not None else "-", "bold"),
                          f": {', '.join(fates)} · queued {c['queued']} · running {c['running']}{waiting} · "
                          f"finished {c['finished']}")
     parts = [head]
@@ -120,7 +121,7 @@ class TrialsTable:
         self.trials, self.budget_s, self.bar = trials, budget_s, bar and bool(budget_s)
 
     def __rich_console__(self, console, options):
-        rows = [(f"{r['idea']} s{r['seed']}", r["title"], r["where"][:24], time_cell(r, self.budget_s), r)
+        rows = [(f"{r['idea']} s{r['seed']}", one_line(r["title"]), r["where"][:24], time_cell(r, self.budget_s), r)
                 for r in self.trials]
         idea_w = max([4] + [len(x[0]) for x in rows])
         where_w = max([5] + [len(x[2]) for x in rows])

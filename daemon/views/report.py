@@ -13,7 +13,6 @@ report can be written from inside the daemon's process too.
 
 from __future__ import annotations
 
-import html
 import random
 import time
 from pathlib import Path
@@ -24,7 +23,9 @@ from matplotlib.ticker import MaxNLocator
 
 from autoresearchd import defaults
 from autoresearchd.views.curves import series
+from autoresearchd.views.safe import html_text
 from autoresearchd.views.summary import compute_unit, leaderboard, load, summary
+from autoresearchd.views.versus import DELTA_LEGEND, delta_short
 
 ORIGIN_COLORS = {"seed": "#7f7f7f", "exploit": "#d62728", "explore": "#1f77b4", "human": "#2ca02c",
                  "greedy": "#ff7f0e", "best_of_n": "#9467bd"}
@@ -70,7 +71,10 @@ def _from_zero(ax, values: list, what: str) -> None:
 def _step(ax, xs, ys, **kw) -> None:
     pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
     if pts:
-        ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", **kw)
+        # a curve whose first value is its last point (a result confirmed last) is one point: a step
+        # line through one point draws nothing, so it gets a marker
+        ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", marker="o" if len(pts) == 1 else None,
+                **kw)
 
 
 def plot_best(pop, s: dict, metric: str, gpus: int = 1) -> Figure:
@@ -193,7 +197,7 @@ def _num(v, nd=4) -> str:
 
 
 def _html(cfg, research, summ: dict, rows: list[dict], images: list[str], s: dict) -> str:
-    e = html.escape
+    e = html_text        # escaped, and control/bidi characters shown (views/safe.py)
     m = summ["metric"]
     b = summ["baseline"]
 
@@ -202,8 +206,9 @@ def _html(cfg, research, summ: dict, rows: list[dict], images: list[str], s: dic
             return "none yet"
         spread = f" ± {r['std']:.4f} over {r['seeds']} seeds" if r["seeds"] > 1 and r["std"] is not None \
             else f" ({r['seeds']} seed)"
-        return (f"<b>{e(m)} = {r['value']:.4f}</b>{spread}, {_num(r['delta'])} vs baseline "
-                f"[{e(str(r['decision']))}] — {e(r['title'])} (<code>{e(r['idea'])}</code>, "
+        delta = f", {e(r['delta_text'])}" if r["delta_text"] else ""
+        return (f"<b>{e(m)} = {r['value']:.4f}</b>{spread}{delta} "
+                f"[{e(r['decision_text'])}] — {e(r['title'])} (<code>{e(r['idea'])}</code>, "
                 f"<code>{e(r['branch'])}</code>)")
     sp, cpi = summ["spend"], summ["cost_per_improvement"]
     counts = ", ".join(f"{e(k)} {v}" for k, v in sorted(summ["counts"].items()))
@@ -216,14 +221,20 @@ def _html(cfg, research, summ: dict, rows: list[dict], images: list[str], s: dic
         f"<p>research repo <code>{e(str(research.repo.path))}</code>, baseline "
         f"<code>{e(research.baseline_ref)}</code>; generated {e(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>",
         "<ul>",
-        f"<li>goal: {e(summ['goal'])} {e(m)}; ideas: {summ['total']} ({counts}); last epoch {summ['epoch']}</li>",
+        f"<li>goal: {e(summ['goal'])} {e(m)}; ideas: {summ['total']} ({counts}); "
+        + (f"last epoch {summ['epoch']}" if summ["epoch"] is not None else "no epochs yet") + "</li>",
         "<li>baseline: " + (f"{b['value']:.4f} ± {b['std'] or 0:.4f} over {b['seeds']} seeds"
-                             if b["value"] is not None else "not measured yet") + "</li>",
+                             if b["value"] is not None else "not measured yet")
+        + (f" ({e(b['running'])})" if b.get("running") else "") + "</li>",
         f"<li>best confirmed: {result(summ['best'])}</li>",
     ]
     if summ["best_unconfirmed"]:
         lines.append(f"<li class='unconf'>best unconfirmed (a single measurement, not a result yet): "
                      f"{result(summ['best_unconfirmed'])}</li>")
+    st = summ["stale"]
+    if st["count"]:
+        lines.append(f"<li class='unconf'>measured against an old baseline ({st['count']}, kept apart: never "
+                     "best, never a parent): " + "; ".join(result(r) for r in st["top"]) + "</li>")
     lines += [
         f"<li>spend: ${sp['usd']:.2f} LLM, {sp['tokens']:,} tokens, " +
         (f"{sp['gpu_hours']:.2f} GPU-hours" if summ["gpus"] else f"{sp['cpu_hours']:.2f} CPU-hours") + "</li>",
@@ -242,10 +253,10 @@ def _html(cfg, research, summ: dict, rows: list[dict], images: list[str], s: dic
                                      else "")
         cls = "" if r["decision"] in ("promoted", "confirmed") else " class='unconf'"
         lines.append(f"<tr{cls}><td>{k}</td><td><code>{e(r['idea'])}</code></td><td>{e(r['title'])}</td>"
-                     f"<td>{metric}</td><td>{_num(r['delta'])}</td><td>{e(str(r['decision'] or ''))}</td>"
+                     f"<td>{metric}</td><td>{e(delta_short(r))}</td><td>{e(r['decision_text'])}</td>"
                      f"<td>{e(r['origin'])}</td><td>{r['epoch']}</td><td><code>{e(r['branch'])}</code></td>"
                      f"<td><code>git show {e((r['commit'] or '')[:12])}</code></td></tr>")
-    lines.append("</table>")
+    lines.append(f"</table><p>{e(DELTA_LEGEND)}</p>")
     e_ = s["by_epoch"]
     lines.append("<h2>per epoch</h2><table><tr><th>epoch</th><th>executed / attempted</th>"
                  "<th>best confirmed</th><th>best (any)</th></tr>")

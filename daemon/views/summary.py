@@ -19,6 +19,7 @@ from autoresearchd.store.gitrepo import state_dir
 from autoresearchd.store.population import read_population
 from autoresearchd.store.refs import branch_name
 from autoresearchd.views.progress import running_trials
+from autoresearchd.views.versus import baseline_running, versus
 
 
 def daemon_state(repo, tick_s: float = defaults.TICK_S) -> dict | None:
@@ -79,11 +80,13 @@ def compute_unit(gpus: int) -> str:
     return "GPU-hours" if gpus else "CPU-hours"
 
 
-def result_entry(i) -> dict:
+def result_entry(i, pop, waiting: str | None = None) -> dict:
+    """One result as `status`, the report and the dashboard show it, with what its delta is measured
+    against (views/versus.py). `waiting`: versus.baseline_running for the population."""
     n = i.note
-    return {"idea": i.idea_id, "title": i.title, "branch": branch_name(i.branch), "commit": i.commit, "value": i.value,
-            "std": n.std, "seeds": len(n.values), "values": n.values, "decision": n.decision,
-            "delta": n.delta, "origin": i.origin, "epoch": i.epoch}
+    return dict({"idea": i.idea_id, "title": i.title, "branch": branch_name(i.branch), "commit": i.commit,
+                 "value": i.value, "std": n.std, "seeds": len(n.values), "values": n.values, "decision": n.decision,
+                 "delta": n.delta, "origin": i.origin, "epoch": i.epoch}, **versus(i, pop, waiting))
 
 
 def population_figures(pop, env) -> dict:
@@ -94,12 +97,19 @@ def population_figures(pop, env) -> dict:
     from autoresearchd.policies.bandit import arm_stats
     notes = [i.note for i in pop.ideas if i.note] + ([pop.baseline_note] if pop.baseline_note else [])
     return {"counts": dict(Counter(i.status.value for i in pop.ideas)), "total": len(pop.ideas),
-            "epoch": pop.max_epoch(), "best": pop.best(env.goal, confirmed=True),
-            "lucky": pop.best(env.goal, confirmed=False),
+            "epoch": pop.epoch(), "best": pop.best(env.goal, confirmed=True),
+            "lucky": pop.best(env.goal, confirmed=False), "stale": stale_results(pop, env.goal),
             "usd": sum(idea_usd(i) for i in pop.ideas), "tokens": sum(idea_tokens(i) for i in pop.ideas),
             "gpu_s": sum(compute_s(n, env.gpus) for n in notes) if env.gpus else 0.0,
             "cpu_s": sum(compute_s(n, 0) for n in notes) if not env.gpus else 0.0,
             "running": running_trials(pop), "arms": arm_stats(pop, env)}
+
+
+def stale_results(pop, goal: str) -> list:
+    """Results measured against an old baseline, best first: shown apart, never "best"."""
+    out = [i for i in pop.succeeded() if pop.stale(i)]
+    out.sort(key=lambda i: (sign(goal) * i.value, i.idea_id))
+    return out
 
 
 def summary(cfg, research=None, pop=None, figures: dict | None = None) -> dict:
@@ -118,6 +128,9 @@ def summary(cfg, research=None, pop=None, figures: dict | None = None) -> dict:
     budget = (st or {}).get("budget") or {}
     slots = st.get("slots", []) if alive else []
     improvement = abs(best.note.delta) if best is not None and best.note.delta else None
+    planned = (pop.baseline_note.seeds_planned if pop.baseline_note else None) or cfg.policy.baseline_seeds
+    waiting = baseline_running(pop, planned)
+    stale = f.get("stale") or []
     return {
         "daemon": {"alive": alive, "fresh": bool(st and st.get("fresh")), "pid": st.get("pid") if st else None,
                    "uptime_s": time.time() - st["started"] if alive and st.get("started") else None,
@@ -135,12 +148,13 @@ def summary(cfg, research=None, pop=None, figures: dict | None = None) -> dict:
         "baseline": {"commit": pop.baseline_commit, "value": pop.baseline_value, "std": pop.baseline_std,
                      "seeds": len(pop.baseline_note.values) if pop.baseline_note else 0,
                      "warning": seed_warning(pop.baseline_note),
-                     "seeds_planned": (pop.baseline_note.seeds_planned if pop.baseline_note else None)
-                     or cfg.policy.baseline_seeds,
+                     "seeds_planned": planned, "running": waiting,
                      "status": pop.baseline_note.status.value if pop.baseline_note else None,
                      "error": pop.baseline_note.error if pop.baseline_note else None},
-        "best": result_entry(best) if best is not None else None,
-        "best_unconfirmed": result_entry(lucky) if lucky is not None else None,
+        "best": result_entry(best, pop, waiting) if best is not None else None,
+        "best_unconfirmed": result_entry(lucky, pop, waiting) if lucky is not None else None,
+        # measured against an old baseline: kept apart (docs/policies.md, "A moved baseline")
+        "stale": {"count": len(stale), "top": [result_entry(i, pop, waiting) for i in stale[:defaults.STALE_SHOWN]]},
         "spend": {"usd": usd, "tokens": tokens, "gpu_hours": gpu_s / 3600 if m.gpus else 0.0,
                   "cpu_hours": cpu_s / 3600,
                   "budget_usd": budget.get("max_usd") or cfg.llm.budget_usd,
@@ -168,21 +182,23 @@ def shares(st: dict) -> list[dict]:
             for m, s in sorted(st.items(), key=lambda kv: (-kv[1]["proposals"], kv[0]))]
 
 
-def leaderboard_row(i) -> dict:
-    """One idea as a leaderboard row (plain values, ready for JSON)."""
+def leaderboard_row(i, pop, waiting: str | None = None) -> dict:
+    """One idea as a leaderboard row (plain values, ready for JSON), with what its delta is measured
+    against (views/versus.py). `waiting`: versus.baseline_running for the population."""
     n = i.note
-    return {"idea": i.idea_id, "title": i.title, "status": i.status.value, "value": i.value,
-            "std": n.std if n and i.value is not None else None,
-            "seeds": len(n.values) if n else 0, "values": n.values if n else [],
-            "delta": n.delta if n else None, "decision": n.decision if n else None, "origin": i.origin,
-            "parents": i.parents, "epoch": i.epoch, "branch": branch_name(i.branch), "commit": i.commit,
-            "error": n.error if n else None}
+    return dict({"idea": i.idea_id, "title": i.title, "status": i.status.value, "value": i.value,
+                 "std": n.std if n and i.value is not None else None,
+                 "seeds": len(n.values) if n else 0, "values": n.values if n else [],
+                 "delta": n.delta if n else None, "decision": n.decision if n else None, "origin": i.origin,
+                 "parents": i.parents, "epoch": i.epoch, "branch": branch_name(i.branch), "commit": i.commit,
+                 "error": n.error if n else None}, **versus(i, pop, waiting))
 
 
 def rank_key(row: dict, s: int) -> tuple:
-    """A row's place in the leaderboard under the goal's sign `s`: best first, unmeasured ideas last
-    (by id: stable from one read to the next)."""
-    return (row["value"] is None, s * (row["value"] or 0), row["idea"])
+    """A row's place in the leaderboard under the goal's sign `s`: best first, results measured against
+    an old baseline after the current ones, unmeasured ideas last (by id: stable from one read to the
+    next)."""
+    return (row["value"] is None, bool(row.get("stale")), s * (row["value"] or 0), row["idea"])
 
 
 def rank_rows(rows: list[dict], goal: str) -> None:
@@ -195,7 +211,9 @@ def leaderboard(cfg, status=None, origin=None, epoch=None, research=None, pop=No
     """Every idea as a row, best first under the env's goal; unmeasured ideas last."""
     if pop is None:
         research, pop = load(cfg)
-    rows = [leaderboard_row(i) for i in pop.ideas
+    waiting = baseline_running(pop, (pop.baseline_note.seeds_planned if pop.baseline_note else None)
+                               or cfg.policy.baseline_seeds)
+    rows = [leaderboard_row(i, pop, waiting) for i in pop.ideas
             if not (status and i.status.value != status or origin and i.origin != origin
                     or epoch is not None and i.epoch != epoch)]
     rank_rows(rows, research.manifest.goal)

@@ -44,7 +44,8 @@ class Totals:
         f = population_figures(pop, env)
         self.counts = Counter(f["counts"])
         self.total, self.usd, self.tokens = f["total"], f["usd"], f["tokens"]
-        self.epochs = Counter(i.epoch for i in pop.ideas if i.origin != "human")
+        self.epochs = Counter(i.epoch for i in pop.ideas)     # Population.epoch: every idea's, pushed ones too
+        self.stale = {id(i): i for i in f["stale"]}
         self.compute = f["gpu_s"] if self.gpus else f["cpu_s"]
         self.best, self.lucky = f["best"], f["lucky"]
         self.arms = {m: dict(s) for m, s in f["arms"].items()}
@@ -62,8 +63,10 @@ class Totals:
         leased = sorted(self.leased.values(), key=lambda i: (i.committed_at, i.idea_id))
         run = running_trials(SimpleNamespace(baseline_leases=self.pop.baseline_leases, ideas=leased))
         return {"counts": {k: v for k, v in self.counts.items() if v}, "total": self.total,
-                "epoch": max((e for e, k in self.epochs.items() if k), default=-1),
-                "best": self.best, "lucky": self.lucky, "usd": self.usd, "tokens": self.tokens,
+                "epoch": max((e for e, k in self.epochs.items() if k), default=None),
+                "best": self.best, "lucky": self.lucky,
+                "stale": sorted(self.stale.values(), key=lambda i: (sign(self.goal) * i.value, i.idea_id)),
+                "usd": self.usd, "tokens": self.tokens,
                 "gpu_s": self.compute if self.gpus else 0.0, "cpu_s": 0.0 if self.gpus else self.compute,
                 "running": run,
                 "arms": {m: dict(s) for m, s in self.arms.items() if s["proposals"]}}
@@ -102,6 +105,7 @@ class Totals:
         t.total, t.usd, t.tokens, t.compute = self.total, self.usd, self.tokens, self.compute
         t.arms = {m: dict(s) for m, s in self.arms.items()}
         t.leased = dict(self.leased)
+        t.stale = dict(self.stale)
         t.best, t.lucky = self.best, self.lucky
         t.done = list(self.done)
         t.by_time = {k: list(v) for k, v in self.by_time.items()}
@@ -122,8 +126,12 @@ class Totals:
         self.usd += k * idea_usd(i)
         self.tokens += k * idea_tokens(i)
         self.compute += k * compute_s(i.note, self.gpus)
-        if i.origin != "human":
-            self.epochs[i.epoch] += k
+        self.epochs[i.epoch] += k
+        if i.value is not None and self.pop.stale(i):
+            if k > 0:
+                self.stale[id(i)] = i
+            else:
+                self.stale.pop(id(i), None)
         if i.leases:
             if k > 0:
                 self.leased[id(i)] = i
@@ -148,7 +156,8 @@ class Totals:
                 setattr(self, attr, self.pop.best(self.goal, confirmed=confirmed))
                 continue
             for i in came:
-                if i.value is not None and i.confirmed == confirmed and (cur is None or self._ahead(i, cur)):
+                if i.value is not None and i.confirmed == confirmed and not self.pop.stale(i) \
+                        and (cur is None or self._ahead(i, cur)):
                     cur = i
             setattr(self, attr, cur)
 
@@ -188,7 +197,7 @@ class Totals:
             i = self.done[k][2]
             gpu_h += compute_s(i.note, self.gpus) / 3600
             usd += idea_usd(i)
-            if i.value is not None:
+            if i.value is not None and not self.pop.stale(i):
                 raw = self._pick(raw, i.value)
                 if i.confirmed:
                     conf = self._pick(conf, i.value)
@@ -218,7 +227,7 @@ class Totals:
         raw = conf = None
         executed = attempted = 0
         for i in ideas:
-            if i.value is not None:
+            if i.value is not None and not self.pop.stale(i):     # like with like: current-baseline results
                 raw = self._pick(raw, i.value)
                 if i.confirmed:
                     conf = self._pick(conf, i.value)

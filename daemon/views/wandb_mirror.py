@@ -18,7 +18,6 @@ W&B calls run on one background thread, so a slow or offline W&B never holds up 
 from __future__ import annotations
 
 import atexit
-import html
 import logging
 import queue
 import re
@@ -26,14 +25,16 @@ import threading
 from pathlib import Path
 
 from autoresearchd import defaults
+from autoresearchd.store.notes import delta_kind, mean_delta
 from autoresearchd.store.refs import branch_name
+from autoresearchd.views.safe import html_text
 
 log = logging.getLogger("autoresearchd")
 
 CONFIG_KEYS = ("idea_id", "title", "origin", "parents", "epoch", "seeds", "host", "accelerator", "metric", "goal",
                "model", "branch", "commit")
 SUMMARY_KEYS = ("value", "suspect_value", "values", "std", "delta", "baseline", "decision", "status", "wall_s", "gpu_s",
-                "cpu_s", "cost_usd", "tokens", "error")
+                "cpu_s", "cost_usd", "tokens", "error", "delta_kind", "delta_mean", "baseline_commit")
 
 
 def wandb_settings(program: str = "autoresearchd"):
@@ -86,7 +87,10 @@ class WandbMirror:
                    "values": list(note.values), "std": note.std, "delta": note.delta,
                    "baseline": note.baseline, "decision": note.decision, "status": note.status.value,
                    "wall_s": note.wall_s, "gpu_s": note.gpu_s, "cpu_s": note.cpu_s, "cost_usd": note.cost_usd, "tokens": note.tokens,
-                   "error": (note.error or "")[:2000] or None}
+                   "error": (note.error or "")[:2000] or None,
+                   # what `delta` is and which baseline it is against (docs/notes.md, "Which delta a view shows")
+                   "delta_kind": kind.value if (kind := delta_kind(note)) is not None else None,
+                   "delta_mean": mean_delta(note), "baseline_commit": note.baseline_commit}
         if note.value is not None and trusted:
             summary[m.metric] = note.value
         tags = [t for t in (origin, note.status.value, note.decision,
@@ -142,8 +146,8 @@ class WandbMirror:
                              settings=wandb_settings(), reinit="create_new")
             try:
                 run.summary.update(p["summary"])
-                body = (f"<h3>{html.escape(p['config']['title'] or '')}</h3><pre>{html.escape(p['text'])}</pre>"
-                        + (f"<h4>diff</h4><pre>{html.escape(diff)}</pre>" if diff else ""))
+                body = (f"<h3>{html_text(p['config']['title'])}</h3><pre>{html_text(p['text'])}</pre>"
+                        + (f"<h4>diff</h4><pre>{html_text(diff)}</pre>" if diff else ""))
                 run.log({"idea": wandb.Html(body)})
             finally:
                 run.finish()

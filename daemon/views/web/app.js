@@ -12,17 +12,29 @@ let charts = [];
 const expanded = new Set(); // lineage nodes the user opened
 
 // -- DOM helpers ---------------------------------------------------------------------------------
+// Control and format characters (C0/C1 controls, bidi overrides and isolates, zero-width characters) are
+// written out as escapes: a browser obeys a bidi override even in a text node. The same rule as the
+// terminal's (views/safe.py); newlines and tabs stay where a block is multi-line on purpose.
+const HIDDEN = /[\p{Cc}\p{Cf}\p{Cs}\p{Zl}\p{Zp}]/gu;
+const NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"};
+function escaped(c) {
+  if (NAMED[c]) return NAMED[c];
+  const cp = c.codePointAt(0);
+  return cp <= 0xff ? "\\x" + cp.toString(16).padStart(2, "0")
+    : cp <= 0xffff ? "\\u" + cp.toString(16).padStart(4, "0") : "\\U" + cp.toString(16).padStart(8, "0");
+}
+function visible(s, keep = "\n\t") { return String(s).replace(HIDDEN, c => keep.includes(c) ? c : escaped(c)); }
 function h(tag, props, ...kids) {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(props || {})) {
     if (v === null || v === undefined || v === false) continue;
     if (k === "class") el.className = v;
     else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-    else el.setAttribute(k, String(v));
+    else el.setAttribute(k, visible(v, ""));
   }
   for (const kid of kids.flat(Infinity)) {
     if (kid === null || kid === undefined || kid === false) continue;
-    el.appendChild(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+    el.appendChild(kid instanceof Node ? kid : document.createTextNode(visible(kid)));
   }
   return el;
 }
@@ -42,6 +54,15 @@ function kv(rows) {
   return h("table", {class: "kv"}, rows.filter(r => r).map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v))));
 }
 function better(goal, a, b) { return goal === "min" ? a < b : a > b; }
+// what a delta is (views/versus.py): paired by seed or against the baseline's mean, the other where they
+// differ beyond the noise, and the old baseline a result was measured against
+function deltaKind(x) {
+  if (!x || x.delta === null || x.delta === undefined) return "";
+  let t = x.delta_kind === "paired by seed" ? " paired" : " mean";
+  if (x.deltas_differ && x.delta_mean !== null && x.delta_mean !== undefined) t += " (" + signed(x.delta_mean) + " mean)";
+  if (x.stale) t += ", old " + num(x.baseline) + (x.baseline_commit ? "@" + x.baseline_commit.slice(0, 7) : "");
+  return h("span", {class: "dim kind"}, t);
+}
 function deltaCell(delta, margin, goal, quiet) {
   if (delta === null || delta === undefined) return h("span", {class: "dim"}, "");
   const good = goal === "min" ? delta < 0 : delta > 0;
@@ -130,7 +151,7 @@ function liveOn() {
 // -- overview ------------------------------------------------------------------------------------
 async function renderOverview() {
   const s = await get("/api/overview");
-  document.getElementById("env").textContent = s.env ? "· " + s.env : "";
+  document.getElementById("env").textContent = s.env ? "· " + visible(s.env, "") : "";
   const d = s.daemon, m = s.metric, b = s.baseline, sp = s.spend;
   const root = h("div", {class: "overview"});
   const daemon = d.alive
@@ -160,8 +181,8 @@ async function renderOverview() {
   const result = (r, label) => r
     ? [h("div", {class: "big " + (label ? "warn" : "ok")}, num(r.value)),
       h("div", {class: "dim"}, (r.seeds > 1 && r.std !== null ? "± " + num(r.std) + " over " + r.seeds + " seeds"
-        : "1 seed") + " · " + signed(r.delta) + " vs baseline"),
-      h("div", {}, badge(r.decision), " ", ideaLink(r.idea, r.title))]
+        : "1 seed") + (r.delta_text ? " · " + r.delta_text : "")),
+      h("div", {}, badge(r.decision_text, r.decision || "undecided"), " ", ideaLink(r.idea, r.title))]
     : [h("div", {class: "big dim"}, "none yet")];
   const counts = h("div", {class: "chips"}, Object.entries(s.counts).sort().map(([k, v]) =>
     h("a", {class: "chip " + k, href: "#/ideas?status=" + encodeURIComponent(k)}, k + " ", h("b", {}, v))));
@@ -172,7 +193,10 @@ async function renderOverview() {
     card("Best confirmed", ...result(s.best)),
     s.best_unconfirmed ? card("Best unconfirmed", ...result(s.best_unconfirmed, true),
       h("div", {class: "dim small"}, "one lucky seed is not a result: confirmation seeds decide")) : null,
-    card("Ideas: " + s.total + (s.epoch >= 0 ? " · epoch " + s.epoch : ""), counts,
+    s.stale && s.stale.count ? card("Measured against an old baseline (" + s.stale.count + ")",
+      h("div", {class: "dim small"}, "kept apart: never best, never a parent"),
+      s.stale.top.map(r => h("div", {class: "stale"}, num(r.value), " · ", r.delta_text, " ", ideaLink(r.idea, r.title)))) : null,
+    card("Ideas: " + s.total + (s.epoch !== null && s.epoch !== undefined ? " · epoch " + s.epoch : " · no epochs yet"), counts,
       Object.keys(s.failures).length ? h("p", {}, h("a", {href: "#/failures"},
         Object.values(s.failures).reduce((a, c) => a + c, 0) + " failures by reason →")) : null)));
   // best-so-far curves
@@ -191,7 +215,7 @@ async function renderOverview() {
   root.addEventListener("mounted", () => {
     root.querySelectorAll(".fill").forEach(f => { f.style.width = f.dataset.w + "%"; });
     const e = s.curves.by_epoch, t = s.curves.by_time;
-    plot(c1, e.epoch, e.raw, e.confirmed, b.value, "epoch");
+    plot(c1, e.epoch, e.raw, e.confirmed, b.value, "epoch", "no epochs yet");
     plot(c2, t.gpu_hours, t.raw, t.confirmed, b.value, unit);
   });
   return root;
@@ -210,15 +234,21 @@ function slotTable(slots) {
       h("td", {class: "num"}, xs.filter(x => x.state === "busy").length + "/" + xs.length))));
 }
 
-function plot(el, xs, raw, conf, base, xlabel) {
-  if (!window.uPlot || !xs || xs.length === 0) { el.append(h("p", {class: "dim"}, "no results yet")); return; }
+function plot(el, xs, raw, conf, base, xlabel, empty) {
+  if (!window.uPlot || !xs || xs.length === 0) { el.append(h("p", {class: "dim"}, empty || "no results yet")); return; }
+  // the x axis fits the data: one x (one epoch, one result) gets a unit-wide range around it, not 0..100
+  const lo = Math.min(...xs), hi = Math.max(...xs);
+  const xr = hi > lo ? [lo, hi] : [lo - 0.5, lo + 0.5];
+  // a line through one point draws nothing (a result confirmed last is the confirmed curve's only
+  // point): points are drawn for the best-so-far series, so every value shows
+  const pts = {show: true, size: 6};
   const width = Math.max(300, el.clientWidth || 500);
   const data = [xs, raw.map(v => v === null ? null : v), conf.map(v => v === null ? null : v), xs.map(() => base)];
   const opts = {width, height: 240, legend: {show: true},
-    scales: {x: {time: false}},
+    scales: {x: {time: false, range: () => xr}},
     axes: [{label: xlabel, stroke: "#666"}, {stroke: "#666", size: 60}],
-    series: [{label: xlabel}, {label: "best (any)", stroke: "#9aa4b1", width: 1.5, points: {show: false}, paths: uPlot.paths.stepped({align: 1})},
-      {label: "best confirmed", stroke: "#d1495b", width: 2.5, points: {show: false}, paths: uPlot.paths.stepped({align: 1})},
+    series: [{label: xlabel}, {label: "best (any)", stroke: "#9aa4b1", width: 1.5, points: Object.assign({}, pts, {stroke: "#9aa4b1", fill: "#9aa4b1"}), paths: uPlot.paths.stepped({align: 1})},
+      {label: "best confirmed", stroke: "#d1495b", width: 2.5, points: Object.assign({}, pts, {stroke: "#d1495b", fill: "#d1495b"}), paths: uPlot.paths.stepped({align: 1})},
       {label: "baseline", stroke: "#222", dash: [6, 4], width: 1, points: {show: false}}]};
   charts.push(new uPlot(opts, data, el));
 }
@@ -251,8 +281,8 @@ async function renderIdeas(args) {
     h("td", {class: "dim"}, x.rank || ""), h("td", {}, ideaLink(x.idea)),
     h("td", {class: "title"}, ideaLink(x.idea, x.title), x.error ? h("div", {class: "err small"}, x.error) : null),
     h("td", {class: "num"}, num(x.value), x.seeds > 1 && x.std !== null ? h("span", {class: "dim"}, " ±" + num(x.std, 3) + " (" + x.seeds + ")") : ""),
-    h("td", {class: "num"}, deltaCell(x.delta, x.margin, r.goal)),
-    h("td", {}, x.decision ? badge(x.decision) : ""), h("td", {}, badge(x.status)), h("td", {}, x.origin),
+    h("td", {class: "num"}, deltaCell(x.delta, x.margin, r.goal), deltaKind(x)),
+    h("td", {}, x.decision_text ? badge(x.decision_text, x.decision || "undecided") : ""), h("td", {}, badge(x.status)), h("td", {}, x.origin),
     h("td", {class: "num"}, x.epoch)));
   const off = Number(args.offset || 0);
   const pager = h("div", {class: "pager"},
@@ -286,7 +316,7 @@ function node(n, goal, depth, open, margin) {
   const label = n.id === "baseline" ? h("b", {}, ideaLink("baseline", "baseline " + num(n.value))) : ideaLink(n.id, n.title);
   const row = h("div", {class: "nrow"}, tog, h("i", {class: "dot " + n.colour, title: n.status}), label,
     n.value !== null && n.id !== "baseline" ? h("span", {class: "num"}, " " + num(n.value)) : "",
-    n.delta !== null && n.delta !== undefined ? h("span", {}, " ", deltaCell(n.delta, margin, goal, true)) : "",
+    n.delta !== null && n.delta !== undefined ? h("span", {title: n.delta_text || ""}, " ", deltaCell(n.delta, margin, goal, true), deltaKind(n)) : "",
     n.decision ? [" ", badge(n.decision)] : "", size,
     n.children && n.id !== "baseline" ? h("a", {class: "focus", title: "focus on this subtree",
       href: "#/lineage?root=" + encodeURIComponent(n.id)}, "focus") : "");
@@ -365,7 +395,7 @@ async function renderIdea(args) {
     const res = [kv([["status", badge(n.status)], n.value !== null ? [i.metric, h("b", {}, num(n.value)),
       n.values.length > 1 && n.std !== null ? " ± " + num(n.std) + " over " + n.values.length + " seeds" : ""] : null,
     n.baseline !== null ? ["baseline", num(n.baseline) + (n.baseline_std ? " ± " + num(n.baseline_std) : "")] : null,
-    n.delta !== null ? ["Δ baseline", deltaCell(n.delta, null, i.goal)] : null,
+    n.delta !== null ? ["Δ baseline", [deltaCell(n.delta, null, i.goal), " ", h("span", {class: "dim"}, n.delta_text)]] : null,
     n.parent_delta !== null && n.parent_delta !== undefined ? ["Δ parent", signed(n.parent_delta)] : null,
     n.decision ? ["decision", badge(n.decision)] : null, n.host ? ["host", n.host + (n.accelerator ? " · " + n.accelerator : "")] : null,
     n.wall_s ? ["wall", dur(n.wall_s)] : null, n.gpu_s ? ["GPU time", dur(n.gpu_s)] : null,
@@ -393,10 +423,12 @@ async function renderIdea(args) {
       h("ol", {class: "attempts"}, i.attempts.map(a => h("li", {}, a.method ? h("span", {class: "dim"}, "via " + a.method + ": ") : "",
         a.error ? h("pre", {class: "log"}, a.error) : h("span", {class: "ok"}, "ok"))))));
   }
-  if (i.check) root.append(h("section", {class: "card wide"}, h("h3", {}, "Check output"), h("pre", {class: "log"}, i.check)));
+  if (i.check) root.append(h("section", {class: "card wide untrusted"}, h("h3", {}, "Check output ",
+    h("span", {class: "badge untrusted"}, "untrusted text")), h("pre", {class: "log untrusted"}, i.check)));
   for (const l of i.logs) {
-    root.append(h("section", {class: "card wide"}, h("h3", {}, "Log ", h("span", {class: "raw"}, l.name),
-      l.truncated ? " (tail)" : ""), h("pre", {class: "log tail"}, l.text)));
+    root.append(h("section", {class: "card wide untrusted"}, h("h3", {}, "Log ", h("span", {class: "raw"}, l.name),
+      l.truncated ? " (tail)" : "", " ", h("span", {class: "badge untrusted"}, "trial output, untrusted text")),
+      h("pre", {class: "log tail untrusted"}, l.text)));
   }
   root.addEventListener("mounted", () => root.querySelectorAll("pre.tail").forEach(p => { p.scrollTop = p.scrollHeight; }));
   return root;
