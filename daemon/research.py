@@ -220,6 +220,8 @@ def load_manifest(repo: GitRepo, rev: str, cfg: Config | None = None) -> EnvMani
     if cfg is not None and cfg.env is not None and not own:
         return cfg.env
     text = repo.read_blob(f"{rev}:{MANIFEST_FILE}")
+    if text is None and (repo.path / MANIFEST_FILE).is_file():
+        raise ConfigError(_uncommitted(repo, rev))
     if text is None:
         raise ConfigError(f"{repo.path}: no {MANIFEST_FILE} with an [env] table at {rev}; "
                           f"see docs/environment.md to turn a repo into an environment")
@@ -227,6 +229,21 @@ def load_manifest(repo: GitRepo, rev: str, cfg: Config | None = None) -> EnvMani
         return parse_manifest(text.decode(), f"{repo.path.name}:{MANIFEST_FILE}")
     except ManifestError as e:
         raise ConfigError(str(e)) from None
+
+
+def _uncommitted(repo: GitRepo, rev: str) -> str:
+    """The manifest is on disk (adopt wrote it) but not in the baseline commit: say so, and how to
+    commit it with the files adopt wrote beside it that are not committed either."""
+    import shlex
+    from autoresearchd.adopt import EVAL_FILE, EXPORT_FILE
+    branch = rev.removeprefix("refs/heads/")
+    files = [MANIFEST_FILE] + [f for f in (EVAL_FILE, EXPORT_FILE, ".gitignore") if (repo.path / f).is_file()
+                               and repo.read_blob(f"{rev}:{f}") != (repo.path / f).read_bytes()]
+    q = shlex.quote(str(repo.path))
+    return (f"{repo.path / MANIFEST_FILE} exists in the work tree but is not committed on '{branch}': the "
+            f"daemon reads the manifest from the baseline commit, never from the work tree; review it, then "
+            f"commit it on '{branch}': git -C {q} add {' '.join(files)} && "
+            f"git -C {q} commit -m 'autoresearchd environment'")
 
 
 def is_repo(path: Path) -> bool:
