@@ -395,7 +395,7 @@ def test_adopt_on_an_argparse_script_on_master(make_repo):
                                         '&& python autoresearch_export.py"'), m
     assert 'seed: run passes --seed "$AUTORESEARCH_SEED" (charlm.py takes the option)' in out, out
     assert "not sure: charlm.py --max-steps (default -1): a run may train until time_budget_s kills it" in out, out
-    assert manifest_value(m, "frozen").startswith('["autoresearch_eval.py", "words.txt"]'), m
+    assert manifest_value(m, "frozen").startswith('["autoresearch_eval.py", "autoresearch_model.py", "words.txt"]'), m
     assert manifest_value(m, "baseline").startswith('"master"'), m
     assert "--sample-only" not in manifest_value(m, "run")
     d = cli("doctor", cwd=repo)
