@@ -15,7 +15,7 @@ from autoresearchd import defaults
 from autoresearchd.config import Config, ConfigError
 from autoresearchd.manifest import MANIFEST_FILE, EnvManifest, ManifestError, parse_manifest
 from autoresearchd.store.gitrepo import GitRepo
-from autoresearchd.store.refs import DAEMON_PREFIX, IDEA_BRANCHES, NOTES_REF, branch_ref
+from autoresearchd.store.refs import DAEMON_GROUPS, DAEMON_PREFIX, IDEA_BRANCHES, NOTES_REF, branch_ref
 
 # Every hook the daemon installs first re-executes itself with an empty environment (PATH and the
 # git dir only): a push or a ref update may come from a process that holds secrets.
@@ -92,6 +92,21 @@ baseline by a commit or merge made in the research repo itself"; opt= ;;
 filesystem)"; opt=
       fi ;;
   esac
+  # the daemon names its own idea branches idea/<group>/<slug>-<id> (groups eNNN and human): a pushed
+  # branch named like a group is a file where git needs a directory, and one created under a group can
+  # be a directory where the daemon's next branch must go; either makes that branch fail to be written
+  # and its implementation be retried, paid for, and fail again
+  case "$ref" in %(ideas)s?*)
+    grp=${lref#%(ideas)s}
+    if printf %%s "${grp%%%%/*}" | grep -qE '%(groups)s' && [ -n "$(printf %%s "$new" | tr -d 0)" ]; then
+      if [ "${grp%%%%/*}" = "$grp" ]; then
+        why="the daemon names its own branches under $ref/: a branch of that name would block them"; opt=
+      elif [ -z "$(printf %%s "$old" | tr -d 0)" ]; then
+        why="the daemon names its own new branches under idea/${grp%%%%/*}/: push yours under another name, \
+such as idea/<you>/..."; opt=
+      fi
+    fi ;;
+  esac
   if [ -n "$why" ] && [ -n "$opt" ]; then
     for p in $allow; do
       case "$ref" in $p) why= ;; esac
@@ -128,7 +143,7 @@ if [ $rc = 0 ] && [ -n "$news" ]; then
 fi
 exit $rc
 """ % {"daemon": DAEMON_PREFIX, "notes": NOTES_REF, "ideas": IDEA_BRANCHES, "allow": PUSH_ALLOW_KEY,
-       "kc": PUSH_MAX_KEYS[0], "ko": PUSH_MAX_KEYS[1], "kt": PUSH_MAX_KEYS[2],
+       "groups": DAEMON_GROUPS, "kc": PUSH_MAX_KEYS[0], "ko": PUSH_MAX_KEYS[1], "kt": PUSH_MAX_KEYS[2],
        "dc": defaults.PUSH_MAX_COMMIT_BYTES, "do": defaults.PUSH_MAX_OBJECT_BYTES, "dt": defaults.PUSH_MAX_TOTAL_BYTES})
 HOOKS = {"reference-transaction": _POKE, "post-receive": _POKE, "pre-receive": _GUARD}
 _OURS = "# installed by autoresearchd"

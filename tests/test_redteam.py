@@ -122,3 +122,42 @@ def test_a_rejected_pushs_file_name_reaches_git_log_inert(toy_env, tmp_path):
     assert text.startswith("rejected — big\\u202e\\x9b2J.txt would be 1200000 bytes"), text
     assert_inert(text, "git log --notes (rejected)")
     assert Ledger(GitRepo(toy_env)).note(sha).error.startswith(name.decode())
+
+
+# -- class 2: a pushed branch where the daemon will write its own ------------------------------------------
+# The daemon writes each idea it implements to idea/<group>/<slug>-<id> (groups eNNN, human). A pushed
+# branch idea/e001 is a file where git needs the directory idea/e001/; a pushed idea/e001/<slug>-<id>/x
+# (the proposal's title and id are readable under refs/autoresearch/proposals/) is a directory where
+# the daemon's branch must be a file. Either way the daemon's ref update fails, the proposal stays, and
+# the implementation (paid LLM calls) is retried on every tick.
+@pytest.mark.parametrize("blocker", ["group", "group-upper-case", "below-the-next-branch", "human-group"])
+def test_a_push_cannot_block_the_branch_the_daemon_writes_next(implementer_setup, tmp_path, blocker):
+    from autoresearchd.research import configure
+    from autoresearchd.store.ideas import branch_for
+    from test_implementer import GOOD, propose
+    from fake_llm import Reply
+    make, fake = implementer_setup
+    cfg, research, impl = make()
+    configure(research.repo)
+    cl = tmp_path / "cl"
+    git(tmp_path, "clone", "-q", f"file://{research.repo.path}", str(cl))
+    idea_id = propose(impl)                              # epoch 1, origin explore
+    branch = branch_for(idea_id, "Lower x", "explore")   # refs/heads/idea/e001/lower-x-<id>
+    ref = {"group": "refs/heads/idea/e001", "group-upper-case": "refs/heads/idea/E001",
+           "below-the-next-branch": branch + "/x", "human-group": "refs/heads/idea/human"}[blocker]
+    p = push(cl, f"HEAD:{ref}")
+    assert p.returncode != 0 and f"refusing to update {ref} by push: the daemon names its own" in p.stderr, p.stderr
+    fake.script(Reply(GOOD, 100, 50))
+    assert impl.implement(idea_id) == branch and research.repo.rev_parse(branch)
+    # people's branches elsewhere, and moving or deleting a branch under a group that exists, still work
+    research.repo.update_ref("refs/heads/idea/e001/old", research.baseline_commit)
+    for spec in ("HEAD:refs/heads/idea/me/e001", "HEAD:refs/heads/idea/eval", "HEAD:refs/heads/idea/e001/old",
+                 ":refs/heads/idea/e001/old"):
+        p = push(cl, "--force", spec)
+        assert p.returncode == 0, (spec, p.stderr)
+
+
+@pytest.fixture
+def implementer_setup(make_repo, tmp_path):
+    from test_implementer import setup as _setup
+    yield from _setup.__wrapped__(make_repo, tmp_path)
