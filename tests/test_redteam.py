@@ -161,3 +161,20 @@ def test_a_push_cannot_block_the_branch_the_daemon_writes_next(implementer_setup
 def implementer_setup(make_repo, tmp_path):
     from test_implementer import setup as _setup
     yield from _setup.__wrapped__(make_repo, tmp_path)
+
+
+# -- class 4: the commits the daemon writes, which plain `git log` prints as they are ---------------------
+def test_an_llm_title_and_text_reach_the_daemons_commits_inert(implementer_setup):
+    from test_implementer import GOOD, propose
+    from fake_llm import Reply
+    make, fake = implementer_setup
+    cfg, research, impl = make()
+    idea_id = propose(impl, title=f"Lower x {PAYLOAD}", text=f"Set x to 0.5 {PAYLOAD}\nsecond line\tend")
+    proposal = research.repo.rev_parse(f"refs/autoresearch/proposals/{idea_id}")
+    fake.script(Reply(GOOD, 100, 50))
+    branch = impl.implement(idea_id)
+    for rev in (proposal, branch):
+        out = subprocess.run(["git", "log", "-1", "--format=%B", rev], cwd=research.repo.path, capture_output=True,
+                             text=True, check=True).stdout
+        assert out.startswith("Lower x \\x1b[2J") and "second line\tend" in out, out
+        assert_inert(out, f"git log {rev}")
