@@ -178,3 +178,35 @@ def test_an_llm_title_and_text_reach_the_daemons_commits_inert(implementer_setup
                              text=True, check=True).stdout
         assert out.startswith("Lower x \\x1b[2J") and "second line\tend" in out, out
         assert_inert(out, f"git log {rev}")
+
+
+# -- class 2: crafted trees fsck must refuse (these held; kept so they keep holding) ----------------------
+def _tree(cl, entries) -> str:
+    data = b"".join(m + b" " + n + b"\0" + bytes.fromhex(s) for m, n, s in entries)
+    return sh(cl, "hash-object", "-t", "tree", "-w", "--literally", "--stdin", input=data).stdout.decode().strip()
+
+
+@pytest.mark.parametrize("case,fsck_id", [
+    ("duplicate-entries", "duplicateEntries"),     # two run.py: the diff shows one, tar extraction keeps the last
+    ("unsorted", "treeNotSorted"),
+    ("file-and-directory", "duplicateEntries"),    # `a`, `a.txt`, `a/`: not adjacent, still one name twice
+    ("hfs-dotgit", "hasDotgit"),                   # .g<ZWNJ>it is .git on HFS+
+    ("ntfs-dotgit", "hasDotgit"),                  # git~1 is .git on NTFS
+    ("gitmodules-symlink", "gitmodulesSymlink"),
+])
+def test_a_crafted_tree_is_refused_by_fsck_on_push(research, clone, case, fsck_id):
+    a = git(clone, "hash-object", "-w", "--stdin", input="a\n").strip()
+    b = git(clone, "hash-object", "-w", "--stdin", input="b\n").strip()
+    entries = {
+        "duplicate-entries": [(b"100644", b"run.py", a), (b"100644", b"run.py", b)],
+        "unsorted": [(b"100644", b"z", a), (b"100644", b"a", b)],
+        "file-and-directory": [(b"100644", b"a", a), (b"100644", b"a.txt", a),
+                               (b"40000", b"a", _tree(clone, [(b"100644", b"x", a)]))],
+        "hfs-dotgit": [(b"100644", ".g\u200cit".encode(), a)],
+        "ntfs-dotgit": [(b"100644", b"git~1", a)],
+        "gitmodules-symlink": [(b"120000", b".gitmodules", a)],
+    }[case]
+    commit = git(clone, "commit-tree", _tree(clone, entries), "-p", "HEAD", input="crafted\n").strip()
+    p = push(clone, f"{commit}:refs/heads/idea/crafted")
+    assert p.returncode != 0 and fsck_id in p.stderr, p.stderr
+    assert git(research, "for-each-ref", "refs/heads/idea/") == ""
