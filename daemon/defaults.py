@@ -33,6 +33,10 @@ PUSH_MAX_OBJECT_BYTES = 64 * 1024 * 1024
 implementer.max_file_bytes later; this bounds what git and the gate must read to say so)."""
 PUSH_MAX_TOTAL_BYTES = 1024 * 1024 * 1024
 """Largest total size of the new objects of one push, inflated, in bytes."""
+PUSH_MAX_PATHS = 100_000
+"""Most paths (files and directories) the tree of a pushed commit may list: a tree that names one
+subtree many times lists exponentially many paths from a few KiB of objects (git config
+autoresearchd.pushMaxPaths)."""
 
 # Closing a repo handle waits this long for its persistent `git cat-file` processes to exit after
 # their stdin closes (they exit at once), then kills them: a closed handle leaves no process behind.

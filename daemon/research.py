@@ -51,7 +51,7 @@ exit 0
 # reads every ref by its full name, so such refs change none of its reads.
 PUSH_ALLOW_KEY = "autoresearchd.pushAllow"
 PUSH_MAX_KEYS = ("autoresearchd.pushMaxCommitBytes", "autoresearchd.pushMaxObjectBytes",
-                 "autoresearchd.pushMaxTotalBytes")      # defaults.PUSH_MAX_*, for the owner to change
+                 "autoresearchd.pushMaxTotalBytes", "autoresearchd.pushMaxPaths")  # defaults.PUSH_MAX_*
 _GUARD = _HOOK_HEAD % "a push may write idea branches only" + ("""\
 rc=0
 base=$(cat "$GIT_DIR/autoresearch/baseline-ref" 2>/dev/null || git symbolic-ref -q HEAD)
@@ -140,10 +140,23 @@ if [ $rc = 0 ] && [ -n "$news" ]; then
     echo "autoresearchd: refusing the push: $big once inflated (git config %(kc)s, %(ko)s, %(kt)s)" >&2
     rc=1
   fi
+  # a tree may name one subtree many times, and that one many times again: a few KiB of trees can list
+  # 10^10 paths (a "git bomb"), which the gate's diff and the export would walk. Count each tip's paths,
+  # directories included (listed as they are entered, so empty ones count too), and stop at the cap.
+  maxp=$(git config --type=int --get %(kp)s || echo %(dp)d)
+  for n in $news; do
+    [ $rc = 0 ] || break
+    c=$(git --no-replace-objects ls-tree -r -t --name-only "$n" 2>/dev/null | head -n $((maxp + 1)) | wc -l)
+    if [ "$c" -gt "$maxp" ]; then
+      echo "autoresearchd: refusing the push: the tree of $n lists more than $maxp paths (git config %(kp)s)" >&2
+      rc=1
+    fi
+  done
 fi
 exit $rc
 """ % {"daemon": DAEMON_PREFIX, "notes": NOTES_REF, "ideas": IDEA_BRANCHES, "allow": PUSH_ALLOW_KEY,
-       "groups": DAEMON_GROUPS, "kc": PUSH_MAX_KEYS[0], "ko": PUSH_MAX_KEYS[1], "kt": PUSH_MAX_KEYS[2],
+       "groups": DAEMON_GROUPS, "kp": PUSH_MAX_KEYS[3], "dp": defaults.PUSH_MAX_PATHS,
+       "kc": PUSH_MAX_KEYS[0], "ko": PUSH_MAX_KEYS[1], "kt": PUSH_MAX_KEYS[2],
        "dc": defaults.PUSH_MAX_COMMIT_BYTES, "do": defaults.PUSH_MAX_OBJECT_BYTES, "dt": defaults.PUSH_MAX_TOTAL_BYTES})
 HOOKS = {"reference-transaction": _POKE, "post-receive": _POKE, "pre-receive": _GUARD}
 _OURS = "# installed by autoresearchd"

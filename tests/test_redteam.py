@@ -210,3 +210,22 @@ def test_a_crafted_tree_is_refused_by_fsck_on_push(research, clone, case, fsck_i
     p = push(clone, f"{commit}:refs/heads/idea/crafted")
     assert p.returncode != 0 and fsck_id in p.stderr, p.stderr
     assert git(research, "for-each-ref", "refs/heads/idea/") == ""
+
+
+# -- class 2: a tree that lists exponentially many paths ("git bomb") ------------------------------------
+def test_a_tree_that_names_one_subtree_many_times_is_refused(research, clone):
+    """Seven levels of ten entries, each naming the level below: 10^7 paths from under 3 KiB of trees.
+    Accepted, the gate's `diff-tree -r` and the export's `ls-tree -r` would walk every path."""
+    blob = git(clone, "hash-object", "-w", "--stdin", input="x\n").strip()
+    tree = _tree(clone, [(b"100644", b"f", blob)])
+    for _ in range(7):
+        tree = _tree(clone, [(b"40000", b"d%d" % i, tree) for i in range(10)])
+    commit = git(clone, "commit-tree", tree, "-p", "HEAD", input="bomb\n").strip()
+    p = push(clone, f"{commit}:refs/heads/idea/bomb")
+    assert p.returncode != 0 and f"the tree of {commit} lists more than 100000 paths" in p.stderr, p.stderr
+    assert git(research, "for-each-ref", "refs/heads/idea/") == ""
+    # a wide but honest tree under the cap goes through
+    git(research, "config", "autoresearchd.pushMaxPaths", "20000000")
+    tree = _tree(clone, [(b"40000", b"d%d" % i, _tree(clone, [(b"100644", b"f", blob)])) for i in range(10)])
+    ok = git(clone, "commit-tree", tree, "-p", "HEAD", input="wide\n").strip()
+    assert push(clone, f"{ok}:refs/heads/idea/wide").returncode == 0
