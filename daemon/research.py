@@ -92,6 +92,13 @@ baseline by a commit or merge made in the research repo itself"; opt= ;;
 filesystem)"; opt=
       fi ;;
   esac
+  # a ref named like a directory above the refs the daemon writes or guards (refs/autoresearch, refs/notes,
+  # refs/heads/idea, refs/heads) is a file where git needs that directory: none of them could be written
+  for g in %(daemon)s %(notes)s %(ideas)s "$lbase"; do
+    case "$g" in "$lref"/*)
+      why="it would take the name of the directory that holds $g"; opt= ;;
+    esac
+  done
   # the daemon names its own idea branches idea/<group>/<slug>-<id> (groups eNNN and human): a pushed
   # branch named like a group is a file where git needs a directory, and one created under a group can
   # be a directory where the daemon's next branch must go; either makes that branch fail to be written

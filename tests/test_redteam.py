@@ -229,3 +229,19 @@ def test_a_tree_that_names_one_subtree_many_times_is_refused(research, clone):
     tree = _tree(clone, [(b"40000", b"d%d" % i, _tree(clone, [(b"100644", b"f", blob)])) for i in range(10)])
     ok = git(clone, "commit-tree", tree, "-p", "HEAD", input="wide\n").strip()
     assert push(clone, f"{ok}:refs/heads/idea/wide").returncode == 0
+
+
+# -- class 2: a ref named like a directory the daemon needs ------------------------------------------------
+@pytest.mark.parametrize("ref", ["refs/autoresearch", "refs/notes", "refs/heads/idea", "refs/heads",
+                                 "refs/Autoresearch"])
+def test_a_ref_named_like_a_directory_the_daemon_writes_into_is_refused(research, clone, ref):
+    """Even where the owner allows every liftable ref (`*`): refs/autoresearch as a branch would make every
+    result, lease and record the daemon writes fail (a file where git needs a directory)."""
+    for pattern in ("refs/*", "*"):
+        git(research, "config", "--add", "autoresearchd.pushAllow", pattern)
+    commit_in(clone, {"run.py": TOY_RUN.replace("x = 1.0", "x = 0.5")})
+    p = push(clone, f"HEAD:{ref}")
+    assert p.returncode != 0 and f"refusing to update {ref} by push: it would take the name of the directory" \
+        in p.stderr, p.stderr
+    assert ref not in git(research, "for-each-ref", "--format=%(refname)").split()
+    GitRepo(research).update_ref("refs/autoresearch/records/e000-1", git(research, "rev-parse", "main").strip())
