@@ -103,7 +103,7 @@ filesystem)"; opt=
   # branch named like a group is a file where git needs a directory, and one created under a group can
   # be a directory where the daemon's next branch must go; either makes that branch fail to be written
   # and its implementation be retried, paid for, and fail again
-  case "$ref" in %(ideas)s?*)
+  case "$lref" in %(ideas)s?*)
     grp=${lref#%(ideas)s}
     if printf %%s "${grp%%%%/*}" | grep -qE '%(groups)s' && [ -n "$(printf %%s "$new" | tr -d 0)" ]; then
       if [ "${grp%%%%/*}" = "$grp" ]; then

@@ -130,7 +130,8 @@ def test_a_rejected_pushs_file_name_reaches_git_log_inert(toy_env, tmp_path):
 # (the proposal's title and id are readable under refs/autoresearch/proposals/) is a directory where
 # the daemon's branch must be a file. Either way the daemon's ref update fails, the proposal stays, and
 # the implementation (paid LLM calls) is retried on every tick.
-@pytest.mark.parametrize("blocker", ["group", "group-upper-case", "below-the-next-branch", "human-group"])
+@pytest.mark.parametrize("blocker", ["group", "group-upper-case", "below-the-next-branch", "human-group",
+                                     "allowed-upper-case-prefix"])
 def test_a_push_cannot_block_the_branch_the_daemon_writes_next(implementer_setup, tmp_path, blocker):
     from autoresearchd.research import configure
     from autoresearchd.store.ideas import branch_for
@@ -144,7 +145,10 @@ def test_a_push_cannot_block_the_branch_the_daemon_writes_next(implementer_setup
     idea_id = propose(impl)                              # epoch 1, origin explore
     branch = branch_for(idea_id, "Lower x", "explore")   # refs/heads/idea/e001/lower-x-<id>
     ref = {"group": "refs/heads/idea/e001", "group-upper-case": "refs/heads/idea/E001",
-           "below-the-next-branch": branch + "/x", "human-group": "refs/heads/idea/human"}[blocker]
+           "below-the-next-branch": branch + "/x", "human-group": "refs/heads/idea/human",
+           "allowed-upper-case-prefix": "refs/heads/IDEA/e001"}[blocker]
+    if blocker == "allowed-upper-case-prefix":      # the owner allows other branches: IDEA/ is idea/ on macOS
+        git(research.repo.path, "config", "--add", "autoresearchd.pushAllow", "refs/heads/*")
     p = push(cl, f"HEAD:{ref}")
     assert p.returncode != 0 and f"refusing to update {ref} by push: the daemon names its own" in p.stderr, p.stderr
     fake.script(Reply(GOOD, 100, 50))

@@ -104,7 +104,7 @@ def format_message(title: str, body: str, trailers: Trailers | dict[str, Any]) -
     # is data"); each is written out (`\x1b`), as every view would show it
     title = " ".join(one_line(title).split())[:200] or "untitled idea"
     lines = [title, ""]
-    body = visible(body.strip())
+    body = visible(body.replace("\r\n", "\n").strip())          # a CRLF is a line end, not a control
     if body:
         lines += [body, ""]
     tr = trailers if isinstance(trailers, Trailers) else Trailers.model_validate(
