@@ -1,7 +1,8 @@
 """The versioned note schema: result notes (refs/notes/autoresearch) and run leases (-runs).
 
 A result note is a one-line human summary, a blank line, then `key: value` lines. Scalars are
-written raw, strings with newlines or quotes as JSON strings, lists and dicts as compact JSON.
+written raw, strings with newlines, quotes or control characters as JSON strings, lists and dicts as
+compact JSON.
 Parsing is tolerant (git-appraise style): unknown keys and unparsable lines are kept aside, never
 fatal, so older daemons can read newer notes and the other way round.
 """
