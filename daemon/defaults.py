@@ -20,6 +20,24 @@ STALE_LOCK_S = 10.0
 RECEIVE_CONFIG = {"receive.fsckObjects": "true", "receive.maxInputSize": str(256 * 1024 * 1024)}
 """key -> value written into the research repo's config unless already set."""
 
+# receive.maxInputSize caps a push as it travels, compressed; a zlib or delta "bomb" inflates far past
+# it (a 200 KiB pack holds a 200 MiB commit message, and a delta can copy 16 MiB per 8 bytes), and the
+# daemon reads every idea's commit message and, for the gate, its changed blobs. So the pre-receive hook
+# also caps what a push adds once inflated: each commit or tag object (a message, not data), each blob
+# or tree, and all of the push's new objects together. The owner may change them with the git config
+# keys autoresearchd.pushMaxCommitBytes, autoresearchd.pushMaxObjectBytes, autoresearchd.pushMaxTotalBytes.
+PUSH_MAX_COMMIT_BYTES = 1024 * 1024
+"""Largest commit or tag object (headers and message) a push may add, in bytes."""
+PUSH_MAX_OBJECT_BYTES = 64 * 1024 * 1024
+"""Largest blob or tree a push may add, inflated, in bytes (the gate refuses files over
+implementer.max_file_bytes later; this bounds what git and the gate must read to say so)."""
+PUSH_MAX_TOTAL_BYTES = 1024 * 1024 * 1024
+"""Largest total size of the new objects of one push, inflated, in bytes."""
+PUSH_MAX_PATHS = 100_000
+"""Most paths (files and directories) the tree of a pushed commit may list: a tree that names one
+subtree many times lists exponentially many paths from a few KiB of objects (git config
+autoresearchd.pushMaxPaths)."""
+
 # Closing a repo handle waits this long for its persistent `git cat-file` processes to exit after
 # their stdin closes (they exit at once), then kills them: a closed handle leaves no process behind.
 GIT_CLOSE_WAIT_S = 5.0

@@ -15,7 +15,7 @@ from autoresearchd import defaults
 from autoresearchd.config import Config, ConfigError
 from autoresearchd.manifest import MANIFEST_FILE, EnvManifest, ManifestError, parse_manifest
 from autoresearchd.store.gitrepo import GitRepo
-from autoresearchd.store.refs import DAEMON_PREFIX, IDEA_BRANCHES, NOTES_REF, branch_ref
+from autoresearchd.store.refs import DAEMON_GROUPS, DAEMON_PREFIX, IDEA_BRANCHES, NOTES_REF, branch_ref
 
 # Every hook the daemon installs first re-executes itself with an empty environment (PATH and the
 # git dir only): a push or a ref update may come from a process that holds secrets.
@@ -50,9 +50,13 @@ exit 0
 # refs, HEAD-like names) with patterns in this git config key, e.g. `refs/heads/dev/*`: the daemon
 # reads every ref by its full name, so such refs change none of its reads.
 PUSH_ALLOW_KEY = "autoresearchd.pushAllow"
+PUSH_MAX_KEYS = ("autoresearchd.pushMaxCommitBytes", "autoresearchd.pushMaxObjectBytes",
+                 "autoresearchd.pushMaxTotalBytes", "autoresearchd.pushMaxPaths")  # defaults.PUSH_MAX_*
 _GUARD = _HOOK_HEAD % "a push may write idea branches only" + ("""\
 rc=0
 base=$(cat "$GIT_DIR/autoresearch/baseline-ref" 2>/dev/null || git symbolic-ref -q HEAD)
+lbase=$(printf %%s "$base" | tr '[:upper:]' '[:lower:]')
+news=
 set -f                     # the owner's patterns below are matched against ref names, never globbed
 allow=$(git config --get-all %(allow)s)
 while read -r old new ref; do
@@ -78,6 +82,38 @@ baseline by a commit or merge made in the research repo itself"; opt= ;;
     *)
       why="only idea branches (%(ideas)s...) may be pushed" ;;
   esac
+  # on a case-insensitive filesystem (macOS, Windows) a loose ref that differs only in letter case IS
+  # the guarded ref: refs/heads/MAIN moves main, refs/Autoresearch/... writes the daemon's records
+  lref=$(printf %%s "$ref" | tr '[:upper:]' '[:lower:]')
+  case "$lref" in
+    %(daemon)s*|%(notes)s|%(notes)s-*|"$lbase"|refs/replace/*|refs/notes/*)
+      if [ "$lref" != "$ref" ]; then
+        why="it differs only in letter case from a ref the daemon guards (the same file on a case-insensitive \
+filesystem)"; opt=
+      fi ;;
+  esac
+  # a ref named like a directory above the refs the daemon writes or guards (refs/autoresearch, refs/notes,
+  # refs/heads/idea, refs/heads) is a file where git needs that directory: none of them could be written
+  for g in %(daemon)s %(notes)s %(ideas)s "$lbase"; do
+    case "$g" in "$lref"/*)
+      why="it would take the name of the directory that holds $g"; opt= ;;
+    esac
+  done
+  # the daemon names its own idea branches idea/<group>/<slug>-<id> (groups eNNN and human): a pushed
+  # branch named like a group is a file where git needs a directory, and one created under a group can
+  # be a directory where the daemon's next branch must go; either makes that branch fail to be written
+  # and its implementation be retried, paid for, and fail again
+  case "$lref" in %(ideas)s?*)
+    grp=${lref#%(ideas)s}
+    if printf %%s "${grp%%%%/*}" | grep -qE '%(groups)s' && [ -n "$(printf %%s "$new" | tr -d 0)" ]; then
+      if [ "${grp%%%%/*}" = "$grp" ]; then
+        why="the daemon names its own branches under $ref/: a branch of that name would block them"; opt=
+      elif [ -z "$(printf %%s "$old" | tr -d 0)" ]; then
+        why="the daemon names its own new branches under idea/${grp%%%%/*}/: push yours under another name, \
+such as idea/<you>/..."; opt=
+      fi
+    fi ;;
+  esac
   if [ -n "$why" ] && [ -n "$opt" ]; then
     for p in $allow; do
       case "$ref" in $p) why= ;; esac
@@ -90,10 +126,45 @@ baseline by a commit or merge made in the research repo itself"; opt= ;;
   if [ -n "$why" ]; then
     echo "autoresearchd: refusing to update $ref by push: $why" >&2
     rc=1
+  elif [ -n "$(printf %%s "$new" | tr -d 0)" ]; then
+    news="$news $new"
   fi
 done
+# What the accepted refs bring, once inflated: receive.maxInputSize caps the pack compressed, and a zlib
+# or delta bomb inflates far past it (defaults.PUSH_MAX_*). Sizes come from object headers: no blob is
+# inflated here.
+if [ $rc = 0 ] && [ -n "$news" ]; then
+  maxc=$(git config --type=int --get %(kc)s || echo %(dc)d)
+  maxo=$(git config --type=int --get %(ko)s || echo %(do)d)
+  maxt=$(git config --type=int --get %(kt)s || echo %(dt)d)
+  big=$(git --no-replace-objects rev-list --objects --no-object-names $news --not --all |
+    git --no-replace-objects cat-file --batch-check='%%(objectsize) %%(objecttype) %%(objectname)' |
+    awk -v c="$maxc" -v o="$maxo" -v t="$maxt" '
+      ($2 == "commit" || $2 == "tag") && $1 > c { print "the " $2 " " $3 " is " $1 " bytes, over " c; exit }
+      ($2 == "blob" || $2 == "tree") && $1 > o { print "the " $2 " " $3 " is " $1 " bytes, over " o; exit }
+      { s += $1 } s > t { print "its new objects come to over " t " bytes"; exit }')
+  if [ -n "$big" ]; then
+    echo "autoresearchd: refusing the push: $big once inflated (git config %(kc)s, %(ko)s, %(kt)s)" >&2
+    rc=1
+  fi
+  # a tree may name one subtree many times, and that one many times again: a few KiB of trees can list
+  # 10^10 paths (a "git bomb"), which the gate's diff and the export would walk. Count each tip's paths,
+  # directories included (listed as they are entered, so empty ones count too), and stop at the cap.
+  maxp=$(git config --type=int --get %(kp)s || echo %(dp)d)
+  for n in $news; do
+    [ $rc = 0 ] || break
+    c=$(git --no-replace-objects ls-tree -r -t --name-only "$n" 2>/dev/null | head -n $((maxp + 1)) | wc -l)
+    if [ "$c" -gt "$maxp" ]; then
+      echo "autoresearchd: refusing the push: the tree of $n lists more than $maxp paths (git config %(kp)s)" >&2
+      rc=1
+    fi
+  done
+fi
 exit $rc
-""" % {"daemon": DAEMON_PREFIX, "notes": NOTES_REF, "ideas": IDEA_BRANCHES, "allow": PUSH_ALLOW_KEY})
+""" % {"daemon": DAEMON_PREFIX, "notes": NOTES_REF, "ideas": IDEA_BRANCHES, "allow": PUSH_ALLOW_KEY,
+       "groups": DAEMON_GROUPS, "kp": PUSH_MAX_KEYS[3], "dp": defaults.PUSH_MAX_PATHS,
+       "kc": PUSH_MAX_KEYS[0], "ko": PUSH_MAX_KEYS[1], "kt": PUSH_MAX_KEYS[2],
+       "dc": defaults.PUSH_MAX_COMMIT_BYTES, "do": defaults.PUSH_MAX_OBJECT_BYTES, "dt": defaults.PUSH_MAX_TOTAL_BYTES})
 HOOKS = {"reference-transaction": _POKE, "post-receive": _POKE, "pre-receive": _GUARD}
 _OURS = "# installed by autoresearchd"
 

@@ -1,7 +1,8 @@
 """The versioned note schema: result notes (refs/notes/autoresearch) and run leases (-runs).
 
 A result note is a one-line human summary, a blank line, then `key: value` lines. Scalars are
-written raw, strings with newlines or quotes as JSON strings, lists and dicts as compact JSON.
+written raw, strings with newlines, quotes or control characters as JSON strings, lists and dicts as
+compact JSON.
 Parsing is tolerant (git-appraise style): unknown keys and unparsable lines are kept aside, never
 fatal, so older daemons can read newer notes and the other way round.
 """
@@ -17,6 +18,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autoresearchd import defaults
+# notes are read by plain `git log` (notes.displayRef), which prints them as they are: no character a
+# terminal would obey may reach a note's text (docs/security.md, "Every byte from an idea is data")
+from autoresearchd.views.safe import needs_escaping, one_line
 
 
 class Status(str, Enum):
@@ -209,7 +213,7 @@ def summary_line(n: Note) -> str:
     if n.wall_s is not None:
         parts.append(_fmt_duration(n.wall_s))
     if n.error and n.status != Status.SUCCEEDED:
-        parts.append("— " + n.error.splitlines()[0][:120])
+        parts.append("— " + one_line(n.error.splitlines()[0][:120]))
     if n.duplicate_of:
         parts.append(f"duplicate of {n.duplicate_of}")
     return " ".join(parts)
@@ -221,7 +225,9 @@ def _fmt_value(v: Any) -> str:
     if isinstance(v, (list, dict)):
         return json.dumps(v, separators=(",", ":"), sort_keys=True, default=str)
     if isinstance(v, str):
-        if "\n" in v or v.startswith('"') or v != v.strip() or v == "":
+        # a JSON string (ASCII only) where the text holds a control or format character: the note
+        # reads back the raw text, and `git log` shows `\u001b`, never an escape sequence
+        if "\n" in v or v.startswith('"') or v != v.strip() or v == "" or needs_escaping(v, keep=""):
             return json.dumps(v)
         return v
     if isinstance(v, bool):
