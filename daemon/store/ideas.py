@@ -18,7 +18,7 @@ from typing import Any
 from autoresearchd.store.notes import BEST_DECISIONS, Lease, Note, Status
 from autoresearchd.store.refs import IDEA_BRANCHES
 from autoresearchd.store.trailers import TRAILER_KEYS, Trailers, parse_trailers
-from autoresearchd.views.safe import one_line, visible
+from autoresearchd.inert import one_line, visible
 
 ORIGINS = ("seed", "exploit", "explore", "human", "greedy", "best_of_n", "baseline", "confirm")
 

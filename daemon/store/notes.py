@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from autoresearchd import defaults
 # notes are read by plain `git log` (notes.displayRef), which prints them as they are: no character a
 # terminal would obey may reach a note's text (docs/security.md, "Every byte from an idea is data")
-from autoresearchd.views.safe import needs_escaping, one_line
+from autoresearchd.inert import needs_escaping, one_line
 
 
 class Status(str, Enum):
