@@ -2,14 +2,15 @@
 GPU-hour budget, every arm's exploit_start tuned alike on tuning seeds, reported on frozen hold-out
 seeds as paired differences with 95% intervals and selection regret; sweeps of the world's knobs.
 
-    python bench/sim_fair.py --tune   [--seeds 0-19] [--grid 0.3,0.5,0.7,0.9] --tuned tuned.json
+    python bench/sim_fair.py --tune   [--seeds 0-19] [--grid 0.5,0.7,0.9] --tuned tuned.json
     python bench/sim_fair.py          [--seeds 1000-1039] --tuned tuned.json      # the hold-out table
     python bench/sim_fair.py --sweep noise|pairs|prior|dups [--seeds 1000-1019] --tuned tuned.json
 
 Arms (`--arms`, comma-separated keys of ARMS): the judge (ours: engine.judge with confirmation
 seeds; the paper's: best single run) crossed with the loop (asynchronous: the daemon's; barrier: the
 paper's), and `ours-prefix`, the default before the confirmation fix of issue 29 (the judge's noise
-estimate as it was, patched in for that arm only). The world, the clock and the arms are
+estimate as it was, patched in for that arm only; it takes the default's exploit_start, untuned).
+bench/sim_fair_tuned.json holds the values `--tune` chose on seeds 0-19 (docs/policies.md). The world, the clock and the arms are
 bench/sim_world.py, bench/sim_clock.py and bench/sim_arms.py.
 
 HOLD-OUT SEEDS 1000-1039 ARE FROZEN: nothing is tuned on them; every default and every arm's
@@ -30,13 +31,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from search_ideator import IdeatorServer  # noqa: E402
 from sim_arms import Arm, JudgeKind, LoopKind, Search  # noqa: E402
 from sim_stats import arm_table, ci95, fmt_ci, fmt_paired, md, paired  # noqa: E402
-from sim_world import Knobs, TimedWorld, applied  # noqa: E402
+from sim_world import CALIBRATED_NOISE_SD, Knobs, TimedWorld, applied  # noqa: E402
 
 from autoresearchd.engine import judge  # noqa: E402
 
 TUNING = range(0, 20)
 HOLDOUT = range(1000, 1040)
-GRID = (0.3, 0.5, 0.7, 0.9)        # distinct exploit batches at 30 ideas, batch 5: 5, 15, 20, 25 of 30
+# exploit_start values giving distinct exploit batches at 30 ideas, batch 5: 15, 20 and 25 of epoch 1
+# (0.6 and 0.8 round down to the same batches as 0.5 and 0.7); 0.3 (5 of 30) was left out for time
+GRID = (0.5, 0.7, 0.9)
 ARMS = {
     "ours": Arm(LoopKind.ASYNC, JudgeKind.OURS),
     "paper": Arm(LoopKind.BARRIER, JudgeKind.PAPER),
@@ -45,7 +48,7 @@ ARMS = {
     "ours-prefix": Arm(LoopKind.ASYNC, JudgeKind.OURS),
 }
 PREFIX = {"ours-prefix"}
-SWEEPS = {"noise": ("noise_sd", (0.005, 0.01, 0.02)), "pairs": ("n_pairs", (60, 600, 3000)),
+SWEEPS = {"noise": ("noise_sd", (CALIBRATED_NOISE_SD, 0.01, 0.02)), "pairs": ("n_pairs", (60, 600, 3000)),
           "prior": ("prior_signal", (0.25, 0.5, 1.0)), "dups": ("dup_scale", (0.5, 1.0, 2.0))}
 
 
