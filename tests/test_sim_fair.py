@@ -5,6 +5,7 @@ openai provider, daemon job list and judge, against the simulated ideator over l
 from __future__ import annotations
 
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -134,3 +135,24 @@ def test_the_cli_never_tunes_on_the_hold_out_seeds():
     p = subprocess.run([sys.executable, str(ROOT / "bench" / "sim_fair.py"), "--tune", "--seeds", "1000-1001"],
                        capture_output=True, text=True, check=False)
     assert p.returncode == 2 and "frozen hold-out" in p.stderr
+
+
+def test_the_cli_prints_a_sweep_with_paired_differences_against_the_paper(tmp_path):
+    tuned = tmp_path / "tuned.json"
+    tuned.write_text('{"ours": 0.7, "paper": 0.9}')
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "sim_fair.py"), "--sweep", "noise", "--seeds", "1000",
+                        "--arms", "ours,paper", "--budget-h", "2", "--tuned", str(tuned)],
+                       capture_output=True, text=True, check=False, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "exploit_start per arm: {'ours': 0.7, 'paper': 0.9}" in p.stdout
+    rows = [ln for ln in p.stdout.splitlines() if ln.startswith("| noise_sd = ")]
+    assert [r.split(" | ")[1] for r in rows] == ["ours", "paper"] * 3
+    assert all(r.endswith("| — |") for r in rows[1::2]) and all(" [" in r for r in rows[0::2])
+
+
+def test_the_earlier_simulator_takes_a_seed_noise_and_counts_searches_with_no_best():
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "search_sim.py"), "--seeds", "1", "--budget", "20",
+                        "--jobs", "1", "--noise-sd", "0.02", "--variants", "evolutionary (ours)"],
+                       capture_output=True, text=True, check=False, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert re.search(r"^searches that reported no best: evolutionary \(ours\) [01]/1$", p.stdout, re.M)

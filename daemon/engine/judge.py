@@ -248,9 +248,10 @@ def fill_baseline(note: Note, idea: Idea | None, pop: Population, manifest, poli
 
 def noise_estimate(pop: Population, idea: Idea, fresh: list[float] | None,
                    policy_cfg) -> tuple[float | None, float | None, int | None]:
-    """(std for a single run, std for a confirmed mean, dof or None) for `decide`. By default the
-    seed noise is measured on the baseline's seeds (and, for a confirmation, the idea's fresh seeds).
-    With `noise_pool` every idea's confirmation seeds add to it: a few baseline seeds give a noisy
+    """(std for a single run, std for a confirmed mean, dof or None) for `decide`. By default a single
+    run's margin uses the baseline's seeds, and a confirmation's the noise pooled over the baseline's
+    seeds, every earlier confirmation's fresh seeds and its own (dof None only when it has no fresh
+    seed). With `noise_pool` the single run's margin is pooled too: a few baseline seeds give a noisy
     estimate of the noise (with 3, it is off by half or more one search in three), and a margin built
     on an overestimate demotes real gains while the t quantile for 2 degrees of freedom (4.3) keeps
     the margin wide long after the noise is well known."""
