@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from search_ideator import IdeatorServer  # noqa: E402
 from sim_arms import Arm, JudgeKind, LoopKind, Search  # noqa: E402
-from sim_stats import arm_table, ci95, fmt_ci, fmt_paired, md, paired  # noqa: E402
+from sim_stats import arm_table, ci95, contrast_table, fmt_ci, fmt_paired, md, paired  # noqa: E402
 from sim_world import CALIBRATED_NOISE_SD, Knobs, TimedWorld, applied  # noqa: E402
 
 from autoresearchd.engine import judge  # noqa: E402
@@ -172,7 +172,13 @@ def main(argv=None) -> int:
                     help="wall minutes of one proposal round, LLM and implementation (default 5)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     ap.add_argument("--log", help="append one JSON line per finished search to this file")
+    ap.add_argument("--from-log", help="print the hold-out tables of a --log file of a hold-out run")
     a = ap.parse_args(argv)
+    if a.from_log:
+        res = by_arm([json.loads(line) for line in open(a.from_log) if line.strip()])
+        print(f"{len(next(iter(res.values())))} world seeds (from {a.from_log})")
+        print(arm_table(res, ref="paper") + "\n\n" + contrast_table(res))
+        return 0
     a.seeds = seeds_arg(a.seeds) if a.seeds else list(TUNING if a.tune else HOLDOUT)
     if not a.tune and set(a.seeds) & set(TUNING) and a.tuned:
         print("note: reporting on tuning seeds", file=sys.stderr)
@@ -193,7 +199,8 @@ def main(argv=None) -> int:
         if a.sweep:
             sweep(a, base, tuned)
         else:
-            print(arm_table(by_arm(compare(a, base, tuned, Knobs())), ref="paper"))
+            res = by_arm(compare(a, base, tuned, Knobs()))
+            print(arm_table(res, ref="paper") + "\n\n" + contrast_table(res))
     print(f"{time.monotonic() - t0:.0f} s wall, {a.jobs} process(es)")
     return 0
 

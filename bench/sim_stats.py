@@ -60,3 +60,25 @@ def arm_table(res: dict[str, list[dict]], ref: str | None = None) -> str:
             row.append("—" if name == ref else fmt_paired(paired(runs, res[ref], "true_best")))
         rows.append(row)
     return md(head, rows)
+
+
+# The paired contrasts the hold-out report prints: (a, b, what a - b isolates)
+CONTRASTS = (("ours", "paper", "our default against the paper's rule"),
+             ("ours", "paper-async", "the judge, in the asynchronous loop"),
+             ("ours-barrier", "paper", "the judge, in the barrier loop"),
+             ("ours", "ours-barrier", "the loop, with our judge"),
+             ("paper-async", "paper", "the loop, with the paper's judge"),
+             ("ours", "ours-prefix", "the confirmation fix of issue 29"))
+
+
+def contrast_table(res: dict[str, list[dict]]) -> str:
+    """Paired differences (a - b per world seed, mean and 95% interval) of the true effect of the
+    reported best, the selection regret and the wall-clock hours, for the contrasts both arms ran."""
+    rows = []
+    for a, b, what in CONTRASTS:
+        if a in res and b in res:
+            rows.append([f"{a} − {b}", what] + [fmt_paired(paired(res[a], res[b], k), f)
+                                                  for k, f in (("true_best", "{:+.4f}"), ("regret", "{:+.4f}"),
+                                                               ("wall_h", "{:+.2f}"))])
+    return md(["paired difference", "isolates", "true effect of reported best", "selection regret",
+               "wall-clock h"], rows)
