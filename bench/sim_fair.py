@@ -144,18 +144,26 @@ def by_arm(res: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
+def sweep_table(title: str, res: list[dict]) -> str:
+    """One row per (world, arm): true effect, selection regret, searches with no best, and the paired
+    differences against the paper's rule and (for ours) against ours before the confirmation fix."""
+    rows = []
+    for label in dict.fromkeys(r["knobs"] for r in res):
+        arms = by_arm([r for r in res if r["knobs"] == label])
+        ref, pre = arms.get("paper"), arms.get("ours-prefix")
+        for k, runs in arms.items():
+            rows.append([label, k, fmt_ci([r["true_best"] for r in runs]), fmt_ci([r["regret"] for r in runs]),
+                         f"{sum(r['no_best'] for r in runs)}/{len(runs)}",
+                         "—" if ref is None or k == "paper" else fmt_paired(paired(runs, ref, "true_best")),
+                         fmt_paired(paired(runs, pre, "true_best")) if k == "ours" and pre else "—"])
+    return md([title, "arm", "true effect of reported best", "selection regret", "no best reported",
+               "minus paper (paired, 95%)", "minus ours-prefix (paired, 95%)"], rows)
+
+
 def sweep(a, base: dict, tuned: dict) -> None:
     field, values = SWEEPS[a.sweep]
-    rows = []
-    for v in values:
-        res = by_arm(compare(a, base, tuned, Knobs(**{field: v})))
-        ref = res.get("paper")
-        for k, runs in res.items():
-            rows.append([f"{field} = {v}", k, fmt_ci([r["true_best"] for r in runs]),
-                         fmt_ci([r["regret"] for r in runs]), f"{sum(r['no_best'] for r in runs)}/{len(runs)}",
-                         "—" if ref is None or k == "paper" else fmt_paired(paired(runs, ref, "true_best"))])
-    print(md([a.sweep, "arm", "true effect of reported best", "selection regret", "no best reported",
-              "minus paper (paired, 95%)"], rows))
+    res = [r for v in values for r in compare(a, base, tuned, Knobs(**{field: v}))]
+    print(sweep_table(a.sweep, res))
 
 
 def main(argv=None) -> int:
@@ -172,10 +180,14 @@ def main(argv=None) -> int:
                     help="wall minutes of one proposal round, LLM and implementation (default 5)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     ap.add_argument("--log", help="append one JSON line per finished search to this file")
-    ap.add_argument("--from-log", help="print the hold-out tables of a --log file of a hold-out run")
+    ap.add_argument("--from-log", help="print the tables of a --log file (a hold-out run or a sweep)")
     a = ap.parse_args(argv)
     if a.from_log:
-        res = by_arm([json.loads(line) for line in open(a.from_log) if line.strip()])
+        rows = [json.loads(line) for line in open(a.from_log) if line.strip()]
+        if len({r["knobs"] for r in rows}) > 1:          # a sweep's log
+            print(sweep_table("world", rows))
+            return 0
+        res = by_arm(rows)
         print(f"{len(next(iter(res.values())))} world seeds (from {a.from_log})")
         print(arm_table(res, ref="paper") + "\n\n" + contrast_table(res))
         return 0
