@@ -145,9 +145,11 @@ def test_the_cli_prints_a_sweep_with_paired_differences_against_the_paper(tmp_pa
                        capture_output=True, text=True, check=False, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "exploit_start per arm: {'ours': 0.7, 'paper': 0.9}" in p.stdout
-    rows = [ln for ln in p.stdout.splitlines() if ln.startswith("| noise_sd = ")]
-    assert [r.split(" | ")[1] for r in rows] == ["ours", "paper"] * 3
-    assert all(r.endswith("| — |") for r in rows[1::2]) and all(" [" in r for r in rows[0::2])
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in p.stdout.splitlines()
+            if ln.startswith(("| noise_sd=", "| default world"))]
+    assert [r[0] for r in rows] == ["noise_sd=0.0039"] * 2 + ["default world"] * 2 + ["noise_sd=0.02"] * 2
+    assert [r[1] for r in rows] == ["ours", "paper"] * 3
+    assert all(r[5] == "—" for r in rows[1::2]) and all(re.match(r"[-+]\d\.\d{4} \[", r[5]) for r in rows[0::2])
 
 
 def test_the_earlier_simulator_takes_a_seed_noise_and_counts_searches_with_no_best():
