@@ -12,6 +12,13 @@ LEASE_VERSION = 1
 # A lock file left by a git process that was killed (kill -9 of the daemon's process group, OOM, power
 # loss) would block that ref forever. Git holds a ref lock for milliseconds, so one this old is stale.
 STALE_LOCK_S = 10.0
+# The receive-side git config `init`/`start` write into the research repo, each only where the repo
+# (or the user's global config) sets nothing for it (docs/security.md, "A push is data"): every pushed
+# object is checked by fsck (a tree entry named `..` or `.git`, a malformed commit or a `.gitmodules`
+# with an option-like URL is refused), and one push brings at most 256 MiB (idea branches are small
+# changes on the baseline; a bigger push is refused before it fills the disk).
+RECEIVE_CONFIG = {"receive.fsckObjects": "true", "receive.maxInputSize": str(256 * 1024 * 1024)}
+"""key -> value written into the research repo's config unless already set."""
 
 # Closing a repo handle waits this long for its persistent `git cat-file` processes to exit after
 # their stdin closes (they exit at once), then kills them: a closed handle leaves no process behind.
@@ -200,3 +207,32 @@ def local_trial_root(repo_path: str) -> str:
 
 
 LOCAL_TRIAL_ROOT = "~/.cache/autoresearchd/trials"
+
+# Compute and resources (runners/limits.sh, runners/limits.py, engine/judge.py; docs/security.md
+# "Compute and resources are part of the rule").
+COMPUTE_CAP = 1.25
+"""An idea's trial may use at most this many times the baseline's median compute per trial (CPU
+seconds of run and evaluation from the kernel; GPU seconds where env.gpus > 0), else its note is
+`over_budget` and it is never promoted. Room for the measurement's noise (CPU time under load varies
+by some percent), not for training longer. Manifest key `compute_cap`; 0 turns the check off."""
+TRIAL_MEM_SHARE = 0.8
+"""Share of a host's memory (or of the cgroup the runner's shell runs in, if smaller) split evenly
+among its slots: a trial's default memory limit (manifest `mem_mb` overrides it). The rest is the
+daemon's and the system's."""
+TRIAL_PIDS_PER_CPU = 256
+"""A trial's default process (and thread) limit is this many per host CPU, split among the host's
+slots (manifest `max_pids` overrides it): room for data-loader workers and their threads, none for a
+fork bomb."""
+TRIAL_MIN_PIDS = 512
+"""... and never fewer than this many processes (a small host's trial still starts its threads)."""
+TRIAL_OPEN_FILES = 4096
+"""A trial's default open-file limit per process (manifest `max_open_files`), at most the host's
+hard limit."""
+GPU_SAMPLE_S = 1.0
+"""How often a GPU trial's GPUs are sampled (nvidia-smi utilization.gpu) for its GPU seconds."""
+
+# The split evaluation (issue 26, docs/security.md "A model is code"): what one model-runner group may
+# write, in MB (the manifest's `model_output_mb`). The kernel enforces it per file (RLIMIT_FSIZE, set
+# inside the model runner's sandbox) and trial.sh checks the group's total after. 256 MB holds a
+# group of tinygpt's float32 logits (512 x 128 x 256 x 4 bytes = 67 MB) with room to spare.
+MODEL_OUTPUT_MB = 256
