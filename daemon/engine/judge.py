@@ -290,7 +290,8 @@ def noise_estimate(pop: Population, idea: Idea, fresh: list[float] | None,
         # earlier confirmations' fresh seeds, its own), not the baseline's k seeds alone: with 3 seeds
         # the std is off by half or more one search in three and t(3 dof) = 3.18, so where the baseline
         # overestimated the noise no gain cleared the margin and a whole search at seed noise 0.02
-        # ended with no confirmed best (5 of 20, bench/sim_fair.py). The single-run margin is unchanged.
+        # ended with no confirmed best (5 of 20, bench/search_sim.py --noise-sd 0.02). The single-run
+        # margin is unchanged.
         std, dof = pooled_noise([b.values] + repeat_groups(pop, exclude=idea.commit) + [fresh])
         return b.std, std, dof
     groups = [b.values] + repeat_groups(pop, exclude=idea.commit) + ([fresh] if fresh else [])
