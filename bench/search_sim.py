@@ -260,7 +260,8 @@ class Run:
                     self._track(idea)
         best = self.true[self.pick.commit] if self.pick else 0.0
         self.m.update(true_best=best, opt=self.opt, share_of_opt=best / self.opt if self.opt else 0.0,
-                      reached_90=self.m["trials_to_90"] is not None, trials=self.trials)
+                      reached_90=self.m["trials_to_90"] is not None, trials=self.trials,
+                      no_best=self.pick is None)
         if self.m["trials_to_90"] is None:
             self.m["trials_to_90"] = self.budget
         return self.m
@@ -387,7 +388,11 @@ def main(argv=None) -> int:
     ap.add_argument("--from-log", help="print the table of a --log file (the seeds every variant finished)")
     ap.add_argument("--prompt-sizes", action="store_true",
                     help="also print the largest ideation prompt per epoch (tokens) of each variant")
+    ap.add_argument("--noise-sd", type=float,
+                    help="the world's seed noise instead of its fixed 0.01 (issue 29's sensitivity check)")
     a = ap.parse_args(argv)
+    if a.noise_sd is not None:
+        W.NOISE_SD = a.noise_sd       # read at every trial; forked workers inherit it
     if a.from_log:
         res = from_log(a.from_log)
         print(f"{len(next(iter(res.values())))} world seeds (from {a.from_log})")
@@ -409,6 +414,8 @@ def main(argv=None) -> int:
           f"{time.monotonic() - t0:.0f} s wall")
     print(table(res))
     print(model_shares(res))
+    print("searches that reported no best: " + ", ".join(
+        f"{name} {sum(r['no_best'] for r in runs)}/{len(runs)}" for name, runs in res.items()))
     if a.prompt_sizes:
         print(prompt_sizes(res))
     return 0

@@ -114,6 +114,7 @@ NOISE_MULT = 2.0             # promotions by less than this many baseline stds n
 CONFIRM_SEEDS = 2
 # noise_pool: the seed noise behind every margin is pooled over the baseline's seeds and the confirmation
 # seeds of every idea confirmed so far (engine/judge.noise_estimate), not the baseline's seeds alone.
+# A confirmation's margin is pooled either way (issue 29); this switch adds a single run's margin.
 # Off: on the search simulator it did not find more (docs/policies.md).
 NOISE_POOL = False
 # A would-be new best is confirmed (confirm_seeds fresh runs) only when its single run beats the best

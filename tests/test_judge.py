@@ -99,6 +99,51 @@ def test_identical_seeds_are_compared_at_the_notes_precision():
     assert not identical_seeds([1.0096645353, 1.0096645354]) and not identical_seeds([fresh])
 
 
+def test_a_confirmation_pools_every_measured_repeat_so_an_overestimated_baseline_cannot_block_it(tmp_path):
+    """Issue 29: at seed noise 0.02 the default ended 5 of 20 simulated searches with no confirmed best.
+    Where the baseline's 3 seeds overstate the noise (here std 0.04 against a real 0.02, which 3 seeds
+    do about one search in six), a confirmation judged on them alone (t(3 dof) = 3.18 times a std
+    pooled with the baseline's) demoted a gain its fresh seeds show plainly, again and again. The
+    confirmation now pools the unselected repeats the search has measured (earlier confirmations'
+    fresh seeds), as real evidence of the same noise; seed 0, selected for looking good, stays out."""
+    import statistics
+
+    from test_policies import ENV, Pop
+
+    from autoresearchd.config import PolicyCfg
+    from autoresearchd.engine.judge import build_note
+    from autoresearchd.store.notes import Note, format_note
+    from autoresearchd.store.refs import NOTES_REF
+
+    def note(repo, commit, idea_id, values, decision=None):
+        trials = [trial(s, value=v) for s, v in enumerate(values)]
+        repo.note_write(NOTES_REF, commit, format_note(Note(
+            status=Status.SUCCEEDED, idea_id=idea_id, metric="val_loss", value=statistics.fmean(values),
+            std=statistics.stdev(values), values=values, decision=decision, trials=trials,
+            seeds=list(range(len(values))))))
+
+    p = Pop(tmp_path, baseline=None)
+    note(p.repo, p.base, "baseline", [3.28, 3.32, 3.24])            # std 0.04: twice the real noise
+    for j, fresh in enumerate([[3.27, 3.30], [3.29, 3.26], [3.31, 3.28], [3.26, 3.29], [3.30, 3.27]]):
+        c = p.add(f"e000-demo{j:04d}", f"demoted idea {j}")            # five earlier confirmations
+        note(p.repo, c, f"e000-demo{j:04d}", [3.24] + fresh, decision="demoted")
+    cand = p.add("e001-gain0001", "a real gain of 0.06")
+    pop = p.read()
+    idea = pop.by_commit[cand]
+    seeds = [trial(0, value=3.21), trial(1, value=3.225), trial(2, value=3.215)]
+    cfg = PolicyCfg()
+    assert cfg.noise_pool is False                                   # the default, where the search failed
+    # pooled over 8 degrees of freedom: 2.31 * 0.026 * 0.91 = 0.055 against a fresh lead of 0.06
+    assert build_note(seeds, idea, pop, ENV, cfg, confirmed=True).decision == "confirmed"
+    # with no earlier repeats the baseline's seeds are all there is (3.18 * 0.033 * 0.91 = 0.096): demoted,
+    # which is also what the default decided above before the fix, whatever the earlier repeats said
+    lone = Pop(tmp_path / "lone", baseline=None)
+    note(lone.repo, lone.base, "baseline", [3.28, 3.32, 3.24])
+    c = lone.add("e001-gain0001", "a real gain of 0.06")
+    lpop = lone.read()
+    assert build_note(seeds, lpop.by_commit[c], lpop, ENV, cfg, confirmed=True).decision == "demoted"
+
+
 def test_a_notes_compute_fields_are_totals_over_every_seed_of_one_scope():
     """wall_s, cpu_s and gpu_s of a note are each the sum over its trials (issue 27 item 4: the
     baseline's wall_s was seed 0's while its cpu_s summed every seed's wall time)."""

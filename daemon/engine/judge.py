@@ -275,15 +275,25 @@ def fill_baseline(note: Note, idea: Idea | None, pop: Population, manifest, poli
 
 def noise_estimate(pop: Population, idea: Idea, fresh: list[float] | None,
                    policy_cfg) -> tuple[float | None, float | None, int | None]:
-    """(std for a single run, std for a confirmed mean, dof or None) for `decide`. By default the
-    seed noise is measured on the baseline's seeds (and, for a confirmation, the idea's fresh seeds).
-    With `noise_pool` every idea's confirmation seeds add to it: a few baseline seeds give a noisy
+    """(std for a single run, std for a confirmed mean, dof or None) for `decide`. By default a single
+    run's margin uses the baseline's seeds, and a confirmation's the noise pooled over the baseline's
+    seeds, every earlier confirmation's fresh seeds and its own (dof None only when it has no fresh
+    seed). With `noise_pool` the single run's margin is pooled too: a few baseline seeds give a noisy
     estimate of the noise (with 3, it is off by half or more one search in three), and a margin built
     on an overestimate demotes real gains while the t quantile for 2 degrees of freedom (4.3) keeps
     the margin wide long after the noise is well known."""
     b = pop.baseline_note
     if not policy_cfg.noise_pool:
-        return b.std, pooled_std(fresh, b.values) if fresh else None, None
+        if not fresh:
+            return b.std, None, None
+        # A confirmation pools every unselected repeat the search has measured (the baseline's seeds,
+        # earlier confirmations' fresh seeds, its own), not the baseline's k seeds alone: with 3 seeds
+        # the std is off by half or more one search in three and t(3 dof) = 3.18, so where the baseline
+        # overestimated the noise no gain cleared the margin and a whole search at seed noise 0.02
+        # ended with no confirmed best (5 of 20, bench/search_sim.py --noise-sd 0.02). The single-run
+        # margin is unchanged.
+        std, dof = pooled_noise([b.values] + repeat_groups(pop, exclude=idea.commit) + [fresh])
+        return b.std, std, dof
     groups = [b.values] + repeat_groups(pop, exclude=idea.commit) + ([fresh] if fresh else [])
     std, dof = pooled_noise(groups)
     if std is None:          # a single baseline seed and nothing repeated yet: the baseline's own

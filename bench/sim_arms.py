@@ -1,0 +1,275 @@
+"""One search of bench/sim_fair.py on G slots, in the asynchronous loop (the daemon's) or the barrier
+loop (the paper's), judged by the daemon's rule (noise-aware, confirmation seeds) or the paper's (one
+run each, the best single run wins). Budgets are GPU-hours.
+
+What runs the daemon's own code, and what does not (and why):
+- **Which job runs next** is `engine.loop.Daemon.jobs` itself (with `engine.plan`'s `seeds_needed`,
+  `missing_seeds`, `order_key`), called on a real `Population` of `Idea`s with real `Lease`s: the
+  baseline's seeds first, confirmations ahead of new ideas, oldest ideas first.
+- **When a result is complete and what it means** follows `engine.collect.Dispatcher._maybe_finish`
+  (every needed seed in, then `engine.judge.build_note`, with `confirmed` for a pending idea) and the
+  backfill (`engine.judge.fill_baseline` on results that came before the baseline's last seed). Those
+  two methods read and write git notes and leases through the ledger, so their few lines are mirrored
+  here rather than called; the judging they call is the real one.
+- **When to propose** mirrors `Daemon._maybe_refill` (want = free slots + queue_buffer - ideas ready,
+  one proposal round at a time, later epochs only once the baseline is measured), which needs the
+  daemon's threads, implementer and dispatcher. Proposals are the real policy's, through the real
+  openai provider, to the simulated ideator over local HTTP.
+- **The budget** (`max_gpu_hours`): the daemon stops proposing once it is spent; here, in addition, no
+  new idea starts once it is spent (both loops alike), while the confirmation seeds of a pending idea
+  still run, as the daemon waits for them before it is settled. GPU-hours used are reported.
+The paper's rule is not the daemon's code: it is written here (`_paper_decision`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+from enum import Enum
+from types import SimpleNamespace
+
+import search_world as W
+from search_ideator import Ideator
+from sim_clock import Clock
+from sim_world import TimedWorld
+
+from autoresearchd import policies
+from autoresearchd.config import LLMCfg, PolicyCfg, Price
+from autoresearchd.engine.judge import build_note, fill_baseline
+from autoresearchd.engine.loop import Daemon
+from autoresearchd.engine.plan import baseline_complete, seeds_needed
+from autoresearchd.llm.openai_provider import OpenAIProvider
+from autoresearchd.manifest import EnvManifest
+from autoresearchd.store.ideas import Idea, make_idea_id
+from autoresearchd.store.notes import Lease, Note, Status, Trial
+from autoresearchd.store.population import Population
+from autoresearchd.store.trailers import Trailers
+
+ENV = EnvManifest(name="sim", run="true", metric="val_loss", goal="min", time_budget_s=600,
+                  context="Improve the training recipe of a small language model.")
+SIM = dict(ideas_per_epoch=30, batch=5, max_parents=30)   # the paper's 80/10/100, scaled to the budget
+MAX_STALLS = 10        # proposal rounds in a row with nothing new: the search stops proposing
+BASE = "b" * 40
+
+
+class LoopKind(Enum):
+    ASYNC = "async"        # the daemon's: the queue is refilled batch by batch as slots free up
+    BARRIER = "barrier"    # the paper's: an epoch's ideas all proposed before any of their results
+
+
+class JudgeKind(Enum):
+    OURS = "ours"          # engine.judge: baseline_seeds, noise margins, confirmation seeds, dedupe
+    PAPER = "paper"        # one baseline run, one run per idea, the best single run wins, no dedupe
+
+
+@dataclass(frozen=True)
+class Arm:
+    loop: LoopKind
+    judge: JudgeKind
+    overrides: tuple = ()            # PolicyCfg overrides, as (name, value) pairs
+
+    @property
+    def name(self) -> str:
+        over = ", ".join(f"{k}={v}" for k, v in self.overrides)
+        return f"{self.judge.value} judge, {self.loop.value} loop" + (f" ({over})" if over else "")
+
+
+def _sha(*parts) -> str:
+    return hashlib.sha1(repr(parts).encode()).hexdigest()
+
+
+class Search:
+    """One search in one world. `go()` returns its metrics. Run it under sim_world.applied(knobs)."""
+
+    def __init__(self, srv, world: TimedWorld, arm: Arm, budget_h: float, slots: int, latency_h: float):
+        self.w, self.arm, self.budget_h, self.latency_h = world, arm, budget_h, latency_h
+        self.paper = arm.judge is JudgeKind.PAPER
+        over = dict(arm.overrides)
+        if self.paper:
+            over.update(baseline_seeds=1, confirm_seeds=0)
+        self.cfg = cfg = PolicyCfg(name="evolutionary", seed=world.seed, **{**SIM, **over})
+        if self.paper:
+            cfg.duplicate_threshold = 101.0        # token_set_ratio never exceeds 100: no dedupe
+        self.policy = policies.get("evolutionary")(cfg)
+        self.ideator = srv.ideator = Ideator(world.w)
+        srv.ideators = {"sim-ideator": self.ideator}
+        self.llm = OpenAIProvider(LLMCfg(provider="openai", base_url=srv.base_url, model="sim-ideator",
+                                         max_retries=0, prices={"sim-ideator": Price(input=1.0, output=4.0)}))
+        self.clock = Clock(slots)
+        self.rng = random.Random(f"trials-{world.seed}")
+        self.ideas: list[Idea] = []
+        self.techs: dict[str, frozenset] = {}
+        self.bnote: Note | None = None
+        self.bleases: list[Lease] = []
+        self.proposing = False
+        self.stalls = 0
+        self.ran: set[frozenset] = set()
+        self.m = dict(duplicates_run=0, implement_failed=0, crashed=0, confirm_trials=0, usd=0.0)
+        # Daemon.jobs reads only cfg.policy and cfg.daemon.human_priority from its loop
+        self._shim = SimpleNamespace(cfg=SimpleNamespace(policy=cfg, daemon=SimpleNamespace(human_priority=True)))
+
+    def pop(self) -> Population:
+        return Population(list(self.ideas), BASE, self.bnote, baseline_leases=list(self.bleases))
+
+    def spent(self) -> bool:
+        return self.clock.gpu_h >= self.budget_h
+
+    # -- dispatch: the daemon's own job list and order ----------------------------------------------
+    def _dispatch(self) -> None:
+        if not self.clock.free():
+            return
+        for job in Daemon.jobs(self._shim, self.pop()):
+            if not self.clock.free():
+                return
+            if job.purpose != "confirm" and self.spent():
+                continue
+            techs = self.techs[job.commit] if job.idea is not None else frozenset()
+            hours = self.w.gpu_hours(techs, self.rng)
+            lz = Lease(trial_id=job.trial_id, seed=job.seed, runner="sim", host="sim", slot="gpu",
+                       purpose=job.purpose, started=self.clock.now, heartbeat=self.clock.now)
+            (job.idea.leases if job.idea is not None else self.bleases).append(lz)
+            self.m["confirm_trials"] += job.purpose == "confirm"
+            self.clock.start(hours, (job, lz, hours))
+
+    # -- results: Dispatcher._maybe_finish and backfill, mirrored -----------------------------------
+    def _finished(self, job, lz: Lease, hours: float) -> None:
+        techs = self.techs[job.commit] if job.idea is not None else frozenset()
+        v = self.w.run(techs, self.rng)
+        if v is None:
+            self.m["crashed"] += 1
+        lz.state = "done"
+        lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, value=v, wall_s=hours * 3600, gpus=1,
+                          status=Status.SUCCEEDED if v is not None else Status.FAILED,
+                          exit_code=None if v is not None else 1,
+                          error=None if v is not None else "Traceback: RuntimeError: CUDA error")
+        idea = job.idea
+        if idea is None:
+            trials = (self.bnote.trials if self.bnote else []) + [lz.result]
+            self.bleases.remove(lz)
+            self.bnote = build_note(trials, None, self.pop(), ENV, self.cfg)
+            self.bnote.seeds_planned = self.cfg.baseline_seeds
+            if baseline_complete(self.bnote):
+                self._backfill()
+            return
+        note = idea.note
+        needed = seeds_needed(note, "idea", self.cfg.baseline_seeds, self.cfg.confirm_seeds)
+        results = {t.seed: t for t in (note.trials if note else [])}
+        for x in idea.leases:
+            if x.state == "done" and x.result is not None:
+                results.setdefault(x.seed, x.result)
+        if not all(s in results for s in needed):
+            return
+        confirming = note is not None and note.decision == "pending"
+        idea.leases = [x for x in idea.leases if x.state == "running"]
+        new = build_note(list(results.values()), idea, self.pop(), ENV, self.cfg, confirmed=confirming)
+        if self.paper:
+            new.decision = self._paper_decision(new)
+        idea.note = new
+
+    def _backfill(self) -> None:
+        pop = self.pop()
+        for i in self.ideas:
+            n = i.note
+            if n is not None and n.status == Status.SUCCEEDED and n.decision is None and not self.paper:
+                fill_baseline(n, i, pop, ENV, self.cfg)
+
+    def _paper_decision(self, note: Note) -> str | None:
+        """The paper: the best single run so far (and better than the baseline's one run) wins."""
+        if note.status != Status.SUCCEEDED:
+            return None
+        prior = [i.note.value for i in self.ideas if i.value is not None]
+        if self.bnote is not None and self.bnote.value is not None:
+            prior.append(self.bnote.value)
+        return "promoted" if all(note.value < x for x in prior) else None
+
+    # -- proposals: Daemon._maybe_refill, mirrored -------------------------------------------------------
+    def _refill(self) -> None:
+        if self.proposing or self.spent() or self.stalls >= MAX_STALLS:
+            return
+        pop = self.pop()
+        if self.bnote is None and pop.max_epoch() >= 0:
+            return                # epoch 0 is proposed once; later epochs need the measured baseline
+        epoch, done = self.policy.cursor(pop)
+        if self.arm.loop is LoopKind.ASYNC:
+            want = self.clock.free() + self.cfg.queue_buffer - len(pop.queued())
+            if want <= 0:
+                return
+            n = max(want, self.cfg.batch)
+        else:
+            # the barrier: every result of the epoch so far is in (pending confirmations included)
+            if pop.queued() or pop.running() or any(i.note is not None and i.note.decision == "pending"
+                                                    for i in self.ideas):
+                return
+            if self.ideas and not (self.bnote and baseline_complete(self.bnote)):
+                return
+            n = self.cfg.ideas_per_epoch - done
+        props = self.policy.propose(pop, n, ENV, self.llm)
+        self.proposing = True
+        self.clock.later(self.latency_h, props)
+
+    def _arrived(self, props) -> None:
+        self.proposing = False
+        if not any(p.dropped_reason is None for p in props):
+            self.stalls += 1             # only duplicates: the ideator is saturated
+            return
+        self.stalls = 0
+        for p in props:
+            self.m["usd"] += p.cost_usd
+            commit = _sha(self.w.seed, len(self.ideas), p.text)
+            idea = Idea(idea_id=make_idea_id(p.text, p.epoch, commit[:6]), commit=commit, title=p.title,
+                        text=p.text, origin=p.origin, parents=p.parents, epoch=p.epoch,
+                        base_commit=p.base_commit, committed_at=len(self.ideas),
+                        trailers=Trailers(idea_model=p.model))
+            if p.dropped_reason:
+                idea.note = Note(status=Status.DUPLICATE, duplicate_of=p.duplicate_of, error=p.dropped_reason)
+                self.ideas.append(idea)
+                continue
+            techs = frozenset(self.ideator.techs(p.text)) | self.techs.get(p.base_commit or "", frozenset())
+            self.techs[commit] = techs
+            if not techs or self.w.w.implement_fails(techs, self.rng):
+                self.m["implement_failed"] += 1
+                idea.note = Note(status=Status.IMPLEMENT_FAILED, error="the diff did not apply after 2 revisions")
+            else:
+                idea.branch = f"autoresearch/{idea.idea_id}"
+                if techs in self.ran:
+                    self.m["duplicates_run"] += 1
+                self.ran.add(techs)
+            self.ideas.append(idea)
+
+    # -- the search ---------------------------------------------------------------------------------
+    def go(self) -> dict:
+        while True:
+            self._dispatch()
+            self._refill()
+            if not self.clock.pending():
+                break
+            for kind, payload in self.clock.advance():
+                if kind == "trial":
+                    self._finished(*payload)
+                else:
+                    self._arrived(payload)
+        return self._metrics()
+
+    def reported(self) -> Idea | None:
+        """What the search reports as its best: ours, the daemon's `Population.best(confirmed=True)`;
+        the paper, its best single run if it beat the baseline's."""
+        pop = self.pop()
+        if not self.paper:
+            return pop.best(ENV.goal, confirmed=True)
+        ran = [i for i in self.ideas if i.value is not None]
+        top = min(ran, key=lambda i: i.value, default=None)
+        b = self.bnote.value if self.bnote else None
+        return top if top is not None and (b is None or top.value < b) else None
+
+    def _metrics(self) -> dict:
+        true = {c: self.w.true_effect(t) for c, t in self.techs.items()}
+        ran = [true[i.commit] for i in self.ideas if i.value is not None]
+        pick = self.reported()
+        best = true[pick.commit] if pick is not None else 0.0
+        best_run = max([0.0] + ran)         # the baseline (0) is always a valid report
+        opt = self.w.w.optimum()
+        return {**self.m, "true_best": best, "best_run": best_run, "regret": best_run - best,
+                "no_best": pick is None, "share_of_opt": best / opt if opt else 0.0,
+                "gpu_h": self.clock.gpu_h, "wall_h": self.clock.now, "util": self.clock.utilisation(),
+                "ideas_run": len(ran), "noise_sd": W.NOISE_SD}

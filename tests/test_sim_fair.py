@@ -1,0 +1,160 @@
+"""The fair search benchmark (bench/sim_fair.py, issue 29 section 1): its world's knobs, trial costs and
+learning curves, its clock of G slots, and short real searches of each arm through the real policy,
+openai provider, daemon job list and judge, against the simulated ideator over local HTTP."""
+
+from __future__ import annotations
+
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import search_world as W  # noqa: E402
+import sim_fair  # noqa: E402
+from search_ideator import IdeatorServer  # noqa: E402
+from sim_arms import Arm, JudgeKind, LoopKind, Search  # noqa: E402
+from sim_clock import Clock  # noqa: E402
+from sim_world import TRIAL_GPU_H, Knobs, TimedWorld, applied  # noqa: E402
+
+from autoresearchd.engine import judge  # noqa: E402
+
+
+def test_every_curve_shape_ends_at_the_fixed_worlds_effect_and_the_reversing_ones_change_sign():
+    w = TimedWorld(3)
+    kinds = {}
+    for t, (kind, _, _, _) in enumerate(w.shape):
+        if w.w.effect[t] == 0.0:
+            assert w.effect_at([t], 0.1) == 0.0 and w.effect_at([t], 1.0) == 0.0    # a no-op stays one
+            continue
+        kinds.setdefault(kind, []).append(t)
+        assert w.effect_at([t], 1.0) == pytest.approx(w.w.effect[t], abs=1e-12)
+    assert set(kinds) == {"early", "late", "reverse"}
+    for t in kinds["early"]:
+        assert abs(w.effect_at([t], 0.5)) >= 0.5 * abs(w.w.effect[t])        # most of it shows early
+    for t in kinds["late"]:
+        assert w.effect_at([t], 0.5) == pytest.approx(0.5 * w.w.effect[t])     # linear in t
+    for t in kinds["reverse"]:
+        early = w.effect_at([t], min(0.05, w.shape[t][1]))
+        assert early * w.w.effect[t] < 0, (t, early, w.w.effect[t])             # the opposite sign early
+    # an idea's curve (interactions included) ends where the fixed world's true effect is
+    pair = next(iter(w.w.pairs))
+    assert w.effect_at(pair, 1.0) == pytest.approx(w.true_effect(pair), abs=1e-12)
+    c = w.curve(pair, random.Random(0), points=8)
+    assert len(c["t"]) == len(c["value"]) == 8 and c["t"][-1] == 1.0
+    assert c["value"][0] > c["value"][-1]          # the loss falls with training
+
+
+def test_knobs_apply_to_one_search_and_are_restored():
+    before = (W.NOISE_SD, W.N_PAIRS, W.PRIOR_SIGNAL, W.DUP_START, W.DUP_PER_CALL, W.DUP_MAX)
+    with applied(Knobs(noise_sd=0.02, n_pairs=600, prior_signal=1.0, dup_scale=2.0)):
+        assert (W.NOISE_SD, W.N_PAIRS, W.PRIOR_SIGNAL) == (0.02, 600, 1.0)
+        assert W.DUP_START == pytest.approx(2 * before[3])
+        assert len(W.World.make(5).pairs) == 600
+        vals = [W.World.make(5).run([], random.Random(j)) for j in range(400)]
+    assert (W.NOISE_SD, W.N_PAIRS, W.PRIOR_SIGNAL, W.DUP_START, W.DUP_PER_CALL, W.DUP_MAX) == before
+    sd = (sum((v - W.BASELINE) ** 2 for v in vals) / len(vals)) ** 0.5
+    assert 0.017 < sd < 0.023
+    assert Knobs().label() == "default world" and Knobs(noise_sd=0.02).label() == "noise_sd=0.02"
+
+
+def test_trial_costs_vary_by_technique_and_jitter_per_run():
+    w = TimedWorld(1)
+    slow = [t for t, c in enumerate(w.cost) if c > 1]
+    assert 0.05 < len(slow) / len(w.cost) < 0.3
+    rng = random.Random(0)
+    base = [w.gpu_hours([], rng) for _ in range(200)]
+    assert all(0.95 * TRIAL_GPU_H <= h <= 1.05 * TRIAL_GPU_H for h in base)
+    assert min(w.gpu_hours([slow[0]], rng) for _ in range(50)) > 1.04 * TRIAL_GPU_H
+
+
+def test_the_clock_runs_g_trials_at_once_and_counts_gpu_hours():
+    c = Clock(2)
+    c.start(1.0, "a")
+    c.start(3.0, "b")
+    assert c.free() == 0
+    with pytest.raises(AssertionError):
+        c.start(1.0, "c")
+    c.later(0.5, "proposal")
+    assert c.advance() == [("arrival", "proposal")] and c.now == 0.5
+    assert c.advance() == [("trial", "a")] and c.now == 1.0 and c.free() == 1
+    c.start(2.0, "c")                           # ends with b: both come back, in the order they started
+    assert c.advance() == [("trial", "b"), ("trial", "c")] and c.now == 3.0
+    assert c.gpu_h == 6.0 and c.utilisation() == pytest.approx(1.0) and not c.pending()
+
+
+@pytest.fixture(scope="module")
+def srv():
+    with IdeatorServer() as s:
+        yield s
+
+
+@pytest.mark.parametrize("loop", list(LoopKind))
+@pytest.mark.parametrize("kind", list(JudgeKind))
+def test_a_short_search_of_every_arm_spends_its_gpu_hours_and_reports_its_regret(srv, loop, kind):
+    with applied(Knobs()):
+        r = Search(srv, TimedWorld(2), Arm(loop, kind), budget_h=3.0, slots=3, latency_h=5 / 60).go()
+        again = Search(srv, TimedWorld(2), Arm(loop, kind), budget_h=3.0, slots=3, latency_h=5 / 60).go()
+    assert r == again                                       # deterministic: a world seed is a fixed search
+    assert r["gpu_h"] >= 3.0 and r["ideas_run"] >= 10
+    assert 0 < r["util"] <= 1 and r["wall_h"] >= r["gpu_h"] / 3
+    assert r["regret"] >= 0 and r["best_run"] >= r["true_best"]
+    assert not r["no_best"] or r["true_best"] == 0.0
+    if kind is JudgeKind.PAPER:
+        assert r["confirm_trials"] == 0
+        # nothing but new ideas: one trial of one GPU each, so the budget is overshot by at most G trials
+        assert r["gpu_h"] < 3.0 + 3 * 2.0 * TRIAL_GPU_H * 1.05
+
+
+def test_the_barrier_waits_for_its_epoch_and_the_async_loop_keeps_its_slots_busy(srv):
+    with applied(Knobs()):
+        a = Search(srv, TimedWorld(4), Arm(LoopKind.ASYNC, JudgeKind.PAPER), 6.0, 4, 5 / 60).go()
+        b = Search(srv, TimedWorld(4), Arm(LoopKind.BARRIER, JudgeKind.PAPER), 6.0, 4, 5 / 60).go()
+    # a proposal round of 5 minutes against 10-minute trials: the barrier idles its slots while the
+    # last trials of an epoch finish and while the next epoch is proposed; the asynchronous loop
+    # proposes while its trials run (with rounds longer than a trial it is the other way round:
+    # docs/policies.md, "The fair search benchmark")
+    assert a["util"] > b["util"] > 0.5 and a["wall_h"] < b["wall_h"]
+
+
+def test_the_before_fix_arm_patches_the_judge_for_its_own_search_only():
+    assert judge.noise_estimate is sim_fair._ORIGINAL
+    with sim_fair.before_fix(True):
+        assert judge.noise_estimate is sim_fair._noise_estimate_before_fix
+    assert judge.noise_estimate is sim_fair._ORIGINAL
+    r = sim_fair.one(("ours-prefix", 0.7, 2, Knobs(), 3.0, 3, 5 / 60))
+    assert r["arm"] == "ours-prefix" and judge.noise_estimate is sim_fair._ORIGINAL
+
+
+def test_the_cli_never_tunes_on_the_hold_out_seeds():
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "sim_fair.py"), "--tune", "--seeds", "1000-1001"],
+                       capture_output=True, text=True, check=False)
+    assert p.returncode == 2 and "frozen hold-out" in p.stderr
+
+
+def test_the_cli_prints_a_sweep_with_paired_differences_against_the_paper(tmp_path):
+    tuned = tmp_path / "tuned.json"
+    tuned.write_text('{"ours": 0.7, "paper": 0.9}')
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "sim_fair.py"), "--sweep", "noise", "--seeds", "1000",
+                        "--arms", "ours,paper", "--budget-h", "2", "--tuned", str(tuned)],
+                       capture_output=True, text=True, check=False, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "exploit_start per arm: {'ours': 0.7, 'paper': 0.9}" in p.stdout
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in p.stdout.splitlines()
+            if ln.startswith(("| noise_sd=", "| default world"))]
+    assert [r[0] for r in rows] == ["noise_sd=0.0039"] * 2 + ["default world"] * 2 + ["noise_sd=0.02"] * 2
+    assert [r[1] for r in rows] == ["ours", "paper"] * 3
+    assert all(r[5] == "—" for r in rows[1::2]) and all(re.match(r"[-+]\d\.\d{4} \[", r[5]) for r in rows[0::2])
+
+
+def test_the_earlier_simulator_takes_a_seed_noise_and_counts_searches_with_no_best():
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "search_sim.py"), "--seeds", "1", "--budget", "20",
+                        "--jobs", "1", "--noise-sd", "0.02", "--variants", "evolutionary (ours)"],
+                       capture_output=True, text=True, check=False, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert re.search(r"^searches that reported no best: evolutionary \(ours\) [01]/1$", p.stdout, re.M)
