@@ -1,0 +1,219 @@
+"""Knobs: the manifest's [[env.knobs]] (every validation rule), the knobs file a commit carries
+(every way it can be wrong, each refused by the gate with a note before anything runs), the variables
+a trial gets, and tinygpt's knobs (declared baselines equal the code's defaults)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import TOY_EVAL, run_until_settled, write_config
+
+from autoresearchd.manifest import ManifestError, parse_manifest
+from autoresearchd.tune.knobs import KNOBS_FILE, KnobFileError, knob_env, parse_values
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAD = "[env]\nrun = 'x'\nmetric = 'v'\n"
+
+
+def knobs(*tables: str):
+    return parse_manifest(HEAD + "".join(f"[[env.knobs]]\n{t}\n" for t in tables)).knobs
+
+
+GOOD = [
+    ("name = 'lr'\nlow = 1e-4\nhigh = 1e-2\nlog = true\nbaseline = 1e-3", "lr", "AUTORESEARCH_KNOB_LR"),
+    ("name = 'width'\ntype = 'int'\nlow = 64\nhigh = 192\nstep = 32\nbaseline = 128", "width", "AUTORESEARCH_KNOB_WIDTH"),
+    ("name = 'act'\ntype = 'categorical'\nchoices = ['gelu', 'relu']\nbaseline = 'gelu'", "act", "AUTORESEARCH_KNOB_ACT"),
+]
+
+
+@pytest.mark.parametrize("table,name,env", GOOD)
+def test_valid_knobs(table, name, env):
+    (k,) = knobs(table)
+    assert k.name == name and k.env == env
+
+
+# every rule of Knob._valid, each with the phrase its error names
+BAD = [
+    ("name = 'LR'\nlow = 0.1\nhigh = 1.0\nbaseline = 0.5", "lower-case letters"),
+    ("name = '1x'\nlow = 0.1\nhigh = 1.0\nbaseline = 0.5", "lower-case letters"),
+    ("name = 'a-b'\nlow = 0.1\nhigh = 1.0\nbaseline = 0.5", "lower-case letters"),
+    ("name = 'x'\nlow = 1.0\nhigh = 1.0\nbaseline = 1.0", "low < high"),
+    ("name = 'x'\nhigh = 1.0\nbaseline = 1.0", "low < high"),
+    ("name = 'x'\nlow = 0.0\nhigh = 1.0\nlog = true\nbaseline = 0.5", "log-scale knob needs low > 0"),
+    ("name = 'x'\nlow = 0.1\nhigh = 1.0\nbaseline = 2.0", "outside"),
+    ("name = 'x'\nlow = 0.1\nhigh = 1.0\nbaseline = 'big'", "must be a number"),
+    ("name = 'x'\ntype = 'int'\nlow = 0\nhigh = 10\nbaseline = 2.5", "whole"),
+    ("name = 'x'\ntype = 'int'\nlow = 0\nhigh = 10\nstep = 3\nbaseline = 3", "grid"),
+    ("name = 'x'\ntype = 'int'\nlow = 0\nhigh = 9\nstep = 3\nbaseline = 4", "grid"),
+    ("name = 'x'\nlow = 0.0\nhigh = 1.0\nstep = 0.1\nbaseline = 0.5", "int knobs only"),
+    ("name = 'x'\nlow = 0.0\nhigh = 1.0\nchoices = [1, 2]\nbaseline = 0.5", "categorical knobs only"),
+    ("name = 'x'\ntype = 'categorical'\nchoices = ['a']\nbaseline = 'a'", "two or more"),
+    ("name = 'x'\ntype = 'categorical'\nchoices = ['a', 'b']\nlow = 0\nhigh = 1\nbaseline = 'a'", "no low/high/log"),
+    ("name = 'x'\ntype = 'categorical'\nchoices = ['a', 'b']\nbaseline = 'c'", "not one of choices"),
+    ("name = 'x'\ntype = 'float32'\nlow = 0\nhigh = 1\nbaseline = 0", "type"),
+    ("name = 'x'\nlow = 0\nhigh = 1\nbaseline = 0\nvia = 'file'", "via"),
+]
+
+
+@pytest.mark.parametrize("table,phrase", BAD)
+def test_invalid_knobs_are_refused_with_the_reason(table, phrase):
+    with pytest.raises(ManifestError) as e:
+        knobs(table)
+    assert phrase in str(e.value) and "knobs" in str(e.value)
+
+
+def test_a_knob_declared_twice_is_refused():
+    with pytest.raises(ManifestError, match="declared twice"):
+        knobs("name = 'x'\nlow = 0\nhigh = 1\nbaseline = 0", "name = 'x'\nlow = 0\nhigh = 2\nbaseline = 0")
+
+
+M = parse_manifest(HEAD + "".join(f"[[env.knobs]]\n{t}\n" for t, _, _ in GOOD))
+
+# every way a knobs file can be wrong
+BAD_FILES = [
+    (b"{not json", "not valid JSON"),
+    (b"\xff\xfe", "not valid JSON"),
+    (b"[1, 2]", "JSON object"),
+    (b'{"depth": 3}', "not a knob the manifest declares"),
+    (b'{"lr": 1.0}', "outside"),
+    (b'{"lr": "0.001"}', "not a number"),
+    (b'{"lr": true}', "not a number"),
+    (b'{"lr": NaN}', "not a number"),
+    (b'{"width": 96.5}', "whole number"),
+    (b'{"act": "swish"}', "not one of"),
+    (b'{"lr": "$(touch /tmp/x)"}', "not a number"),
+]
+
+
+@pytest.mark.parametrize("data,phrase", BAD_FILES)
+def test_invalid_knob_files_are_refused(data, phrase):
+    with pytest.raises(KnobFileError, match=None) as e:
+        parse_values(data, M)
+    assert phrase in str(e.value)
+
+
+def test_knob_values_become_exact_variables():
+    vals = parse_values(b'{"lr": 0.0023, "width": 96, "act": "relu"}', M)
+    env = knob_env(M, vals)
+    assert env == {"AUTORESEARCH_KNOB_LR": "0.0023", "AUTORESEARCH_KNOB_WIDTH": "96", "AUTORESEARCH_KNOB_ACT": "relu"}
+    assert float(env["AUTORESEARCH_KNOB_LR"]) == 0.0023   # repr: bit-identical when read back
+
+
+def test_trial_env_passes_knobs_to_run_quoted():
+    from autoresearchd.runners.protocol import Slot, TrialSpec
+    from autoresearchd.runners.trialdir import trial_env
+    spec = TrialSpec("t", "c" * 40, 0, M, b"", knobs={"AUTORESEARCH_KNOB_ACT": "a b'$(x)"})
+    text = trial_env(spec, Slot("local", "0"), "/usr/bin", 10, 10, {})
+    line = next(ln for ln in text.splitlines() if ln.startswith("AR_KNOBS="))
+    # bash reads the array back to exactly the value given: nothing in it is expanded
+    out = subprocess.run(["bash", "-c", line + '\nprintf "%s" "${AR_KNOBS[0]}"'], capture_output=True, text=True)
+    assert out.stdout == "AUTORESEARCH_KNOB_ACT=a b'$(x)"
+
+
+KNOB_MANIFEST = """[env]
+name = "knobby"
+run = "python3 run.py"
+evaluate = "python3 evaluate.py"
+metric = "score"
+goal = "min"
+time_budget_s = 30
+eval_budget_s = 30
+frozen = ["evaluate.py"]
+artifacts = ["out.txt"]
+
+[[env.knobs]]
+name = "x"
+low = -2.0
+high = 2.0
+baseline = 1.5
+"""
+KNOB_RUN = """import os
+x = float(os.environ.get("AUTORESEARCH_KNOB_X", "1.5"))
+open("out.txt", "w").write(str(x * x))
+"""
+
+
+def test_pushed_knob_files_run_or_are_rejected_by_the_gate(tmp_path, make_repo):
+    """A person may push a knobs file too (tuning by hand): a valid one runs with its values, an
+    invalid one is rejected with a note naming the problem, before anything runs."""
+    repo = make_repo({".autoresearch.toml": KNOB_MANIFEST, "run.py": KNOB_RUN, "evaluate.py": TOY_EVAL}, "research")
+    ok = _commit_file(repo, "me/half", '{"x": 0.5}\n')
+    bad = {}
+    for name, text in {"range": '{"x": 7}', "unknown": '{"y": 1}', "json": "{"}.items():
+        bad[name] = _commit_file(repo, f"me/{name}", text)
+    pop = run_until_settled(write_config(tmp_path, repo), timeout=120)
+    assert pop.by_commit[ok].note.value == pytest.approx(0.25)
+    assert pop.baseline_value == pytest.approx(2.25)
+    for name, phrase in {"range": "outside", "unknown": "not a knob", "json": "not valid JSON"}.items():
+        n = pop.by_commit[bad[name]].note
+        assert n.status == "rejected" and KNOBS_FILE in n.error and phrase in n.error, n.error
+        assert not n.trials
+
+
+def _commit_file(repo: Path, branch: str, text: str) -> str:
+    from conftest import git
+    wt = repo.parent / f"wt-{branch.replace('/', '-')}"
+    git(repo, "worktree", "add", "-q", "-b", f"idea/{branch}", str(wt), "main")
+    (wt / KNOBS_FILE).write_text(text)
+    git(wt, "add", KNOBS_FILE)
+    git(wt, "commit", "-qm", f"knobs {branch}")
+    sha = git(wt, "rev-parse", "HEAD").strip()
+    git(repo, "worktree", "remove", "--force", str(wt))
+    return sha
+
+
+# -- tinygpt ---------------------------------------------------------------------------------------
+TINY = ROOT / "envs" / "tinygpt"
+
+
+def test_tinygpt_knob_baselines_are_the_code_defaults():
+    """At the knobs' baseline values the run is the untuned baseline: the declared `baseline` of each
+    knob equals train.py's Config default, and exporting those values changes no field."""
+    pytest.importorskip("torch", reason="tinygpt's train.py needs torch (the `tinygpt` extra)")
+    m = parse_manifest((TINY / ".autoresearch.toml").read_text())
+    assert {k.name for k in m.knobs} == {"lr", "warmup_steps", "weight_decay", "n_embd"}
+    code = f"""
+import json, sys
+sys.path.insert(0, {str(TINY)!r})
+import train
+m = json.loads(sys.argv[1])
+d = train.Config()
+assert set(train.KNOBS) == set(m), (train.KNOBS, m)
+for k, v in m.items():
+    assert getattr(d, k) == v and type(getattr(d, k)) is type(v), (k, getattr(d, k), v)
+env = {{n: t for n, t in json.loads(sys.argv[2]).items()}}
+assert train.apply_knobs(train.Config(), env) == d
+moved = train.apply_knobs(train.Config(), {{"AUTORESEARCH_KNOB_LR": "0.002", "AUTORESEARCH_KNOB_N_EMBD": "96"}})
+assert (moved.lr, moved.n_embd) == (0.002, 96)
+print("ok")
+"""
+    import json
+    base = {k.name: k.baseline for k in m.knobs}
+    env = knob_env(m, base)
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(base), json.dumps(env)], capture_output=True,
+                         text=True, cwd=TINY, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_tuning_without_optuna_says_how_to_install_it(tmp_path, make_repo):
+    """[tune] enabled with Optuna missing: the daemon refuses to start with a ConfigError naming the
+    `tune` extra (Optuna is hidden from the child process, as if not installed)."""
+    repo = make_repo({".autoresearch.toml": KNOB_MANIFEST, "run.py": KNOB_RUN, "evaluate.py": TOY_EVAL}, "research")
+    cfg = write_config(tmp_path, repo, "[tune]\nenabled = true\n")
+    code = f"""
+import sys
+sys.modules["optuna"] = None          # import optuna now raises ImportError
+from autoresearchd.app import build_daemon
+from autoresearchd.config import ConfigError, load_config
+try:
+    build_daemon(load_config({str(cfg)!r}), with_llm=False)
+except ConfigError as e:
+    print("ConfigError:", e)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert "ConfigError:" in out.stdout and "autoresearchd[tune]" in out.stdout, out.stdout + out.stderr
