@@ -181,11 +181,16 @@ class Daemon:
         def work():
             from autoresearchd.llm import BudgetExhausted, LLMError
             try:
+                if self.tuner is not None and hasattr(self.policy, "prompts"):   # the LLM sees the tuning
+                    from autoresearchd.tune.surface import prompt_block
+                    self.policy.prompts.tuning = prompt_block(pop, self.research.manifest)
                 proposals = self.policy.propose(pop, n, self.research.manifest, self.llm)
                 cap = self.cfg.daemon.max_epochs
                 for prop in proposals:
                     if cap is not None and prop.epoch >= cap:
                         continue      # a batch that ran past the last epoch is not started
+                    if self.tuner is not None and prop.dropped_reason is None and self.tuner.router.route(pop, prop):
+                        continue      # a knobs-only idea: a tuned commit, no implementation
                     idea_id = self.implementer.record_proposal(prop)
                     if idea_id and prop.dropped_reason is None:
                         self._submit_implementation(idea_id)

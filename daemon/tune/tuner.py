@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import threading
 from enum import Enum
 from typing import Any
 
@@ -71,8 +73,9 @@ def make_sampler(name: str, seed: int, manifest: EnvManifest, startup: int):
 
 
 def study_members(pop, study: str) -> list[Idea]:
-    """The tuned commits of a study, by trial number (only the daemon's own: a push keeps no trailers)."""
-    mine = [i for i in pop.ideas if i.origin == "tune" and i.trailers.tune_study == study]
+    """The tuned commits of a study, by trial number: the tuner's and the LLM's knobs-only ideas routed
+    to it (only the daemon's own: a pushed commit keeps no trailers)."""
+    mine = [i for i in pop.ideas if i.trailers.tune_study == study]
     return sorted(mine, key=lambda i: i.trailers.tune_trial or 0)
 
 
@@ -126,6 +129,8 @@ class Tuner:
 
     def __init__(self, research, cfg):
         self.research, self.cfg, self.repo = research, cfg, research.repo
+        self._lock = threading.Lock()           # the tick and the proposing worker both write trials
+        self.router = Router(self)
         require_optuna()
         if not research.manifest.knobs:
             log.warning("[tune] is enabled but the manifest declares no [[env.knobs]]: nothing to tune")
@@ -174,8 +179,9 @@ class Tuner:
                 s = rebuild(pop, m, study, self.t.sampler, self.t.seed, self.t.startup_trials)
                 trial = s.ask(distributions(m))
                 params = rounded(m, trial.params)
-                number = max((i.trailers.tune_trial or 0 for i in members), default=0) + 1
-                branch = self.write(study, commit, root, params, number)
+                with self._lock:
+                    number = self._next_number(study)
+                    branch = self.write(study, commit, root, params, number)
                 if branch is None:
                     break
                 out.append(branch)
@@ -186,9 +192,20 @@ class Tuner:
                 pop = _with(pop, members[-1])
         return out
 
-    def write(self, study: str, base: str, root: Idea | None, params: dict[str, Any], number: int) -> str | None:
-        """The tuned commit: `base`'s tree with the knobs file set, on idea/tune/<study>/<number>."""
+    def _next_number(self, study: str) -> int:
+        """The study's next trial number, from the daemon's marks in git (not from a population read
+        before a slow LLM call: the tick and the proposing worker may both add a trial)."""
+        pat = re.compile(re.escape(IDEAS_PREFIX + study) + r"-t(\d+)$")
+        return max((int(mt.group(1)) for ref in self.repo.refs(IDEAS_PREFIX) if (mt := pat.match(ref))),
+                   default=0) + 1
+
+    def write(self, study: str, base: str, root: Idea | None, params: dict[str, Any], number: int,
+              sampler: str | None = None, title: str | None = None, body: str | None = None,
+              extra: dict[str, Any] | None = None) -> str | None:
+        """The tuned commit: `base`'s tree with the knobs file set, on idea/tune/<study>/<number>.
+        `extra`: trailer fields (a routed LLM idea keeps its origin, epoch, parents and spend)."""
         m = self.research.manifest
+        sampler = sampler or self.t.sampler
         idea_id = f"{study}-t{number}"
         branch = f"{IDEA_BRANCHES}tune/{study}/{number}"
         if self.repo.rev_parse(IDEAS_PREFIX + idea_id):
@@ -196,17 +213,46 @@ class Tuner:
         values = {**commit_values(self.repo, base, m), **params}
         tree = self.repo.tree_with_files(base, {KNOBS_FILE: values_file(values)})
         shown = ", ".join(f"{k}={_fmt(v)}" for k, v in params.items())
-        title = f"tune {study} #{number}: {shown}"
-        body = (f"Trial {number} of the study on {study}'s knobs, suggested by Optuna's {self.t.sampler} sampler. "
-                f"The code is {base[:10]}'s; only {KNOBS_FILE} changes.")
-        tr = _trailers(study, self.t.sampler, number, params)
+        title = title or f"tune {study} #{number}: {shown}"
+        body = body or (f"Trial {number} of the study on {study}'s knobs, suggested by Optuna's {sampler} sampler. "
+                        f"The code is {base[:10]}'s; only {KNOBS_FILE} changes.")
+        tr = _trailers(study, sampler, number, params)
         tr = tr.model_copy(update={"parents": (root.idea_id,) if root is not None else (),
-                                   "epoch": root.epoch if root is not None else 0, "base": base})
+                                   "epoch": root.epoch if root is not None else 0, "base": base, **(extra or {})})
         commit = self.repo.commit_tree(tree, [base], format_message(title, body, tr))
         self.repo.update_ref(IDEAS_PREFIX + idea_id, commit)    # the mark first: it makes the trailers count
         self.repo.update_ref(branch, commit)
         log.info("tuned trial %s: %s", idea_id, shown)
         return branch
+
+
+KNOBS_LINE = re.compile(r"\[Code Changes\]\s*Knobs:\s*(?P<pairs>[^\n]+?)\s*$")
+
+
+def knobs_only(text: str, m: EnvManifest) -> dict[str, Any] | None:
+    """The knob values of an idea whose [Code Changes] is only a `Knobs: name=value, ...` line, all of
+    them declared knobs at valid values; None for any other idea (it goes to the implementer)."""
+    mt = KNOBS_LINE.search(text.strip())
+    if mt is None or not m.knobs:
+        return None
+    out: dict[str, Any] = {}
+    for pair in mt.group("pairs").split(","):
+        name, eq, raw = pair.partition("=")
+        k = m.knob(name.strip().strip("`"))
+        if not eq or k is None:
+            return None
+        raw = raw.strip().strip("`")
+        if k.type == KnobType.CATEGORICAL:
+            v = next((c for c in k.choices if str(c) == raw), None)
+        else:
+            try:
+                v = int(raw) if k.type == KnobType.INT else float(raw)
+            except ValueError:
+                return None
+        if v is None or k.check(v):
+            return None
+        out[k.name] = v
+    return out or None
 
 
 def rounded(manifest: EnvManifest, params: dict[str, Any]) -> dict[str, Any]:
@@ -219,6 +265,39 @@ def rounded(manifest: EnvManifest, params: dict[str, Any]) -> dict[str, Any]:
             v = min(max(float(f"{v:.6g}"), k.low), k.high)
         out[name] = v
     return out
+
+
+class Router:
+    """Hands a knobs-only LLM idea to the tuner: a tuned commit of the study its base belongs to, the
+    LLM's values a trial of that study (Tune-Sampler: llm), with no implementation spent on it."""
+
+    def __init__(self, tuner: Tuner):
+        self.tuner = tuner
+
+    def route(self, pop, prop) -> str | None:
+        """The branch written for `prop`, or None when it is not a knobs-only idea."""
+        t = self.tuner
+        m = t.research.manifest
+        values = knobs_only(prop.text, m)
+        if values is None:
+            return None
+        base = prop.base_commit or pop.baseline_commit
+        on = pop.by_commit.get(base)
+        if on is not None and on.trailers.tune_study:
+            study = on.trailers.tune_study            # a tuned parent: the same study, from its values
+        else:
+            study = on.idea_id if on is not None else BASELINE_STUDY
+        values = {**commit_values(t.repo, base, m), **values}
+        extra = {"origin": prop.origin, "epoch": prop.epoch, "parents": tuple(prop.parents), "model": prop.model,
+                 "idea_model": prop.model, "idea_cost_usd": prop.cost_usd or None, "cost_usd": prop.cost_usd or None,
+                 "idea_tokens": prop.tokens or None, "tokens": prop.tokens or None,
+                 "prompt_hash": getattr(prop, "prompt_hash", None)}
+        with t._lock:
+            branch = t.write(study, base, None, values, t._next_number(study), sampler="llm",
+                             title=prop.title, body=prop.text, extra=extra)
+        if branch:
+            log.info("knobs-only idea %r routed to the tuner (study %s): no implementation", prop.title, study)
+        return branch
 
 
 def _fmt(v) -> str:
