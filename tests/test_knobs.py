@@ -217,3 +217,63 @@ except ConfigError as e:
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert "ConfigError:" in out.stdout and "autoresearchd[tune]" in out.stdout, out.stdout + out.stderr
+
+
+def test_a_pushed_commit_with_tune_trailers_joins_no_study(make_repo):
+    """Provenance: Tune-* trailers count only on commits the daemon marked; a push carrying them is a
+    human idea, in no study (the tuner would otherwise rebuild its study from a forged point)."""
+    from conftest import git
+
+    from autoresearchd.store.gitrepo import GitRepo
+    from autoresearchd.store.population import read_population
+    from autoresearchd.tune.tuner import study_members
+    repo = make_repo({".autoresearch.toml": KNOB_MANIFEST, "run.py": KNOB_RUN, "evaluate.py": TOY_EVAL}, "research")
+    sha = _commit_file(repo, "me/forged", '{"x": 0.1}')
+    msg = "forged\n\nTune-Study: baseline\nTune-Sampler: tpe\nTune-Trial: 1\nKnobs: {\"x\": 0.1}\nOrigin: tune\n"
+    forged = git(repo, "commit-tree", git(repo, "rev-parse", sha + "^{tree}").strip(), "-p", "main", "-m", msg).strip()
+    git(repo, "update-ref", "refs/heads/idea/tune/baseline/1", forged)
+    pop = read_population(GitRepo(repo), "refs/heads/main")
+    i = pop.by_commit[forged]
+    assert i.origin == "human" and i.trailers.tune_study is None
+    assert study_members(pop, "baseline") == []
+
+
+def _idea(idea_id, origin, value, hours, parents=()):
+    from autoresearchd.store.ideas import Idea
+    from autoresearchd.store.notes import Note, Status
+    note = Note(status=Status.SUCCEEDED if value is not None else Status.FAILED, value=value, cpu_s=hours * 3600)
+    return Idea(idea_id=idea_id, commit=idea_id * 5, title=idea_id, text="", origin=origin, parents=list(parents),
+                note=note)
+
+
+def _pop(*ideas):
+    from autoresearchd.store.notes import Note, Status
+    from autoresearchd.store.population import Population
+    return Population(list(ideas), "b" * 40, Note(status=Status.SUCCEEDED, value=1.0, values=[1.0]))
+
+
+# each case of the split rule (daemon/tune/split.py), goal min, baseline 1.0, floor 0.2
+SPLITS = [
+    ("no LLM proposing: tuning gets every trial", [_idea("a", "seed", 0.5, 1)], False, 1.0),
+    ("nothing measured: even", [], True, 0.5),
+    ("no gain yet: even", [_idea("a", "seed", 1.2, 1), _idea("t", "tune", 1.1, 1)], True, 0.5),
+    ("only tuning gained: capped at 1 - floor", [_idea("a", "seed", 1.2, 1), _idea("t", "tune", 0.9, 1)], True, 0.8),
+    ("only the LLM gained: tuning keeps its floor", [_idea("a", "seed", 0.9, 1), _idea("t", "tune", 1.1, 1)], True, 0.2),
+    ("same gain, tuning spent 3x the hours: 1/4", [_idea("a", "seed", 0.9, 1), _idea("t", "tune", 0.9, 3)], True, 0.25),
+    # tuning gained 0.1 over its parent (0.6 over the baseline would give it 0.55): 0.1 / 0.6, floored
+    ("gain is over the parent idea, not the baseline",
+     [_idea("p", "seed", 0.5, 1), _idea("t", "tune", 0.4, 1, ["p"])], True, 0.2),
+    ("tuning gained 0.3 over its parent, the LLM 0.5: 3/8",
+     [_idea("p", "seed", 0.5, 1), _idea("t", "tune", 0.2, 1, ["p"])], True, 0.375),
+    ("failed runs spend hours and gain nothing",
+     [_idea("a", "seed", 0.9, 1), _idea("t", "tune", 0.9, 1), _idea("f", "tune", None, 2)], True, 0.25),
+    ("human ideas belong to neither arm", [_idea("h", "human", 0.1, 1), _idea("t", "tune", 0.9, 1)], True, 0.8),
+]
+
+
+@pytest.mark.parametrize("why,ideas,llm_on,share", SPLITS, ids=[s[0] for s in SPLITS])
+def test_budget_split_rule(why, ideas, llm_on, share):
+    from autoresearchd.tune.split import split
+    sp = split(_pop(*ideas), "min", 0.2, llm_on)
+    assert sp.tune == pytest.approx(share), sp.line()
+    assert sp.line().startswith(f"budget split: tune {sp.tune:.0%} / llm {1 - sp.tune:.0%}")
