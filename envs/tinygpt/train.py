@@ -133,19 +133,6 @@ class GPT(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
-# The manifest's knobs ([[env.knobs]] in .autoresearch.toml): a tuner sets them through these
-# variables. Absent, the Config default holds, which must stay equal to the knob's `baseline` there.
-KNOBS = {"lr": float, "warmup_steps": int, "weight_decay": float, "n_embd": int}
-
-
-def apply_knobs(cfg: Config, env=os.environ) -> Config:
-    for name, cast in KNOBS.items():
-        v = env.get("AUTORESEARCH_KNOB_" + name.upper())
-        if v not in (None, ""):
-            setattr(cfg, name, cast(v))
-    return cfg
-
-
 def configure_optimizer(model: GPT, cfg: Config):
     # weight decay on matrices only, not on biases, norms or embeddings' rows of 1-D params
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -174,6 +161,19 @@ def seed_everything(seed: int) -> torch.Generator:
     np.random.seed(seed)
     torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
+
+
+# The manifest's knobs ([[env.knobs]] in .autoresearch.toml): a tuner sets them through these
+# variables. Absent, the Config default holds, which must stay equal to the knob's `baseline` there.
+KNOBS = {"lr": float, "warmup_steps": int, "weight_decay": float, "n_embd": int}
+
+
+def apply_knobs(cfg: Config, env=os.environ) -> Config:
+    for name, cast in KNOBS.items():
+        v = env.get("AUTORESEARCH_KNOB_" + name.upper())
+        if v not in (None, ""):
+            setattr(cfg, name, cast(v))
+    return cfg
 
 
 def save_artifact(model: GPT, cfg: Config, path: str = ARTIFACT) -> None:
