@@ -323,7 +323,10 @@ class Daemon:
                     progress(self.last_pop, self.last_state)
                 if until is not None:
                     if seen != self._passes:        # git changes only through a pass (or pokes one)
-                        seen, pop = self._passes, read_population(self.repo, self.research.baseline_ref)
+                        # between ticks, not inside one: mid-tick, a harvested result may be in git
+                        # before the tuned commit the same tick writes after it (a false "settled")
+                        with self._tick_lock:
+                            seen, pop = self._passes, read_population(self.repo, self.research.baseline_ref)
                     if until(pop) and not self._proposing and not self._implementing:
                         break
         finally:
