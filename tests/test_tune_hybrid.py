@@ -93,11 +93,20 @@ def test_knobs_only_ideas_go_to_the_tuner_and_the_llm_sees_the_knobs(tmp_path, m
     # one study holds the routed point and the sampler's: trial numbers are distinct and consecutive
     nums = sorted(i.trailers.tune_trial for i in pop.ideas if i.trailers.tune_study == "baseline")
     assert nums == list(range(1, len(nums) + 1))
+    # a routed idea that became the best continues the baseline's study: no study of its own
+    assert {i.trailers.tune_study for i in pop.ideas if i.trailers.tune_study} == {"baseline"}
     # status and the dashboard's payload show the split
     from autoresearchd.views.summary import summary
     s = summary(load_config(cfg_path))
     assert s["tune"]["line"].startswith("budget split: tune ")
     assert 0 < s["tune"]["tune"] <= 1 and s["tune"]["studies"][0]["study"] == "baseline"
+    # ... and the dashboard's overview payload (what /api/overview serves) carries the same split
+    from autoresearchd.research import open_research
+    from autoresearchd.views.dashboard import Snapshot
+    cfg = load_config(cfg_path)
+    research = open_research(cfg, create=False)
+    over = Snapshot(cfg, research, pop, "v").overview()
+    assert over["tune"]["line"] == s["tune"]["line"] and over["tune"]["arms"]["tune"]["ideas"] >= 1, (over["tune"], [(i.idea_id, i.origin, i.note and i.note.cpu_s) for i in pop.ideas])
     # the prompt section, rendered on what was measured: the best tuned values and the surface lines
     m = load_manifest(GitRepo(env), "main")
     block = prompt_block(pop, m)

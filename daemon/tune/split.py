@@ -53,8 +53,6 @@ def _parent_value(pop, idea) -> float | None:
 
 def split(pop, goal: str, floor: float, llm_on: bool = True) -> Split:
     arms = {a.value: {"gain": 0.0, "hours": 0.0, "rate": 0.0, "ideas": 0} for a in Arm}
-    if not llm_on:
-        return Split(1.0, "no LLM is proposing: tuning gets every trial", arms)
     sign = 1.0 if goal == "min" else -1.0
     for i in pop.ideas:
         a = arm_of(i)
@@ -68,6 +66,8 @@ def split(pop, goal: str, floor: float, llm_on: bool = True) -> Split:
             st["gain"] = max(st["gain"], sign * (ref - i.value))
     for st in arms.values():
         st["rate"] = st["gain"] / max(st["hours"], 1 / 60)      # at least a minute: no division by ~0
+    if not llm_on:
+        return Split(1.0, "no LLM is proposing: tuning gets every trial", arms)
     total = arms["tune"]["rate"] + arms["llm"]["rate"]
     if total <= 0:
         return Split(0.5, "no gain yet: even", arms)

@@ -148,7 +148,7 @@ class Tuner:
                         key=lambda i: i.value if m.goal == "min" else -i.value)
         for i in ranked:
             root = i
-            if i.origin == "tune":
+            if i.trailers.tune_study:            # a tuned commit (the sampler's or a routed LLM idea's)
                 root = pop.by_id.get(i.trailers.tune_study) if i.trailers.tune_study != BASELINE_STUDY else None
                 if root is None and i.trailers.tune_study != BASELINE_STUDY:
                     continue
