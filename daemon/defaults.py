@@ -206,7 +206,7 @@ LOCAL_TRIAL_ROOT = "~/.cache/autoresearchd/trials"
 TUNE_ENABLED = False
 """Off by default: with `[tune] enabled = true` (and Optuna installed) the daemon also tunes knobs."""
 TUNE_SAMPLER = "tpe"
-"""Optuna's sampler for a study: `tpe` (TPESampler, constant liar) or `cmaes` (CmaEsSampler from the baseline values)."""
+"""Optuna's sampler for a study: `tpe` (TPESampler, constant liar) or `cmaes` (CmaEsSampler)."""
 TUNE_TRIALS_PER_STUDY = 20
 """Tuned trials one study (one tuned idea, or the baseline) gets at most."""
 TUNE_PARALLEL = 2

@@ -66,9 +66,8 @@ def distributions(manifest: EnvManifest) -> dict[str, Any]:
 def make_sampler(name: str, seed: int, manifest: EnvManifest, startup: int):
     optuna = require_optuna()
     if Sampler(name) == Sampler.CMAES:
-        x0 = {k.name: k.baseline for k in manifest.knobs if k.type != KnobType.CATEGORICAL}
-        return optuna.samplers.CmaEsSampler(x0=x0 or None, seed=seed, n_startup_trials=startup,
-                                            warn_independent_sampling=False)
+        # no x0 (deprecated since Optuna 4.9): the startup trials seed the search, as for TPE
+        return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=startup, warn_independent_sampling=False)
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=True)
 
 
