@@ -277,3 +277,18 @@ def test_budget_split_rule(why, ideas, llm_on, share):
     sp = split(_pop(*ideas), "min", 0.2, llm_on)
     assert sp.tune == pytest.approx(share), sp.line()
     assert sp.line().startswith(f"budget split: tune {sp.tune:.0%} / llm {1 - sp.tune:.0%}")
+
+
+def test_a_baseline_with_an_invalid_knobs_file_is_refused_at_start(tmp_path, make_repo):
+    """Ideas are gated on their knobs file; the baseline's is checked where its manifest is read, so
+    `start` refuses with the reason instead of failing every baseline seed at submit."""
+    from autoresearchd.config import ConfigError
+    from autoresearchd.research import load_manifest
+    from autoresearchd.store.gitrepo import GitRepo
+    repo = make_repo({".autoresearch.toml": KNOB_MANIFEST, "run.py": KNOB_RUN, "evaluate.py": TOY_EVAL,
+                      KNOBS_FILE: '{"x": 5}'}, "research")
+    with pytest.raises(ConfigError, match=r"\.autoresearch-knobs\.json: x=5 is outside"):
+        load_manifest(GitRepo(repo), "main")
+    ok = make_repo({".autoresearch.toml": KNOB_MANIFEST, "run.py": KNOB_RUN, "evaluate.py": TOY_EVAL,
+                    KNOBS_FILE: '{"x": 0.5}'}, "research2")
+    assert load_manifest(GitRepo(ok), "main").knob("x").baseline == 1.5
