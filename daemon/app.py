@@ -60,7 +60,7 @@ def restore_spend(provider, research: Research) -> None:
 
 
 def make_llm(cfg: Config, research: Research):
-    name, why = llm_registry.resolve_provider_name(cfg.llm)
+    name, why = llm_registry.resolve_provider_name(cfg.llm, research.manifest.name)
     try:
         cls = llm_registry.get(name)
     except KeyError as e:
@@ -117,8 +117,9 @@ def build_daemon(cfg: Config, with_llm: bool = True):
         cfg.policy.baseline_seeds = 1
     runner = make_runner(cfg, research)
     llm = note = policy = implementer = None
-    if cfg.llm.provider == "none":
-        with_llm, note = False, "none (llm.provider = none: running pushed idea branches only)"
+    name, why = llm_registry.resolve_provider_name(cfg.llm, research.manifest.name)
+    if name == "none":      # chosen, or `auto` with no key and nothing recorded to replay for this env
+        with_llm, note = False, "none (" + (why or "llm.provider = none: running pushed idea branches only") + ")"
     if with_llm:
         llm, note = make_llm(cfg, research)
         policy = make_policy(cfg)

@@ -195,25 +195,35 @@ def cmd_adopt(args, cfg) -> int:
     root = Path(args.dir or ".").resolve()
     if not root.is_dir() or (found := GitRepo.discover(root)) is None or found.path != root:
         raise ConfigError(f"{root} is not the top of a git repo; adopt works on a repo's root (git init first)")
-    p = adopt.plan(root, force=args.force)
+    tty = sys.stdin.isatty() and console.is_terminal
+    p = adopt.plan(root, force=args.force, ask=_ask_command if tty else None)
     f = p.findings
     console.print(f"training script: {f.train}; metric: {f.metric} ({f.goal}) — {f.metric_why}", markup=False, soft_wrap=True)
-    for s in f.seeds:
-        console.print(f"literal seed (honour $AUTORESEARCH_SEED instead): {s}", markup=False, soft_wrap=True)
+    for line in adopt.report_lines(f):
+        console.print(line, markup=False, soft_wrap=True)
     written = adopt.write(root, p)
     console.print(f"wrote {', '.join(written)} in {root}" +
                   (f"; kept your existing {', '.join(p.kept)}" if p.kept else ""), markup=False, soft_wrap=True)
     console.print("next:", markup=False, soft_wrap=True)
     for i, step in enumerate(adopt.next_steps(root, p, written), 1):
         console.print(f"  {i}. {step}", markup=False, soft_wrap=True)
-    ask = args.commit or (sys.stdin.isatty() and console.is_terminal and
-                          input(f"commit {len(written)} file(s) now, as they are? [y/N] ").strip().lower() == "y")
+    ask = args.commit or (tty and input(f"commit {len(written)} file(s) now, as they are? [y/N] ").strip().lower() == "y")
     if ask:
         sha = adopt.commit(root, written)
         console.print(f"committed {sha[:10]}: {', '.join(written)}", markup=False, soft_wrap=True)
     else:
         console.print("nothing committed: review, fill in, then commit yourself", markup=False, soft_wrap=True)
     return 0
+
+
+def _ask_command(f) -> int | None:
+    """On a terminal: which of the training commands found becomes `run` (Enter keeps the first)."""
+    console.print("training commands found:", markup=False)
+    for i, c in enumerate([f.command, *f.alternatives], 1):
+        console.print(f"  {i}. {c.cmd}   ({c.where}" + (f"; missing: {', '.join(c.missing)}" if c.missing else "")
+                      + ")", markup=False, highlight=False, soft_wrap=True)
+    answer = input(f"use which for `run`? [1-{len(f.alternatives) + 1}, Enter: 1] ").strip()
+    return int(answer) - 2 if answer.isdigit() and 2 <= int(answer) <= len(f.alternatives) + 1 else None
 
 
 def cmd_doctor(args, cfg) -> int:

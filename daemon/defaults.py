@@ -12,6 +12,31 @@ LEASE_VERSION = 1
 # A lock file left by a git process that was killed (kill -9 of the daemon's process group, OOM, power
 # loss) would block that ref forever. Git holds a ref lock for milliseconds, so one this old is stale.
 STALE_LOCK_S = 10.0
+# The receive-side git config `init`/`start` write into the research repo, each only where the repo
+# (or the user's global config) sets nothing for it (docs/security.md, "A push is data"): every pushed
+# object is checked by fsck (a tree entry named `..` or `.git`, a malformed commit or a `.gitmodules`
+# with an option-like URL is refused), and one push brings at most 256 MiB (idea branches are small
+# changes on the baseline; a bigger push is refused before it fills the disk).
+RECEIVE_CONFIG = {"receive.fsckObjects": "true", "receive.maxInputSize": str(256 * 1024 * 1024)}
+"""key -> value written into the research repo's config unless already set."""
+
+# receive.maxInputSize caps a push as it travels, compressed; a zlib or delta "bomb" inflates far past
+# it (a 200 KiB pack holds a 200 MiB commit message, and a delta can copy 16 MiB per 8 bytes), and the
+# daemon reads every idea's commit message and, for the gate, its changed blobs. So the pre-receive hook
+# also caps what a push adds once inflated: each commit or tag object (a message, not data), each blob
+# or tree, and all of the push's new objects together. The owner may change them with the git config
+# keys autoresearchd.pushMaxCommitBytes, autoresearchd.pushMaxObjectBytes, autoresearchd.pushMaxTotalBytes.
+PUSH_MAX_COMMIT_BYTES = 1024 * 1024
+"""Largest commit or tag object (headers and message) a push may add, in bytes."""
+PUSH_MAX_OBJECT_BYTES = 64 * 1024 * 1024
+"""Largest blob or tree a push may add, inflated, in bytes (the gate refuses files over
+implementer.max_file_bytes later; this bounds what git and the gate must read to say so)."""
+PUSH_MAX_TOTAL_BYTES = 1024 * 1024 * 1024
+"""Largest total size of the new objects of one push, inflated, in bytes."""
+PUSH_MAX_PATHS = 100_000
+"""Most paths (files and directories) the tree of a pushed commit may list: a tree that names one
+subtree many times lists exponentially many paths from a few KiB of objects (git config
+autoresearchd.pushMaxPaths)."""
 
 # Closing a repo handle waits this long for its persistent `git cat-file` processes to exit after
 # their stdin closes (they exit at once), then kills them: a closed handle leaves no process behind.
@@ -217,3 +242,32 @@ TUNE_STARTUP_TRIALS = 5
 """Random trials before TPE models the surface (Optuna's default, 10, is half a small study)."""
 TUNE_FLOOR = 0.2
 """The least share of new trials each arm (LLM ideas, tuning) gets, whatever its record (split.py)."""
+
+# Compute and resources (runners/limits.sh, runners/limits.py, engine/judge.py; docs/security.md
+# "Compute and resources are part of the rule").
+COMPUTE_CAP = 1.25
+"""An idea's trial may use at most this many times the baseline's median compute per trial (CPU
+seconds of run and evaluation from the kernel; GPU seconds where env.gpus > 0), else its note is
+`over_budget` and it is never promoted. Room for the measurement's noise (CPU time under load varies
+by some percent), not for training longer. Manifest key `compute_cap`; 0 turns the check off."""
+TRIAL_MEM_SHARE = 0.8
+"""Share of a host's memory (or of the cgroup the runner's shell runs in, if smaller) split evenly
+among its slots: a trial's default memory limit (manifest `mem_mb` overrides it). The rest is the
+daemon's and the system's."""
+TRIAL_PIDS_PER_CPU = 256
+"""A trial's default process (and thread) limit is this many per host CPU, split among the host's
+slots (manifest `max_pids` overrides it): room for data-loader workers and their threads, none for a
+fork bomb."""
+TRIAL_MIN_PIDS = 512
+"""... and never fewer than this many processes (a small host's trial still starts its threads)."""
+TRIAL_OPEN_FILES = 4096
+"""A trial's default open-file limit per process (manifest `max_open_files`), at most the host's
+hard limit."""
+GPU_SAMPLE_S = 1.0
+"""How often a GPU trial's GPUs are sampled (nvidia-smi utilization.gpu) for its GPU seconds."""
+
+# The split evaluation (issue 26, docs/security.md "A model is code"): what one model-runner group may
+# write, in MB (the manifest's `model_output_mb`). The kernel enforces it per file (RLIMIT_FSIZE, set
+# inside the model runner's sandbox) and trial.sh checks the group's total after. 256 MB holds a
+# group of tinygpt's float32 logits (512 x 128 x 256 x 4 bytes = 67 MB) with room to spare.
+MODEL_OUTPUT_MB = 256

@@ -98,12 +98,24 @@ class Knob(BaseModel):
         return str(v)
 
 
+class Trust(str, Enum):
+    """How far the metric of record can be trusted against the idea's own code (a note's `trust`)."""
+    SPLIT = "split"              # `model` set: the idea's artifact runs in its own sandbox, the scorer apart
+    MODEL_CODE = "model-code"    # no `model`: the evaluator runs the idea's code beside its targets
+    SELF_REPORTED = "run"        # no `evaluate`: the metric is what `run` itself reported
+
+
 class EnvManifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = "env"
     description: str = ""
     run: str                                   # shell command; metrics via the protocol below
     evaluate: str | None = None                # frozen; its metrics are the metric of record
+    # the split evaluation (docs/environment.md "The model runner"): with `model`, `evaluate` is the
+    # trusted scorer (phases `inputs` and `score`) and `model` the untrusted model runner, run once per
+    # input group in a sandbox of its own that holds no targets and no eval_data
+    model: str | None = None
+    model_output_mb: int = Field(defaults.MODEL_OUTPUT_MB, ge=1)   # what one model-runner group may write
     check: str | None = None                   # quick CPU check of an implemented idea
     metric: str
     goal: Literal["min", "max"] = "min"
@@ -129,6 +141,15 @@ class EnvManifest(BaseModel):
     context: str = ""                          # free text for the ideator: the task, the rules
     # [lo, hi]: a metric of record outside it is a reward hack until shown otherwise (note: suspicious)
     plausible: tuple[float, float] | None = None
+    # Compute and resources (docs/environment.md, docs/security.md). compute_cap: an idea's trial
+    # may use at most this many times the baseline's median CPU (GPU where gpus > 0) seconds; 0: off.
+    compute_cap: float = Field(defaults.COMPUTE_CAP, ge=0)
+    # run-reported counts (steps, tokens) that an idea may not raise above the baseline's
+    budget_metrics: list[str] = Field(default_factory=list)
+    # per-trial limits the kernel enforces; None: derived from the host's size and its slots
+    mem_mb: int | None = Field(None, ge=1)
+    max_pids: int | None = Field(None, ge=1)
+    max_open_files: int | None = Field(None, ge=1)
     knobs: list[Knob] = Field(default_factory=list)   # [[env.knobs]]: what a tuner may set (docs/environment.md)
 
     @field_validator("knobs")
@@ -151,6 +172,12 @@ class EnvManifest(BaseModel):
             raise ValueError("plausible must be [lo, hi] with lo < hi")
         return v
 
+    @model_validator(mode="after")
+    def _model_needs_scorer(self):
+        if self.model and not self.evaluate:
+            raise ValueError("`model` (the model runner) needs `evaluate` (the scorer that reads its outputs)")
+        return self
+
     def is_frozen(self, path: str) -> bool:
         return path == MANIFEST_FILE or match_globs(path, self.frozen) or match_globs(path, self.prepare_inputs) \
             or match_globs(path, self.heldout())
@@ -161,6 +188,13 @@ class EnvManifest(BaseModel):
     def heldout(self) -> list[str]:
         """Repo paths only the evaluator sees: the relative values of `eval_data`."""
         return [v.strip("/") for v in self.eval_data.values() if not v.startswith(("/", "~/"))]
+
+    def trust(self) -> Trust:
+        """What the metric of record rests on: a split evaluation, an evaluator that runs the idea's
+        code beside its targets, or run's own report."""
+        if not self.evaluate:
+            return Trust.SELF_REPORTED
+        return Trust.SPLIT if self.model else Trust.MODEL_CODE
 
     def better(self, a: float, b: float) -> bool:
         """True if a is strictly better than b under the goal."""

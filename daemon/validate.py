@@ -17,7 +17,7 @@ from pathlib import Path
 from autoresearchd import defaults
 from autoresearchd.config import Config, ConfigError
 from autoresearchd.manifest import MANIFEST_FILE, EnvManifest
-from autoresearchd.store.refs import branch_ref
+from autoresearchd.store.refs import branch_name, branch_ref
 
 ERROR, WARN, OK = "error", "warn", "ok"
 
@@ -52,11 +52,13 @@ def env_source(cfg: Config) -> EnvSource:
     path, _ = research_path(cfg)        # the repo `start` would use (init DIR's repo is DIR itself)
     if is_repo(path):
         repo = GitRepo(path)
-        head = repo.git("symbolic-ref", "-q", "--short", "HEAD", check=False).strip() or "main"
+        # the full name: `--short` gives "heads/main" when a tag `main` exists
+        head = repo.git("symbolic-ref", "-q", "HEAD", check=False).strip() or "refs/heads/main"
         rev = cfg.research.baseline or head
         if repo.rev_parse(branch_ref(rev)) is None:
-            raise ConfigError(f"research.repo: {path} has no commit on '{rev}' yet; commit your baseline first")
-        manifest = load_manifest(repo, rev, cfg)
+            raise ConfigError(f"research.repo: {path} has no commit on '{branch_name(rev)}' yet; "
+                              f"commit your baseline first")
+        manifest = load_manifest(repo, branch_ref(rev), cfg)
         branch = cfg.research.baseline or manifest.baseline
         ref = branch_ref(branch)
         if repo.rev_parse(ref) is None:
@@ -169,19 +171,25 @@ def runner_findings(cfg: Config, m: EnvManifest | None) -> list[Finding]:
     if m is None or m.gpus <= 0:
         return out
     need = m.gpus
+    cpu = (f"if the run trains on the CPU, set gpus = 0 in the manifest's [env] (env.gpus = 0; now "
+           f"{need}), and commit it")
     if r.kind == "local":
         have = local_gpu_count()
         if len(r.gpus) < need:
             out.append(Finding(ERROR, f"the env needs {need} GPU(s) per run, but runner.gpus lists "
                                       f"{len(r.gpus)} (this machine has {have})",
-                               "set runner.gpus = [0, ...] or use an ssh/slurm runner"))
+                               f"this machine has no GPU: {cpu}; or use an ssh/slurm runner with GPU hosts"
+                               if have == 0 else "set runner.gpus = [0, ...] or use an ssh/slurm runner"))
         elif max(r.gpus) >= have:
-            out.append(Finding(ERROR, f"runner.gpus = {r.gpus}, but this machine has {have} GPU(s)"))
+            out.append(Finding(ERROR, f"runner.gpus = {r.gpus}, but this machine has {have} GPU(s)",
+                               f"this machine has no GPU: {cpu}" if have == 0 else
+                               f"list GPU ids below {have} in runner.gpus"))
     elif r.kind == "ssh":
         few = [h.name for h in r.hosts if h.gpus < need]
         if few:
             out.append(Finding(ERROR, f"the env needs {need} GPU(s) per run; host(s) {', '.join(few)} "
-                                      f"declare fewer (gpus = ...) in [[runner.hosts]]"))
+                                      f"declare fewer (gpus = ...) in [[runner.hosts]]",
+                               f"declare the hosts' GPUs, or {cpu}"))
     return out
 
 
@@ -204,7 +212,21 @@ def llm_findings(cfg: Config, src: EnvSource | None) -> list[Finding]:
     if bad:
         out.append(bad)
     out += _implementer_findings(cfg)
-    name, _ = llm_registry.resolve_provider_name(cfg.llm)
+    # the env decides what `auto` falls back to; unreadable at the baseline, the file on disk still names it
+    env_name = src.manifest.name if src else (cfg.env.name if cfg.env else None)
+    name, why = llm_registry.resolve_provider_name(cfg.llm, env_name)
+    found = _provider_findings(cfg, src, name)
+    if not any(f.level == ERROR for f in found):   # one verdict on the LLM: its error(s), or this line
+        level = WARN if name == "none" and cfg.llm.provider == "auto" else OK
+        found.append(Finding(level, f"LLM provider: {name}" + (f" ({why})" if why else
+                                                                " (running pushed idea branches only)"
+                                                                if name == "none" else "")))
+    return out + found
+
+
+def _provider_findings(cfg: Config, src: EnvSource | None, name: str) -> list[Finding]:
+    """What keeps the resolved provider from working: a missing key, replay file or price."""
+    out: list[Finding] = []
     if name == "none":
         return out
     if name == "replay":
@@ -216,9 +238,10 @@ def llm_findings(cfg: Config, src: EnvSource | None) -> list[Finding]:
             if not p.is_file():
                 out.append(Finding(ERROR, f"llm.replay_file: {p} does not exist"))
         elif src is not None and not _packaged_replay(src.manifest.name):
-            out.append(Finding(ERROR, f"llm: no API key is set and env '{src.manifest.name}' has no packaged "
-                                      f"replay file; set ANTHROPIC_API_KEY or OPENAI_API_KEY, or llm.replay_file, or "
-                                      f"llm.provider = \"none\" to run only pushed idea branches"))
+            out.append(Finding(ERROR, f"llm.provider = \"replay\": env '{src.manifest.name}' has no packaged "
+                                      f"replay file; set llm.replay_file, or ANTHROPIC_API_KEY or OPENAI_API_KEY "
+                                      f"with llm.provider = \"auto\", or llm.provider = \"none\" to run only "
+                                      f"pushed idea branches"))
         return out
     key_env = cfg.llm.api_key_env or {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}.get(name)
     if key_env and not os.environ.get(key_env, "").strip() and not (name == "openai" and cfg.llm.base_url):
@@ -272,8 +295,8 @@ def default_model(provider: str) -> str:
 
 
 def _packaged_replay(env_name: str) -> bool:
-    from importlib import resources
-    return (Path(str(resources.files("autoresearchd.envs"))) / "replays" / f"{env_name}.jsonl").is_file()
+    from autoresearchd.llm import packaged_replay
+    return packaged_replay(env_name) is not None
 
 
 def findings(cfg: Config) -> tuple[list[Finding], EnvSource | None]:

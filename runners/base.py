@@ -21,6 +21,7 @@ from autoresearchd import defaults
 from autoresearchd.manifest import EnvManifest
 
 from .isolation import HostSandbox, host_path, resolve, trial_sandbox
+from .limits import limit_env, step_files
 from .prepare import prepare_key
 from .outcome import outcome_from_files, whole_tail  # noqa: F401  (re-exported: the runners' shared API)
 from .protocol import (HostUnreachable, PollState, Runner, Shell, Slot, TrialOutcome,  # noqa: F401
@@ -70,6 +71,11 @@ class ShellRunner:
 
     def data_env(self, host: str) -> dict[str, str]:
         return dict(self.manifest.data)
+
+    def host_slots(self, host: str) -> int:
+        """How many trials run on `host` at once: its share of the host's memory and processes is
+        the host's divided by this (runners/limits.sh)."""
+        return max(1, sum(1 for s in self.slots() if s.host == host))
 
     def host_sandbox(self, host: str) -> HostSandbox:
         """The sandbox that isolates trials on `host` (runner.sandbox, probed there once)."""
@@ -149,7 +155,7 @@ class ShellRunner:
                                 f"{root}/.prepared/{key}" if m.prepare else None)
         env_text = trial_env(spec, slot, self.trial_path(slot.host), self.cfg.log_head_bytes,
                              self.cfg.log_tail_bytes, data, self.scheduler_gpus, lock,
-                             f"{root}/.events", sandbox)
+                             f"{root}/.events", sandbox, limit_env(m, self.host_slots(slot.host)))
         fused = type(self).launch is ShellRunner.launch
         # Room first (nothing is written to a disk without min_free_mb free), then a fresh directory: a
         # retry of the same trial id starts clean. A failure removes what it staged, so a full disk is
@@ -251,7 +257,11 @@ class ShellRunner:
 
     FILES: ClassVar[list[str]] = ["prepare.rc", "prepare.log", "run.rc", "run.timed_out", "started", "done", "tamper.txt", "run_result.json",
                                   "eval.rc", "eval.timed_out", "run.head", "run.tail",
-                                  "eval.head", "eval.tail", "wrapper.log"]
+                                  "eval.head", "eval.tail", "wrapper.log", *step_files(),
+                                  # the split evaluation: the scorer's inputs phase, the model runner's
+                                  # (untrusted) log, and trial.sh's own reason when a step failed
+                                  "eval_inputs.head", "eval_inputs.tail", "model.head", "model.tail",
+                                  "model.rc", "model.timed_out", "eval.error"]
 
     def fetch(self, handle: dict[str, Any]) -> TrialOutcome:
         out = self._fetch_batched([handle])[0]
@@ -350,7 +360,7 @@ class ShellRunner:
         sh = self.shell_for(handle["host"])
         q = shlex.quote(handle["dir"])
         # only groups whose leader is still this trial's: a pid from a file may be reused by now
-        sh.run(MINE_FN + f"g=; for f in {q}/run.pid {q}/eval.pid {q}/pgid; do read -r p < \"$f\" && "
+        sh.run(MINE_FN + f"g=; for f in {q}/run.pid {q}/eval.pid {q}/eval_inputs.pid {q}/model.pid {q}/pgid; do read -r p < \"$f\" && "
                f"mine {q} \"$p\" && g=\"$g $p\"; done 2>/dev/null; [ -n \"$g\" ] || exit 0; "
                f"for p in $g; do kill -TERM -- -$p; done 2>/dev/null; sleep 1; "
                f"for p in $g; do kill -KILL -- -$p; done 2>/dev/null; true", timeout=60)

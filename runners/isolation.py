@@ -30,6 +30,7 @@ class TrialSandbox:
     run_prefix: list[str] = field(default_factory=list)
     eval_prefix: list[str] = field(default_factory=list)
     eval_env: dict[str, str] = field(default_factory=dict)    # eval-only variables, host paths
+    model_prefix: list[str] = field(default_factory=list)     # the model runner's (split evaluation)
 
 
 @dataclass
@@ -101,6 +102,18 @@ def trial_sandbox(hs: HostSandbox, tdir: str, m: EnvManifest, data_env: dict[str
     ro = hs.env_dirs + list(binds) + data + ([prepared] if prepared else [])
     run = sandboxes.SandboxRequest(argv=[], cwd=f"{tdir}/code", writable=[f"{tdir}/code"], readonly=ro,
                                    network=m.network, gpus=m.gpus)
-    ev = sandboxes.SandboxRequest(argv=[], cwd=f"{tdir}/eval", writable=[f"{tdir}/eval"],
+    # a split evaluation's scorer also writes the input groups and reads the outputs under io/
+    ev = sandboxes.SandboxRequest(argv=[], cwd=f"{tdir}/eval", writable=[f"{tdir}/eval"] + ([f"{tdir}/io"] if m.model else []),
                                   readonly=ro + eval_only + [f"{tdir}/artifacts"], network=False, gpus=m.gpus)
-    return TrialSandbox(hs.sandbox.name, hs.sandbox.prefix(run), hs.sandbox.prefix(ev), eval_env)
+    return TrialSandbox(hs.sandbox.name, hs.sandbox.prefix(run), hs.sandbox.prefix(ev), eval_env,
+                        model_prefix(hs, tdir, m, ro) if m.model else [])
+
+
+def model_prefix(hs: HostSandbox, tdir: str, m: EnvManifest, ro: list[str]) -> list[str]:
+    """The model runner's prefix: what run may read too (the environment, the data, the prepare
+    output), plus its own model/ cwd, the artifacts and the current group's inputs, all read-only;
+    only io/cur/out is writable. No eval_data, no eval/, no network."""
+    req = sandboxes.SandboxRequest(argv=[], cwd=f"{tdir}/model", writable=[f"{tdir}/io/cur/out"],
+                                   readonly=ro + [f"{tdir}/model", f"{tdir}/artifacts", f"{tdir}/io/cur/in"],
+                                   network=False, gpus=m.gpus)
+    return hs.sandbox.prefix(req)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from autoresearchd.manifest import EnvManifest
 
 from .interp import not_found
+from .limits import EVAL_STEPS, RUN_STEP, applied, limit_hit, step_compute
 from .metrics import parse_metrics
 from .protocol import TrialOutcome
 
@@ -48,7 +49,7 @@ def outcome_from_files(files: dict[str, bytes], manifest: EnvManifest, probe: st
     """Turn the files a trial left into an outcome. With a frozen evaluate step, only its output
     counts: whatever `run` printed or wrote is ignored for the metric of record."""
     run_log = _joined_log(files, "run")
-    eval_log = _joined_log(files, "eval")
+    eval_log = _joined_log(files, "eval")          # the scorer's (score phase): the only parsed output
     rc = _int(files.get("run.rc"))
     timed_out = "run.timed_out" in files
     started, done = _float(files.get("started")), _float(files.get("done"))
@@ -62,12 +63,19 @@ def outcome_from_files(files: dict[str, bytes], manifest: EnvManifest, probe: st
             # the evaluator's own captured stdout only: no file in the trial directory is believed
             metrics = parse_metrics(eval_log.decode(errors="replace"))
             source = "evaluate"
+            # trial.sh's own reason when a split evaluation's step failed (never a sandboxed step's text)
+            why = files.get("eval.error", b"").decode(errors="replace").strip()[:500]
             if "eval.timed_out" in files:
-                error = "evaluation timed out"
+                error = "evaluation timed out" + (f": {why}" if why else "")
+            elif why:
+                error = f"evaluation failed: {why}"
+                metrics = {}           # a step failed: nothing the scorer printed before it counts
             elif eval_rc == 127:
                 error = not_found(eval_log.decode(errors="replace"), "evaluation")
             elif eval_rc not in (0, None):
                 error = f"evaluation exited {eval_rc}"
+                if manifest.model and (last := _last_line(eval_log)):
+                    error += f": {last}"     # the trusted scorer's reason (a split evaluation's)
     else:
         metrics = parse_metrics(run_log.decode(errors="replace"), files.get("run_result.json"))
         source = "run"
@@ -94,7 +102,73 @@ def outcome_from_files(files: dict[str, bytes], manifest: EnvManifest, probe: st
             acc = line[13:].strip()
         elif line.startswith("software: "):
             sw = line[10:].strip()
-    log = run_log + (b"\n===== evaluate =====\n" + eval_log if eval_log else b"")
-    return TrialOutcome(exit_code=rc, timed_out=timed_out, metrics=metrics, metrics_source=source, log=log,
-                        wall_s=(done - started) if started and done else None, tamper=tamper, error=error,
-                        accelerator=acc, software=sw, eval_exit_code=eval_rc)
+    log = run_log + split_logs(files) + (b"\n===== evaluate =====\n" + eval_log if eval_log else b"")
+    out = TrialOutcome(exit_code=rc, timed_out=timed_out, metrics=metrics, metrics_source=source, log=log,
+                       wall_s=(done - started) if started and done else None, tamper=tamper, error=error,
+                       accelerator=acc, software=sw, eval_exit_code=eval_rc, trust=manifest.trust().value)
+    if manifest.budget_metrics:      # the run's own report, for the env's rule (judge.over_budget)
+        reported = parse_metrics(run_log.decode(errors="replace"), files.get("run_result.json"))
+        out.run_metrics = {k: v for k, v in reported.items() if k in manifest.budget_metrics}
+    _compute(out, files, manifest, run_log, eval_log, rc, eval_rc)
+    return out
+
+
+def _compute(out: TrialOutcome, files: dict[str, bytes], manifest: EnvManifest, run_log: bytes,
+             eval_log: bytes, rc: int | None, eval_rc: int | None) -> None:
+    """CPU, wall and GPU seconds of run + evaluation (docs/notes.md), and the limit a step hit."""
+    # a split evaluation's steps (the scorer's inputs phase, the model runner) have their own logs and
+    # exit codes; the one-step evaluation is `eval`
+    steps = [(RUN_STEP, run_log, rc)] + [(s, eval_log, eval_rc) if s == "eval" else
+                                         (s, _joined_log(files, s), _int(files.get(s + ".rc")))
+                                         for s in EVAL_STEPS]
+    cpu = wall = gpu = 0.0
+    ecpu = ewall = None
+    seen = False
+    for step, log, code in steps:
+        c, w, g = step_compute(files, step)
+        if c is None and w is None:
+            continue
+        seen = True
+        cpu, wall, gpu = cpu + (c or 0.0), wall + (w or 0.0), gpu + (g or 0.0)
+        if step != RUN_STEP:
+            ecpu, ewall = (ecpu or 0.0) + (c or 0.0), (ewall or 0.0) + (w or 0.0)
+        if out.limit is None:
+            lim, how = limit_hit(files, step, log, code not in (0, None))
+            if lim is not None:
+                out.limit = lim.value
+                value = applied(files).get({"memory": "memory_mb"}.get(lim.value, lim.value), "")
+                what = "evaluation" if step != RUN_STEP else "run"
+                note = f"limit: {lim.value} ({what}; {how}" + (f"; limit {value}" if value and
+                                                                  not how.startswith("cgroup") else "") + ")"
+                out.error = f"{out.error}; {note}" if out.error else note
+    if not seen:
+        return                       # an older wrapper: wall_s stays its started-to-done span
+    out.cpu_s, out.wall_s, out.eval_cpu_s, out.eval_wall_s = cpu, wall, ecpu, ewall
+    if manifest.gpus > 0:
+        # no sampler ran (no nvidia-smi on the host): the GPUs were held for the whole time
+        out.gpu_s = gpu if any(step + ".gpu_s" in files for step, _, _ in steps) else wall * manifest.gpus
+    else:
+        out.gpu_s = 0.0
+
+
+def _last_line(log: bytes) -> str:
+    lines = [ln.strip() for ln in log.decode(errors="replace").splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+MODEL_LOG_LABEL = (b"\n===== model runner: UNTRUSTED output of the idea's code (never parsed, "
+                   b"not the evaluator's) =====\n")
+
+
+def split_logs(files: dict[str, bytes]) -> bytes:
+    """A split evaluation's other logs, each under its own label: the scorer's inputs phase, then
+    the model runner's (the idea's code printed it: untrusted text, kept apart from the scorer's)."""
+    out = b""
+    inputs, model = _joined_log(files, "eval_inputs"), _joined_log(files, "model")
+    if inputs:
+        out += b"\n===== evaluate (scorer, inputs phase) =====\n" + inputs
+    if model or "model.rc" in files:
+        # every line marked, so no line of it can pass for a label or for the scorer's output
+        marked = b"".join(b"model| " + ln for ln in model.splitlines(keepends=True))
+        out += MODEL_LOG_LABEL + marked + b"\n===== end of the model runner's output =====\n"
+    return out

@@ -60,6 +60,14 @@ class TrialOutcome:
     requeue: bool = False            # e.g. Slurm preemption: run again, not a failure
     sandbox: str | None = None       # the sandbox kind the trial ran in (bwrap, apptainer, none)
     host_fault: str | None = None    # the host, not the run, failed it (its disk filled): run it elsewhere
+    # compute (runners/limits.py; docs/notes.md defines each): run + evaluation, and the evaluation's share
+    cpu_s: float | None = None       # CPU seconds of every process of the steps, from the kernel
+    gpu_s: float | None = None       # busy GPU seconds (utilisation-weighted); 0.0 without GPUs
+    eval_cpu_s: float | None = None
+    eval_wall_s: float | None = None
+    limit: str | None = None         # the per-trial limit a step hit: memory | pids | open_files
+    run_metrics: dict[str, float] = field(default_factory=dict)   # run's own report of budget_metrics
+    trust: str | None = None         # manifest.Trust: split | model-code | run (what the metric rests on)
 
 
 class Shell(Protocol):

@@ -129,8 +129,11 @@ class Bwrap(Sandbox):
     def prefix(self, req: SandboxRequest) -> list[str]:
         # `env -i`: bwrap is PID 1 inside and /proc/1/environ is its own environment, which --clearenv
         # (the child's) does not touch; so bwrap itself starts with nothing of the caller's
+        # --as-pid-1: the command (trial.sh's inner bash) is the namespace's PID 1, so it reaps every
+        # orphan inside and bwrap reaps it: the CPU time of the whole tree, a double-forked grandchild
+        # too, reaches the wrapper's rusage (bwrap's own init is never reaped: its figure was lost)
         a = ["env", "-i", f"PATH={defaults.SANDBOX_LAUNCH_PATH}",
-             "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+             "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1", "--clearenv"]
         if req.network:
             a.append("--share-net")
         for d in defaults.SANDBOX_SYSTEM_DIRS:

@@ -209,6 +209,9 @@ class SlurmRunner(ShellRunner):
     def slots(self) -> list[Slot]:
         return [Slot(self.host, f"job{i}") for i in range(max(1, self.scfg.max_jobs))]
 
+    def host_slots(self, host: str) -> int:
+        return 1        # virtual slots: each job has its node's allocation (Slurm's cgroup bounds it)
+
     def shell_for(self, host: str) -> Shell:
         if self._shell is None:
             inner: Shell
@@ -267,6 +270,8 @@ class SlurmRunner(ShellRunner):
                 "-D", tdir, f"--time={slurm_time(self.time_limit_s())}"]
         if self.manifest.gpus > 0:
             argv.append(f"--gres=gpu:{self.manifest.gpus}")
+        if self.manifest.mem_mb:           # Slurm enforces the job's memory too (the env's limit)
+            argv.append(f"--mem={self.manifest.mem_mb}M")
         if self.scfg.partition:
             argv.append(f"--partition={self.scfg.partition}")
         if self.scfg.account:

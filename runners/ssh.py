@@ -297,6 +297,11 @@ class SSHRunner(ShellRunner):
             out.append(Slot(h.name, ",".join(map(str, ids)), ids))
         return out
 
+    def host_slots(self, host: str) -> int:
+        # from the host entry alone: slots() would probe every host's reachability first
+        h = self.hosts.get(host)
+        return max(1, len(self._slots_of(h))) if h is not None else 1
+
     def _reachable(self, name: str) -> bool:
         now = time.monotonic()
         seen = self._reach.get(name)

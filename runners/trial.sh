@@ -2,7 +2,9 @@
 # autoresearchd trial wrapper. Runs detached in its trial directory; needs only bash and coreutils.
 # Layout: code/ (the idea's tree), eval.tar (the baseline's frozen files), trial.env (quoted vars).
 # Writes: prepare.rc/prepare.log (when the manifest has `prepare`), run.head/run.tail (capped log), run.bytes,
-# run.rc, timed_out, eval.*, tamper.txt, done.
+# run.rc, timed_out, eval.*, tamper.txt, done; per step (limits.sh) S.cpu_us, S.time, S.gpu_s, S.limit, and limits;
+# with a split evaluation also eval_inputs.* (the scorer's first phase), model.* (the model runner's
+# capped log: untrusted, never parsed; its accounting summed over the groups) and eval.error.
 # Isolation: run and evaluate each start through their sandbox's prefix (AR_SB_RUN, AR_SB_EVAL, built
 # by runners/sandbox.py) with a clean environment. run sees code/ (writable) and nothing else of this
 # directory; eval/ is unpacked only once run's sandbox (its PID namespace) is gone, and the evaluator
@@ -41,6 +43,9 @@ if [ -n "${AR_SLOT_LOCK:-}" ]; then
   fi
 fi
 date +%s.%N > "$T/started"
+# per-step CPU/GPU accounting and kernel limits (runners/limits.sh): decided once, before any step
+. "$T/limits.sh"
+lim_init
 
 # capped log: keep the head and the tail, drain the rest so the writer never blocks or dies. head's
 # stdout is made unbuffered where stdbuf exists: otherwise stdio holds a running trial's log until exit.
@@ -55,7 +60,8 @@ checksum_frozen() {
 
 run_budgeted() {  # $1 budget seconds, $2 log prefix, $3 command string; records rc and time-out
   local budget=$1 log=$2 cmd=$3
-  setsid bash -c "$cmd" 9>&- > >(exec 9>&-; cap "$T/$log") 2>&1 < /dev/null &
+  lim_begin "$log"
+  setsid bash -c "$(lim_enter "$log")$cmd" 9>&- > >(exec 9>&-; cap "$T/$log") 2>&1 < /dev/null &
   local pid=$!
   echo "$pid" > "$T/$log.pid"
   # the watchdog's sleeps are waited on, so killing the watchdog ends them too (no orphan `sleep`)
@@ -68,6 +74,7 @@ run_budgeted() {  # $1 budget seconds, $2 log prefix, $3 command string; records
   kill "$watchdog" 2>/dev/null; wait "$watchdog" 2>/dev/null
   kill -KILL -- "-$pid" 2>/dev/null   # stray children of the run's own process group
   wait 2>/dev/null                     # let the log cap drain
+  lim_end "$log"                       # its CPU/wall/GPU time, the limit it hit; its cgroup emptied
   echo "$rc" > "$T/$log.rc"
 }
 
@@ -75,7 +82,10 @@ q() { printf '%q' "$1"; }
 # one command line: the sandbox prefix (array named $1), a clean environment ($3...), bash -c $2
 sandboxed() {
   local -n pre=$1; local cmd=$2 out= a; shift 2
-  for a in "${pre[@]}" env -i "$@" bash -c "$cmd"; do out+="$(q "$a") "; done
+  # LIM_INNER (limits.sh): the rlimits, set inside the sandbox (its own user namespace counts its
+  # processes). The trailing `exit $?` keeps that bash from exec-ing the command: as the sandbox's
+  # PID 1 it stays, reaps every orphan and so carries their CPU time out (limits.sh, rusage)
+  for a in "${pre[@]}" env -i "$@" bash -c "${LIM_INNER:-}$cmd"$'\n''exit $?'; do out+="$(q "$a") "; done
   printf '%s' "$out"
 }
 # what both steps get: nothing of the host's environment but these (never a secret)
@@ -85,6 +95,82 @@ base_env=(PATH="$PATH" LANG=C.UTF-8 PYTHONUNBUFFERED=1 AUTORESEARCH_SEED="$AUTOR
 [ -n "${CUDA_VISIBLE_DEVICES+x}" ] && base_env+=(CUDA_VISIBLE_DEVICES="$CUDA_VISIBLE_DEVICES")
 [ -n "${AUTORESEARCH_PREPARED:-}" ] && base_env+=(AUTORESEARCH_PREPARED="$AUTORESEARCH_PREPARED")
 for v in "${AR_PASS_ENV[@]}"; do [ -n "${!v+x}" ] && base_env+=("$v=${!v}"); done
+
+# The split evaluation (manifest `model`; docs/security.md "A model is code: the split evaluation"):
+# 1. the scorer's `inputs` phase writes input groups io/in/<g>/ and keeps its secrets in eval/;
+# 2. the model runner, once per group in a fresh sandbox (AR_SB_MODEL) that sees model/ (the frozen
+#    files less the evaluator-only ones), the artifacts and io/cur/in, read-only, and writes io/cur/out
+#    only, bounded by RLIMIT_FSIZE and a total checked here; its log (model.*) is never parsed;
+# 3. the scorer's `score` phase reads io/out/<g>/ and prints the only parsed output (eval.*).
+# The budget is one: every step gets what AR_EVAL_BUDGET has left. A failed step stops the evaluation
+# with eval.rc and a one-line reason in eval.error (written here, never by the sandboxed steps).
+eval_left() { local l=$(( eval_end - $(date +%s) )); [ "$l" -gt 0 ] && echo "$l" || echo 1; }
+split_fail() { echo "$1" > "$T/eval.rc"; printf '%s\n' "$2" > "$T/eval.error"; }
+model_group() {  # $1 group name: a fresh model/ and io/cur/{in,out}, one sandboxed run, the checks
+  local g=$1 io="$T/io" rc lim=$(( AR_MODEL_OUTPUT_KB * 1024 )) sz big odd h
+  rm -rf "$T/model" "$io/cur" && mkdir -p "$T/model" "$io/cur/out" || return 1
+  { [ ! -s "$T/eval.tar" ] || tar -x --no-same-owner -f "$T/eval.tar" -C "$T/model"; } || return 1
+  for h in "${AR_HELDOUT[@]}"; do rm -rf -- "$T/model/$h"; done
+  mv -- "$io/in/$g" "$io/cur/in" || return 1
+  # limits.sh writes the step's accounting afresh each run: keep the earlier groups' to add them up
+  local p_us=0 p_t0= p_gpu=0 p_lim= _x
+  [ -s "$T/model.cpu_us" ] && read -r p_us < "$T/model.cpu_us"
+  [ -s "$T/model.time" ] && read -r p_t0 _x < "$T/model.time"
+  [ -s "$T/model.gpu_s" ] && read -r p_gpu < "$T/model.gpu_s"
+  [ -s "$T/model.limit" ] && p_lim=$(cat "$T/model.limit")
+  cd "$T/model"
+  run_budgeted "$(eval_left)" model "$(sandboxed AR_SB_MODEL "ulimit -f $AR_MODEL_OUTPUT_KB && ${AR_SETUP:+$AR_SETUP && }$AR_MODEL" \
+    "${base_env[@]}" HOME="$T/model" PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1 PYTHONDONTWRITEBYTECODE=1 \
+    AUTORESEARCH_ARTIFACTS="$T/artifacts" AUTORESEARCH_MODEL_IN="$io/cur/in" AUTORESEARCH_MODEL_OUT="$io/cur/out" \
+    AUTORESEARCH_MODEL_GROUP="$g")"
+  cd "$T"
+  if [ -n "$p_t0" ]; then     # one model step over all groups: CPU and GPU summed, wall first to last
+    [ -s "$T/model.cpu_us" ] && { read -r _x < "$T/model.cpu_us"; echo $(( _x + p_us )) > "$T/model.cpu_us"; }
+    [ -s "$T/model.time" ] && { read -r _x _x < "$T/model.time"; echo "$p_t0 $_x" > "$T/model.time"; }
+    [ -s "$T/model.gpu_s" ] && { read -r _x < "$T/model.gpu_s"; awk -v a="$_x" -v b="$p_gpu" 'BEGIN { printf "%.3f\n", a + b }' > "$T/model.gpu_s"; }
+    [ -n "$p_lim" ] && { printf '%s\n' "$p_lim"; cat "$T/model.limit" 2>/dev/null; } > "$T/model.limit.new" && mv -f "$T/model.limit.new" "$T/model.limit"
+  fi
+  rc=$(cat "$T/model.rc")
+  sz=$(find "$io/cur/out" -type f -printf '%s\n' 2>/dev/null | awk '{s += $1} END {print s + 0}')
+  big=$(find "$io/cur/out" -type f -printf '%s\n' 2>/dev/null | sort -n | tail -n 1)
+  odd=$(find "$io/cur/out" ! -type f ! -type d 2>/dev/null | head -n 1)
+  mv -- "$io/cur/in" "$io/in/$g" && mv -- "$io/cur/out" "$io/out/$g" && rm -rf "$T/model"
+  if [ -e "$T/model.timed_out" ]; then : > "$T/eval.timed_out"
+    split_fail 124 "the model runner (group $g) ran past the evaluation budget of ${AR_EVAL_BUDGET}s"
+  elif [ "${big:-0}" -ge "$lim" ] || [ "$sz" -gt "$lim" ]; then
+    split_fail 3 "the model runner (group $g) wrote ${sz} bytes, at or over the bound model_output_mb = $(( lim / 1048576 )) (exit $rc)"
+  elif [ -n "$odd" ]; then
+    # (not its name: the model chose it, and this reason reaches the note)
+    split_fail 3 "the model runner (group $g) left something other than a plain file (a link, a pipe) in its output"
+  elif [ "$rc" != 0 ]; then
+    split_fail "$rc" "the model runner (group $g) exited $rc (its output is in the model runner's log, untrusted)"
+  else return 0; fi
+  return 1
+}
+split_eval() {
+  local io="$T/io" d g
+  eval_end=$(( $(date +%s) + AR_EVAL_BUDGET ))
+  rm -rf "$io" && mkdir -p "$io/in" "$io/out" || { split_fail 1 "could not make the evaluation's io directory"; return; }
+  cd "$T/eval"
+  run_budgeted "$(eval_left)" eval_inputs "$(sandboxed AR_SB_EVAL "${AR_SETUP:+$AR_SETUP && }$AR_EVALUATE" \
+    "${eval_env[@]}" AUTORESEARCH_EVAL_PHASE=inputs AUTORESEARCH_MODEL_IO="$io")"
+  cd "$T"
+  if [ -e "$T/eval_inputs.timed_out" ]; then : > "$T/eval.timed_out"
+    split_fail 124 "the scorer's inputs phase ran past the evaluation budget of ${AR_EVAL_BUDGET}s"; return
+  elif [ "$(cat "$T/eval_inputs.rc")" != 0 ]; then
+    split_fail "$(cat "$T/eval_inputs.rc")" "the scorer's inputs phase exited $(cat "$T/eval_inputs.rc")"; return
+  fi
+  for d in "$io/in"/*; do
+    g=${d##*/}
+    [ -d "$d" ] && [ ! -L "$d" ] || continue
+    model_group "$g" || { [ -e "$T/eval.error" ] || split_fail 1 "could not stage model runner group $g"; return; }
+  done
+  cd "$T/eval"
+  run_budgeted "$(eval_left)" eval "$(sandboxed AR_SB_EVAL "${AR_SETUP:+$AR_SETUP && }$AR_EVALUATE" \
+    "${eval_env[@]}" AUTORESEARCH_EVAL_PHASE=score AUTORESEARCH_MODEL_IO="$io")"
+  cd "$T"
+  rm -rf "$io"
+}
 
 mkdir -p "$T/artifacts"
 checksum_frozen "$T/frozen.before"
@@ -113,12 +199,17 @@ if [ -n "${AR_EVALUATE:-}" ] && [ "$(cat "$T/run.rc")" = 0 ] && [ ! -e "$T/run.t
     else echo "run wrote a link at or inside artifact $a" >> "$T/tamper.txt"; fi
   done
   rm -rf "$T/eval" && mkdir "$T/eval" && { [ ! -s "$T/eval.tar" ] || tar -x --no-same-owner -f "$T/eval.tar" -C "$T/eval"; }
-  cd "$T/eval"
-  run_budgeted "$AR_EVAL_BUDGET" eval "$(sandboxed AR_SB_EVAL "${AR_SETUP:+$AR_SETUP && }$AR_EVALUATE" \
-    "${base_env[@]}" HOME="$T/eval" PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1 PYTHONDONTWRITEBYTECODE=1 \
-    AUTORESEARCH_ARTIFACTS="$T/artifacts" "${AR_EVAL_DATA[@]}")"
-  cd "$T"
+  eval_env=("${base_env[@]}" HOME="$T/eval" PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1 PYTHONDONTWRITEBYTECODE=1
+            AUTORESEARCH_ARTIFACTS="$T/artifacts" "${AR_EVAL_DATA[@]}")
+  if [ -n "${AR_MODEL:-}" ]; then
+    split_eval
+  else
+    cd "$T/eval"
+    run_budgeted "$AR_EVAL_BUDGET" eval "$(sandboxed AR_SB_EVAL "${AR_SETUP:+$AR_SETUP && }$AR_EVALUATE" "${eval_env[@]}")"
+    cd "$T"
+  fi
 fi
+lim_fini; trap - EXIT
 date +%s.%N > "$T/finished"
 mv -f "$T/finished" "$T/done"
 # wake the daemon's event waiter for this host (runners.base.ShellRunner.wait_event)

@@ -45,7 +45,8 @@ echo "accelerator: $acc"; echo "software: $sw"
 
 def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_tail: int,
               data_env: dict[str, str], scheduler_gpus: bool = False, slot_lock: str = "",
-              events: str = "", sandbox: TrialSandbox | None = None) -> str:
+              events: str = "", sandbox: TrialSandbox | None = None,
+              limits: dict[str, str] | None = None) -> str:
     """The quoted variables file that trial.sh sources. Every value goes through shlex.quote.
     With `scheduler_gpus` (Slurm --gres), CUDA_VISIBLE_DEVICES is left as the job got it.
     `sandbox`: the prefixes that isolate run and evaluate (default: none, a clean environment only)."""
@@ -58,6 +59,8 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
     lines = {
         "AR_RUN": m.run,
         "AR_EVALUATE": m.evaluate or "",
+        "AR_MODEL": m.model or "",           # the split evaluation's model runner (trial.sh: three steps)
+        "AR_MODEL_OUTPUT_KB": str(int(m.model_output_mb) * 1024),
         "AR_SETUP": m.setup or "",
         "AR_PREPARE": m.prepare or "",
         # a caller that gives no key (doctor --run) still gets a cache of its own, never the bare dir
@@ -71,12 +74,13 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
         "AR_PATH": path_prefix,
         "AR_SLOT_LOCK": slot_lock,     # trial.sh waits for this lock before its clock starts
         "AR_EVENTS": events,           # trial.sh appends a line here when it is done
+        **(limits or {}),              # runners/limits.sh: the trial's limits (0: derived on the host)
     }
     out = [f"{k}={qpath(v) if k == 'AR_PATH' else q(v)}" for k, v in lines.items()]
     out.append("AR_FROZEN=(" + " ".join(q(p) for p in spec.frozen_paths) + ")")
     out.append("AR_ARTIFACTS=(" + " ".join(q(p) for p in m.artifacts) + ")")
     sb = sandbox or TrialSandbox()
-    arrays = {"AR_SB_RUN": sb.run_prefix, "AR_SB_EVAL": sb.eval_prefix,
+    arrays = {"AR_SB_RUN": sb.run_prefix, "AR_SB_EVAL": sb.eval_prefix, "AR_SB_MODEL": sb.model_prefix,
               "AR_DATA": [f"{k}={v}" for k, v in data_env.items()],
               "AR_EVAL_DATA": [f"{k}={v}" for k, v in sb.eval_env.items()],
               "AR_HELDOUT": m.heldout(),     # never copied where run can read (the prepare step's source)
@@ -93,10 +97,11 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
 
 
 # Is process $2 this trial's ($1)? PIDs wrap quickly on a busy host, so a pid file alone can name a
-# stranger. The wrapper and its groups work in the trial dir, code/ or eval/ (test builtins, no fork).
+# stranger. The wrapper and its groups work in the trial dir, code/, eval/ or model/ (test builtins, no fork).
 MINE_FN = r"""mine() {
   [ -d /proc/1 ] || return 0
   [ /proc/$2/cwd -ef "$1" ] || [ /proc/$2/cwd -ef "$1/code" ] || [ /proc/$2/cwd -ef "$1/eval" ] ||
+  [ /proc/$2/cwd -ef "$1/model" ] ||
     { tr '\0' '\n' < /proc/$2/environ | grep -qF "=$1/"; } 2>/dev/null
 }
 """
@@ -122,7 +127,7 @@ def slot_file(slot: str) -> str:
 
 def bundle(spec: TrialSpec, env_text: str) -> bytes:
     """One tar holding code/ (the commit), eval.tar (the harness: trial.sh unpacks it only after run
-    is gone), trial.sh, prepare.sh and trial.env, so a trial directory is placed with a single upload."""
+    is gone), trial.sh, prepare.sh, limits.sh and trial.env, so a trial directory is placed with a single upload."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as out:
         for prefix, data in (("code", spec.code_tar),):
@@ -138,7 +143,9 @@ def bundle(spec: TrialSpec, env_text: str) -> bytes:
                         m.linkname = f"{prefix}/{m.linkname}"
                     out.addfile(m, src.extractfile(m) if m.isreg() else None)
         from .prepare import prepare_script
+        from .limits import limits_script
         for name, data, mode in (("trial.sh", trial_script(), 0o755), ("prepare.sh", prepare_script(), 0o755),
+                                 ("limits.sh", limits_script(), 0o644),
                                  ("trial.env", env_text.encode(), 0o644), ("eval.tar", spec.eval_tar or b"", 0o644)):
             ti = tarfile.TarInfo(name)
             ti.size, ti.mode, ti.mtime = len(data), mode, int(time.time())

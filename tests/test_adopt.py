@@ -186,6 +186,7 @@ def test_adopt_nanogpt_shaped_repo_to_baseline_and_idea_notes(nano, tmp_path):
     manifest = (nano / ".autoresearch.toml").read_text()
     assert 'run = "python train.py && python autoresearch_export.py"' in manifest
     assert 'metric = "val_loss"' in manifest and 'evaluate = "python autoresearch_eval.py"' in manifest
+    assert 'model = "python autoresearch_model.py"' in manifest      # the split evaluation (issue 26)
 
     fill_in(nano)
     git(nano, "add", "-A")
@@ -215,6 +216,7 @@ def test_adopt_nanogpt_shaped_repo_to_baseline_and_idea_notes(nano, tmp_path):
     b = pop.baseline_note
     assert b is not None and b.status == Status.SUCCEEDED, (b, out[-3000:])
     assert 1.0 < b.value < 4.0 and b.seeds == [0, 1]
+    assert b.trust == "split"          # adopt wrote the scorer + model-runner pair (issue 26)
     # the seed is hard-coded: both seeds are identical, and every channel says so
     assert any("identical" in f for f in b.flags) and "identical" in out
     assert b.gpu_s is None and b.cpu_s and b.cpu_s > 0          # gpus = 0: CPU time, not GPU time
@@ -239,7 +241,8 @@ def test_adopt_asks_before_it_commits_and_never_overwrites(nano, tmp_path):
     p = cli("adopt", str(nano), "--force", "--commit", cwd=tmp_path)
     assert p.returncode == 0 and "committed" in p.stdout, p.stdout + p.stderr
     files = git(nano, "show", "--name-only", "--format=", "HEAD").split()
-    assert sorted(files) == [".autoresearch.toml", ".gitignore", "autoresearch_eval.py", "autoresearch_export.py"]
+    assert sorted(files) == [".autoresearch.toml", ".gitignore", "autoresearch_eval.py", "autoresearch_export.py",
+                             "autoresearch_model.py"]
     plain = tmp_path / "plain"
     plain.mkdir()
     bad = cli("adopt", str(plain), cwd=tmp_path)
@@ -267,6 +270,7 @@ def test_init_says_what_it_wrote_and_the_removal_line_removes_it(make_repo, tmp_
     undo = line.split("to remove: ", 1)[1]
     subprocess.run(["bash", "-c", undo], cwd=repo, check=True)
     assert g.config_get("notes.displayRef") is None and g.config_get("receive.denyCurrentBranch") is None
+    assert g.config_get("receive.fsckObjects") is None and g.config_get("receive.maxInputSize") is None
     assert not (g.git_dir / "hooks" / "post-receive").exists()
     assert not (g.git_dir / "hooks" / "reference-transaction").exists()
 

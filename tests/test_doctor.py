@@ -135,6 +135,7 @@ def test_doctor_run_prints_the_metric(toy_env, tmp_path, capsys):
     assert rc == 0, out
     assert "ok baseline run + evaluate" in out and "score = 1.00" in out and "(read from evaluate)" in out, out
     assert "score = 123" not in out                     # run's own claim is not the metric of record
+    assert " CPU seconds; an idea may use compute_cap x the baseline's)" in out, out   # the kernel's figure
 
 
 def test_doctor_run_names_the_failing_step_and_its_log(make_repo, tmp_path, capsys):
@@ -149,12 +150,19 @@ def test_doctor_run_names_the_failing_step_and_its_log(make_repo, tmp_path, caps
     assert "evaluate: no checkpoint at out.bin" in out        # the log tail
 
 
-def test_own_env_without_a_key_names_every_way_out(make_repo, tmp_path, capsys, monkeypatch):
-    """An adopted repo, no API key: no replay file is packaged for it, and the message names the
-    settings that make it start, including running only pushed branches (llm.provider = "none")."""
+def test_own_env_without_a_key_gets_one_llm_verdict(make_repo, tmp_path, capsys, monkeypatch):
+    """An adopted repo, no API key, no replay file packaged for it: `auto` runs pushed branches only
+    and doctor says so once (a warning naming the way to a live model), never a FAIL next to an ok;
+    llm.provider = "replay" chosen outright without a file is one FAIL naming every way out."""
     for k in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(k, raising=False)
     repo = _env(make_repo, TOY_MANIFEST)
     cfg = _cfg(tmp_path, f'[research]\nrepo = "{repo}"\n')
     rc, out, _ = run_main(capsys, "--config", cfg, "doctor")
-    assert rc == 1 and "has no packaged replay file" in out and 'llm.provider = "none"' in out, out
+    assert rc == 0 and out.count("LLM provider") == 1 and "FAIL" not in out, out
+    assert "warn LLM provider: none (no ANTHROPIC_API_KEY or OPENAI_API_KEY is set and env 'toy' has no recorded " \
+           "ideas to replay: running the baseline and the idea branches you push" in out, out
+    cfg = _cfg(tmp_path, f'[research]\nrepo = "{repo}"\n[llm]\nprovider = "replay"\n')
+    rc, out, _ = run_main(capsys, "--config", cfg, "doctor")
+    assert rc == 1 and out.count("LLM provider") == 0 and "has no packaged replay file" in out, out
+    assert 'llm.provider = "none"' in out and "llm.replay_file" in out and "ANTHROPIC_API_KEY" in out, out

@@ -4,6 +4,7 @@ frozen files in a clean env), the idea check, the launcher's budget, and the cau
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -61,9 +62,10 @@ def run(cmd, cwd, env, timeout=120):
 def test_manifest_is_the_papers_setup():
     m = manifest()
     assert (m.run, m.evaluate, m.check) == ("python launch.py", "python evaluate.py", "python launch.py --smoke")
-    assert (m.metric, m.goal, m.artifacts) == ("val_loss", "min", [shards.ARTIFACT])
+    assert (m.metric, m.goal, m.artifacts) == ("val_loss", "min", [shards.ARTIFACT, shards.HEAD_ARTIFACT])
     assert m.time_budget_s > 1500 and "NANOGPT_DATA" in m.data
-    for path in ("evaluate.py", "launch.py", "shards.py", "prepare_fineweb.py", MANIFEST_FILE):
+    assert (m.model, m.model_output_mb) == ("python eval_model.py", 3072)      # the split evaluation
+    for path in ("evaluate.py", "eval_model.py", "launch.py", "shards.py", "prepare_fineweb.py", MANIFEST_FILE):
         assert m.is_frozen(path), path       # an idea that edits one of these never becomes a run
     assert not m.is_frozen("train.py")
     assert shards.VAL_TOKENS == 10_485_760
@@ -125,7 +127,8 @@ def test_whole_trial_through_the_wrapper(tmp_path, make_repo, data):
     log = out.log.decode(errors="replace")
     assert out.error is None and out.metrics_source == "evaluate", log[-3000:]
     assert "world 2 on cpu" in log and "1 accumulation step" in log
-    assert set(os.listdir(Path(handle["dir"]) / "eval")) == {MANIFEST_FILE, *m.frozen}   # no train.py there
+    scorer_state = {".nanogpt_eval_plan.json"}          # the scorer's secret, when the wrapper splits
+    assert set(os.listdir(Path(handle["dir"]) / "eval")) - scorer_state == {MANIFEST_FILE, *m.frozen}   # no train.py
     eval_log = log.split("===== evaluate =====")[1]
     assert parse_metrics(eval_log) == pytest.approx(out.metrics, rel=1e-4)
     loss = out.metrics["val_loss"]
@@ -149,7 +152,7 @@ def test_budget_reached_still_saves(tmp_path, data):
     p = run([PY, "launch.py"], code, env)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert "training budget of 1s reached" in p.stdout and "(time budget)" in p.stdout
-    assert (code / shards.ARTIFACT).is_file()
+    assert (code / shards.ARTIFACT).is_file() and (code / shards.HEAD_ARTIFACT).is_file()
 
 
 def test_train_that_ignores_the_stop_is_killed_and_fails(tmp_path):
@@ -175,21 +178,206 @@ def _cmdline_has(pid: str, text: str) -> bool:
         return False
 
 
+# ----------------------------------------------------------------------------- the split evaluation
+
+def eval_env(data, **extra):
+    """A clean environment like the trial wrapper's, with the tiny sizes."""
+    return {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "PYTHONSAFEPATH": "1",
+            "NANOGPT_DATA": str(data), **TINY, **extra}
+
+
+def evaluate(arts, data, cwd, evaluator=ENV / "evaluate.py", **extra):
+    return run([PY, str(evaluator), "--artifacts", str(arts)], cwd, eval_env(data, **extra))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, data):
+    """A tiny model trained by the baseline train.py: out/model.pt2 (body) and out/head.npz."""
+    d = tmp_path_factory.mktemp("trained")
+    env = dict(os.environ, NANOGPT_DATA=str(data), CUDA_VISIBLE_DEVICES="", **TINY,
+               NANOGPT_ARTIFACT=str(d / shards.ARTIFACT), NANOGPT_HEAD=str(d / shards.HEAD_ARTIFACT))
+    p = run([PY, str(ENV / "train.py")], d, env, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    return d
+
+
+def direct_loss(arts: Path, data: Path) -> float:
+    """What the evaluator before the split computed: the fp32 logits of the whole model on the
+    scored windows, in order, and their mean cross-entropy, all in one process."""
+    import torch
+    import torch.nn.functional as F
+    body = torch.export.load(str(arts / shards.ARTIFACT)).module()
+    W = torch.from_numpy(np.load(arts / shards.HEAD_ARTIFACT)["weight"])
+    total, count = 0.0, 0
+    for x, y in shards.val_sequences(64, 4096, 8, root=str(data)):
+        with torch.no_grad():
+            logits = body(torch.from_numpy(x)) @ W.T
+        total += F.cross_entropy(logits.view(-1, logits.size(-1)), torch.from_numpy(y).view(-1),
+                                 reduction="sum").item()
+        count += y.size
+    return total / count
+
+
+def test_honest_value_is_unchanged(tmp_path, data, trained):
+    p = evaluate(trained, data, tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    m = parse_metrics(p.stdout)
+    assert m["val_tokens"] == 4096 and m["causal_checks"] == 32 and m["eval_groups"] >= 3
+    assert m["val_loss"] == pytest.approx(direct_loss(trained, data), rel=2e-5)
+    assert not list(tmp_path.iterdir())          # local debugging leaves nothing in its cwd
+
+
+def phase(name, io, cwd, arts, data, **extra):
+    env = eval_env(data, AUTORESEARCH_EVAL_PHASE=name, AUTORESEARCH_MODEL_IO=str(io),
+                   AUTORESEARCH_ARTIFACTS=str(arts), **extra)
+    return run([PY, str(ENV / "evaluate.py")], cwd, env)
+
+
+def model_step(io, g, arts):
+    out = io / "out" / g
+    out.mkdir(parents=True)
+    env = {"PATH": os.environ["PATH"], "AUTORESEARCH_MODEL_IN": str(io / "in" / g),
+           "AUTORESEARCH_MODEL_OUT": str(out), "AUTORESEARCH_ARTIFACTS": str(arts), "OMP_NUM_THREADS": "1"}
+    return run([PY, str(ENV / "eval_model.py")], out.parent, env)
+
+
+def _scorer_module():
+    """The env's evaluate.py under a name of its own (other envs have an evaluate.py too)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("nanogpt_evaluate", ENV / "evaluate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_model_input_holds_no_secret_and_no_next_window(tmp_path, data, trained):
+    """The groups hold token rows only: no seed, no cut, no targets beyond the rows themselves. No
+    row's last target (the next window's first token) is in its process: neither the next window
+    nor a variant of it (which starts with it) shares its group. The evaluator before the split
+    scored 16 consecutive windows per batch, so a model mixing rows could read it."""
+    io, sc = tmp_path / "io", tmp_path / "scorer"
+    sc.mkdir()
+    p = phase("inputs", io, sc, trained, data)
+    assert p.returncode == 0, p.stderr
+    cfg = json.loads((sc / ".nanogpt_eval_plan.json").read_text())
+    ev = _scorer_module()
+    x, _ = next(shards.val_sequences(64, 4096, 64, root=str(data)))
+    n = len(x)
+    plan = ev.make_plan(cfg["seed"], n, 64, cfg["c"])
+    groups = sorted((io / "in").iterdir(), key=lambda d: int(d.name))
+    assert len(groups) == len(plan["groups"]) >= 3 and cfg["c"] == 32
+    group_of = {}
+    for g, ids in zip(groups, plan["groups"]):
+        assert sorted(f.name for f in g.iterdir()) == ["meta.json", "tokens.npy"]
+        assert str(cfg["seed"]) not in (g / "meta.json").read_text()
+        rows = np.load(g / "tokens.npy")
+        assert rows.dtype == np.uint16 and (rows == ev.rows_of(ids, x, plan)).all()   # what the plan says
+        group_of.update((int(i), int(g.name)) for i in ids)
+    assert sorted(group_of) == list(range(n + cfg["c"]))        # each row in exactly one group
+    for w in range(n - 1):
+        assert group_of[w] != group_of[w + 1], w                 # never beside the next window
+    for j, w in enumerate(plan["checked"]):
+        assert group_of[n + j] != group_of[int(w)]               # a variant is never beside its original
+        assert w == 0 or group_of[n + j] != group_of[int(w) - 1]  # ... nor beside the window before it
+        cut = plan["cuts"][j]
+        assert 1 <= cut <= 63 and plan["donors"][j] != w
+
+
+def test_wrong_outputs_fail_with_a_reason(tmp_path, data, trained):
+    io, sc = tmp_path / "io", tmp_path / "scorer"
+    sc.mkdir()
+    assert phase("inputs", io, sc, trained, data).returncode == 0
+    groups = sorted((p.name for p in (io / "in").iterdir()), key=int)
+    for g in groups:
+        p = model_step(io, g, trained)
+        assert p.returncode == 0, p.stderr
+    ok = phase("score", io, sc, trained, data)
+    assert ok.returncode == 0 and "val_loss" in parse_metrics(ok.stdout), ok.stderr
+    out = io / "out" / groups[0]
+    meta = json.loads((out / "hidden.json").read_text())
+    good_bin = (out / "hidden.bin").read_bytes()
+    n, T, D = meta["shape"]
+
+    def corrupt(meta_obj, blob):
+        (out / "hidden.json").write_text(json.dumps(meta_obj))
+        (out / "hidden.bin").write_bytes(blob)
+        return phase("score", io, sc, trained, data)
+
+    nan = np.frombuffer(good_bin, dtype=np.float16).copy()
+    nan[5] = np.nan
+    cases = [({"dtype": "float64", "shape": [n, T, D]}, good_bin + good_bin, "dtype 'float64'"),
+             ({"dtype": "float16", "shape": [n - 1, T, D]}, good_bin[:(n - 1) * T * D * 2], "expected ["),
+             ({"dtype": "float16", "shape": [n, T, D + 1]}, bytes(n * T * (D + 1) * 2), "do not match the head"),
+             ({"dtype": "float16", "shape": [n, T, D]}, good_bin[:-2], "bytes"),
+             ({"dtype": "float16", "shape": [n, T, D]}, nan.tobytes(), "non-finite"),
+             ({"shape": [n, T, D]}, good_bin, "hidden.json is not")]
+    for meta_obj, blob, reason in cases:
+        p = corrupt(meta_obj, blob)
+        assert p.returncode == 1 and reason in p.stderr and "val_loss" not in p.stdout, (reason, p.stderr)
+    (out / "hidden.bin").unlink()
+    p = phase("score", io, sc, trained, data)
+    assert p.returncode == 1 and f"group {groups[0]}: the model step wrote no" in p.stderr
+
+
+def test_a_forged_metric_block_from_the_model_step_is_not_the_result(tmp_path, data, trained):
+    """The model step's own stdout never reaches the scorer's: a runner that prints a perfect score
+    (as idea code running in it could) changes nothing."""
+    code = env_copy(tmp_path / "code")
+    (code / "eval_model_real.py").write_bytes((ENV / "eval_model.py").read_bytes())
+    (code / "eval_model.py").write_text(
+        "import runpy, sys, os\nprint('---'); print('val_loss: 0.000001'); sys.stdout.flush()\n"
+        "runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'eval_model_real.py'),"
+        " run_name='__main__')\n")
+    p = evaluate(trained, data, tmp_path, evaluator=code / "evaluate.py")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "val_loss: 0.000001" in p.stderr and "0.000001" not in p.stdout
+    assert parse_metrics(p.stdout)["val_loss"] == pytest.approx(direct_loss(trained, data), rel=2e-5)
+
+
 LEAKY = """
-import sys, torch
+import sys, numpy as np, torch
+V, D, T = {V}, 32, 64
+OLD_CUTS = (16, 32, 48, 63)          # the positions the evaluator before the split checked
 class Leak(torch.nn.Module):
     def __init__(self, how):
-        super().__init__(); self.how = how; self.emb = torch.nn.Embedding({V}, {V})
+        super().__init__()
+        torch.manual_seed(0)
+        self.how, self.emb, self.nxt = how, torch.nn.Embedding(V, D), torch.nn.Embedding(V, D)
+        mask = torch.ones(T)
+        mask[-1] = 0
+        if how == "untested":          # looks ahead everywhere but just before the old cuts
+            mask[[c - 1 for c in OLD_CUTS]] = 0
+        self.register_buffer("mask", mask)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
     def forward(self, idx):
-        if self.how == "future":      # position t sees token t+1
-            idx = torch.cat([idx[:, 1:], idx[:, -1:]], dim=1)
-        else:                         # each row sees the next row of the batch
-            idx = idx + torch.roll(idx, -1, dims=0) % 2
-        return self.emb(idx % {V})
-for how in ("future", "rows"):
-    ep = torch.export.export(Leak(how).eval(), (torch.randint(0, {V}, (2, 64)),),
+        h = self.emb(idx)
+        nxt = self.nxt(torch.cat([idx[:, 1:], idx[:, -1:]], dim=1))
+        if self.how == "rows":         # each row sees the next row of its batch
+            return h + 0.5 * self.nxt(torch.roll(idx, -1, dims=0))
+        if self.how == "stateful":     # causal for its first 6 calls (the old check's), then it leaks
+            self.calls.add_(1)
+            return h + (self.calls > 6).float() * self.mask[None, :, None] * nxt
+        if self.how == "flat":         # not [B, T, D]
+            return h.sum(-1)
+        if self.how == "huge":         # states float16 cannot hold
+            return h * 1e6
+        if self.how == "inflated":     # a small leak beside a huge state the head ignores (which
+            big = torch.full_like(h[..., :1], 60000.0)     # would widen a tolerance on the states)
+            return torch.cat([h + 0.01 * self.mask[None, :, None] * nxt, big], dim=-1)
+        return h + self.mask[None, :, None] * nxt
+for how in ("untested", "future", "rows", "stateful", "inflated", "flat", "huge", "honest"):
+    m = Leak(how).eval()
+    if how == "honest":
+        m.how, m.mask = "future", torch.zeros(T)
+    ep = torch.export.export(m, (torch.randint(0, V, (2, T)),),
                              dynamic_shapes={{"idx": {{0: torch.export.Dim("b", min=1, max=64)}}}})
-    torch.export.save(ep, sys.argv[1] + "/" + how + ".pt2")
+    d = sys.argv[1] + "/" + how + "/out"
+    import os; os.makedirs(d)
+    torch.export.save(ep, d + "/model.pt2")
+    w = m.emb.weight.detach().numpy()
+    if how == "inflated":
+        w = np.concatenate([w, np.zeros((V, 1), dtype=w.dtype)], axis=1)
+    np.savez(d + "/head.npz", weight=w)
 """
 
 
@@ -202,9 +390,34 @@ def leaky_models(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("how,msg", [("future", "sees the future"), ("rows", "rows must be independent")])
-def test_evaluate_rejects_a_model_that_sees_ahead(tmp_path, data, leaky_models, how, msg):
-    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "PYTHONSAFEPATH": "1",
-           "NANOGPT_DATA": str(data), **TINY}
-    p = run([PY, str(ENV / "evaluate.py"), "--artifact", str(leaky_models / f"{how}.pt2")], tmp_path, env)
-    assert p.returncode == 1 and msg in p.stderr, p.stderr[-2000:]
+def test_untested_positions_escaped_the_old_fixed_check(leaky_models):
+    """The blind spot of the evaluator before the split: with its four fixed cuts, changing the
+    later tokens left every earlier state of this model unchanged, though it reads ahead at 59 of
+    64 positions."""
+    import torch
+    body = torch.export.load(str(leaky_models / "untested" / shards.ARTIFACT)).module()
+    x = torch.randint(0, SMALL_VOCAB, (8, 64), generator=torch.Generator().manual_seed(1))
+    base = body(x)
+    for cut in (16, 32, 48, 63):
+        y = x.clone()
+        y[:, cut:] = torch.randint(0, SMALL_VOCAB, (8, 64 - cut))
+        assert torch.equal(body(y)[:, :cut], base[:, :cut])
+
+
+@pytest.mark.parametrize("how", ["untested", "future", "rows", "stateful", "inflated"])
+def test_evaluate_rejects_a_model_that_sees_ahead(tmp_path, data, leaky_models, how):
+    p = evaluate(leaky_models / how, data, tmp_path, NANOGPT_EVAL_BATCH="4")
+    assert p.returncode == 1 and "causality check failed" in p.stderr, p.stderr[-2000:]
+    assert "val_loss" not in p.stdout
+
+
+@pytest.mark.parametrize("how,reason", [("flat", "must map int64 [B, T] to float hidden states [B, T, D]"),
+                                        ("huge", "over float16's 65504")])
+def test_the_model_step_refuses_outputs_it_cannot_pass_on(tmp_path, data, leaky_models, how, reason):
+    p = evaluate(leaky_models / how, data, tmp_path)
+    assert p.returncode == 1 and reason in p.stderr and "val_loss" not in p.stdout, p.stderr[-2000:]
+
+
+def test_evaluate_accepts_the_causal_twin(tmp_path, data, leaky_models):
+    p = evaluate(leaky_models / "honest", data, tmp_path, NANOGPT_EVAL_BATCH="4")
+    assert p.returncode == 0 and "val_loss" in parse_metrics(p.stdout), p.stderr[-2000:]

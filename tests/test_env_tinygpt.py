@@ -238,7 +238,9 @@ def test_replay_check_outcomes(template_repo, tmp_path):
 def _trial(template_repo, tmp_path, data_env: dict[str, str], budget_s: float):
     repo, base = template_repo
     m = manifest().model_copy(update={"data": data_env})
-    runner = LocalRunner(RunnerCfg(), m, tmp_path / "trials")
+    # the dependencies a worktree's venv shares through a .pth line live outside it: visible read-only
+    deps = sorted({p for p in sys.path if p.endswith("site-packages") and not p.startswith(sys.prefix)})
+    runner = LocalRunner(RunnerCfg(sandbox_binds=deps), m, tmp_path / "trials")
     spec = TrialSpec(trial_id="t1", commit=base, seed=0, manifest=m, code_tar=repo.archive(base, exclude=m.heldout()),
                      eval_tar=repo.archive(base, m.frozen + m.heldout()), frozen_paths=list(m.frozen),
                      purpose="baseline")

@@ -97,3 +97,17 @@ def test_identical_seeds_are_compared_at_the_notes_precision():
     fresh = 1.0 + 0.9664535356213 / 100
     assert identical_seeds([float(f"{fresh:.12g}"), fresh])
     assert not identical_seeds([1.0096645353, 1.0096645354]) and not identical_seeds([fresh])
+
+
+def test_a_notes_compute_fields_are_totals_over_every_seed_of_one_scope():
+    """wall_s, cpu_s and gpu_s of a note are each the sum over its trials (issue 27 item 4: the
+    baseline's wall_s was seed 0's while its cpu_s summed every seed's wall time)."""
+    a = aggregate([trial(0, value=1.0, wall_s=10.0, cpu_s=15.0, gpu_s=0.0),
+                   trial(1, value=1.1, wall_s=12.0, cpu_s=18.0, gpu_s=0.0),
+                   trial(2, Status.FAILED, wall_s=1.0, cpu_s=0.5, gpu_s=0.0, limit="memory")])
+    assert (a["wall_s"], a["cpu_s"], a["gpu_s"]) == (23.0, 33.5, 0.0)
+    assert a["limit"] == "memory"
+    # a GPU trial: its measured busy seconds, not wall x GPUs; an older trial without them: wall x GPUs
+    g = aggregate([trial(0, value=1.0, wall_s=100.0, cpu_s=90.0, gpu_s=40.0, gpus=2),
+                   trial(1, value=1.0, wall_s=100.0, gpus=2)])
+    assert g["gpu_s"] == 240.0 and g["cpu_s"] == 90.0 and g["wall_s"] == 200.0

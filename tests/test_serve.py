@@ -161,8 +161,12 @@ def test_overview_lineage_and_failures_views(page, site):
     page.get(site["srv"].url + "/#/")
     wait(page, lambda d: len(d.find_elements("css selector", ".chart canvas")) >= 2, what="charts")
     body = page.execute_script("return document.querySelector('main').textContent")
-    best = summary(load_config(site["cfg"]))["best"]       # what `status` says is what the page says
+    s = summary(load_config(site["cfg"]))
+    best = s["best"]       # what `status` says is what the page says
     assert best["title"] in body and f"{best['value']:.4f}" in body and "not running" in body
+    # the compute spent, in the unit and to the digits `status` prints (it once read 0.0 beside 0.04)
+    unit, hours = ("GPU-hours", s["spend"]["gpu_hours"]) if s["gpus"] else ("CPU-hours", s["spend"]["cpu_hours"])
+    assert f"{unit}{hours:.2f}" in body.replace(" ", ""), (unit, hours)
     assert f"{BMEAN:.4f}" in body and "s0 3.3000" in body            # baseline with its per-seed values
     page.get(site["srv"].url + "/#/lineage")
     wait(page, lambda d: len(d.find_elements("css selector", "li.node")) > 5, what="lineage")

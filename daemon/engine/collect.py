@@ -251,9 +251,10 @@ class Collector(Recovery):
         lz.state = "done"
         lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, status=status, value=value,
                           metrics=out.metrics, exit_code=out.exit_code, host=lz.host, wall_s=out.wall_s,
-                          gpus=self.research.manifest.gpus, log=log_sha, error=error, tamper=out.tamper,
+                          cpu_s=out.cpu_s, gpu_s=out.gpu_s, eval_wall_s=out.eval_wall_s, eval_cpu_s=out.eval_cpu_s,
+                          limit=out.limit, run_metrics=out.run_metrics, gpus=self.research.manifest.gpus, log=log_sha, error=error, tamper=out.tamper,
                           harness=harness or digest, accelerator=out.accelerator, software=out.software,
-                          sandbox=out.sandbox, faults=list(lz.faults))
+                          sandbox=out.sandbox, trust=out.trust, faults=list(lz.faults))
         log.info("trial %s on %s: %s %s", lz.trial_id, lz.host, status.value,
                  f"{m.metric}={value:.4f}" if value is not None else (error or ""))
         return lz

@@ -44,7 +44,7 @@ def replay_title(cfg, research, text: str, title: str | None) -> str | None:
     from autoresearchd.app import default_replay_file
     from autoresearchd.llm.base import LLMError
     from autoresearchd.llm.replay import ReplayProvider, title_of
-    if resolve_provider_name(cfg.llm)[0] != "replay":
+    if resolve_provider_name(cfg.llm, research.manifest.name)[0] != "replay":
         return None
     # why replay: chosen in the config, or the fallback of `auto` without a key
     mode = "replay mode (llm.provider = \"replay\")" if cfg.llm.provider == "replay" else "replay mode (no API key)"

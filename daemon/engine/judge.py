@@ -17,9 +17,11 @@ import statistics
 
 from autoresearchd.engine.plan import baseline_complete
 from autoresearchd.goal import gain
+from autoresearchd.manifest import Trust
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.notes import GOOD_DECISIONS, SIG_DIGITS, Note, Status, Trial
 from autoresearchd.store.population import Population
+from autoresearchd.store.trust import over_budget
 
 
 
@@ -47,7 +49,8 @@ def aggregate(trials: list[Trial]) -> dict:
         "values": vals,
         "seeds": sorted(t.seed for t in trials),
         "host": first.host if first else None,
-        "wall_s": first.wall_s if first else None,
+        # compute: totals over every trial (docs/notes.md), each of run + evaluation
+        "wall_s": _total(trials, "wall_s"),
         "exit_code": first.exit_code if first else None,
         "seed": first.seed if first else None,
         "error": suspect[0].error if suspect else next((t.error for t in sorted(trials, key=lambda t: t.seed)
@@ -58,12 +61,30 @@ def aggregate(trials: list[Trial]) -> dict:
         "harness": first.harness if first else None,
         # the weakest isolation any seed had: one unsandboxed seed makes the result unsandboxed
         "sandbox": "none" if any(t.sandbox == "none" for t in trials) else (first.sandbox if first else None),
-        # accelerator time is counted only where the trial had GPUs; a CPU trial is CPU time
-        "gpu_s": sum((t.wall_s or 0) * t.gpus for t in trials if t.gpus > 0)
-        if any(t.gpus > 0 for t in trials) else None,
-        "cpu_s": sum((t.wall_s or 0) for t in trials if t.gpus <= 0) if any(t.gpus <= 0 for t in trials) else None,
+        # likewise the weakest evaluation any seed had (issue 26: a model is code)
+        "trust": weakest_trust([t.trust for t in trials]),
+        "gpu_s": _total(trials, "gpu_s"),
+        "cpu_s": _total(trials, "cpu_s"),
+        "limit": next((t.limit for t in sorted(trials, key=lambda t: t.seed) if t.limit), None),
         "tamper": sorted({x for t in trials for x in t.tamper}),
     }
+
+
+def _total(trials: list[Trial], key: str) -> float | None:
+    """The sum of a compute field over the trials that have it (None when none has it: older notes).
+    A trial from before GPU seconds were measured counts its GPUs' wall time, as it was then."""
+    xs = [getattr(t, key) for t in trials if getattr(t, key, None) is not None]
+    if key == "gpu_s":
+        xs += [(t.wall_s or 0) * t.gpus for t in trials if t.gpu_s is None and t.gpus > 0]
+    return sum(xs) if xs else None
+
+
+def weakest_trust(values: list[str | None]) -> str | None:
+    """The least trusted of the trials' `trust` values (manifest.Trust, weakest first: run,
+    model-code, split); None when no trial says."""
+    order = [t.value for t in (Trust.SELF_REPORTED, Trust.MODEL_CODE, Trust.SPLIT)]
+    known = [v for v in values if v in order]
+    return min(known, key=order.index) if known else None
 
 
 def identical_seeds(values: list[float]) -> bool:
@@ -222,6 +243,12 @@ def fill_baseline(note: Note, idea: Idea | None, pop: Population, manifest, poli
     if b.accelerator and note.accelerator and _accel_class(b.accelerator) != _accel_class(note.accelerator):
         flag = f"cross_accelerator: {note.accelerator} vs baseline {b.accelerator}"
         note.flags = sorted(set(note.flags) | {flag})
+    over = over_budget(note.trials, b.trials, manifest)
+    if over is not None:
+        # kept with its figures, never a result (the same path as `suspicious`: only succeeded counts)
+        note.status, note.error, note.budget, note.decision = Status.OVER_BUDGET, over[0], over[1], None
+        note.flags = sorted(set(note.flags) | {over[0]})
+        return True
     parent = pop.by_id.get(idea.parents[0]) if idea.parents else None
     if parent is not None and parent.value is not None:
         note.parent_delta = note.value - parent.value

@@ -16,13 +16,27 @@ _REGISTRY = Registry('LLM provider', 'providers', {
 names, get, register = _REGISTRY.names, _REGISTRY.get, _REGISTRY.register
 
 
-def resolve_provider_name(cfg) -> tuple[str, str | None]:
-    """`auto` picks anthropic or openai when their key is set, else replay. Returns (name, why)."""
+def packaged_replay(env_name: str):
+    """The replay file packaged for an env (envs/replays/<name>.jsonl), or None."""
+    from importlib import resources
+    from pathlib import Path
+    p = Path(str(resources.files("autoresearchd.envs"))) / "replays" / f"{env_name}.jsonl"
+    return p if p.is_file() else None
+
+
+def resolve_provider_name(cfg, env_name: str | None = None) -> tuple[str, str | None]:
+    """`auto` picks anthropic or openai when their key is set, else replay when there are recorded
+    ideas to replay (llm.replay_file, or a file packaged for `env_name`), else none: the daemon runs
+    the baseline and the idea branches people push, and proposes nothing. Returns (name, why)."""
     if cfg.provider != "auto":
         return cfg.provider, None
     if os.environ.get(cfg.api_key_env or "ANTHROPIC_API_KEY"):
         return "anthropic", None
     if os.environ.get("OPENAI_API_KEY"):
         return "openai", None
-    return "replay", ("no ANTHROPIC_API_KEY or OPENAI_API_KEY is set: replaying recorded ideas "
-                      "from the replay file instead of asking a live model")
+    if cfg.replay_file or env_name is None or packaged_replay(env_name) is not None:
+        return "replay", ("no ANTHROPIC_API_KEY or OPENAI_API_KEY is set: replaying recorded ideas "
+                          "from the replay file instead of asking a live model")
+    return "none", (f"no ANTHROPIC_API_KEY or OPENAI_API_KEY is set and env '{env_name}' has no recorded "
+                    f"ideas to replay: running the baseline and the idea branches you push, proposing "
+                    f"nothing (set a key for a live model)")

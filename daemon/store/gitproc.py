@@ -51,14 +51,34 @@ IDENTITY = {
 
 # The daemon's own git runs no hooks (a hook planted in the git dir would otherwise run with the
 # daemon's rights on its next ref update) and no fsmonitor command, whatever the repo's config says.
-GIT = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"]
+# A push is data, never configuration (docs/security.md, "A push is data: git mechanisms"): no read
+# substitutes objects (refs/replace/*, which a push could add), every pathspec is a literal path (a
+# committed file named `:(exclude)x` or `*` is that file), no attributes file outside the tree is
+# read, and no mailmap renames anyone.
+GIT = ["git", "--no-replace-objects", "--literal-pathspecs", "-c", "core.hooksPath=/dev/null",
+       "-c", "core.fsmonitor=false", "-c", "core.attributesFile=/dev/null", "-c", "log.mailmap=false",
+       "-c", "advice.graftFileDeprecated=false"]
+# The same for git's own git children (no replace refs), no grafts (info/grafts reparents commits:
+# merge-bases, first-parent diffs; --no-replace-objects leaves them on, an empty graft file stands in)
+# and no system attributes file.
+_PINNED_ENV = {"GIT_NO_REPLACE_OBJECTS": "1", "GIT_GRAFT_FILE": os.devnull, "GIT_ATTR_NOSYSTEM": "1"}
 _CONFIG_KEY = re.compile(r"GIT_CONFIG_KEY_\d+")
+# The GIT_* variables a daemon may inherit and pass on: where config and identity come from, tracing,
+# and how git finds its own programs. Every other one (GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE,
+# GIT_OBJECT_DIRECTORY, GIT_ALTERNATE_OBJECT_DIRECTORIES, GIT_NAMESPACE, GIT_REPLACE_REF_BASE,
+# GIT_NOTES_REF, GIT_EXTERNAL_DIFF, GIT_ATTR_SOURCE, GIT_SHALLOW_FILE, GIT_*_PATHSPECS, ...: set when
+# the daemon is started from a git hook or alias) would point the daemon's reads at other objects.
+_KEEP_GIT_VAR = re.compile(r"GIT_(CONFIG_(GLOBAL|SYSTEM|NOSYSTEM|COUNT|PARAMETERS|KEY_\d+|VALUE_\d+)"
+                           r"|(AUTHOR|COMMITTER)_(NAME|EMAIL|DATE)|TRACE\w*|EXEC_PATH|CEILING_DIRECTORIES"
+                           r"|DISCOVERY_ACROSS_FILESYSTEM)")
 
 
 def git_env(extra: dict | None = None) -> dict[str, str]:
-    """The environment of every git process the daemon starts: its own, minus secrets, plus the
-    fixed plumbing settings and identity fallback."""
-    env = dict(scrubbed_env(), **_BASE_ENV)
+    """The environment of every git process the daemon starts: its own, minus secrets and minus the
+    GIT_* variables that would redirect a read, plus the fixed plumbing settings, the pins of
+    _PINNED_ENV and the identity fallback."""
+    env = {k: v for k, v in scrubbed_env().items() if not k.startswith("GIT_") or _KEEP_GIT_VAR.fullmatch(k)}
+    env.update(_BASE_ENV, **_PINNED_ENV)
     # GIT_CONFIG_KEY_<n> names a config key (its value is GIT_CONFIG_VALUE_<n>): not a secret, and
     # dropping it while GIT_CONFIG_COUNT stays would make every git command fail
     env.update({k: v for k, v in os.environ.items() if _CONFIG_KEY.fullmatch(k)})

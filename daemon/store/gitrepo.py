@@ -1,6 +1,6 @@
 """Git access: the repo handle, refs, objects, trees and commits (notes I/O is mixed in from
-gitnotes.py; one git process runs through gitproc.py). Only these three modules run git; everything
-else asks GitRepo for refs, notes, commits and archives.
+gitnotes.py, tree export and import from gitexport.py; one git process runs through gitproc.py). Only
+these four modules run git; everything else asks GitRepo for refs, notes, commits and archives.
 
 The handle holds a GitPython Repo (gitproc.PyRepo): config reads, names that start from an object id
 (rev_parse) and single objects (blobs, notes, commit messages, trees) go through it and its two
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autoresearchd import defaults
+from autoresearchd.store.gitexport import TreesIO
 from autoresearchd.store.gitnotes import NotesIO
 # GitError and git_env are part of this module's interface: callers catch the one and test the other
 from autoresearchd.store.gitproc import GIT, IDENTITY, GitError, PyRepo, git_env, run_git  # noqa: F401
@@ -52,7 +53,7 @@ class TreeEntry:
     path: str
 
 
-class GitRepo(NotesIO):
+class GitRepo(NotesIO, TreesIO):
     """A handle on one repository. Thread-safe (notes writes serialised per ref, the GitPython Repo
     held by one thread at a time); `close()` or `with` ends its persistent cat-file processes."""
 
@@ -262,17 +263,21 @@ class GitRepo(NotesIO):
         blobs = self.cat_file_batch([e.sha for e in entries])
         return {e.path: blobs.get(e.sha, b"") for e in entries}
 
-    def archive(self, rev: str, paths: list[str] | None = None, exclude: list[str] | None = None) -> bytes:
-        """A tar of the tree at rev, so a host needs neither git nor access to the repo; `exclude`
-        leaves paths out (the evaluator's held-out files never reach run)."""
-        spec = list(paths or (["."] if exclude else [])) + [f":(exclude,literal){p}" for p in exclude or []]
-        return self.git("archive", "--format=tar", rev, "--", *spec, binary=True)
+    def _read_detached(self, args: list[str], **kw):
+        """A read run with an empty scratch work tree and index: `git diff` takes attributes (`-diff`
+        hides a change as "Binary files differ", `diff=<driver>` picks a textconv) from the research
+        repo's checkout and index, never from the trees it compares; here from neither."""
+        with tempfile.TemporaryDirectory(prefix="ard-detached-") as d:
+            env = {"GIT_DIR": str(self.git_dir), "GIT_WORK_TREE": d, "GIT_INDEX_FILE": os.path.join(d, "index")}
+            return self._run(args, env=env, cwd=Path(d), **kw)
 
     def diff(self, a: str, b: str, stat: bool = False) -> str:
-        args = ["diff", "--no-color", "--no-ext-diff"]
+        """The change from a to b as shown to people and LLMs: no attribute, driver or textconv
+        decides what it shows."""
+        args = ["diff", "--no-color", "--no-ext-diff", "--no-textconv"]
         if stat:
             args.append("--stat")
-        return self.git(*args, a, b)
+        return self._read_detached([*args, a, b])
 
     def diffs_first_parent(self, commits: list[str]) -> dict[str, str]:
         """commit -> unified diff against its first parent, for many commits in one process
@@ -280,9 +285,9 @@ class GitRepo(NotesIO):
         if not commits:
             return {}
         uniq = list(dict.fromkeys(commits))
-        out = self.git("diff-tree", "--stdin", "-p", "--diff-merges=first-parent", "--no-color", "--no-ext-diff",
-                       "--always", "--format=%x00%H", input=("\n".join(uniq) + "\n").encode(),
-                       binary=True).decode(errors="replace")
+        out = self._read_detached(["diff-tree", "--stdin", "-p", "--diff-merges=first-parent", "--no-color",
+                                   "--no-ext-diff", "--no-textconv", "--always", "--format=%x00%H"],
+                                  input=("\n".join(uniq) + "\n").encode(), binary=True).decode(errors="replace")
         res = {c: "" for c in uniq}
         for chunk in out.split("\0")[1:]:
             sha, _, diff = chunk.partition("\n")
@@ -327,38 +332,6 @@ class GitRepo(NotesIO):
                     mode = mode if mode in ("100644", "100755") else "100644"
                     self.git("update-index", "--add", "--cacheinfo", f"{mode},{sha},{path}", env=env)
             return self.git("write-tree", env=env).strip()
-
-    def tree_from_dir(self, base: str, workdir: str | os.PathLike, keep: list[str] = (),
-                      max_file_bytes: int | None = None) -> str:
-        """The tree of a scratch directory (a coding agent's worktree) as `git add -A` stages it on
-        top of base's tree: symlinks stay symlinks and nested repositories become gitlinks, so the
-        safety gate sees them as they are; files its .gitignore names are left out. The `keep` paths
-        (files withheld from the directory on purpose, such as hidden ones) stay as in base.
-        Temporary index only; the research repo's own index and work tree are not touched."""
-        gitdir = self.git("rev-parse", "--absolute-git-dir").strip()
-        with tempfile.TemporaryDirectory(prefix="ard-idx-") as d:
-            env = {"GIT_INDEX_FILE": os.path.join(d, "index"), "GIT_DIR": gitdir,
-                   "GIT_WORK_TREE": str(workdir)}
-            self._run(["read-tree", base], env=env, cwd=Path(workdir))
-            if max_file_bytes is not None:
-                # refuse an oversized file before it is hashed into the repo's object store
-                out = self._run(["ls-files", "-z", "--others", "--modified", "--exclude-standard"],
-                                env=env, cwd=Path(workdir), binary=True)
-                for rel in filter(None, out.split(b"\0")):
-                    try:
-                        size = os.lstat(os.path.join(os.fsencode(workdir), rel)).st_size
-                    except OSError:
-                        continue
-                    if size > max_file_bytes:
-                        raise ValueError(f"{rel.decode(errors='replace')} would be {size} bytes, over the "
-                                         f"{max_file_bytes}-byte limit per file")
-            self._run(["-c", "core.autocrlf=false", "-c", "core.fileMode=true", "add", "-A", "--", "."],
-                      env=env, cwd=Path(workdir))
-            if keep:
-                lines = "".join(f"{e.mode} {e.type} {e.sha}\t{e.path}\n" for e in self.ls_tree(base, list(keep)))
-                if lines:
-                    self._run(["update-index", "--index-info"], input=lines.encode(), env=env, cwd=Path(workdir))
-            return self._run(["write-tree"], env=env, cwd=Path(workdir)).strip()
 
     def diff_tree_raw(self, a: str, b: str) -> list["RawChange"]:
         """Every changed blob between two commits or trees, with modes and ids (no rename detection)."""

@@ -18,6 +18,7 @@ from typing import Any
 from autoresearchd.store.notes import BEST_DECISIONS, Lease, Note, Status
 from autoresearchd.store.refs import IDEA_BRANCHES
 from autoresearchd.store.trailers import TRAILER_KEYS, Trailers, parse_trailers
+from autoresearchd.inert import one_line, visible
 
 ORIGINS = ("seed", "exploit", "explore", "human", "greedy", "best_of_n", "baseline", "confirm", "tune")
 
@@ -98,9 +99,12 @@ class Idea:
 def format_message(title: str, body: str, trailers: Trailers | dict[str, Any]) -> str:
     """An idea commit's message. `trailers` may be a dict keyed by trailer name: it is validated
     into `Trailers` here, so every message the daemon writes carries typed, versioned trailers."""
-    title = " ".join(title.split())[:200] or "untitled idea"
+    # An LLM wrote the title and text, and plain `git log` prints a commit's message as it is: the daemon
+    # writes no control or format character into a commit (docs/security.md, "Every byte from an idea
+    # is data"); each is written out (`\x1b`), as every view would show it
+    title = " ".join(one_line(title).split())[:200] or "untitled idea"
     lines = [title, ""]
-    body = body.strip()
+    body = visible(body.replace("\r\n", "\n").strip())          # a CRLF is a line end, not a control
     if body:
         lines += [body, ""]
     tr = trailers if isinstance(trailers, Trailers) else Trailers.model_validate(

@@ -1,7 +1,8 @@
 """The versioned note schema: result notes (refs/notes/autoresearch) and run leases (-runs).
 
 A result note is a one-line human summary, a blank line, then `key: value` lines. Scalars are
-written raw, strings with newlines or quotes as JSON strings, lists and dicts as compact JSON.
+written raw, strings with newlines, quotes or control characters as JSON strings, lists and dicts as
+compact JSON.
 Parsing is tolerant (git-appraise style): unknown keys and unparsable lines are kept aside, never
 fatal, so older daemons can read newer notes and the other way round.
 """
@@ -17,6 +18,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autoresearchd import defaults
+# notes are read by plain `git log` (notes.displayRef), which prints them as they are: no character a
+# terminal would obey may reach a note's text (docs/security.md, "Every byte from an idea is data")
+from autoresearchd.inert import needs_escaping, one_line
 
 
 class Status(str, Enum):
@@ -35,6 +39,7 @@ class Status(str, Enum):
     CANCELLED = "cancelled"
     REFUSED = "refused"                    # evaluation harness differs from the baseline's
     SUSPICIOUS = "suspicious"              # measured, but tampered with or outside the plausible range
+    OVER_BUDGET = "over_budget"            # measured, but it used more compute than the cap allows
 
     @property
     def terminal(self) -> bool:
@@ -46,7 +51,7 @@ BEST_DECISIONS = ("promoted", "confirmed")
 GOOD_DECISIONS = ("promoted", "confirmed", "improved")
 
 FAILURES = {Status.FAILED, Status.TIMED_OUT, Status.IMPLEMENT_FAILED, Status.REJECTED,
-            Status.LOST, Status.CANCELLED, Status.REFUSED, Status.SUSPICIOUS}
+            Status.LOST, Status.CANCELLED, Status.REFUSED, Status.SUSPICIOUS, Status.OVER_BUDGET}
 
 
 class Trial(BaseModel):
@@ -59,7 +64,15 @@ class Trial(BaseModel):
     metrics: dict[str, float] = Field(default_factory=dict)
     exit_code: int | None = None
     host: str | None = None
+    # compute of run + evaluation (docs/notes.md "Compute fields"): wall and CPU seconds of the same
+    # steps, the evaluation's share, busy GPU seconds (0.0 without GPUs); older notes: wall_s only
     wall_s: float | None = None
+    cpu_s: float | None = None
+    gpu_s: float | None = None
+    eval_wall_s: float | None = None
+    eval_cpu_s: float | None = None
+    limit: str | None = None        # the per-trial limit it hit: memory | pids | open_files
+    run_metrics: dict[str, float] = Field(default_factory=dict)   # run's own report of budget_metrics
     gpus: int = 0
     log: str | None = None          # blob sha, anchored under refs/autoresearch/logs/<trial_id>
     error: str | None = None
@@ -68,6 +81,7 @@ class Trial(BaseModel):
     accelerator: str | None = None
     software: str | None = None
     sandbox: str | None = None      # what isolated run and evaluate: bwrap | apptainer | none
+    trust: str | None = None        # what the metric rests on: split | model-code | run (manifest.Trust)
     faults: list[str] = Field(default_factory=list)   # host faults met before this run ("host: reason")
 
 
@@ -94,9 +108,12 @@ class Note(BaseModel):
     parent_delta: float | None = None
     decision: str | None = None     # promoted | within_noise | worse | confirmed | demoted
     host: str | None = None
+    # totals over every trial in `trials` (every seed), each of run + evaluation (docs/notes.md)
     wall_s: float | None = None
-    gpu_s: float | None = None      # wall time x GPUs, only for trials that had GPUs
-    cpu_s: float | None = None      # wall time of trials that ran with no GPU (gpus = 0)
+    gpu_s: float | None = None      # busy GPU seconds; 0.0 when the env has no GPUs
+    cpu_s: float | None = None      # CPU seconds from the kernel, every process of the trials
+    limit: str | None = None        # a limit a trial hit (memory | pids | open_files), the first seed's
+    budget: dict[str, Any] = Field(default_factory=dict)   # over_budget: the figures it was judged by
     exit_code: int | None = None
     seed: int | None = None
     error: str | None = None
@@ -108,6 +125,7 @@ class Note(BaseModel):
     software: str | None = None
     harness: str | None = None
     sandbox: str | None = None      # bwrap | apptainer | none (an unsandboxed result says so)
+    trust: str | None = None        # split | model-code | run: the weakest of its trials (docs/notes.md)
     tamper: list[str] = Field(default_factory=list)
     superseded: list[str] = Field(default_factory=list)   # trials of this commit run twice; not counted
     flags: list[str] = Field(default_factory=list)   # e.g. cross_accelerator: compared across hardware
@@ -197,7 +215,7 @@ def summary_line(n: Note) -> str:
     if n.wall_s is not None:
         parts.append(_fmt_duration(n.wall_s))
     if n.error and n.status != Status.SUCCEEDED:
-        parts.append("— " + n.error.splitlines()[0][:120])
+        parts.append("— " + one_line(n.error.splitlines()[0][:120]))
     if n.duplicate_of:
         parts.append(f"duplicate of {n.duplicate_of}")
     return " ".join(parts)
@@ -209,7 +227,9 @@ def _fmt_value(v: Any) -> str:
     if isinstance(v, (list, dict)):
         return json.dumps(v, separators=(",", ":"), sort_keys=True, default=str)
     if isinstance(v, str):
-        if "\n" in v or v.startswith('"') or v != v.strip() or v == "":
+        # a JSON string (ASCII only) where the text holds a control or format character: the note
+        # reads back the raw text, and `git log` shows `\u001b`, never an escape sequence
+        if "\n" in v or v.startswith('"') or v != v.strip() or v == "" or needs_escaping(v, keep=""):
             return json.dumps(v)
         return v
     if isinstance(v, bool):

@@ -8,6 +8,10 @@ from __future__ import annotations
 HEADS = "refs/heads/"
 IDEA_BRANCHES = HEADS + "idea/"                    # idea branches, the daemon's and people's
 
+# the groups of the idea branches the daemon creates (store/ideas.branch_for: idea/e000/..., idea/human/...),
+# as an extended regex: a push may not create a branch named like one, nor a new one below one
+DAEMON_GROUPS = r"^(e[0-9]{3,}|human)$"
+
 NOTES_NAMESPACE = "refs/notes/"
 NOTES_REF = NOTES_NAMESPACE + "autoresearch"       # result notes
 RUNS_REF = NOTES_REF + "-runs"                     # leases: what runs where, with heartbeats

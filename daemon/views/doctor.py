@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -106,12 +107,9 @@ def _sandboxes(cfg, src: EnvSource, line) -> None:
 
 
 def _llm(cfg, line) -> None:
-    from autoresearchd.llm import resolve_provider_name
-    name, why = resolve_provider_name(cfg.llm)
+    # the provider's verdict is one of the findings (validate.llm_findings): one line, ok or FAIL
     keys = [k for k in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", cfg.llm.api_key_env) if k and os.environ.get(k)]
-    line(OK, f"LLM provider: {name}" + (f" ({why})" if why else ""))
-    fallback = " (the replay provider will be used)" if cfg.llm.provider == "auto" else ""
-    line(OK, "API keys present: " + (", ".join(sorted(set(keys))) or "none" + fallback))
+    line(OK, "API keys present: " + (", ".join(sorted(set(keys))) or "none"))
     if cfg.implementer.kind != "diff":
         _agent(cfg, line)
 
@@ -221,7 +219,7 @@ def _run_baseline(cfg, src: EnvSource, line, console, budget_s: int | None) -> N
             if state != PollState.DONE:
                 line(ERROR, f"doctor --run: the trial did not finish ({state.value}) within its budgets")
                 return
-            _report(runner.fetch(handle), m, line, console)
+            _report(runner.fetch(handle), m, line, console, src.files)
         finally:
             if handle is not None:
                 try:
@@ -250,8 +248,34 @@ def _interpreters(runner, hosts: list[str], m, line) -> bool:
     return ok
 
 
-def _report(out, m, line, console) -> None:
-    """The metric, or the exact step that failed and its log tail."""
+_MISSING_FILE = re.compile(r"FileNotFoundError|No such file or directory")
+
+
+def _missing_file_hint(log: str, m, files: list[str]) -> str:
+    """A run that failed on a missing file most often lacks data that only `prepare` makes: say how
+    prepare's output reaches the run, or which prepare script the baseline has."""
+    if not _MISSING_FILE.search(log):
+        return ""
+    if m.prepare:
+        return ("a file is missing: prepare's output is under $AUTORESEARCH_PREPARED, not in the trial's copy "
+                "of the repo; read it from there or link it in at the start of `run` "
+                "(docs/bring-your-own-repo.md, step 5)")
+    scripts = sorted(f for f in files if re.search(r"(^|/)prepare\w*\.py$", f))
+    # the prepare script beside the missing file ("No such file or directory: 'data/x/train.bin'")
+    missing = [os.path.normpath(p) for p in re.findall(r"No such file or directory: '([^']+)'", log)]
+    near = [s for s in scripts for p in missing if os.path.dirname(s) and
+            (os.path.dirname(p) + "/").startswith(os.path.dirname(s) + "/")]
+    pick = (near or scripts or ["data/prepare.py"])[0]
+    example = f'prepare = "python {pick}"'
+    return ("a file is missing: data that is not committed must be made by `prepare`, once per host, "
+            f"under $AUTORESEARCH_PREPARED: set env.{example}"
+            + (f" (the baseline has {', '.join(scripts)})" if len(scripts) > 1 else "")
+            + " and let `run` read it from there (docs/bring-your-own-repo.md, step 5)")
+
+
+def _report(out, m, line, console, files: list[str] = ()) -> None:
+    """The metric, or the exact step that failed (with a hint where the log names its cause) and its
+    log tail."""
     log = out.log.decode(errors="replace")
     value = out.metrics.get(m.metric)
     if out.timed_out:
@@ -267,8 +291,10 @@ def _report(out, m, line, console) -> None:
         why = f"printed no '{m.metric}' (a final `---` block of `key: value` lines, or $AUTORESEARCH_RESULT)"
     else:
         wall = f" in {out.wall_s:.0f}s" if out.wall_s else ""
+        if out.cpu_s is not None:           # the kernel's figure, the one compute_cap multiplies
+            wall += f" ({out.cpu_s:.1f} CPU seconds; an idea may use compute_cap x the baseline's)"
         line(OK, f"baseline run + evaluate{wall}: {m.metric} = {value:.6g} (read from {out.metrics_source})")
         return
-    line(ERROR, f"doctor --run: the {step} step failed: {why}")
+    line(ERROR, f"doctor --run: the {step} step failed: {why}", _missing_file_hint(log, m, list(files)))
     console.print(f"[bold]end of the log[/] (run, then evaluate): {UNTRUSTED}", highlight=False)
     console.print(escape(untrusted_lines(_tail(log))), highlight=False, soft_wrap=True)

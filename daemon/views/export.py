@@ -8,7 +8,8 @@ Each record:
   revisions  for such an idea, the diffs of the later attempts (the replay provider serves them)
   epoch, result (the metric value, null when the idea produced none)
   idea_id, title, origin, parents, status, decision, metric, goal, seeds, values (per seed), std,
-  baseline, delta, error, cost {tokens, usd}, gpu_s (GPU runs), cpu_s (runs with gpus = 0), branch, commit,
+  baseline, delta, error, cost {tokens, usd}, gpu_s, cpu_s (totals over the seeds, docs/notes.md
+  "Compute fields"), branch, commit,
   and what the delta is against: baseline_commit, stale (measured against an old baseline), delta_kind
   (paired by seed, or vs baseline mean), delta_mean, deltas_differ, delta_text, decision_text
 The replay provider (llm.provider = "replay") reads an export back as its file of recorded ideas.

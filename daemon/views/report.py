@@ -263,7 +263,7 @@ def _html(cfg, research, summ: dict, rows: list[dict], images: list[str], s: dic
     for ep, ex, at, c, r in zip(e_["epoch"], e_["executed"], e_["attempted"], e_["confirmed"], e_["raw"]):
         lines.append(f"<tr><td>{ep}</td><td>{ex} / {at}</td><td>{_num(c)}</td><td>{_num(r)}</td></tr>")
     lines.append("</table><p>Execution rate: ideas that produced a metric over ideas that were attempted "
-                 "(implement_failed, rejected, failed, timed_out, lost and suspicious count as not executed; "
+                 "(implement_failed, rejected, failed, timed_out, lost, suspicious and over_budget count as not executed; "
                  "duplicates "
                  "and cancelled ideas were never attempted).</p></body></html>")
     return "\n".join(lines) + "\n"

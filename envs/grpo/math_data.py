@@ -10,6 +10,7 @@ HERE = Path(__file__).resolve().parent
 PROMPT_FILE = HERE / "prompts" / "r1_zero.prompt"
 TRAIN_FILE = "train.jsonl"   # MATH train, 7,500 problems
 TEST_FILE = "test.jsonl"     # MATH-500
+EVAL_DATA_VAR = "GRPO_EVAL_DATA"   # the folder of test.jsonl, for the scorer only (eval_data)
 
 
 def data_dir() -> Path:
@@ -21,6 +22,18 @@ def data_dir() -> Path:
     if not path.is_absolute():  # run and evaluate start in different folders
         raise SystemExit(f"GRPO_DATA={d!r} must be an absolute path (or start with ~)")
     return path
+
+
+def test_path() -> Path:
+    """MATH-500 with its answers: $GRPO_EVAL_DATA/test.jsonl, the manifest's eval_data, which only the
+    scorer's sandbox sees; unset (local debugging, old layouts), $GRPO_DATA/test.jsonl."""
+    d = os.environ.get(EVAL_DATA_VAR)
+    if not d:
+        return data_dir() / TEST_FILE
+    path = Path(os.path.expanduser(os.path.expandvars(d)))
+    if not path.is_absolute():
+        raise SystemExit(f"{EVAL_DATA_VAR}={d!r} must be an absolute path (or start with ~)")
+    return path / TEST_FILE
 
 
 def load_problems(path: Path | str) -> list[dict]:

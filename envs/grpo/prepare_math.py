@@ -2,7 +2,9 @@
 
 Each line: {"problem", "answer", "solution", "subject", "level", "unique_id"}. Run once on a host
 with internet access and the `datasets` package:
-    GRPO_DATA=/data/grpo python prepare_math.py
+    GRPO_DATA=/data/grpo GRPO_EVAL_DATA=/data/grpo-test python prepare_math.py
+(test.jsonl, with the answers, goes to $GRPO_EVAL_DATA: the manifest's eval_data, seen only by the
+scorer; without it, next to train.jsonl as before.)
 Sources: MATH-500 is `HuggingFaceH4/MATH-500` (split test); training problems are the original
 MATH training split, `EleutherAI/hendrycks_math` (seven subject configs, split train), whose gold
 answer is the last \\boxed{} of the worked solution. MATH-500 is drawn from MATH's test split, so
@@ -69,7 +71,7 @@ def from_dir(d: Path) -> dict[str, list[dict]]:
     return out
 
 
-def prepare(raw: dict[str, list[dict]], out_dir: Path, strict: bool) -> dict[str, int]:
+def prepare(raw: dict[str, list[dict]], out_dir: Path, strict: bool, eval_dir: Path | None = None) -> dict[str, int]:
     rows = {s: [normalize_row(r, s, i) for i, r in enumerate(raw[s])] for s in ("train", "test")}
     test_problems = {r["problem"].strip() for r in rows["test"]}
     overlap = sum(r["problem"].strip() in test_problems for r in rows["train"])
@@ -81,21 +83,27 @@ def prepare(raw: dict[str, list[dict]], out_dir: Path, strict: bool) -> dict[str
             if strict:
                 raise SystemExit(msg)
             print("warning:", msg, file=sys.stderr)
-    for s in ("train", "test"):
-        write_jsonl(rows[s], out_dir / f"{s}.jsonl")
+    for s, d in (("train", out_dir), ("test", eval_dir or out_dir)):
+        d.mkdir(parents=True, exist_ok=True)
+        write_jsonl(rows[s], d / f"{s}.jsonl")
     return {s: len(v) for s, v in rows.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="write MATH train / MATH-500 jsonl into $GRPO_DATA")
     ap.add_argument("--out", default=os.environ.get("GRPO_DATA"), help="default: $GRPO_DATA")
+    ap.add_argument("--eval-out", default=os.environ.get("GRPO_EVAL_DATA"),
+                    help="where test.jsonl goes (default: $GRPO_EVAL_DATA, else --out): only the scorer "
+                         "sees it, so neither training nor the model step can read the answers")
     ap.add_argument("--from-dir", default=None, help="convert DIR/{train,test}.jsonl instead of the hub")
     a = ap.parse_args(argv)
     if not a.out:
         raise SystemExit("set GRPO_DATA (or --out) to the folder that should receive the jsonl files")
     raw = from_dir(Path(a.from_dir)) if a.from_dir else from_hub()
-    counts = prepare(raw, Path(a.out), strict=not a.from_dir)
-    print(f"wrote {counts['train']} train and {counts['test']} test problems to {a.out}")
+    ev = Path(os.path.expanduser(a.eval_out)) if a.eval_out else None
+    counts = prepare(raw, Path(os.path.expanduser(a.out)), strict=not a.from_dir, eval_dir=ev)
+    print(f"wrote {counts['train']} train problems to {a.out} and {counts['test']} test problems "
+          f"to {a.eval_out or a.out}")
     return 0
 
 

@@ -6,8 +6,9 @@
 The training budget (1,500 s, counted from the launch, so start-up and compilation are inside it) is
 enforced here, outside the code that ideas edit. train.py learns the deadline from $NANOGPT_DEADLINE
 and, at the deadline, the launcher also creates $NANOGPT_STOP_FILE; train.py then finishes its step
-and saves the model to $NANOGPT_ARTIFACT. Whatever is still running a grace period later is killed.
-The run succeeds only if train.py exited 0 (or was killed after the deadline) AND saved the artifact.
+and saves the model's body to $NANOGPT_ARTIFACT and its LM head to $NANOGPT_HEAD. Whatever is still
+running a grace period later is killed. The run succeeds only if train.py exited 0 (or was killed
+after the deadline) AND saved both files.
 
 Knobs (environment; the manifest's defaults are the paper's): NANOGPT_TRAIN_BUDGET_S (1500),
 NANOGPT_SAVE_GRACE_S (90), NANOGPT_NPROC (default: one process per visible GPU, 1 on a CPU host).
@@ -67,15 +68,16 @@ def stop_group(proc: subprocess.Popen) -> None:
 
 
 def launch(train: Path, budget_s: float, grace_s: float, nproc: int, env: dict[str, str],
-           artifact: Path, workdir: Path) -> int:
+           artifact: Path, head: Path, workdir: Path) -> int:
     """Run train.py under the budget; return the launcher's exit code (0 = a usable artifact)."""
-    if artifact.exists():
-        artifact.unlink()                  # only a model saved by this run counts
+    for old in (artifact, head):
+        if old.exists():
+            old.unlink()                   # only a model saved by this run counts
     start = time.time()
     deadline = start + budget_s
     stop_file = Path(tempfile.mkdtemp(prefix="nanogpt-stop-")) / "stop"
     env = dict(env, NANOGPT_DEADLINE=f"{deadline:.3f}", NANOGPT_STOP_FILE=str(stop_file),
-               NANOGPT_ARTIFACT=str(artifact), PYTHONUNBUFFERED="1")
+               NANOGPT_ARTIFACT=str(artifact), NANOGPT_HEAD=str(head), PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(train)]
     print(f"launch: {' '.join(cmd)}  (budget {budget_s:.0f}s, save grace {grace_s:.0f}s)", flush=True)
     # Own process group, so the budget can end every worker; a TERM from the trial wrapper is passed on.
@@ -105,9 +107,10 @@ def launch(train: Path, budget_s: float, grace_s: float, nproc: int, env: dict[s
     if not killed and proc.returncode != 0:
         print(f"launch: train.py failed (exit {proc.returncode}) after {wall:.0f}s", flush=True)
         return proc.returncode if proc.returncode > 0 else 1
-    if not artifact.is_file():
-        print(f"launch: FAILED: no model saved at {artifact} (train.py must save it when told to stop)",
-              flush=True)
+    missing = [str(p) for p in (artifact, head) if not p.is_file()]
+    if missing:
+        print(f"launch: FAILED: no model saved at {' and '.join(missing)} (train.py must save the body "
+              f"and the head when told to stop)", flush=True)
         return 3
     print(f"launch: done in {wall:.0f}s; model saved at {artifact}", flush=True)
     return 0
@@ -127,12 +130,13 @@ def smoke(env: dict[str, str]) -> int:
         art.parent.mkdir(parents=True)
         budget = float(env.get("NANOGPT_TRAIN_BUDGET_S", 90))
         rc = launch(HERE / "train.py", budget, float(env.get("NANOGPT_SAVE_GRACE_S", 30)),
-                    int(env.get("NANOGPT_NPROC", 1)), env, art, Path.cwd())
+                    int(env.get("NANOGPT_NPROC", 1)), env, art, tmp / shards.HEAD_ARTIFACT, Path.cwd())
         if rc != 0:
             return rc
         ev = dict(env, AUTORESEARCH_ARTIFACTS=str(tmp), NANOGPT_EVAL_SIZE="4096", NANOGPT_EVAL_SEQ_LEN="64",
                   NANOGPT_EVAL_BATCH="8", NANOGPT_EVAL_VOCAB=vocab)
-        ev.pop("AUTORESEARCH_RESULT", None)    # the check's numbers are not a result
+        for k in ("AUTORESEARCH_RESULT", "AUTORESEARCH_EVAL_PHASE", "AUTORESEARCH_MODEL_IO"):
+            ev.pop(k, None)                    # the check's numbers are not a result; all steps run here
         return subprocess.run([sys.executable, str(HERE / "evaluate.py")], env=ev).returncode
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -150,7 +154,8 @@ def main(argv=None) -> int:
     budget = float(env.get("NANOGPT_TRAIN_BUDGET_S") or TRAIN_BUDGET_S)
     grace = float(env.get("NANOGPT_SAVE_GRACE_S") or SAVE_GRACE_S)
     print(f"launch: {gpus} visible GPU(s), {nproc} process(es)", flush=True)
-    return launch(HERE / "train.py", budget, grace, nproc, env, Path.cwd() / shards.ARTIFACT, Path.cwd())
+    return launch(HERE / "train.py", budget, grace, nproc, env, Path.cwd() / shards.ARTIFACT,
+                  Path.cwd() / shards.HEAD_ARTIFACT, Path.cwd())
 
 
 if __name__ == "__main__":

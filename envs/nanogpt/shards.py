@@ -24,7 +24,8 @@ HEADER_BYTES = HEADER_INTS * 4
 EOT = 50256                        # GPT-2's <|endoftext|>, which starts every document
 VOCAB_SIZE = 50257                 # GPT-2's vocabulary
 VAL_TOKENS = 10_485_760            # tokens the frozen evaluation scores (the paper's figure)
-ARTIFACT = "out/model.pt2"         # where train.py saves the exported model, relative to the run dir
+ARTIFACT = "out/model.pt2"         # where train.py saves the exported body (tokens -> hidden states)
+HEAD_ARTIFACT = "out/head.npz"     # where it saves the LM head's weights (data: the scorer applies them)
 DATA_VAR = "NANOGPT_DATA"
 # the validation shards' folder, given to the evaluator only (the manifest's eval_data): run's
 # sandbox never sees it. Unset (local debugging), they are read from $NANOGPT_DATA.

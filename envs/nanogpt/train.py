@@ -6,10 +6,13 @@ with torchrun and owns the wall-clock budget. What this file must keep doing, wh
 1. Stop when the launcher says so: when time.time() passes $NANOGPT_DEADLINE or the file
    $NANOGPT_STOP_FILE exists (checked every optimizer step), finish the step and save. A run that
    has not saved shortly after the deadline is killed and fails.
-2. Save the final model to $NANOGPT_ARTIFACT as a torch.export program mapping int64 tokens
-   [batch, 1024] to logits [batch, 1024, vocab>=50257] (batch dynamic), exported on the GPU it
-   trained on. The frozen evaluate.py loads only that file (never this code), scores the loss on
-   10,485,760 validation tokens, and checks that no position sees later tokens.
+2. Save the final model in two parts: the body to $NANOGPT_ARTIFACT as a torch.export program
+   mapping int64 tokens [batch, 1024] to final hidden states [batch, 1024, D] (batch dynamic),
+   exported on the GPU it trained on; and the LM head's weights to $NANOGPT_HEAD as an .npz of
+   arrays ('weight' [V>=50257, D], optionally 'bias' [V] and a scalar 'softcap'). The frozen
+   evaluation runs only the body (never this code), in its own sandbox; the frozen scorer computes
+   logits = softcap * tanh((h @ weight.T + bias) / softcap) itself and the loss on 10,485,760
+   validation tokens, and checks at secret random positions that no position sees later tokens.
 3. Read data only through shards.TokenLoader("train", ...); never read the validation split.
 4. Honour NANOGPT_SMOKE=1 with a config tiny enough for a CPU check in seconds.
 
@@ -25,6 +28,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -118,13 +122,17 @@ class GPT(nn.Module):
         for emb in (self.wte, self.wpe):
             nn.init.normal_(emb.weight, mean=0.0, std=0.02)
 
-    def forward(self, idx, targets=None):
-        """Logits [B, T, vocab] for all positions; with targets, the mean cross-entropy instead."""
+    def hidden(self, idx):
+        """The final hidden states [B, T, n_embd], normalised: what the exported body returns."""
         T = idx.size(1)
         x = self.wte(idx) + self.wpe.weight[:T]
         for block in self.blocks:
             x = block(x)
-        logits = self.lm_head(rmsnorm(x))
+        return rmsnorm(x)
+
+    def forward(self, idx, targets=None):
+        """Logits [B, T, vocab] for all positions; with targets, the mean cross-entropy instead."""
+        logits = self.lm_head(self.hidden(idx))
         if targets is None:
             return logits
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
@@ -171,18 +179,34 @@ class StopSignal:
         return stop
 
 
-def save_artifact(model: GPT, h: Hyperparameters, device: torch.device, path: str) -> float:
-    """Export the model (fp32, eval mode) and write it atomically; return the seconds it took."""
+class Body(nn.Module):
+    """What the evaluation runs: tokens to final hidden states (the scorer applies the head)."""
+
+    def __init__(self, model: GPT):
+        super().__init__()
+        self.model = model
+
+    def forward(self, idx):
+        return self.model.hidden(idx)
+
+
+def save_artifact(model: GPT, h: Hyperparameters, device: torch.device, path: str, head_path: str) -> float:
+    """Export the body (fp32, eval mode) and save the head's weights, each written atomically;
+    return the seconds it took."""
     t0 = time.time()
     model.eval()
     example = torch.randint(0, h.vocab_size, (h.export_batch, h.seq_len), device=device)
     batch = torch.export.Dim("batch", min=1, max=1 << 16)
     with torch.no_grad():
-        program = torch.export.export(model, (example,), dynamic_shapes={"idx": {0: batch}})
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        program = torch.export.export(Body(model), (example,), dynamic_shapes={"idx": {0: batch}})
+    for p in (path, head_path):
+        os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
     tmp = path + ".partial.pt2"
     torch.export.save(program, tmp)
     os.replace(tmp, path)
+    tmp = head_path + ".partial.npz"
+    np.savez(tmp, weight=model.lm_head.weight.detach().float().cpu().numpy())
+    os.replace(tmp, head_path)
     return time.time() - t0
 
 
@@ -265,7 +289,8 @@ def main() -> None:
     train_loss = loss_sum.item()
     train_time = time.time() - t_start
     log(f"stopped after {step} steps ({reason}), {train_time:.1f}s")
-    export_s = save_artifact(model, h, device, os.environ.get("NANOGPT_ARTIFACT", shards.ARTIFACT)) if master else 0.0
+    export_s = save_artifact(model, h, device, os.environ.get("NANOGPT_ARTIFACT", shards.ARTIFACT),
+                             os.environ.get("NANOGPT_HEAD", shards.HEAD_ARTIFACT)) if master else 0.0
     steady = (train_time - (t_first or 0)) / max(1, step - 1)
     if master:
         print("---")

@@ -167,11 +167,11 @@ async function renderOverview() {
   const spend = [kv([
     ["LLM", "$" + num(usd, 2) + (sp.budget_usd ? " / $" + num(sp.budget_usd, 0) : "")],
     ["tokens", Number(sp.tokens || 0).toLocaleString()],
-    s.gpus !== 0 ? ["GPU-hours", num(sp.gpu_hours, 1) + (sp.max_gpu_hours ? " / " + num(sp.max_gpu_hours, 0) : "")] : null,
-    s.gpus === 0 || sp.cpu_hours ? ["CPU-hours", num(sp.cpu_hours || 0, 1)] : null,
+    s.gpus !== 0 ? ["GPU-hours", num(sp.gpu_hours, 2) + (sp.max_gpu_hours ? " / " + num(sp.max_gpu_hours, 0) : "")] : null,
+    s.gpus === 0 || sp.cpu_hours ? ["CPU-hours", num(sp.cpu_hours || 0, 2)] : null,
     s.cost_per_improvement.usd !== null ? ["$ per 1.0 Δ", num(s.cost_per_improvement.usd, 2)] : null,
     s.cost_per_improvement.gpu_hours !== null && s.cost_per_improvement.gpu_hours !== undefined
-      ? ["GPU-h per 1.0 Δ", num(s.cost_per_improvement.gpu_hours, 1)] : null]),
+      ? ["GPU-h per 1.0 Δ", num(s.cost_per_improvement.gpu_hours, 2)] : null]),
     bar(usd, sp.budget_usd)];
   const baseline = b.value !== null
     ? [h("div", {class: "big"}, num(b.value)), h("div", {class: "dim"}, "± " + num(b.std || 0) + " over " + b.seeds +
@@ -346,7 +346,8 @@ function node(n, goal, depth, open, margin) {
 // -- failures ------------------------------------------------------------------------------------
 const REASONS = {implement_failed: "implementation failed", check_failed: "check failed", crashed: "crashed",
   timed_out: "timed out", rejected: "rejected", duplicate: "duplicate", tamper_or_suspicious: "tamper or suspicious",
-  lost: "lost (host vanished)", refused: "refused (harness differs)", cancelled: "cancelled"};
+  over_budget: "over budget (compute cap)", lost: "lost (host vanished)", refused: "refused (harness differs)",
+  cancelled: "cancelled"};
 async function renderFailures() {
   const r = await get("/api/failures");
   if (!r.groups.length) return h("p", {class: "dim"}, "no failures yet");
@@ -398,8 +399,9 @@ async function renderIdea(args) {
     n.delta !== null ? ["Δ baseline", [deltaCell(n.delta, null, i.goal), " ", h("span", {class: "dim"}, n.delta_text)]] : null,
     n.parent_delta !== null && n.parent_delta !== undefined ? ["Δ parent", signed(n.parent_delta)] : null,
     n.decision ? ["decision", badge(n.decision)] : null, n.host ? ["host", n.host + (n.accelerator ? " · " + n.accelerator : "")] : null,
-    n.wall_s ? ["wall", dur(n.wall_s)] : null, n.gpu_s ? ["GPU time", dur(n.gpu_s)] : null,
-    n.cpu_s ? ["CPU time", dur(n.cpu_s)] : null, n.sandbox ? ["sandbox", n.sandbox] : null,
+    // totals over every seed, run + evaluation (docs/notes.md "Compute fields")
+    n.wall_s ? ["wall (all seeds)", dur(n.wall_s)] : null, n.gpu_s ? ["GPU time (all seeds)", dur(n.gpu_s)] : null,
+    n.cpu_s ? ["CPU time (all seeds)", dur(n.cpu_s)] : null, n.sandbox ? ["sandbox", n.sandbox] : null,
     n.duplicate_of ? ["duplicate of", ideaLink(n.duplicate_of)] : null,
     n.tamper && n.tamper.length ? ["tamper", n.tamper.join(", ")] : null,
     n.flags && n.flags.length ? ["flags", n.flags.join(", ")] : null,

@@ -30,7 +30,8 @@ def main() -> int:
                     f.write(json.dumps({"problem": p, "answer": a}) + "\n")
         build(t / "model", "tiny", corpus([str(data / "train.jsonl")]), 300)
         env = dict(os.environ, GRPO_DATA=str(data), GRPO_MODEL=str(t / "model"), AUTORESEARCH_SEED="0")
-        env.pop("AUTORESEARCH_TIME_BUDGET_S", None)
+        for k in ("AUTORESEARCH_TIME_BUDGET_S", "AUTORESEARCH_EVAL_PHASE", "AUTORESEARCH_MODEL_IO"):
+            env.pop(k, None)                   # evaluate.py runs all its steps here (local mode)
         subprocess.run([sys.executable, "train_grpo.py", "--grpo-steps", "1", "--group-size", "4",
                         "--prompts-per-step", "2", "--micro-batch", "4", "--grad-accum", "2",
                         "--max-tokens", "16", "--out", str(t / "policy"), "--backend", "hf"],

@@ -1,0 +1,170 @@
+"""Trees out and in, byte for byte, mixed into GitRepo: the tar of a commit's tree that a trial, the
+evaluator, the quick check and a coding agent get (`archive`), and the tree of an agent's scratch
+directory (`tree_from_dir`). Neither goes through git's content conversion: `git archive` and
+`git add` apply the tree's own `.gitattributes` (export-ignore, export-subst, filter, text/eol,
+ident, working-tree-encoding), so a pushed commit could change what is measured. Here the tar is
+written from the raw objects (`ls-tree` and `cat-file`), and files are hashed with
+`hash-object --no-filters`: what runs is exactly the commit's blobs (docs/security.md, "A push is
+data: git mechanisms").
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from autoresearchd.store.gitproc import GitError
+
+# git archive's own modes (tar.umask 0002): what trial directories have always been unpacked with
+_DIR_MODE, _FILE_MODE, _EXEC_MODE, _LINK_MODE = 0o775, 0o664, 0o775, 0o777
+_UNSAFE_NAMES = {"", ".", "..", ".git"}
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+class TreesIO:
+    """The export half of GitRepo (it provides git, _run, rev_parse, read_object, tree_of,
+    cat_file_batch and ls_tree)."""
+
+    def archive(self, rev: str, paths: list[str] | None = None, exclude: list[str] | None = None) -> bytes:
+        """A tar of the tree at rev, so a host needs neither git nor access to the repo. `paths`
+        keeps only these files and directories (literal paths), `exclude` leaves them out (the
+        evaluator's held-out files never reach run). Members, modes and order are git archive's for a
+        tree without attributes; contents are the blobs themselves, whatever `.gitattributes` says."""
+        sha = self.rev_parse(rev)
+        if sha is None:
+            raise GitError(["archive", rev], 128, f"not a valid object name {rev}")
+        typ = (self.read_object(sha) or ("", b""))[0]
+        tree = self.tree_of(sha)
+        commit = self.rev_parse(sha + "^{commit}") if typ in ("commit", "tag") else None
+        mtime = _committer_time(self.read_object(commit)[1]) if commit else int(time.time())
+        listing = self.git("ls-tree", "-r", "-t", "-z", "--full-tree", tree, binary=True)
+        entries = []                      # (mode, type, sha, path), in git's tree order
+        for rec in filter(None, listing.split(b"\0")):
+            meta, _, raw = rec.partition(b"\t")
+            mode, otype, osha = meta.decode().split()
+            path = raw.decode(errors="surrogateescape")
+            if any(part.lower() in _UNSAFE_NAMES for part in path.split("/")):
+                raise GitError(["archive", rev], 128, f"unsafe path in tree {tree}: {path!r}")
+            if paths is not None and not (_under(path, paths) or any(p.startswith(path + "/") for p in paths)):
+                continue                  # neither a kept path nor a directory above one (git lists those)
+            if exclude and _under(path, exclude):
+                continue
+            entries.append((mode, otype, osha, path))
+        if exclude:
+            # a directory left with nothing in it is dropped, as git archive drops it: a held-out
+            # file's empty parent would otherwise still tell run where the evaluator's data lives
+            inner = [e[3] for e in entries if e[1] != "tree"]
+            entries = [e for e in entries if e[1] != "tree" or any(x.startswith(e[3] + "/") for x in inner)]
+        if paths is not None:
+            missing = [p for p in paths if not any(_under(e[3], [p]) for e in entries)]
+            if missing:
+                raise GitError(["archive", rev], 128, f"pathspec '{missing[0]}' did not match any files")
+        blobs = self.cat_file_batch([s for m, t, s, _ in entries if t == "blob"])
+        buf = io.BytesIO()
+        pax = {"comment": commit} if commit else {}
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT, pax_headers=pax) as out:
+            for mode, otype, osha, path in entries:
+                ti = tarfile.TarInfo(path)
+                ti.mtime, ti.uname, ti.gname = mtime, "root", "root"
+                if otype in ("tree", "commit"):        # a gitlink is an empty directory, as in git archive
+                    ti.type, ti.mode = tarfile.DIRTYPE, _DIR_MODE
+                    out.addfile(ti)
+                elif mode == "120000":
+                    ti.type, ti.mode = tarfile.SYMTYPE, _LINK_MODE
+                    ti.linkname = blobs[osha].decode(errors="surrogateescape")
+                    out.addfile(ti)
+                else:
+                    data = blobs[osha]
+                    ti.size, ti.mode = len(data), _EXEC_MODE if mode == "100755" else _FILE_MODE
+                    out.addfile(ti, io.BytesIO(data))
+        return buf.getvalue()
+
+    def tree_from_dir(self, base: str, workdir: str | os.PathLike, keep: list[str] = (),
+                      max_file_bytes: int | None = None) -> str:
+        """The tree of a scratch directory (a coding agent's worktree) as `git add -A` stages it on
+        top of base's tree, minus git's conversions: each file's bytes as they are on disk
+        (`hash-object --no-filters`), symlinks stay symlinks and nested repositories become gitlinks,
+        so the safety gate sees them as they are; files its .gitignore names are left out. The `keep`
+        paths (files withheld from the directory on purpose, such as hidden ones) stay as in base.
+        Temporary index only; the research repo's own index and work tree are not touched."""
+        root = Path(workdir)
+        gitdir = self.git("rev-parse", "--absolute-git-dir").strip()
+        with tempfile.TemporaryDirectory(prefix="ard-idx-") as d:
+            env = {"GIT_INDEX_FILE": os.path.join(d, "index"), "GIT_DIR": gitdir, "GIT_WORK_TREE": str(root)}
+
+            def git(*args, input=None, binary=False):
+                return self._run(list(args), input=input, env=env, cwd=root, binary=binary)
+
+            def full(rel: bytes) -> bytes:
+                return os.path.join(os.fsencode(root), rel)
+
+            def blob(data: bytes) -> bytes:            # one object from bytes, never through a filter
+                return git("hash-object", "-w", "--no-filters", "--stdin", input=data).strip().encode()
+            git("read-tree", base)
+            tracked = set(filter(None, git("ls-files", "-z", "--cached", binary=True).split(b"\0")))
+            # a nested repository is listed once, as `dir/`: git never lists what is inside one
+            others = set(filter(None, git("ls-files", "-z", "--others", "--exclude-standard",
+                                          binary=True).split(b"\0")))
+            in_base = {e.path.encode(errors="surrogateescape"): e for e in self.ls_tree(base)}
+            null = "0" * len(self.tree_of(base))
+            removed, files, links, nested = [], [], [], []
+            for rel in sorted(tracked | others):
+                if rel.endswith(b"/"):
+                    nested.append(rel.rstrip(b"/"))
+                    continue
+                try:
+                    st = os.lstat(full(rel))
+                except (FileNotFoundError, NotADirectoryError):
+                    removed.append(rel)
+                    continue
+                if stat.S_ISLNK(st.st_mode):
+                    links.append(rel)
+                elif stat.S_ISREG(st.st_mode):
+                    if max_file_bytes is not None and st.st_size > max_file_bytes and \
+                            getattr(in_base.get(rel), "size", None) != st.st_size:
+                        # refused before it is hashed into the repo's object store
+                        raise ValueError(f"{rel.decode(errors='replace')} would be {st.st_size} bytes, over the "
+                                         f"{max_file_bytes}-byte limit per file")
+                    files.append((rel, "100755" if st.st_mode & stat.S_IXUSR else "100644"))
+                elif rel in in_base and in_base[rel].mode == "160000":
+                    continue                           # a gitlink's (empty) directory: kept, as git add does
+                else:
+                    removed.append(rel)                # a tracked path that is now a directory
+            # --stdin-paths reads one path a line (and unquotes a leading "): other names go one by one
+            odd = [(r, m) for r, m in files if b"\n" in r or r.startswith(b'"')]
+            plain = [f for f in files if f not in set(odd)]
+            shas = git("hash-object", "-w", "--no-filters", "--stdin-paths",
+                       input=b"".join(full(r) + b"\n" for r, _ in plain)).split() \
+                if plain else []
+            info = [b"0 %s\t%s" % (null.encode(), r) for r in removed]
+            info += [b"%s %s\t%s" % (m.encode(), s.encode(), r) for (r, m), s in zip(plain, shas)]
+            info += [b"%s %s\t%s" % (m.encode(), blob(Path(os.fsdecode(full(r))).read_bytes()), r) for r, m in odd]
+            info += [b"120000 %s\t%s" % (blob(os.readlink(full(r))), r) for r in links]
+            if info:
+                git("update-index", "--replace", "-z", "--index-info", input=b"\0".join(info) + b"\0")
+            if nested:                                 # git add turns a repository into a gitlink
+                git("add", "--", *[os.fsdecode(n) for n in nested])
+            if keep:
+                lines = "".join(f"{e.mode} {e.type} {e.sha}\t{e.path}\n" for e in self.ls_tree(base, list(keep)))
+                if lines:
+                    git("update-index", "--index-info", input=lines.encode())
+            return git("write-tree").strip()
+
+
+def _committer_time(commit: bytes) -> int:
+    """The committer timestamp of a raw commit object (git archive's mtime for every member)."""
+    for line in commit.split(b"\n\n", 1)[0].split(b"\n"):
+        if line.startswith(b"committer "):
+            try:
+                return int(line.rsplit(b" ", 2)[-2])
+            except (ValueError, IndexError):
+                break
+    return 0
