@@ -8,7 +8,8 @@ dispatched, judged against the baseline and, when it looks like a new best, conf
 
 Nothing lives only in memory: before each suggestion the study is rebuilt from git, every tuned commit
 of it added with `study.add_trial(create_trial(...))`: COMPLETE with its note's value, FAIL when its
-note says it failed, RUNNING while it has no note yet (TPE's constant liar then steers away from it).
+note says it failed (an `over_budget` point too: knob values that cost more compute than the cap are
+infeasible, not good), RUNNING while it has no note yet (TPE's constant liar then steers away from it).
 The sampler is seeded with the study's seed plus its number of trials, so a restarted daemon suggests
 exactly what the stopped one would have.
 """
