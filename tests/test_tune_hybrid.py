@@ -100,6 +100,15 @@ def test_knobs_only_ideas_go_to_the_tuner_and_the_llm_sees_the_knobs(tmp_path, m
     s = summary(load_config(cfg_path))
     assert s["tune"]["line"].startswith("budget split: tune ")
     assert 0 < s["tune"]["tune"] <= 1 and s["tune"]["studies"][0]["study"] == "baseline"
+    # `status` prints it as one line
+    import io
+
+    from rich.console import Console
+
+    from autoresearchd.views.observe import status
+    out = io.StringIO()
+    status(load_config(cfg_path), Console(file=out, width=400))
+    assert [ln for ln in out.getvalue().splitlines() if ln.startswith("budget split: tune ")] == [s["tune"]["line"]]
     # ... and the dashboard's overview payload (what /api/overview serves) carries the same split
     from autoresearchd.research import open_research
     from autoresearchd.views.dashboard import Snapshot
