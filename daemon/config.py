@@ -206,6 +206,18 @@ class ImplementerCfg(_Strict):
     concurrency: int = Field(2, ge=1)
 
 
+class TuneCfg(_Strict):
+    """[tune]: the knob tuner (daemon/tune/, docs/policies.md "Tuning knobs: the hybrid search")."""
+    enabled: bool = defaults.TUNE_ENABLED
+    sampler: Literal["tpe", "cmaes"] = defaults.TUNE_SAMPLER
+    trials_per_study: int = Field(defaults.TUNE_TRIALS_PER_STUDY, ge=1)
+    parallel: int = Field(defaults.TUNE_PARALLEL, ge=1)
+    studies: int = Field(defaults.TUNE_STUDIES, ge=1)
+    startup_trials: int = Field(defaults.TUNE_STARTUP_TRIALS, ge=0)
+    floor: float = Field(defaults.TUNE_FLOOR, ge=0, le=0.5)
+    seed: int = 0
+
+
 class WandbCfg(_Strict):
     enabled: bool = False
     project: str = "autoresearchd"
@@ -221,6 +233,7 @@ class Config(_Strict):
     policy: PolicyCfg = Field(default_factory=PolicyCfg)
     implementer: ImplementerCfg = Field(default_factory=ImplementerCfg)
     wandb: WandbCfg = Field(default_factory=WandbCfg)
+    tune: TuneCfg = Field(default_factory=TuneCfg)
     env: EnvManifest | None = None         # an env repo may carry its manifest here
     path: Path | None = Field(default=None, exclude=True)  # the file it came from
 

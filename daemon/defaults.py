@@ -227,6 +227,23 @@ def local_trial_root(repo_path: str) -> str:
 
 LOCAL_TRIAL_ROOT = "~/.cache/autoresearchd/trials"
 
+
+# -- tuning knobs (daemon/tune/, docs/policies.md "Tuning knobs: the hybrid search") -------------------
+TUNE_ENABLED = False
+"""Off by default: with `[tune] enabled = true` (and Optuna installed) the daemon also tunes knobs."""
+TUNE_SAMPLER = "tpe"
+"""Optuna's sampler for a study: `tpe` (TPESampler, constant liar) or `cmaes` (CmaEsSampler)."""
+TUNE_TRIALS_PER_STUDY = 20
+"""Tuned trials one study (one tuned idea, or the baseline) gets at most."""
+TUNE_PARALLEL = 2
+"""Tuned trials of one study queued or running at once (more would be sampled with less information)."""
+TUNE_STUDIES = 1
+"""How many of the best confirmed ideas are tuned at once (the baseline when there is none)."""
+TUNE_STARTUP_TRIALS = 5
+"""Random trials before TPE models the surface (Optuna's default, 10, is half a small study)."""
+TUNE_FLOOR = 0.2
+"""The least share of new trials each arm (LLM ideas, tuning) gets, whatever its record (split.py)."""
+
 # Compute and resources (runners/limits.sh, runners/limits.py, engine/judge.py; docs/security.md
 # "Compute and resources are part of the rule").
 COMPUTE_CAP = 1.25

@@ -7,6 +7,7 @@ out of `.autoresearch.toml`'s `[env]` table.
 from __future__ import annotations
 
 import fnmatch
+import re
 import tomllib
 from enum import Enum
 from typing import Literal
@@ -17,6 +18,84 @@ from autoresearchd import defaults
 from autoresearchd.goal import better
 
 MANIFEST_FILE = ".autoresearch.toml"
+KNOB_ENV_PREFIX = "AUTORESEARCH_KNOB_"         # a knob `lr` reaches the run as AUTORESEARCH_KNOB_LR
+_KNOB_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+
+class KnobType(str, Enum):
+    FLOAT = "float"
+    INT = "int"
+    CATEGORICAL = "categorical"
+
+
+class Knob(BaseModel):
+    """A number (or choice) the run reads from `AUTORESEARCH_KNOB_<NAME>`, that a tuner may set
+    (docs/environment.md, "Knobs"). `baseline` is the value the code uses when the variable is absent."""
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    type: KnobType = KnobType.FLOAT
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None                  # int knobs: the grid (e.g. width in steps of 32)
+    choices: list[str | int | float] = Field(default_factory=list)   # categorical knobs only
+    baseline: str | int | float
+
+    @property
+    def env(self) -> str:
+        return KNOB_ENV_PREFIX + self.name.upper()
+
+    @model_validator(mode="after")
+    def _valid(self):
+        n = self.name
+        if not _KNOB_NAME.match(n):
+            raise ValueError(f"knob name {n!r}: lower-case letters, digits and _, starting with a letter")
+        if self.type == KnobType.CATEGORICAL:
+            if len(self.choices) < 2 or self.low is not None or self.high is not None or self.log:
+                raise ValueError(f"knob {n}: a categorical knob has `choices` (two or more) and no low/high/log")
+            if self.baseline not in self.choices:
+                raise ValueError(f"knob {n}: baseline {self.baseline!r} is not one of choices {self.choices}")
+            return self
+        if self.choices:
+            raise ValueError(f"knob {n}: `choices` is for categorical knobs only")
+        if self.low is None or self.high is None or not self.low < self.high:
+            raise ValueError(f"knob {n}: needs low < high")
+        if self.log and self.low <= 0:
+            raise ValueError(f"knob {n}: a log-scale knob needs low > 0")
+        if isinstance(self.baseline, str):
+            raise ValueError(f"knob {n}: baseline must be a number")
+        if not self.low <= self.baseline <= self.high:
+            raise ValueError(f"knob {n}: baseline {self.baseline} is outside [{self.low}, {self.high}]")
+        if self.type == KnobType.INT:
+            if any(v is not None and float(v) != int(v) for v in (self.low, self.high, self.baseline, self.step)):
+                raise ValueError(f"knob {n}: an int knob needs whole low, high, baseline and step")
+            if self.step is not None and (self.step <= 0 or self.log
+                                          or (self.baseline - self.low) % self.step or (self.high - self.low) % self.step):
+                raise ValueError(f"knob {n}: step must be > 0, without log, with baseline and high on the grid from low")
+        elif self.step is not None:
+            raise ValueError(f"knob {n}: `step` is for int knobs only")
+        return self
+
+    def check(self, v) -> str | None:
+        """Why `v` is not a valid value of this knob (None: it is)."""
+        if self.type == KnobType.CATEGORICAL:
+            return None if v in self.choices else f"{self.name}={v!r} is not one of {self.choices}"
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+            return f"{self.name}={v!r} is not a number"
+        if self.type == KnobType.INT and float(v) != int(v):
+            return f"{self.name}={v!r} is not a whole number"
+        if not self.low <= v <= self.high:
+            return f"{self.name}={v} is outside [{self.low:g}, {self.high:g}]"
+        return None
+
+    def text(self, v) -> str:
+        """The value as the run's variable holds it: exact (repr) for floats, so the baseline's value
+        reads back bit-identical."""
+        if self.type == KnobType.INT:
+            return str(int(v))
+        if self.type == KnobType.FLOAT:
+            return repr(float(v))
+        return str(v)
 
 
 class Trust(str, Enum):
@@ -71,6 +150,20 @@ class EnvManifest(BaseModel):
     mem_mb: int | None = Field(None, ge=1)
     max_pids: int | None = Field(None, ge=1)
     max_open_files: int | None = Field(None, ge=1)
+    knobs: list[Knob] = Field(default_factory=list)   # [[env.knobs]]: what a tuner may set (docs/environment.md)
+
+    @field_validator("knobs")
+    @classmethod
+    def _unique(cls, v):
+        seen = set()
+        for k in v:
+            if k.name in seen:
+                raise ValueError(f"knob {k.name!r} is declared twice")
+            seen.add(k.name)
+        return v
+
+    def knob(self, name: str) -> Knob | None:
+        return next((k for k in self.knobs if k.name == name), None)
 
     @field_validator("plausible")
     @classmethod

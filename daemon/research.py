@@ -297,9 +297,15 @@ def load_manifest(repo: GitRepo, rev: str, cfg: Config | None = None) -> EnvMani
         raise ConfigError(f"{repo.path}: no {MANIFEST_FILE} with an [env] table at {rev}; "
                           f"see docs/environment.md to turn a repo into an environment")
     try:
-        return parse_manifest(text.decode(), f"{repo.path.name}:{MANIFEST_FILE}")
+        m = parse_manifest(text.decode(), f"{repo.path.name}:{MANIFEST_FILE}")
     except ManifestError as e:
         raise ConfigError(str(e)) from None
+    if m.knobs:     # the baseline's own knobs file: ideas are gated on theirs, the baseline here
+        from autoresearchd.tune.knobs import file_error
+        why = file_error(repo, rev, m)
+        if why:
+            raise ConfigError(f"{repo.path.name} at {rev}: {why}")
+    return m
 
 
 def _uncommitted(repo: GitRepo, rev: str) -> str:

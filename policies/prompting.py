@@ -272,6 +272,7 @@ class Prompts:
         self._cache: dict[str, str] = {}
         self.token_budget = token_budget      # prompt size cap (policy.prompt_token_budget); None: none
         self.lessons = ""                     # the lessons scratchpad (policies/lessons.py), when kept
+        self.tuning = ""                      # the tuning section (daemon/tune/surface.py), with [tune] on
 
     def get(self, name: str) -> str:
         if name not in self._cache:
@@ -301,10 +302,11 @@ class Prompts:
                        wrap=lambda body: render(self.get("avoid"), titles=body).rstrip() + "\n")
 
     def lessons_block(self) -> str:
+        tuning = ("\n" + self.tuning.strip() + "\n") if self.tuning.strip() else ""
         if not self.lessons.strip():
-            return ""
+            return tuning
         return ("## Lessons from earlier results\n\nWhat all results so far taught, including those "
-                "not shown here:\n\n" + self.lessons.strip() + "\n")
+                "not shown here:\n\n" + self.lessons.strip() + "\n") + tuning
 
     def page(self, name: str, population, env, n: int, with_baseline: bool = True, **values) -> str:
         """A full user prompt: template `name` with the task and format blocks filled in. Values that

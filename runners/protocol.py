@@ -33,6 +33,7 @@ class TrialSpec:
     frozen_paths: list[str] = field(default_factory=list)
     purpose: str = "idea"
     prepare_key: str = ""            # hash of the prepare step's inputs (runners/prepare.py)
+    knobs: dict[str, str] = field(default_factory=dict)   # AUTORESEARCH_KNOB_* -> value (daemon/tune/knobs.py)
 
 
 class PollState(str, Enum):

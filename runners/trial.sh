@@ -176,7 +176,7 @@ mkdir -p "$T/artifacts"
 checksum_frozen "$T/frozen.before"
 cd "$T/code"
 run_budgeted "$AR_BUDGET" run "$(sandboxed AR_SB_RUN "${AR_SETUP:+$AR_SETUP && }$AR_RUN" "${base_env[@]}" \
-  HOME="$T/code" AUTORESEARCH_ARTIFACTS="$T/code" AUTORESEARCH_RESULT="$T/code/.autoresearch_result.json")"
+  ${AR_KNOBS[@]+"${AR_KNOBS[@]}"} HOME="$T/code" AUTORESEARCH_ARTIFACTS="$T/code" AUTORESEARCH_RESULT="$T/code/.autoresearch_result.json")"
 cd "$T"
 checksum_frozen "$T/frozen.after"
 cmp -s "$T/frozen.before" "$T/frozen.after" || diff "$T/frozen.before" "$T/frozen.after" > "$T/tamper.txt"

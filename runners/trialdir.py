@@ -84,6 +84,8 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
               "AR_DATA": [f"{k}={v}" for k, v in data_env.items()],
               "AR_EVAL_DATA": [f"{k}={v}" for k, v in sb.eval_env.items()],
               "AR_HELDOUT": m.heldout(),     # never copied where run can read (the prepare step's source)
+              # the commit's knob values, for run only (names and values validated by the daemon)
+              "AR_KNOBS": [f"{k}={v}" for k, v in spec.knobs.items()],
               "AR_PASS_ENV": [n for n in defaults.SANDBOX_PASS_ENV if not SECRET_NAME.search(n)]}
     out += [f"{k}=(" + " ".join(q(x) for x in v) + ")" for k, v in arrays.items()]
     exports = {"AUTORESEARCH_SEED": str(spec.seed), "AUTORESEARCH_TRIAL": spec.trial_id,

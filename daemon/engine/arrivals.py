@@ -37,6 +37,9 @@ class Gate:
                                 max_file_bytes=self.cfg.implementer.max_file_bytes,
                                 max_diff_bytes=self.cfg.implementer.max_diff_bytes)
             why = check_tree_change(self.repo, mb, idea.commit, rules)
+            if why is None and self.research.manifest.knobs:
+                from autoresearchd.tune.knobs import file_error
+                why = file_error(self.repo, idea.commit, self.research.manifest)
         self._why[idea.commit] = why
         return why
 

@@ -52,6 +52,9 @@ class Dispatcher(Collector):
         if idea is not None:
             # the daemon's record of provenance: for a pushed commit this, not its trailers, is the truth
             note.origin, note.epoch = idea.origin, idea.epoch
+            if idea.trailers.tune_study:       # believed: only the daemon's own commits keep trailers
+                from autoresearchd.tune.tuner import note_fields
+                note.tune = note_fields(idea)
         self.ledger.write_note(commit, note)
         if idea is not None and idea.branch and idea.branch.startswith(IDEA_BRANCHES):
             self.repo.update_ref(ARCHIVE_PREFIX + commit, commit)   # survives a force-push of the branch
@@ -212,4 +215,7 @@ class Dispatcher(Collector):
         m = self.research.manifest
         spec = TrialSpec(job.trial_id, job.commit, job.seed, m, self.repo.archive(job.commit, exclude=m.heldout()),
                          tar, [f for f in frozen if f not in m.heldout()], job.purpose, self.research.prepare_key())
+        if m.knobs:       # a tuned commit's values (its knobs file, validated by the gate before dispatch)
+            from autoresearchd.tune.knobs import commit_values, knob_env
+            spec.knobs = knob_env(m, commit_values(self.repo, job.commit, m))
         return self.runner.submit(spec, slot)

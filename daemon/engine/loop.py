@@ -56,6 +56,7 @@ class Daemon:
         self.watcher = None
         self.last_pop: Population | None = None       # the latest tick's view, for the progress display
         self.last_state: dict = {}
+        self.tuner = None                             # daemon/tune/tuner.py, with [tune] enabled
 
     # -- the reconcile -----------------------------------------------------------------------------
     def tick(self) -> Population:
@@ -74,6 +75,9 @@ class Daemon:
                     pop = read_population(self.repo, self.research.baseline_ref)
                 if not self._stopping.is_set():
                     self._resume_proposals(pop)
+                    if self.tuner is not None and self._maybe_tune(pop):
+                        pop = read_population(self.repo, self.research.baseline_ref)
+                        self._dirty.set()           # another pass dispatches the tuned commits
                     self._maybe_refill(pop)
                 self._write_state(pop)
                 self._passes += 1
@@ -110,7 +114,7 @@ class Daemon:
     def stop_condition(self, pop: Population) -> str | None:
         """Why no more ideas are proposed (None: proposing goes on)."""
         d = self.cfg.daemon
-        llm_ideas = [i for i in pop.ideas if i.origin != "human"]
+        llm_ideas = [i for i in pop.ideas if i.origin not in ("human", "tune")]
         if d.max_ideas is not None and len(llm_ideas) >= d.max_ideas:
             return f"max_ideas reached ({len(llm_ideas)})"
         if d.max_epochs is not None and pop.max_epoch() >= d.max_epochs - 1 and self.policy is not None:
@@ -177,11 +181,16 @@ class Daemon:
         def work():
             from autoresearchd.llm import BudgetExhausted, LLMError
             try:
+                if self.tuner is not None and hasattr(self.policy, "prompts"):   # the LLM sees the tuning
+                    from autoresearchd.tune.surface import prompt_block
+                    self.policy.prompts.tuning = prompt_block(pop, self.research.manifest)
                 proposals = self.policy.propose(pop, n, self.research.manifest, self.llm)
                 cap = self.cfg.daemon.max_epochs
                 for prop in proposals:
                     if cap is not None and prop.epoch >= cap:
                         continue      # a batch that ran past the last epoch is not started
+                    if self.tuner is not None and prop.dropped_reason is None and self.tuner.router.route(pop, prop):
+                        continue      # a knobs-only idea: a tuned commit, no implementation
                     idea_id = self.implementer.record_proposal(prop)
                     if idea_id and prop.dropped_reason is None:
                         self._submit_implementation(idea_id)
@@ -196,6 +205,25 @@ class Daemon:
                 self._proposing = False
                 self.poke()
         self._pool.submit(work)
+
+    def budget_split(self, pop: Population):
+        """Tuning's share of new trials (daemon/tune/split.py), or None when tuning is off."""
+        if self.tuner is None:
+            return None
+        from autoresearchd.tune.split import split
+        llm_on = self.policy is not None and self.llm is not None and self.stop_condition(pop) is None
+        return split(pop, self.research.manifest.goal, self.cfg.tune.floor, llm_on)
+
+    def _maybe_tune(self, pop: Population) -> bool:
+        """Write tuned commits up to tuning's share of the trials in flight. True if it wrote any."""
+        sp = self.budget_split(pop)
+        room = len(self.dispatcher.slots()) * self.dispatcher.depth + self.cfg.policy.queue_buffer
+        want = max(1, round(sp.tune * room)) - self.tuner.pending(pop)
+        try:
+            return bool(self.tuner.propose(pop, want))
+        except Exception:  # noqa: BLE001 - a failed suggestion must never stop the loop
+            log.exception("tuning failed")
+            return False
 
     # -- running ------------------------------------------------------------------------------------
     def poke(self) -> None:
@@ -245,6 +273,7 @@ class Daemon:
                  "implementing": sorted(self._implementing), "proposing": self._proposing,
                  "stop_reason": self.stop_condition(pop) if self.policy else None,
                  "llm": self.llm_note,
+                 "split": (lambda s: s.as_dict() | {"line": s.line()} if s else None)(self.budget_split(pop)),
                  "budget": ({"usd": self.llm.budget.usd, "calls": self.llm.budget.calls,
                              "tokens": self.llm.budget.input_tokens + self.llm.budget.output_tokens,
                              "max_usd": self.llm.budget.max_usd} if self.llm else None)}
@@ -294,7 +323,10 @@ class Daemon:
                     progress(self.last_pop, self.last_state)
                 if until is not None:
                     if seen != self._passes:        # git changes only through a pass (or pokes one)
-                        seen, pop = self._passes, read_population(self.repo, self.research.baseline_ref)
+                        # between ticks, not inside one: mid-tick, a harvested result may be in git
+                        # before the tuned commit the same tick writes after it (a false "settled")
+                        with self._tick_lock:
+                            seen, pop = self._passes, read_population(self.repo, self.research.baseline_ref)
                     if until(pop) and not self._proposing and not self._implementing:
                         break
         finally:

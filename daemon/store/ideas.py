@@ -20,7 +20,7 @@ from autoresearchd.store.refs import IDEA_BRANCHES
 from autoresearchd.store.trailers import TRAILER_KEYS, Trailers, parse_trailers
 from autoresearchd.inert import one_line, visible
 
-ORIGINS = ("seed", "exploit", "explore", "human", "greedy", "best_of_n", "baseline", "confirm")
+ORIGINS = ("seed", "exploit", "explore", "human", "greedy", "best_of_n", "baseline", "confirm", "tune")
 
 _TRAILER_RE = re.compile(r"^([A-Z][A-Za-z-]+): (.*)$")
 

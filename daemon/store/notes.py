@@ -134,6 +134,8 @@ class Note(BaseModel):
     cost: dict[str, float] = Field(default_factory=dict)
     trials: list[Trial] = Field(default_factory=list)
     finished_at: float | None = None
+    # a tuned commit's trial: {"study", "sampler", "trial", "knobs": {name: value}} (docs/notes.md)
+    tune: dict[str, Any] = Field(default_factory=dict)
 
 
 _LIST_OR_DICT = {name for name, f in Note.model_fields.items()

@@ -63,6 +63,12 @@ class Trailers(BaseModel):
     transcript: str | None = Field(None, alias="Transcript")        # blob id of the implementer's transcript
     duplicate_of: str | None = Field(None, alias="Duplicate-Of")
     base: str | None = Field(None, alias="Base")                    # the commit the proposal builds on
+    # a tuned commit (daemon/tune/): its study (the tuned idea's id, or "baseline"), the Optuna sampler,
+    # its trial number in the study, and the knob values it sets (JSON, one line; also in its knobs file)
+    tune_study: str | None = Field(None, alias="Tune-Study")
+    tune_sampler: str | None = Field(None, alias="Tune-Sampler")
+    tune_trial: Int = Field(None, alias="Tune-Trial")
+    knobs: str | None = Field(None, alias="Knobs")
     version: int = Field(TRAILER_VERSION, alias="Trailer-Version")
 
     def lines(self) -> list[str]:

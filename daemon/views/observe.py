@@ -122,6 +122,8 @@ def status(cfg, console, as_json: bool = False) -> int:
         hw = f" and {cpi['gpu_hours']:.2f} GPU-hours" if s["gpus"] else ""
         console.print(f"cost per unit of improvement: ${cpi['usd']:.2f}{hw} per 1.0 {s['metric']}")
     _running(console, s, d["alive"])
+    if s.get("tune"):
+        _plain(console, s["tune"]["line"])
     if d.get("stop_reason"):
         _plain(console, f"not proposing: {d['stop_reason']}")
     return 0

@@ -163,6 +163,19 @@ def seed_everything(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+# The manifest's knobs ([[env.knobs]] in .autoresearch.toml): a tuner sets them through these
+# variables. Absent, the Config default holds, which must stay equal to the knob's `baseline` there.
+KNOBS = {"lr": float, "warmup_steps": int, "weight_decay": float, "n_embd": int}
+
+
+def apply_knobs(cfg: Config, env=os.environ) -> Config:
+    for name, cast in KNOBS.items():
+        v = env.get("AUTORESEARCH_KNOB_" + name.upper())
+        if v not in (None, ""):
+            setattr(cfg, name, cast(v))
+    return cfg
+
+
 def save_artifact(model: GPT, cfg: Config, path: str = ARTIFACT) -> None:
     """Trace the model on the evaluation shape and save it: evaluate.py never imports this file."""
     model.eval()
@@ -178,7 +191,7 @@ def main() -> None:
     torch.set_num_threads(int(os.environ.get("TINYGPT_THREADS", "2")))
     seed = int(os.environ.get("AUTORESEARCH_SEED", "0"))
     gen = seed_everything(seed)
-    cfg = Config()
+    cfg = apply_knobs(Config())
     if check:
         cfg.steps, cfg.batch_size, cfg.warmup_steps = 3, 4, 1
     elif os.environ.get("TINYGPT_STEPS"):

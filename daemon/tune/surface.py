@@ -1,0 +1,93 @@
+"""What the tuning found, in a few lines: each study's best tuned values and its response surface
+(per knob, the best value measured in the low, middle and high third of its range), for `status`,
+the dashboard and the LLM's prompt, which also learns how to hand a knobs-only idea to the tuner."""
+
+from __future__ import annotations
+
+import math
+
+from autoresearchd.manifest import EnvManifest, KnobType
+from autoresearchd.store.notes import Status
+
+MAX_STUDIES_SHOWN = 3
+
+
+def _measured(pop, study: str) -> list[tuple[dict, float]]:
+    out = []
+    for i in pop.ideas:
+        if i.trailers.tune_study != study or i.note is None or i.note.status != Status.SUCCEEDED:
+            continue
+        if i.value is None or pop.stale(i) or not i.note.tune.get("knobs"):
+            continue
+        out.append((dict(i.note.tune["knobs"]), i.value))
+    return out
+
+
+def studies(pop, m: EnvManifest) -> list[dict]:
+    """Each study with a tuned result: its trials, best value, best knob values, and surface lines."""
+    names = sorted({i.trailers.tune_study for i in pop.ideas if i.trailers.tune_study})
+    out = []
+    sign = 1 if m.goal == "min" else -1
+    for s in names:
+        pts = _measured(pop, s)
+        if not pts:
+            continue
+        knobs, value = min(pts, key=lambda p: sign * p[1])
+        out.append({"study": s, "trials": len(pts), "best": value, "knobs": knobs,
+                    "surface": surface_lines(m, pts)})
+    return sorted(out, key=lambda d: sign * d["best"])
+
+
+def surface_lines(m: EnvManifest, pts: list[tuple[dict, float]]) -> list[str]:
+    """One line per knob: the best value in each third of its range (log thirds for a log knob),
+    or per choice of a categorical knob; a third no trial fell in is left out."""
+    sign = 1 if m.goal == "min" else -1
+    lines = []
+    for k in m.knobs:
+        bins: dict[str, float] = {}
+        for knobs, v in pts:
+            x = knobs.get(k.name)
+            if x is None:
+                continue
+            label = str(x) if k.type == KnobType.CATEGORICAL else _third(k, x)
+            if label not in bins or sign * v < sign * bins[label]:
+                bins[label] = v
+        if bins:
+            order = list(k.choices) if k.type == KnobType.CATEGORICAL else ["low", "mid", "high"]
+            cells = [f"{b} {bins[b]:.4g}" for b in map(str, order) if b in bins]
+            lines.append(f"{k.name}: " + " | ".join(cells))
+    return lines
+
+
+def _third(k, x: float) -> str:
+    lo, hi, v = (math.log(k.low), math.log(k.high), math.log(x)) if k.log else (k.low, k.high, x)
+    f = (v - lo) / (hi - lo) if hi > lo else 0.5
+    return "low" if f < 1 / 3 else "mid" if f < 2 / 3 else "high"
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def prompt_block(pop, m: EnvManifest) -> str:
+    """The prompt's tuning section: the knobs, how to ask for a knobs-only run, and what tuning found."""
+    if not m.knobs:
+        return ""
+    def rng(k):
+        if k.type == KnobType.CATEGORICAL:
+            return f"{k.name} in {list(k.choices)} (baseline {k.baseline})"
+        return f"{k.name} in [{k.low:g}, {k.high:g}]{' log' if k.log else ''} (baseline {k.baseline})"
+    lines = ["## Tuned knobs", "",
+             "A tuner sets these numbers; the code reads them from AUTORESEARCH_KNOB_<NAME>: "
+             + "; ".join(rng(k) for k in m.knobs) + ".",
+             "An experiment that only changes knob values needs no code: write its [Code Changes] as the one "
+             "line `Knobs: name=value, name=value` and it runs at once, without an implementation. "
+             "Spend code ideas on what a tuner cannot find."]
+    found = studies(pop, m)[:MAX_STUDIES_SHOWN]
+    if found:
+        lines += ["", "What tuning measured so far (best value per third of each knob's range):"]
+        for s in found:
+            vals = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(s["knobs"].items()))
+            lines.append(f"- {s['study']}: {s['trials']} tuned runs, best {s['best']:.4g} at {vals}")
+            lines += [f"    {ln}" for ln in s["surface"]]
+    return "\n".join(lines) + "\n"
