@@ -251,6 +251,11 @@ COMPUTE_CAP = 1.25
 seconds of run and evaluation from the kernel; GPU seconds where env.gpus > 0), else its note is
 `over_budget` and it is never promoted. Room for the measurement's noise (CPU time under load varies
 by some percent), not for training longer. Manifest key `compute_cap`; 0 turns the check off."""
+COMPUTE_SLACK_S = 1.0
+"""Seconds added to compute_cap x the baseline's median before an idea is over budget: the absolute
+part of the measurement's noise (interpreter start-up, scheduling under load), which a ratio alone
+turns into false over_budget notes for trials of a few CPU seconds. Negligible for real training runs
+(tinygpt's baseline trial is about 100 CPU seconds)."""
 TRIAL_MEM_SHARE = 0.8
 """Share of a host's memory (or of the cgroup the runner's shell runs in, if smaller) split evenly
 among its slots: a trial's default memory limit (manifest `mem_mb` overrides it). The rest is the
