@@ -199,3 +199,12 @@ def local_trial_root(repo_path: str) -> str:
 
 
 LOCAL_TRIAL_ROOT = "~/.cache/autoresearchd/trials"
+
+# -- the population read (store/population.py, store/livepop.py) ----------------------------------
+POPULATION_PARSE_CACHE = 400_000
+"""Parsed commits and notes kept per process, each by object id (an object's parse never changes).
+Above the population's size, or every read parses everything again: at 50,000 a 100k-idea population
+evicted each parse before its next use, and the daemon's warm re-read cost as much as a cold one."""
+POPULATION_FULL_READ_TICKS = 150
+"""The daemon's tick reads the population by its changes (store/livepop.py); every this many ticks it
+reads it whole instead, a safety net under the incremental read (5 minutes at the 2 s tick)."""

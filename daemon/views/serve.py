@@ -36,7 +36,7 @@ from autoresearchd.config import ConfigError
 from autoresearchd.research import open_research
 from autoresearchd.store.gitrepo import state_dir
 from autoresearchd.store.notes import Status
-from autoresearchd.store.population import LivePopulation
+from autoresearchd.store.livepop import LivePopulation
 from autoresearchd.views.dashboard import Snapshot, secrets_in_env
 
 log = logging.getLogger("autoresearchd")
