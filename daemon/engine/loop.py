@@ -21,11 +21,13 @@ from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from autoresearchd import defaults
 from autoresearchd.config import ConfigError
 from autoresearchd.engine.dispatch import Dispatcher
 from autoresearchd.engine.plan import Job, baseline_jobs_open, missing_seeds, order_key, seeds_needed, settled
 from autoresearchd.store import gitrepo
-from autoresearchd.store.population import Population, read_population
+from autoresearchd.store.livepop import LivePopulation
+from autoresearchd.store.population import Population
 
 log = logging.getLogger("autoresearchd")
 logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: max instances" is by design
@@ -55,23 +57,33 @@ class Daemon:
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1})
         self.watcher = None
         self.last_pop: Population | None = None       # the latest tick's view, for the progress display
+        # the population, read by its changes (store/livepop.py); refreshed only under the tick lock
+        self.live = LivePopulation(self.repo, research.baseline_ref)
         self.last_state: dict = {}
 
     # -- the reconcile -----------------------------------------------------------------------------
+    def read(self, scan: bool = False) -> Population:
+        """The population now. A scan lists every idea ref (pushes, deletions by other processes);
+        without one only notes, proposals and this process's own ref writes are read. Every
+        defaults.POPULATION_FULL_READ_TICKS passes the whole population is read again."""
+        if scan and self._passes % defaults.POPULATION_FULL_READ_TICKS == 0:
+            self.live.reset()
+        return self.live.refresh(scan=scan) or self.live.pop
+
     def tick(self) -> Population:
         with self._tick_lock:
             while True:
                 self._dirty.clear()
-                pop = read_population(self.repo, self.research.baseline_ref)
+                pop = self.read(scan=True)
                 if self.dispatcher.harvest(pop):
-                    pop = read_population(self.repo, self.research.baseline_ref)
+                    pop = self.read()
                 if self.dispatcher.backfill(pop):
-                    pop = read_population(self.repo, self.research.baseline_ref)
+                    pop = self.read()
                 if not self._stopping.is_set():
                     self.dispatcher.dispatch(pop, self.jobs(pop))
                 # after dispatch, so a burst of pushes does not delay the trials that can start now
                 if self.dispatcher.reject_on_arrival(pop):
-                    pop = read_population(self.repo, self.research.baseline_ref)
+                    pop = self.read()
                 if not self._stopping.is_set():
                     self._resume_proposals(pop)
                     self._maybe_refill(pop)
@@ -287,6 +299,7 @@ class Daemon:
                                next_run_time=datetime.now())
         self.scheduler.start()
         self._start_event_waiters()
+        watch = LivePopulation(self.repo, self.research.baseline_ref)   # this thread's own: not the tick's
         try:
             seen, pop = -1, None
             while not self._stopped.wait(0.5):
@@ -294,10 +307,11 @@ class Daemon:
                     progress(self.last_pop, self.last_state)
                 if until is not None:
                     if seen != self._passes:        # git changes only through a pass (or pokes one)
-                        seen, pop = self._passes, read_population(self.repo, self.research.baseline_ref)
+                        seen, pop = self._passes, watch.refresh() or watch.pop
                     if until(pop) and not self._proposing and not self._implementing:
                         break
         finally:
+            watch.close()
             self._stopping.set()
             self.scheduler.shutdown(wait=True)
             if self.watcher is not None:

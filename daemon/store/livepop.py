@@ -179,8 +179,11 @@ class LivePopulation:
         refs = {r for s in shas if s in self._by_sha for r in self._by_sha[s]}
         refs |= {r for r in moved if not r.startswith(IDEAS_PREFIX)}
         self._rebuild(refs, notes, leases)
-        for sha in shas | ({self._refs.get(r) for r in refs} - {None}):
-            self._rewin(sha, baseline)
+        shas |= {self._refs.get(r) for r in refs} - {None}
+        for sha in shas:         # every old winner out first: a ref that moved was another sha's winner
+            self._unwin(sha)
+        for sha in shas:
+            self._win(sha, baseline)
         self._bkey = bkey
         self._place()
         objs = repo.cat_file_batch([b for b in bkey[1:] if b and b not in _NOTES])
@@ -235,8 +238,8 @@ class LivePopulation:
             else:
                 self._built.pop(ref, None)          # not a commit we can read: not an idea
 
-    def _rewin(self, sha: str, baseline: str | None) -> None:
-        """Which ref shows `sha` now (none for the baseline or an unreadable commit), and its place."""
+    def _unwin(self, sha: str) -> None:
+        """`sha` out of the ordered list (its winner is chosen again by _win)."""
         old = self._winner.pop(sha, None)
         if old is not None:
             del self._order[bisect.bisect_left(self._order, old)]
@@ -246,6 +249,9 @@ class LivePopulation:
                 self._epochs[idea.epoch] -= 1
                 if not self._epochs[idea.epoch]:
                     del self._epochs[idea.epoch]
+
+    def _win(self, sha: str, baseline: str | None) -> None:
+        """Which ref shows `sha` now (none for the baseline or an unreadable commit), and its place."""
         cands = [r for r in self._by_sha.get(sha, ()) if r in self._built]
         if sha == baseline or not cands:
             return
