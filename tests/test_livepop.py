@@ -208,3 +208,38 @@ def test_a_refresh_that_moved_nothing_reads_no_object(tmp_path, monkeypatch):
     assert read == [repo.notes_list(NOTES_REF)[target.commit]] or \
         set(read) <= {repo.notes_list(NOTES_REF)[target.commit], *(b for b in live._bkey[1:] if b)}, read
     assert_same(pop, repo)
+
+
+def test_the_tick_sees_pushes_at_once_and_reads_whole_periodically(toy_env, tmp_path, monkeypatch):
+    """The daemon's tick (engine/loop.py) on the live read: a branch pushed by another process (git
+    itself, no event) is in the next tick's population; every POPULATION_FULL_READ_TICKS passes the
+    derived state is dropped and read whole, so a damaged incremental state does not outlive it."""
+    from autoresearchd import defaults
+    from autoresearchd.app import build_daemon
+    from autoresearchd.config import load_config
+
+    from conftest import branch_idea, write_config
+    monkeypatch.setattr(defaults, "POPULATION_FULL_READ_TICKS", 3)
+    d = build_daemon(load_config(write_config(tmp_path, toy_env)), with_llm=False)
+    try:
+        d.tick()
+        sha = branch_idea(toy_env, "carol/push", "Lower x", {"run.py": (toy_env / "run.py").read_text()
+                          .replace("x = 1.0", "x = 0.9")})
+        pop = d.tick()
+        assert sha in pop.by_commit and pop.by_commit[sha].origin == "human"
+        base = d.repo.rev_parse("refs/heads/main")
+        rec = commit_on(d.repo, base, "rec", {"Idea-Id": "idea-rec", "Origin": "explore"})
+        d.repo.update_ref(RECORDS_PREFIX + "idea-rec", rec)    # a record: never dispatched, never changes
+        assert rec in d.tick().by_commit
+        with d._tick_lock:                  # no tick meanwhile: the reads below are the test's
+            d.live._order.remove(d.live._winner.pop(rec))     # damage the derived state: the record drops out
+            d.repo.note_write(NOTES_REF, base, format_note(ok_note(1.0, 1.0, "baseline", values=[1.0, 1.0])))
+            d._passes = 4                       # not a full-read pass: the damage shows
+            assert rec not in d.read(scan=True).by_commit
+            d._passes = 6                       # a full-read pass: read whole, the damage is gone
+            pop = d.read(scan=True)
+            assert rec in pop.by_commit
+            assert_same(pop, d.repo)
+    finally:
+        d.runner.close()
+        d.live.close()
