@@ -4,6 +4,8 @@ For each size it builds a research repo of N idea commits with result notes, log
 (one `git fast-import` stream, tests/popbuilder.py; with --keep DIR a repo built there before is
 reused), packs its refs as `git gc` leaves a repo (--loose-refs: not), then times:
   cold      read_population() in a process that has parsed nothing yet
+  saved     the same in a process that loads the parse cache an earlier daemon saved (store/parsecache.py):
+            the daemon's start; the load is timed with the read
   read      read_population() again: every ref, commit and note in a fixed number of git processes
   tick      the daemon's per-pass read (store/livepop.py, a scan): one note written and one branch
             pushed since the last pass
@@ -32,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from popbuilder import build_population, write_cfg  # noqa: E402
 
 from autoresearchd.config import load_config  # noqa: E402
+from autoresearchd.store import parsecache  # noqa: E402
 from autoresearchd.store.gitrepo import GitRepo  # noqa: E402
 from autoresearchd.store.ideas import format_message  # noqa: E402
 from autoresearchd.store.livepop import LivePopulation  # noqa: E402
@@ -128,9 +131,12 @@ def bench(n: int, root: Path, repeat: int, loose: bool, views: bool = True) -> d
         repo.git("pack-refs", "--all")
     cfg = load_config(write_cfg(d, repo.path))
     cold = best_of(lambda: read_population(repo, "refs/heads/main"), repeat, "cold", before=_clear)
+    parsecache.save(repo)
+    saved = best_of(lambda: (parsecache.load(repo), read_population(repo, "refs/heads/main")), repeat, "saved",
+                    before=_clear)
     pop = read_population(repo, "refs/heads/main")
     (push, tick), (_, idle), (own, event) = tick_timers(repo)
-    row = {"n": n, "build": build, "cold": cold,
+    row = {"n": n, "build": build, "cold": cold, "saved": saved,
            "read": best_of(lambda: read_population(repo, "refs/heads/main"), repeat, "read"),
            "tick": best_of(tick, repeat, "tick", before=push),
            "idle": best_of(idle, repeat, "idle"),
@@ -159,13 +165,13 @@ def main(argv=None) -> int:
         root = Path(a.keep) if a.keep else Path(tmp)
         rows = [bench(n, root, a.repeat, a.loose_refs, not a.reads_only) for n in sizes]
     print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
-    print("read s: cold = a fresh process (nothing parsed yet); full = read_population again; tick = the daemon's"
+    print("read s: cold = a fresh process (nothing parsed yet); saved = one that loads the saved parse cache; full = read_population again; tick = the daemon's"
           " per-pass read (a note and a push moved), idle = nothing moved, event = within a pass; wall (CPU)")
-    print(f"{'ideas':>8} {'build s':>8} {'cold s':>14} {'full s':>14} {'tick s':>14} {'idle s':>14} {'event s':>14} "
+    print(f"{'ideas':>8} {'build s':>8} {'cold s':>14} {'saved s':>14} {'full s':>14} {'tick s':>14} {'idle s':>14} {'event s':>14} "
           f"{'status s':>9} {'ideas s':>8} {'export s':>9} {'dedupe s':>9}")
     for r in rows:
         dd = f"{r['dedupe']:9.3f}" if r["dedupe"] is not None else f"{'n/a':>9}"
-        wc = " ".join(f"{r[k]:6.3f} ({r['cpu'][k]:5.2f})" for k in ("cold", "read", "tick", "idle", "event"))
+        wc = " ".join(f"{r[k]:6.3f} ({r['cpu'][k]:5.2f})" for k in ("cold", "saved", "read", "tick", "idle", "event"))
         print(f"{r['n']:>8} {r['build']:8.2f} {wc} {r['status']:9.3f} {r['ideas']:8.3f} "
               f"{r['export']:9.3f} {dd}")
     notes = {r["dedupe_note"] for r in rows if r["dedupe"] is None}

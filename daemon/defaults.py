@@ -208,3 +208,9 @@ evicted each parse before its next use, and the daemon's warm re-read cost as mu
 POPULATION_FULL_READ_TICKS = 150
 """The daemon's tick reads the population by its changes (store/livepop.py); every this many ticks it
 reads it whole instead, a safety net under the incremental read (5 minutes at the 2 s tick)."""
+PARSE_CACHE_CHECKS = 32
+"""Entries of the on-disk parse cache (store/parsecache.py) parsed again from git when it is loaded;
+one that differs and the whole file is ignored."""
+PARSE_CACHE_SAVE_NEW = 5_000
+"""The daemon writes its parse caches to disk at a full read once they hold this many entries more
+than it last wrote (or loaded): a small population is cheap to parse, a big one is saved as it grows."""

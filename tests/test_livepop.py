@@ -7,7 +7,8 @@ from-scratch `read_population` of the same real git repo:
   after every step;
 - no read misses an idea the implementer turns from proposal into branch while it reads;
 - the daemon's tick: a push by another process is seen at the next tick, the periodic full read
-  replaces the incremental state, and a tick that moved nothing reads no commit or note.
+  replaces the incremental state (and saves the parse cache), and a refresh that moved nothing reads
+  no commit or note.
 """
 
 from __future__ import annotations
@@ -219,7 +220,10 @@ def test_the_tick_sees_pushes_at_once_and_reads_whole_periodically(toy_env, tmp_
     from autoresearchd.config import load_config
 
     from conftest import branch_idea, write_config
+    from autoresearchd.store import parsecache
+    from autoresearchd.store.gitrepo import state_dir
     monkeypatch.setattr(defaults, "POPULATION_FULL_READ_TICKS", 3)
+    monkeypatch.setattr(defaults, "PARSE_CACHE_SAVE_NEW", 1)
     d = build_daemon(load_config(write_config(tmp_path, toy_env)), with_llm=False)
     try:
         d.tick()
@@ -240,6 +244,7 @@ def test_the_tick_sees_pushes_at_once_and_reads_whole_periodically(toy_env, tmp_
             pop = d.read(scan=True)
             assert rec in pop.by_commit
             assert_same(pop, d.repo)
+        assert (state_dir(d.repo) / parsecache.FILE).exists()     # a full read saved what it parsed
     finally:
         d.runner.close()
         d.live.close()

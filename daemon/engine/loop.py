@@ -25,7 +25,7 @@ from autoresearchd import defaults
 from autoresearchd.config import ConfigError
 from autoresearchd.engine.dispatch import Dispatcher
 from autoresearchd.engine.plan import Job, baseline_jobs_open, missing_seeds, order_key, seeds_needed, settled
-from autoresearchd.store import gitrepo
+from autoresearchd.store import gitrepo, parsecache
 from autoresearchd.store.livepop import LivePopulation
 from autoresearchd.store.population import Population
 
@@ -59,6 +59,7 @@ class Daemon:
         self.last_pop: Population | None = None       # the latest tick's view, for the progress display
         # the population, read by its changes (store/livepop.py); refreshed only under the tick lock
         self.live = LivePopulation(self.repo, research.baseline_ref)
+        self._parsed = parsecache.load(self.repo)     # what an earlier daemon parsed: not parsed again
         self.last_state: dict = {}
 
     # -- the reconcile -----------------------------------------------------------------------------
@@ -66,9 +67,16 @@ class Daemon:
         """The population now. A scan lists every idea ref (pushes, deletions by other processes);
         without one only notes, proposals and this process's own ref writes are read. Every
         defaults.POPULATION_FULL_READ_TICKS passes the whole population is read again."""
-        if scan and self._passes % defaults.POPULATION_FULL_READ_TICKS == 0:
+        full = scan and self._passes % defaults.POPULATION_FULL_READ_TICKS == 0
+        if full:
             self.live.reset()
-        return self.live.refresh(scan=scan) or self.live.pop
+        pop = self.live.refresh(scan=scan) or self.live.pop
+        if full and parsecache.size() - self._parsed >= defaults.PARSE_CACHE_SAVE_NEW:
+            try:
+                self._parsed = parsecache.save(self.repo)
+            except OSError as e:            # only a faster next start is lost
+                log.warning("could not save the parse cache: %s", e)
+        return pop
 
     def tick(self) -> Population:
         with self._tick_lock:

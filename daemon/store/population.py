@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from autoresearchd import defaults
 from autoresearchd.goal import best
-from autoresearchd.store.frozen import freeze_note
+from autoresearchd.store.frozen import freeze_parsed
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import Idea, as_pushed, idea_from_commit
 from autoresearchd.store.notes import Note, Status, parse_leases, parse_note
@@ -176,7 +176,7 @@ _IDEAS = _LRU(defaults.POPULATION_PARSE_CACHE)
 def _note(blob: str, objs: dict[str, bytes]) -> Note | None:
     """The parsed note for a blob, frozen: it is shared, so a caller that would change it gets an
     error; `note.model_copy()` is a mutable copy."""
-    return _NOTES.get_or(blob, lambda: freeze_note(parse_note(objs[blob].decode(errors="replace"))))
+    return _NOTES.get_or(blob, lambda: freeze_parsed(parse_note(objs[blob].decode(errors="replace"))))
 
 
 def _parse_commit(raw: bytes) -> tuple[str, list[str], str, int]:
@@ -196,14 +196,17 @@ def _parse_commit(raw: bytes) -> tuple[str, list[str], str, int]:
     return tree, parents, msg.decode(errors="replace"), ts
 
 
+def _parse_idea(sha: str, raw: bytes) -> MappingProxyType:
+    """The fields of the idea a commit shows, as the parse cache holds them (trailers: a frozen model)."""
+    tree, parents, msg, ts = _parse_commit(raw)
+    i = idea_from_commit(sha, tree, parents[0] if parents else None, msg, None, ts)
+    return MappingProxyType(dict(vars(i), parents=tuple(i.parents)))
+
+
 def _make_idea(ref: str, sha: str, own: set[str], note_blob: str | None, lease_blob: str | None,
                objs: dict[str, bytes]) -> Idea:
     """The idea a ref shows (before pushed ideas are placed): a fresh object, free for the caller."""
-    def make():
-        tree, parents, msg, ts = _parse_commit(objs[sha])
-        i = idea_from_commit(sha, tree, parents[0] if parents else None, msg, None, ts)
-        return MappingProxyType(dict(vars(i), parents=tuple(i.parents)))   # trailers: a frozen model
-    fields = _IDEAS.get_or(sha, make)       # immutable: each idea gets its own lists
+    fields = _IDEAS.get_or(sha, lambda: _parse_idea(sha, objs[sha]))     # immutable: each idea gets its own lists
     idea = Idea(**dict(fields, parents=list(fields["parents"]), leases=[]))
     on_branch = ref.startswith((IDEA_BRANCHES, ARCHIVE_PREFIX))
     if on_branch and sha not in own:
