@@ -165,10 +165,12 @@ def main(argv=None) -> int:
         root = Path(a.keep) if a.keep else Path(tmp)
         rows = [bench(n, root, a.repeat, a.loose_refs, not a.reads_only) for n in sizes]
     print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
-    print("read s: cold = a fresh process (nothing parsed yet); saved = one that loads the saved parse cache; full = read_population again; tick = the daemon's"
-          " per-pass read (a note and a push moved), idle = nothing moved, event = within a pass; wall (CPU)")
-    print(f"{'ideas':>8} {'build s':>8} {'cold s':>14} {'saved s':>14} {'full s':>14} {'tick s':>14} {'idle s':>14} {'event s':>14} "
-          f"{'status s':>9} {'ideas s':>8} {'export s':>9} {'dedupe s':>9}")
+    print("read s, wall (CPU incl. git): cold = a fresh process (nothing parsed yet); saved = one that loads the"
+          " saved parse cache;\nfull = read_population again; tick = the daemon's per-pass read (a note and a push"
+          " moved), idle = nothing moved, event = within a pass")
+    cols = ("cold s", "saved s", "full s", "tick s", "idle s", "event s")
+    print(f"{'ideas':>8} {'build s':>8} " + " ".join(f"{c:>14}" for c in cols) +
+          f" {'status s':>9} {'ideas s':>8} {'export s':>9} {'dedupe s':>9}")
     for r in rows:
         dd = f"{r['dedupe']:9.3f}" if r["dedupe"] is not None else f"{'n/a':>9}"
         wc = " ".join(f"{r[k]:6.3f} ({r['cpu'][k]:5.2f})" for k in ("cold", "saved", "read", "tick", "idle", "event"))

@@ -28,7 +28,7 @@ from autoresearchd.store import refevents
 from autoresearchd.store.gitrepo import GitError, GitRepo
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.population import (_IDEAS, _NOTES, Population, _at_baseline, _baseline_notes,
-                                            _make_idea)
+                                            _make_idea, bulk)
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_NAMESPACE, NOTES_REF,
                                       PROPOSALS_PREFIX, RECORDS_PREFIX, RUNS_REF)
 
@@ -145,7 +145,8 @@ class LivePopulation:
         branches moved by other processes are seen at the next scan (notes, proposals, the baseline
         and this process's own ref writes at once)."""
         try:
-            return self._refresh(scan)
+            with bulk():
+                return self._refresh(scan)
         except BaseException:
             self.reset()        # a read that failed half-way: the next one reads everything again
             raise

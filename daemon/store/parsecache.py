@@ -29,7 +29,7 @@ import pydantic
 
 from autoresearchd import defaults
 from autoresearchd.store import frozen, ideas, notes, population, trailers
-from autoresearchd.store.frozen import FrozenNote, FrozenTrial, freeze_parsed
+from autoresearchd.store.frozen import _EMPTY_DICT, _EMPTY_LIST, _LEAF, FrozenDict, FrozenList, FrozenNote, FrozenTrial
 from autoresearchd.store.gitrepo import GitRepo, state_dir
 from autoresearchd.store.trailers import Trailers
 
@@ -63,9 +63,11 @@ def _plain(v):
 
 
 def _model(cls, d: dict, extra: dict | None, fields_set: list):
+    """A frozen model from its plain data, built frozen (no validation: it was validated when parsed)."""
     m = object.__new__(cls)
-    object.__setattr__(m, "__dict__", {k: _build(x) for k, x in d.items()})
-    object.__setattr__(m, "__pydantic_extra__", {k: _build(x) for k, x in extra.items()} if extra is not None else None)
+    object.__setattr__(m, "__dict__", {k: x if type(x) in _LEAF else _build(x) for k, x in d.items()})
+    object.__setattr__(m, "__pydantic_extra__", {k: x if type(x) in _LEAF else _build(x) for k, x in extra.items()}
+                       if extra is not None else None)
     object.__setattr__(m, "__pydantic_fields_set__", set(fields_set))
     object.__setattr__(m, "__pydantic_private__", None)
     return m
@@ -73,12 +75,12 @@ def _model(cls, d: dict, extra: dict | None, fields_set: list):
 
 def _build(v):
     t = type(v)
-    if t is tuple:
-        return _model(notes.Trial, *v[1:]) if v[0] == _TRIAL else _ENUMS[v[0]](v[1])
+    if t is tuple:     # a nested trial, or an enum member (found in its value map: calling the enum is slow)
+        return _model(FrozenTrial, *v[1:]) if v[0] == _TRIAL else _ENUMS[v[0]]._value2member_map_[v[1]]
     if t is list:
-        return [_build(x) for x in v]
+        return FrozenList([x if type(x) in _LEAF else _build(x) for x in v]) if v else _EMPTY_LIST
     if t is dict:
-        return {k: _build(x) for k, x in v.items()}
+        return FrozenDict({k: x if type(x) in _LEAF else _build(x) for k, x in v.items()}) if v else _EMPTY_DICT
     return v
 
 
@@ -89,12 +91,13 @@ def note_plain(n: FrozenNote) -> tuple:
 
 
 def note_from(p: tuple) -> FrozenNote:
-    return freeze_parsed(_model(notes.Note, *p))
+    return _model(FrozenNote, *p)
 
 
 def idea_plain(fields) -> dict:
     tr = fields["trailers"]
-    return dict(fields, parents=list(fields["parents"]), trailers=(dict(tr.__dict__), sorted(tr.__pydantic_fields_set__)))
+    return dict(fields, parents=list(fields["parents"]),
+                trailers=(dict(tr.__dict__), sorted(tr.__pydantic_fields_set__)))
 
 
 def idea_from(p: dict) -> MappingProxyType:
@@ -113,6 +116,11 @@ def size() -> int:
 
 def save(repo: GitRepo) -> int:
     """Write the process's parse caches to the state dir; returns the number of entries."""
+    with population.bulk():
+        return _save(repo)
+
+
+def _save(repo: GitRepo) -> int:
     body = {"code": code_hash(),
             "notes": {k: note_plain(v) for k, v in population._NOTES.items() if v is not None},
             "ideas": {k: idea_plain(v) for k, v in population._IDEAS.items()}}
@@ -126,6 +134,11 @@ def save(repo: GitRepo) -> int:
 def load(repo: GitRepo, checks: int = defaults.PARSE_CACHE_CHECKS) -> int:
     """Fill the process's parse caches from the state dir's file, if it is this code's and a sample
     of it parses the same from git again; returns the number of entries taken (0: none)."""
+    with population.bulk():
+        return _load(repo, checks)
+
+
+def _load(repo: GitRepo, checks: int) -> int:
     path = state_dir(repo, create=False) / FILE
     try:
         body = marshal.loads(path.read_bytes())

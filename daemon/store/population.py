@@ -15,7 +15,10 @@ the current one).
 from __future__ import annotations
 
 import dataclasses
+import gc
+import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from types import MappingProxyType
 from dataclasses import dataclass, field
 
@@ -169,6 +172,31 @@ class _LRU(OrderedDict):
         return val
 
 
+_GC = {"depth": 0, "was": True}
+_GC_LOCK = threading.Lock()
+
+
+@contextmanager
+def bulk():
+    """Build many objects with the cycle collector paused. A read builds hundreds of thousands of
+    objects that form no cycles; each collection the allocations trigger walks every object alive, so
+    at 100k ideas the collector took most of a cold read (loading the saved parses: 10.2 s of CPU with
+    it, 2.8 s without). Nested and concurrent blocks are counted: the collector runs again after the
+    last one, if it ran before the first."""
+    with _GC_LOCK:
+        if _GC["depth"] == 0:
+            _GC["was"] = gc.isenabled()
+            gc.disable()
+        _GC["depth"] += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _GC["depth"] -= 1
+            if _GC["depth"] == 0 and _GC["was"]:
+                gc.enable()
+
+
 _NOTES = _LRU(defaults.POPULATION_PARSE_CACHE)
 _IDEAS = _LRU(defaults.POPULATION_PARSE_CACHE)
 
@@ -231,6 +259,11 @@ def _by_time(ideas: list[Idea]) -> None:
 
 
 def read_population(repo: GitRepo, baseline_ref: str) -> Population:
+    with bulk():
+        return _read_population(repo, baseline_ref)
+
+
+def _read_population(repo: GitRepo, baseline_ref: str) -> Population:
     # One listing, not one per prefix: the implementer turns a proposal into a branch (mark, branch,
     # then the proposal deleted) while the loop reads. Listed apart, an idea could fall between the
     # branch listing and the proposal listing and be missed, and the policy, counting the epoch's
