@@ -237,9 +237,11 @@ def test_the_tick_sees_pushes_at_once_and_reads_whole_periodically(toy_env, tmp_
         assert rec in d.tick().by_commit
         with d._tick_lock:                  # no tick meanwhile: the reads below are the test's
             d.live._order.remove(d.live._winner.pop(rec))     # damage the derived state: the record drops out
+            d.live._by_commit.pop(rec)
             d.repo.note_write(NOTES_REF, base, format_note(ok_note(1.0, 1.0, "baseline", values=[1.0, 1.0])))
             d._passes = 4                       # not a full-read pass: the damage shows
-            assert rec not in d.read(scan=True).by_commit
+            damaged = d.read(scan=True)
+            assert rec not in damaged.by_commit and rec not in {i.commit for i in damaged.ideas}
             d._passes = 6                       # a full-read pass: read whole, the damage is gone
             pop = d.read(scan=True)
             assert rec in pop.by_commit

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import operator
 import threading
 from collections import Counter
 
@@ -33,6 +34,7 @@ from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFI
                                       PROPOSALS_PREFIX, RECORDS_PREFIX, RUNS_REF)
 
 SCANNED = (IDEA_BRANCHES, RECORDS_PREFIX, ARCHIVE_PREFIX, IDEAS_PREFIX)   # listed by a scan
+_REF = operator.itemgetter(3)              # an order key's ref
 MAX_EVENT_REFS = 500        # more refs told than this: one scan lists them all for less
 
 
@@ -77,6 +79,10 @@ class LivePopulation:
         self._winner: dict[str, tuple] = {}      # sha -> the order key of the ref that shows it
         self._order: list[tuple] = []            # sorted (committed_at, idea_id, not branch, ref)
         self._shown: dict[str, Idea] = {}        # winning ref -> the idea the population holds
+        self._ids: dict[str, list[tuple]] = {}   # idea id -> the sorted order keys of its shown ideas
+        self._by_id: dict[str, Idea] = {}        # the population's by_id and by_commit, kept current
+        self._by_commit: dict[str, Idea] = {}
+        self._dirty: tuple[set, set] = (set(), set())     # ids and shas whose entries to look up again
         self._pushed: set[str] = set()           # winning refs of commits the daemon did not write
         self._placed: dict[str, tuple[Idea, Idea]] = {}    # ref -> (unplaced idea, its placed copy)
         self._epochs: Counter = Counter()        # epochs of the shown ideas not of human origin
@@ -187,12 +193,32 @@ class LivePopulation:
             self._win(sha, baseline)
         self._bkey = bkey
         self._place()
+        self._index()
         objs = repo.cat_file_batch([b for b in bkey[1:] if b and b not in _NOTES])
-        self.pop = Population([self._shown[k[3]] for k in self._order], baseline,
+        self.pop = Population(list(map(self._shown.__getitem__, map(_REF, self._order))), baseline,
                               *_baseline_notes(baseline, bkey[1], bkey[2], objs),
                               at_baseline=_at_baseline({r: baseline for r in self._by_sha.get(baseline, ())},
-                                                       baseline))
+                                                       baseline),
+                              by_id=dict(self._by_id), by_commit=dict(self._by_commit))
         return self.pop
+
+    def _index(self) -> None:
+        """by_id (the first idea of an id in the order) and by_commit, for the ids and commits touched."""
+        ids, shas = self._dirty
+        for sha in shas:
+            w = self._winner.get(sha)
+            if w is not None:
+                self._by_commit[sha] = self._shown[w[3]]
+            else:
+                self._by_commit.pop(sha, None)
+        for idea_id in ids:
+            keys = self._ids.get(idea_id)
+            if keys:
+                self._by_id[idea_id] = self._shown[keys[0][3]]
+            else:
+                self._ids.pop(idea_id, None)
+                self._by_id.pop(idea_id, None)
+        self._dirty = (set(), set())
 
     def _move_mark(self, ref: str, sha: str | None, shas: set[str]) -> None:
         old = self._marks.pop(ref, None)
@@ -244,6 +270,10 @@ class LivePopulation:
         old = self._winner.pop(sha, None)
         if old is not None:
             del self._order[bisect.bisect_left(self._order, old)]
+            keys = self._ids[old[1]]
+            del keys[bisect.bisect_left(keys, old)]
+            self._dirty[0].add(old[1])
+            self._dirty[1].add(sha)
             idea = self._shown.pop(old[3])
             self._pushed.discard(old[3])
             if idea.origin != "human":
@@ -260,6 +290,9 @@ class LivePopulation:
         idea = self._built[ref][1]
         key = (idea.committed_at, idea.idea_id, *_rank(ref))
         bisect.insort(self._order, key)
+        bisect.insort(self._ids.setdefault(idea.idea_id, []), key)
+        self._dirty[0].add(idea.idea_id)
+        self._dirty[1].add(sha)
         self._winner[sha], self._shown[ref] = key, idea
         if idea.branch and sha not in self._own:
             self._pushed.add(ref)
@@ -280,5 +313,8 @@ class LivePopulation:
             if prev is None or prev[0] is not i or prev[1].parents != parents or prev[1].epoch != epoch:
                 prev = (i, dataclasses.replace(i, parents=parents, epoch=epoch))
             placed[ref] = prev
-            self._shown[ref] = prev[1]
+            if self._shown[ref] is not prev[1]:
+                self._shown[ref] = prev[1]
+                self._dirty[0].add(i.idea_id)
+                self._dirty[1].add(i.commit)
         self._placed = placed

@@ -49,8 +49,10 @@ class Population:
         n = self.baseline_note
         self._bvalue = n.value if n and n.status == Status.SUCCEEDED else None
         # the first idea of an id or commit wins: built in reverse, so a later one is overwritten
-        self.by_id = {**{i.idea_id: i for i in reversed(self.ideas)}, **self.by_id}
-        self.by_commit = {**{i.commit: i for i in reversed(self.ideas) if i.commit}, **self.by_commit}
+        # (given both, as store/livepop.py keeps them, they are taken as they are)
+        if not (self.by_id and self.by_commit):
+            self.by_id = {i.idea_id: i for i in reversed(self.ideas)}
+            self.by_commit = {i.commit: i for i in reversed(self.ideas) if i.commit}
 
     @property
     def baseline_value(self) -> float | None:
