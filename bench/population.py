@@ -1,19 +1,29 @@
 """Benchmark: how the read side scales with the population (1k and 10k ideas; 100k with --big).
 
 For each size it builds a research repo of N idea commits with result notes, logs and transcripts
-(one `git fast-import` stream, tests/popbuilder.py), then times:
-  read      read_population(): every ref, commit and note in a fixed number of git processes
+(one `git fast-import` stream, tests/popbuilder.py; with --keep DIR a repo built there before is
+reused), packs its refs as `git gc` leaves a repo (--loose-refs: not), then times:
+  cold      read_population() in a process that has parsed nothing yet
+  saved     the same in a process that loads the parse cache an earlier daemon saved (store/parsecache.py):
+            the daemon's start; the load is timed with the read
+  read      read_population() again: every ref, commit and note in a fixed number of git processes
+  tick      the daemon's per-pass read (store/livepop.py, a scan): one note written and one branch
+            pushed since the last pass
+  idle      the same when nothing moved
+  event     a read within a pass (no scan) after this process wrote one note and one branch
   status    summary.summary() (includes its own read)
   ideas     summary.leaderboard() (includes its own read)
   export    export.records() (includes one diff-tree for all diffs)
   dedupe    the duplicate index over every idea text, if autoresearchd.policies.dedupe exists
 Each figure is the best of --repeat runs. Usage:
-  .venv/bin/python bench/population.py [--sizes 1000 10000] [--big] [--repeat 3] [--keep DIR]
+  .venv/bin/python bench/population.py [--sizes 1000 10000] [--big] [--repeat 3] [--keep DIR] [--reads-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import sys
 import tempfile
 import time
@@ -24,7 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from popbuilder import build_population, write_cfg  # noqa: E402
 
 from autoresearchd.config import load_config  # noqa: E402
+from autoresearchd.store import parsecache  # noqa: E402
+from autoresearchd.store.gitrepo import GitRepo  # noqa: E402
+from autoresearchd.store.ideas import format_message  # noqa: E402
+from autoresearchd.store.livepop import LivePopulation  # noqa: E402
+from autoresearchd.store.notes import Note, Status, format_note  # noqa: E402
 from autoresearchd.store.population import read_population  # noqa: E402
+from autoresearchd.store.refs import IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF  # noqa: E402
 from autoresearchd.views.export import records  # noqa: E402
 from autoresearchd.views.summary import leaderboard, summary  # noqa: E402
 
@@ -36,13 +52,60 @@ def _clear() -> None:
     population._IDEAS.clear()
 
 
-def best_of(fn, repeat: int) -> float:
+def cpu_s() -> float:
+    """CPU seconds of this process and its finished children (git): on a shared machine the wall
+    clock also counts the other jobs' time."""
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+CPU: dict[str, float] = {}
+
+
+def best_of(fn, repeat: int, name: str | None = None, before=None) -> float:
+    """The best wall time of `repeat` runs of fn (after `before`, untimed); the CPU time of that run
+    goes to CPU[name]."""
     times = []
     for _ in range(repeat):
-        t = time.perf_counter()
+        if before is not None:
+            before()
+        c, t = cpu_s(), time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+        times.append((time.perf_counter() - t, cpu_s() - c))
+    wall, cpu = min(times)
+    if name:
+        CPU[name] = cpu
+    return wall
+
+
+def tick_timers(repo: GitRepo):
+    """(a pushed branch and a note, then a scan), (nothing moved, a scan), (own writes, no scan)."""
+    live = LivePopulation(repo, "refs/heads/main")
+    live.refresh()
+    main = repo.rev_parse("refs/heads/main")
+    count = [0]
+
+    def commit(k: int) -> str:
+        tree = repo.tree_with_files(main, {"train.py": f"# bench {k} {time.time()}\n".encode()})
+        return repo.commit_tree(tree, [main], format_message(f"Bench idea {k}", "", {"Idea-Id": f"bench-{k}"}))
+
+    def note(c: str) -> None:
+        repo.note_write(NOTES_REF, c, format_note(Note(status=Status.SUCCEEDED, metric="val_loss", value=3.2)))
+
+    def push():
+        count[0] += 1
+        c = commit(count[0])
+        repo.git("update-ref", f"{IDEA_BRANCHES}bench/p{count[0]}", c)      # another writer: no event
+        note(c)
+
+    def own():
+        count[0] += 1
+        c = commit(count[0])
+        repo.update_ref(IDEAS_PREFIX + f"bench-{count[0]}", c)
+        repo.update_ref(f"{IDEA_BRANCHES}bench/o{count[0]}", c)
+        note(c)
+    return ((push, lambda: live.refresh(scan=True)), (None, lambda: live.refresh(scan=True)),
+            (own, lambda: live.refresh(scan=False)))
 
 
 def dedupe_timer(pop):
@@ -55,21 +118,34 @@ def dedupe_timer(pop):
     return run, "DuplicateIndex"
 
 
-def bench(n: int, root: Path, repeat: int) -> dict:
+def bench(n: int, root: Path, repeat: int, loose: bool, views: bool = True) -> dict:
     d = root / f"pop{n}"
     d.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
-    repo = build_population(d / "research", n, seed=0)
-    build = time.perf_counter() - t
+    if (d / "research" / ".git").is_dir():
+        repo, build = GitRepo(d / "research"), float("nan")     # built by an earlier run: reused
+    else:
+        repo = build_population(d / "research", n, seed=0)
+        build = time.perf_counter() - t
+    if not loose:
+        repo.git("pack-refs", "--all")
     cfg = load_config(write_cfg(d, repo.path))
+    cold = best_of(lambda: read_population(repo, "refs/heads/main"), repeat, "cold", before=_clear)
+    parsecache.save(repo)
+    saved = best_of(lambda: (parsecache.load(repo), read_population(repo, "refs/heads/main")), repeat, "saved",
+                    before=_clear)
     pop = read_population(repo, "refs/heads/main")
-    row = {"n": n, "build": build,
-           "cold": best_of(lambda: (_clear(), read_population(repo, "refs/heads/main")), repeat),
-           "read": best_of(lambda: read_population(repo, "refs/heads/main"), repeat),
-           "status": best_of(lambda: summary(cfg), repeat),
-           "ideas": best_of(lambda: leaderboard(cfg), repeat),
-           "export": best_of(lambda: records(cfg), 1)}
-    fn, why = dedupe_timer(pop)
+    (push, tick), (_, idle), (own, event) = tick_timers(repo)
+    row = {"n": n, "build": build, "cold": cold, "saved": saved,
+           "read": best_of(lambda: read_population(repo, "refs/heads/main"), repeat, "read"),
+           "tick": best_of(tick, repeat, "tick", before=push),
+           "idle": best_of(idle, repeat, "idle"),
+           "event": best_of(event, repeat, "event", before=own),
+           "cpu": dict(CPU)}
+    nan = float("nan")
+    row.update({"status": best_of(lambda: summary(cfg), repeat), "ideas": best_of(lambda: leaderboard(cfg), repeat),
+                "export": best_of(lambda: records(cfg), 1)} if views else {"status": nan, "ideas": nan, "export": nan})
+    fn, why = dedupe_timer(pop) if views else (None, "not timed (--reads-only)")
     row["dedupe"] = best_of(fn, 1) if fn else None
     row["dedupe_note"] = why
     return row
@@ -80,19 +156,26 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     ap.add_argument("--big", action="store_true", help="also 100,000 ideas (minutes)")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--keep", help="build the repos here and keep them")
+    ap.add_argument("--keep", help="build the repos here and keep them (a repo built there before is reused)")
+    ap.add_argument("--reads-only", action="store_true", help="time the population reads only, not the views")
+    ap.add_argument("--loose-refs", action="store_true", help="leave the built repo's refs loose (not packed)")
     a = ap.parse_args(argv)
     sizes = a.sizes + ([100_000] if a.big else [])
     with tempfile.TemporaryDirectory(prefix="ard-bench-") as tmp:
         root = Path(a.keep) if a.keep else Path(tmp)
-        rows = [bench(n, root, a.repeat) for n in sizes]
-    print("read s: cold = a fresh process (nothing parsed yet); warm = the daemon's per-tick re-read")
-    print(f"{'ideas':>8} {'build s':>8} {'cold s':>7} {'warm s':>7} {'status s':>9} {'ideas s':>8} {'export s':>9} "
-          f"{'dedupe s':>9}  read per 1k ideas")
+        rows = [bench(n, root, a.repeat, a.loose_refs, not a.reads_only) for n in sizes]
+    print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    print("read s, wall (CPU incl. git): cold = a fresh process (nothing parsed yet); saved = one that loads the"
+          " saved parse cache;\nfull = read_population again; tick = the daemon's per-pass read (a note and a push"
+          " moved), idle = nothing moved, event = within a pass")
+    cols = ("cold s", "saved s", "full s", "tick s", "idle s", "event s")
+    print(f"{'ideas':>8} {'build s':>8} " + " ".join(f"{c:>14}" for c in cols) +
+          f" {'status s':>9} {'ideas s':>8} {'export s':>9} {'dedupe s':>9}")
     for r in rows:
         dd = f"{r['dedupe']:9.3f}" if r["dedupe"] is not None else f"{'n/a':>9}"
-        print(f"{r['n']:>8} {r['build']:8.2f} {r['cold']:7.3f} {r['read']:7.3f} {r['status']:9.3f} {r['ideas']:8.3f} "
-              f"{r['export']:9.3f} {dd}  {r['read'] / r['n'] * 1000:.3f}")
+        wc = " ".join(f"{r[k]:6.3f} ({r['cpu'][k]:5.2f})" for k in ("cold", "saved", "read", "tick", "idle", "event"))
+        print(f"{r['n']:>8} {r['build']:8.2f} {wc} {r['status']:9.3f} {r['ideas']:8.3f} "
+              f"{r['export']:9.3f} {dd}")
     notes = {r["dedupe_note"] for r in rows if r["dedupe"] is None}
     for why in notes:
         print(f"dedupe: {why}")

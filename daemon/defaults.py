@@ -277,3 +277,17 @@ GPU_SAMPLE_S = 1.0
 # inside the model runner's sandbox) and trial.sh checks the group's total after. 256 MB holds a
 # group of tinygpt's float32 logits (512 x 128 x 256 x 4 bytes = 67 MB) with room to spare.
 MODEL_OUTPUT_MB = 256
+# -- the population read (store/population.py, store/livepop.py) ----------------------------------
+POPULATION_PARSE_CACHE = 400_000
+"""Parsed commits and notes kept per process, each by object id (an object's parse never changes).
+Above the population's size, or every read parses everything again: at 50,000 a 100k-idea population
+evicted each parse before its next use, and the daemon's warm re-read cost as much as a cold one."""
+POPULATION_FULL_READ_TICKS = 150
+"""The daemon's tick reads the population by its changes (store/livepop.py); every this many ticks it
+reads it whole instead, a safety net under the incremental read (5 minutes at the 2 s tick)."""
+PARSE_CACHE_CHECKS = 32
+"""Entries of the on-disk parse cache (store/parsecache.py) parsed again from git when it is loaded;
+one that differs and the whole file is ignored."""
+PARSE_CACHE_SAVE_NEW = 5_000
+"""The daemon writes its parse caches to disk at a full read once they hold this many entries more
+than it last wrote (or loaded): a small population is cheap to parse, a big one is saved as it grows."""

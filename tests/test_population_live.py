@@ -14,7 +14,8 @@ from autoresearchd.config import load_config
 from autoresearchd.research import open_research
 from autoresearchd.store.ideas import format_message
 from autoresearchd.store.notes import Lease, Status, format_leases, format_note
-from autoresearchd.store.population import LivePopulation, read_population
+from autoresearchd.store.livepop import LivePopulation
+from autoresearchd.store.population import read_population
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF, PROPOSALS_PREFIX,
                                       RECORDS_PREFIX, RUNS_REF)
 from autoresearchd.views.dashboard import Snapshot
@@ -104,9 +105,11 @@ def test_incremental_read_equals_a_full_read(tmp_path):
     daemon_branch(repo, "idea-new", parent=done[2].commit)
     tree = repo.tree_with_files(done[3].commit, {"train.py": b"# a person's tweak\n"})
     push = repo.commit_tree(tree, [done[3].commit], format_message("Origin: seed <script>", "", {"Epoch": 99}))
-    repo.update_ref(f"{IDEA_BRANCHES}human/tweak", push)
+    repo.git("update-ref", f"{IDEA_BRANCHES}human/tweak", push)     # another writer: no event
     repo.note_write(NOTES_REF, push, format_note(ok_note(BMEAN - 0.01, BMEAN, "improved")))
-    assert "idea-new" not in live.refresh(scan=False).by_id       # a branch waits for the next scan
+    unscanned = live.refresh(scan=False)
+    assert "idea-new" in unscanned.by_id              # this process's own ref writes are events: seen at once
+    assert push not in unscanned.by_commit            # another process's branch waits for the next scan
     pop3 = live.refresh(scan=True)
     assert pop3.by_id["idea-new"].origin == "explore"
     pushed = pop3.by_commit[push]
@@ -144,8 +147,8 @@ def test_incremental_read_starts_on_a_repo_without_notes(tmp_path):
     live = LivePopulation(repo, MAIN)
     assert live.refresh().ideas == []
     c = add_idea(repo, "first", "", {"train.py": b"x = 2\n"})
-    assert live.refresh(scan=False) is None           # a new branch without a note waits for a scan
-    assert [i.commit for i in live.refresh().ideas] == [c]
+    assert live.refresh(scan=False).ideas[0].commit == c     # this process's branch: an event, seen at once
+    assert live.refresh() is None                     # the scan finds nothing the event did not tell
     repo.note_write(NOTES_REF, c, format_note(ok_note(1.0, 1.1, "improved")))
     pop = live.refresh(scan=False)
     assert pop.ideas[0].value == 1.0

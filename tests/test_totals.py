@@ -14,7 +14,8 @@ from autoresearchd.config import load_config
 from autoresearchd.research import open_research
 from autoresearchd.store.ideas import format_message
 from autoresearchd.store.notes import Lease, Status, format_leases, format_note
-from autoresearchd.store.population import LivePopulation, read_population
+from autoresearchd.store.livepop import LivePopulation
+from autoresearchd.store.population import read_population
 from autoresearchd.store.refs import IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF, RUNS_REF
 from autoresearchd.views.curves import series
 from autoresearchd.views.dashboard import Snapshot

@@ -16,7 +16,8 @@ from autoresearchd.config import load_config
 from autoresearchd.research import open_research
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.notes import Note, Status, Trial, format_note
-from autoresearchd.store.population import LivePopulation, read_population
+from autoresearchd.store.livepop import LivePopulation
+from autoresearchd.store.population import read_population
 from autoresearchd.store.refs import NOTES_REF
 from autoresearchd.views.dashboard import Snapshot
 from autoresearchd.views.export import records

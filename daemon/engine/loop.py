@@ -21,11 +21,13 @@ from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from autoresearchd import defaults
 from autoresearchd.config import ConfigError
 from autoresearchd.engine.dispatch import Dispatcher
 from autoresearchd.engine.plan import Job, baseline_jobs_open, missing_seeds, order_key, seeds_needed, settled
-from autoresearchd.store import gitrepo
-from autoresearchd.store.population import Population, read_population
+from autoresearchd.store import gitrepo, parsecache
+from autoresearchd.store.livepop import LivePopulation
+from autoresearchd.store.population import Population
 
 log = logging.getLogger("autoresearchd")
 logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: max instances" is by design
@@ -55,28 +57,46 @@ class Daemon:
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1})
         self.watcher = None
         self.last_pop: Population | None = None       # the latest tick's view, for the progress display
+        # the population, read by its changes (store/livepop.py); refreshed only under the tick lock
+        self.live = LivePopulation(self.repo, research.baseline_ref)
+        self._parsed = parsecache.load(self.repo)     # what an earlier daemon parsed: not parsed again
         self.last_state: dict = {}
         self.tuner = None                             # daemon/tune/tuner.py, with [tune] enabled
 
     # -- the reconcile -----------------------------------------------------------------------------
+    def read(self, scan: bool = False) -> Population:
+        """The population now. A scan lists every idea ref (pushes, deletions by other processes);
+        without one only notes, proposals and this process's own ref writes are read. Every
+        defaults.POPULATION_FULL_READ_TICKS passes the whole population is read again."""
+        full = scan and self._passes % defaults.POPULATION_FULL_READ_TICKS == 0
+        if full:
+            self.live.reset()
+        pop = self.live.refresh(scan=scan) or self.live.pop
+        if full and parsecache.size() - self._parsed >= defaults.PARSE_CACHE_SAVE_NEW:
+            try:
+                self._parsed = parsecache.save(self.repo)
+            except OSError as e:            # only a faster next start is lost
+                log.warning("could not save the parse cache: %s", e)
+        return pop
+
     def tick(self) -> Population:
         with self._tick_lock:
             while True:
                 self._dirty.clear()
-                pop = read_population(self.repo, self.research.baseline_ref)
+                pop = self.read(scan=True)
                 if self.dispatcher.harvest(pop):
-                    pop = read_population(self.repo, self.research.baseline_ref)
+                    pop = self.read()
                 if self.dispatcher.backfill(pop):
-                    pop = read_population(self.repo, self.research.baseline_ref)
+                    pop = self.read()
                 if not self._stopping.is_set():
                     self.dispatcher.dispatch(pop, self.jobs(pop))
                 # after dispatch, so a burst of pushes does not delay the trials that can start now
                 if self.dispatcher.reject_on_arrival(pop):
-                    pop = read_population(self.repo, self.research.baseline_ref)
+                    pop = self.read()
                 if not self._stopping.is_set():
                     self._resume_proposals(pop)
                     if self.tuner is not None and self._maybe_tune(pop):
-                        pop = read_population(self.repo, self.research.baseline_ref)
+                        pop = self.read(scan=True)
                         self._dirty.set()           # another pass dispatches the tuned commits
                     self._maybe_refill(pop)
                 self._write_state(pop)
@@ -316,6 +336,7 @@ class Daemon:
                                next_run_time=datetime.now())
         self.scheduler.start()
         self._start_event_waiters()
+        watch = LivePopulation(self.repo, self.research.baseline_ref)   # this thread's own: not the tick's
         try:
             seen, pop = -1, None
             while not self._stopped.wait(0.5):
@@ -326,10 +347,11 @@ class Daemon:
                         # between ticks, not inside one: mid-tick, a harvested result may be in git
                         # before the tuned commit the same tick writes after it (a false "settled")
                         with self._tick_lock:
-                            seen, pop = self._passes, read_population(self.repo, self.research.baseline_ref)
+                            seen, pop = self._passes, watch.refresh() or watch.pop
                     if until(pop) and not self._proposing and not self._implementing:
                         break
         finally:
+            watch.close()
             self._stopping.set()
             self.scheduler.shutdown(wait=True)
             if self.watcher is not None:

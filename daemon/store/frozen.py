@@ -126,3 +126,36 @@ def freeze_note(note: Note | None) -> FrozenNote | None:
     if note is None or isinstance(note, FrozenNote):
         return note
     return _construct(FrozenNote, note, _freeze)
+
+
+def _own(v):
+    """_freeze for values nobody else holds: a Trial becomes a FrozenTrial in place."""
+    t = type(v)
+    if t is list:
+        return FrozenList([x if type(x) in _LEAF else _own(x) for x in v]) if v else _EMPTY_LIST
+    if t is dict:
+        return FrozenDict({k: x if type(x) in _LEAF else _own(x) for k, x in v.items()}) if v else _EMPTY_DICT
+    if t is Trial:
+        return _in_place(v, FrozenTrial)
+    return v
+
+
+def _in_place(model, cls):
+    d, extra = model.__dict__, model.__pydantic_extra__
+    for k, v in d.items():
+        if type(v) not in _LEAF:
+            d[k] = _own(v)
+    if extra:
+        for k, v in extra.items():
+            if type(v) not in _LEAF:
+                extra[k] = _own(v)
+    object.__setattr__(model, "__class__", cls)     # same layout: FrozenNote adds no slot to Note
+    return model
+
+
+def freeze_parsed(note: Note | None) -> FrozenNote | None:
+    """freeze_note for a note just parsed, that nobody else holds: frozen in place, not copied (a
+    cold read of 100k notes spent 3.6 s CPU copying each into its frozen form)."""
+    if note is None or isinstance(note, FrozenNote):
+        return note
+    return _in_place(note, FrozenNote)

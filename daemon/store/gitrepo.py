@@ -24,6 +24,7 @@ from pathlib import Path
 from autoresearchd import defaults
 from autoresearchd.store.gitexport import TreesIO
 from autoresearchd.store.gitnotes import NotesIO
+from autoresearchd.store.refevents import moved as _moved
 # GitError and git_env are part of this module's interface: callers catch the one and test the other
 from autoresearchd.store.gitproc import GIT, IDENTITY, GitError, PyRepo, git_env, run_git  # noqa: F401
 
@@ -175,10 +176,16 @@ class GitRepo(NotesIO, TreesIO):
         args = ["update-ref", "-m", reason, ref, new]
         if old is not None:
             args.append(old)
-        self.git(*args)
+        try:
+            self.git(*args)
+        finally:
+            _moved(self.git_dir, ref)
 
     def delete_ref(self, ref: str) -> None:
-        self.git("update-ref", "-d", ref, check=False)
+        try:
+            self.git("update-ref", "-d", ref, check=False)
+        finally:
+            _moved(self.git_dir, ref)
 
     def merge_base(self, a: str, b: str) -> str | None:
         out = self.git("merge-base", a, b, check=False).strip()

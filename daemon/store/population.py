@@ -15,17 +15,21 @@ the current one).
 from __future__ import annotations
 
 import dataclasses
+import gc
+import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from types import MappingProxyType
 from dataclasses import dataclass, field
 
+from autoresearchd import defaults
 from autoresearchd.goal import best
-from autoresearchd.store.frozen import freeze_note
-from autoresearchd.store.gitrepo import GitError, GitRepo
+from autoresearchd.store.frozen import freeze_parsed
+from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import Idea, as_pushed, idea_from_commit
 from autoresearchd.store.notes import Note, Status, parse_leases, parse_note
-from autoresearchd.store.refs import (ARCHIVE_PREFIX, HEADS, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_NAMESPACE, NOTES_REF,
-                                      PROPOSALS_PREFIX, RECORDS_PREFIX, RUNS_REF)
+from autoresearchd.store.refs import (ARCHIVE_PREFIX, HEADS, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF, PROPOSALS_PREFIX,
+                                      RECORDS_PREFIX, RUNS_REF)
 
 
 @dataclass
@@ -44,10 +48,11 @@ class Population:
         # the baseline's value, read once: `stale` asks for it for every idea of every view
         n = self.baseline_note
         self._bvalue = n.value if n and n.status == Status.SUCCEEDED else None
-        for i in self.ideas:
-            self.by_id.setdefault(i.idea_id, i)
-            if i.commit:
-                self.by_commit.setdefault(i.commit, i)
+        # the first idea of an id or commit wins: built in reverse, so a later one is overwritten
+        # (given both, as store/livepop.py keeps them, they are taken as they are)
+        if not (self.by_id and self.by_commit):
+            self.by_id = {i.idea_id: i for i in reversed(self.ideas)}
+            self.by_commit = {i.commit: i for i in reversed(self.ideas) if i.commit}
 
     @property
     def baseline_value(self) -> float | None:
@@ -169,14 +174,39 @@ class _LRU(OrderedDict):
         return val
 
 
-_NOTES = _LRU(50_000)
-_IDEAS = _LRU(50_000)
+_GC = {"depth": 0, "was": True}
+_GC_LOCK = threading.Lock()
+
+
+@contextmanager
+def bulk():
+    """Build many objects with the cycle collector paused. A read builds hundreds of thousands of
+    objects that form no cycles; each collection the allocations trigger walks every object alive, so
+    at 100k ideas the collector took most of a cold read (loading the saved parses: 10.2 s of CPU with
+    it, 2.8 s without). Nested and concurrent blocks are counted: the collector runs again after the
+    last one, if it ran before the first."""
+    with _GC_LOCK:
+        if _GC["depth"] == 0:
+            _GC["was"] = gc.isenabled()
+            gc.disable()
+        _GC["depth"] += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _GC["depth"] -= 1
+            if _GC["depth"] == 0 and _GC["was"]:
+                gc.enable()
+
+
+_NOTES = _LRU(defaults.POPULATION_PARSE_CACHE)
+_IDEAS = _LRU(defaults.POPULATION_PARSE_CACHE)
 
 
 def _note(blob: str, objs: dict[str, bytes]) -> Note | None:
     """The parsed note for a blob, frozen: it is shared, so a caller that would change it gets an
     error; `note.model_copy()` is a mutable copy."""
-    return _NOTES.get_or(blob, lambda: freeze_note(parse_note(objs[blob].decode(errors="replace"))))
+    return _NOTES.get_or(blob, lambda: freeze_parsed(parse_note(objs[blob].decode(errors="replace"))))
 
 
 def _parse_commit(raw: bytes) -> tuple[str, list[str], str, int]:
@@ -196,14 +226,17 @@ def _parse_commit(raw: bytes) -> tuple[str, list[str], str, int]:
     return tree, parents, msg.decode(errors="replace"), ts
 
 
+def _parse_idea(sha: str, raw: bytes) -> MappingProxyType:
+    """The fields of the idea a commit shows, as the parse cache holds them (trailers: a frozen model)."""
+    tree, parents, msg, ts = _parse_commit(raw)
+    i = idea_from_commit(sha, tree, parents[0] if parents else None, msg, None, ts)
+    return MappingProxyType(dict(vars(i), parents=tuple(i.parents)))
+
+
 def _make_idea(ref: str, sha: str, own: set[str], note_blob: str | None, lease_blob: str | None,
                objs: dict[str, bytes]) -> Idea:
     """The idea a ref shows (before pushed ideas are placed): a fresh object, free for the caller."""
-    def make():
-        tree, parents, msg, ts = _parse_commit(objs[sha])
-        i = idea_from_commit(sha, tree, parents[0] if parents else None, msg, None, ts)
-        return MappingProxyType(dict(vars(i), parents=tuple(i.parents)))   # trailers: a frozen model
-    fields = _IDEAS.get_or(sha, make)       # immutable: each idea gets its own lists
+    fields = _IDEAS.get_or(sha, lambda: _parse_idea(sha, objs[sha]))     # immutable: each idea gets its own lists
     idea = Idea(**dict(fields, parents=list(fields["parents"]), leases=[]))
     on_branch = ref.startswith((IDEA_BRANCHES, ARCHIVE_PREFIX))
     if on_branch and sha not in own:
@@ -228,6 +261,11 @@ def _by_time(ideas: list[Idea]) -> None:
 
 
 def read_population(repo: GitRepo, baseline_ref: str) -> Population:
+    with bulk():
+        return _read_population(repo, baseline_ref)
+
+
+def _read_population(repo: GitRepo, baseline_ref: str) -> Population:
     # One listing, not one per prefix: the implementer turns a proposal into a branch (mark, branch,
     # then the proposal deleted) while the loop reads. Listed apart, an idea could fall between the
     # branch listing and the proposal listing and be missed, and the policy, counting the epoch's
@@ -271,109 +309,3 @@ def _baseline_notes(baseline: str | None, note_blob: str | None, lease_blob: str
     bnote = _note(note_blob, objs) if baseline and note_blob and (note_blob in objs or note_blob in _NOTES) else None
     bleases = parse_leases(objs[lease_blob].decode(errors="replace")) if baseline and lease_blob in objs else []
     return bnote, bleases
-
-
-class LivePopulation:
-    """A population kept current by reading only what changed since the last read (for `serve`,
-    where a note at 10k ideas must reach browsers within seconds, not after a full re-read).
-
-    Each `refresh` lists the notes refs, proposals and the baseline (one for-each-ref), diffs each notes
-    ref's tree between its old and new commit (one diff-tree), and, when asked to scan, lists every idea
-    ref too (branches, records, the daemon's own marks and archives: new branches carry no note yet).
-    Only ideas whose ref, commit, note or lease changed are built again; the rest are the previous
-    population's objects. Those are shared by every population handed out (and by the process-wide
-    caches), so nothing here ever modifies an idea or a note once built: a changed one is a new copy.
-    After a scan, the population equals `read_population` on the same repo."""
-
-    def __init__(self, repo: GitRepo, baseline_ref: str):
-        self.repo, self.baseline_ref = repo, baseline_ref
-        self.pop: Population | None = None
-        self._notes: dict[str, tuple[str | None, dict[str, str]]] = {}    # notes ref -> (commit, obj -> blob)
-        self._cheap: dict[str, str] = {}
-        self._idea_refs: dict[str, str] = {}     # branches, records, archives
-        self._own: set[str] = set()
-        self._built: dict[str, tuple[tuple, Idea]] = {}           # ref -> (what it was built from, idea)
-        self._placed: dict[str, tuple[Idea, Idea]] = {}           # ref -> (unplaced idea, its placed copy)
-
-    def _notes_map(self, ref: str, commit: str | None) -> dict[str, str]:
-        old, cur = self._notes.get(ref, (None, {}))
-        if commit == old:
-            return cur
-        if commit is None:
-            cur = {}
-        else:
-            try:
-                changes = self.repo.notes_changes(old, commit) if old is not None else None
-            except GitError:                # the old commit is gone (a pruned, rewritten notes ref)
-                changes = None
-            if changes is None:
-                cur = self.repo.notes_list(ref)
-            else:
-                cur = dict(cur)             # the previous map may be in use by a caller still
-                for obj, blob in changes.items():
-                    if blob is None:
-                        cur.pop(obj, None)
-                    else:
-                        cur[obj] = blob
-        self._notes[ref] = (commit, cur)
-        return cur
-
-    def refresh(self, scan: bool = True) -> Population | None:
-        """The new population when anything changed since the last call, else None. Without `scan`,
-        new, moved or deleted idea branches are seen at the next scan (notes and proposals at once)."""
-        repo = self.repo
-        spec = [self.baseline_ref] if self.baseline_ref.startswith("refs/") else []
-        cheap = repo.refs(NOTES_NAMESPACE, PROPOSALS_PREFIX, *spec)
-        baseline = cheap.get(self.baseline_ref) if spec else repo.rev_parse(self.baseline_ref)
-        cheap["(baseline)"] = baseline or ""
-        if scan or self.pop is None:
-            full = repo.refs(IDEA_BRANCHES, RECORDS_PREFIX, ARCHIVE_PREFIX, IDEAS_PREFIX)
-            own = {sha for ref, sha in full.items() if ref.startswith(IDEAS_PREFIX)}
-            idea_refs = {ref: sha for ref, sha in full.items() if not ref.startswith(IDEAS_PREFIX)}
-        else:
-            own, idea_refs = self._own, self._idea_refs
-        if self.pop is not None and cheap == self._cheap and idea_refs == self._idea_refs and own == self._own:
-            return None
-        notes = self._notes_map(NOTES_REF, cheap.get(NOTES_REF))
-        leases = self._notes_map(RUNS_REF, cheap.get(RUNS_REF))
-        refs = dict(idea_refs)
-        refs.update((r, s) for r, s in cheap.items() if r.startswith(PROPOSALS_PREFIX))
-        self.pop = self._assemble(refs, own, baseline, notes, leases)
-        # only now: a read that failed half-way is tried again at the next call, not taken as seen
-        self._cheap, self._idea_refs, self._own = cheap, idea_refs, own
-        return self.pop
-
-    def _assemble(self, refs, own, baseline, notes, leases) -> Population:
-        keys = {ref: (sha, sha in own, notes.get(sha), leases.get(sha)) for ref, sha in refs.items()}
-        stale = [ref for ref, key in keys.items() if self._built.get(ref, (None,))[0] != key]
-        wanted = [w for ref in stale for w in (keys[ref][0], keys[ref][2], keys[ref][3])
-                  if w and w not in _NOTES and w not in _IDEAS]
-        bnote, blease = (notes.get(baseline), leases.get(baseline)) if baseline else (None, None)
-        objs = self.repo.cat_file_batch(wanted + [b for b in (bnote, blease) if b])
-        built = {}
-        for ref in keys:
-            prev = self._built.get(ref)
-            if prev is not None and prev[0] == keys[ref]:
-                built[ref] = prev
-            elif keys[ref][0] in objs or keys[ref][0] in _IDEAS:
-                sha, _, nb, lb = keys[ref]
-                built[ref] = (keys[ref], _make_idea(ref, sha, own, nb, lb, objs))
-        self._built = built                 # deleted refs drop out here: the cache holds only live refs
-        ideas, seen = [], {baseline} if baseline else set()
-        for ref, sha in _ref_order(refs):
-            if sha in seen or ref not in built:
-                continue
-            seen.add(sha)
-            ideas.append(built[ref][1])
-        _by_time(ideas)
-        placed = {}
-        for k, parents, epoch in list(_placements(ideas, own)):
-            i = ideas[k]
-            prev = self._placed.get(i.branch)
-            if prev is None or prev[0] is not i or prev[1].parents != parents or prev[1].epoch != epoch:
-                prev = (i, dataclasses.replace(i, parents=parents, epoch=epoch))
-            placed[i.branch] = prev
-            ideas[k] = prev[1]
-        self._placed = placed
-        return Population(ideas, baseline, *_baseline_notes(baseline, bnote, blease, objs),
-                          at_baseline=_at_baseline(refs, baseline))

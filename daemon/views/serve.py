@@ -1,7 +1,7 @@
 """`autoresearchd serve`: a read-only live dashboard over HTTP (Starlette on uvicorn).
 
 Git stays the only state: one shared watcher compares the notes refs (and, less often, every idea
-ref) once a second and, when they moved, reads only what changed (population.LivePopulation) and
+ref) once a second and, when they moved, reads only what changed (livepop.LivePopulation) and
 builds a new `dashboard.Snapshot` from the same readers `status` and `ideas` use; browsers hold one
 server-sent-events stream and refetch the view they show when told the version changed. No request
 writes anything: only GET and HEAD are served.
@@ -36,7 +36,7 @@ from autoresearchd.config import ConfigError
 from autoresearchd.research import open_research
 from autoresearchd.store.gitrepo import state_dir
 from autoresearchd.store.notes import Status
-from autoresearchd.store.population import LivePopulation
+from autoresearchd.store.livepop import LivePopulation
 from autoresearchd.views.dashboard import Snapshot, secrets_in_env
 
 log = logging.getLogger("autoresearchd")

@@ -9,7 +9,7 @@ from the first position a change touches, so a new note, which lands at the end,
 per-epoch curve recomputes only the epochs that changed. A baseline move (its commit or its note) or
 a change to a large share of the population builds everything from scratch.
 
-Ideas are compared by identity: the live reader (population.LivePopulation) hands out the previous
+Ideas are compared by identity: the live reader (livepop.LivePopulation) hands out the previous
 population's objects for ideas that did not change, and a new object for one that did. `advance`
 returns a new Totals and leaves the old one as it was (a served snapshot may still be reading it).
 """

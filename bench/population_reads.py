@@ -1,0 +1,45 @@
+"""Cold and repeated `read_population` on an existing repo, with whichever autoresearchd the python
+running it imports: run it with another checkout's venv for a before/after on the same repo and hour.
+Usage: <venv>/bin/python bench/population_reads.py REPO_PATH  (wall and CPU seconds, best of 2).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+
+import autoresearchd
+from autoresearchd.store import population
+from autoresearchd.store.gitrepo import GitRepo
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process and its finished children (git)."""
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def main(argv: list[str]) -> int:
+    repo = GitRepo(argv[0])
+    res = {}
+    for name in ("cold", "again"):
+        runs = []
+        for _ in range(2):
+            if name == "cold":           # forget parsed objects: a fresh process
+                population._NOTES.clear()
+                population._IDEAS.clear()
+            c, t = cpu_s(), time.perf_counter()
+            population.read_population(repo, "refs/heads/main")
+            runs.append((time.perf_counter() - t, cpu_s() - c))
+        res[name] = min(runs)
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"{autoresearchd.__file__} {argv[0]} (load average {load})")
+    for name, (wall, cpu) in res.items():
+        print(f"  {name:6s} {wall:7.2f} s wall ({cpu:.2f} s CPU)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

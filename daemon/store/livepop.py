@@ -1,0 +1,320 @@
+"""The population kept current by the changes: the daemon's tick and the dashboard read only what moved.
+
+`LivePopulation.refresh` finds what changed since its last call three ways, each costing what changed:
+- notes and leases: one for-each-ref of refs/notes/ (and the proposals and the baseline, few refs),
+  then one `diff-tree` per notes ref that moved, between the notes commit it read last and the new one;
+- the refs this process wrote itself (update_ref/delete_ref: the implementer's marks, branches and
+  records, the dispatcher's archives) are events (store/refevents.py); the refs named are read again
+  with one for-each-ref, so an event never has to be right about the ref's new value;
+- a scan (`scan=True`, the start of each tick) lists every idea ref (branches, records, archives, the
+  daemon's marks) and compares the listing with the last one line by line: pushes, force-pushes and
+  deletions by other processes.
+Only ideas whose ref, commit, own mark, note or lease changed are built again; the ordered idea list,
+the winner of each commit (a branch before its archive ref), the placements of pushed ideas and the
+baseline's exclusion are patched for those alone. Nothing handed out is ever modified: a changed idea
+is a new object. `reset()` drops every derived structure, so the next refresh is a full re-read (the
+daemon's start and its periodic safety net, defaults.POPULATION_FULL_READ_TICKS); after any refresh
+with `scan=True` the population equals `read_population` on the same repo (tests/test_livepop.py).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import operator
+import threading
+from collections import Counter
+
+from autoresearchd.store import refevents
+from autoresearchd.store.gitrepo import GitError, GitRepo
+from autoresearchd.store.ideas import Idea
+from autoresearchd.store.population import (_IDEAS, _NOTES, Population, _at_baseline, _baseline_notes,
+                                            _make_idea, bulk)
+from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_NAMESPACE, NOTES_REF,
+                                      PROPOSALS_PREFIX, RECORDS_PREFIX, RUNS_REF)
+
+SCANNED = (IDEA_BRANCHES, RECORDS_PREFIX, ARCHIVE_PREFIX, IDEAS_PREFIX)   # listed by a scan
+_REF = operator.itemgetter(3)              # an order key's ref
+MAX_EVENT_REFS = 500        # more refs told than this: one scan lists them all for less
+
+
+def _rank(ref: str) -> tuple[bool, str]:
+    """Which ref shows a commit reached by several: a branch before an archive or record, then by name
+    (population._ref_order)."""
+    return (not ref.startswith(IDEA_BRANCHES), ref)
+
+
+class LivePopulation:
+    """A population kept current by reading only what changed since the last read. Refreshed by one
+    thread at a time (the tick's, or the dashboard's poller); writers on any thread may tell it of refs."""
+
+    def __init__(self, repo: GitRepo, baseline_ref: str):
+        self.repo, self.baseline_ref = repo, baseline_ref
+        self._told: set[str] = set()                # refs this process wrote since the last refresh
+        self._told_lock = threading.Lock()
+        refevents.listen(repo.git_dir, self._tell)
+        self.reset()
+
+    def close(self) -> None:
+        refevents.unlisten(self.repo.git_dir, self._tell)
+
+    def _tell(self, ref: str) -> None:
+        if ref.startswith(SCANNED):
+            with self._told_lock:
+                self._told.add(ref)
+
+    def reset(self) -> None:
+        """Forget everything derived: the next refresh reads the whole population (the parse caches
+        keyed by object id stay: an object's parse never changes)."""
+        self.pop: Population | None = None
+        self._notes: dict[str, tuple[str | None, dict[str, str]]] = {}    # notes ref -> (commit, obj -> blob)
+        self._cheap: dict[str, str] = {}
+        self._listing: str | None = None         # the last scan's output, while no event changed a ref since
+        self._lines: set[str] = set()            # "sha ref" for every scanned ref
+        self._refs: dict[str, str] = {}          # idea ref -> sha: branches, records, archives, proposals
+        self._marks: dict[str, str] = {}         # the daemon's marks: ref -> sha
+        self._own: Counter = Counter()           # sha -> marks on it
+        self._by_sha: dict[str, set[str]] = {}   # sha -> idea refs on it
+        self._built: dict[str, tuple[tuple, Idea]] = {}    # ref -> (what it was built from, unplaced idea)
+        self._winner: dict[str, tuple] = {}      # sha -> the order key of the ref that shows it
+        self._order: list[tuple] = []            # sorted (committed_at, idea_id, not branch, ref)
+        self._shown: dict[str, Idea] = {}        # winning ref -> the idea the population holds
+        self._ids: dict[str, list[tuple]] = {}   # idea id -> the sorted order keys of its shown ideas
+        self._by_id: dict[str, Idea] = {}        # the population's by_id and by_commit, kept current
+        self._by_commit: dict[str, Idea] = {}
+        self._dirty: tuple[set, set] = (set(), set())     # ids and shas whose entries to look up again
+        self._pushed: set[str] = set()           # winning refs of commits the daemon did not write
+        self._placed: dict[str, tuple[Idea, Idea]] = {}    # ref -> (unplaced idea, its placed copy)
+        self._epochs: Counter = Counter()        # epochs of the shown ideas not of human origin
+        self._bkey: tuple = (None, None, None)   # the baseline commit, its note and lease blobs
+
+    # -- what changed ------------------------------------------------------------------------------
+    def _notes_map(self, ref: str, commit: str | None) -> tuple[dict[str, str], set[str]]:
+        """(obj -> blob at `commit`, the objs whose note changed since the last call)."""
+        old, cur = self._notes.get(ref, (None, {}))
+        if commit == old:
+            return cur, set()
+        changes = None
+        if commit is not None and old is not None:
+            try:
+                changes = self.repo.notes_changes(old, commit)
+            except GitError:                # the old commit is gone (a pruned, rewritten notes ref)
+                changes = None
+        if changes is not None:
+            new = dict(cur)                 # the previous map may be in use by a caller still
+            for obj, blob in changes.items():
+                if blob is None:
+                    new.pop(obj, None)
+                else:
+                    new[obj] = blob
+            changed = set(changes)
+        else:
+            new = self.repo.notes_list(ref) if commit is not None else {}
+            changed = {o for o in cur.keys() | new.keys() if cur.get(o) != new.get(o)}
+        self._notes[ref] = (commit, new)
+        return new, changed
+
+    def _scanned(self, scan: bool) -> dict[str, str | None]:
+        """Scanned refs that moved: ref -> new sha (None: deleted)."""
+        with self._told_lock:
+            told, self._told = self._told, set()
+        if scan or len(told) > MAX_EVENT_REFS:
+            out = self.repo.git("for-each-ref", "--format=%(objectname) %(refname)", *SCANNED)
+            if out == self._listing:
+                return {}
+            lines = set(out.splitlines())
+            gone, new = self._lines - lines, lines - self._lines
+            self._listing, self._lines = out, lines
+            moved: dict[str, str | None] = {ln.partition(" ")[2]: None for ln in gone}
+            moved.update((ln.partition(" ")[2], ln.partition(" ")[0]) for ln in new)
+            return moved
+        if not told:
+            return {}
+        now = self.repo.refs(*sorted(told))
+        moved = {}
+        for ref in told:
+            old = self._marks.get(ref) if ref.startswith(IDEAS_PREFIX) else self._refs.get(ref)
+            if now.get(ref) != old:
+                moved[ref] = now.get(ref)
+        if moved:
+            self._listing = None            # the next scan compares lines, not the whole listing
+            for ref, sha in moved.items():
+                old = self._marks.get(ref) if ref.startswith(IDEAS_PREFIX) else self._refs.get(ref)
+                self._lines.discard(f"{old} {ref}")
+                if sha is not None:
+                    self._lines.add(f"{sha} {ref}")
+        return moved
+
+    # -- the refresh -------------------------------------------------------------------------------
+    def refresh(self, scan: bool = True) -> Population | None:
+        """The new population when anything changed since the last call, else None. Without `scan`,
+        branches moved by other processes are seen at the next scan (notes, proposals, the baseline
+        and this process's own ref writes at once)."""
+        try:
+            with bulk():
+                return self._refresh(scan)
+        except BaseException:
+            self.reset()        # a read that failed half-way: the next one reads everything again
+            raise
+
+    def _refresh(self, scan: bool) -> Population | None:
+        repo = self.repo
+        first = self.pop is None
+        spec = [self.baseline_ref] if self.baseline_ref.startswith("refs/") else []
+        # the proposals before the idea refs: an idea the implementer turns from proposal into branch
+        # (mark, branch, proposal deleted) is seen as one or the other, never neither
+        cheap = repo.refs(NOTES_NAMESPACE, PROPOSALS_PREFIX, *spec)
+        baseline = (cheap.get(self.baseline_ref) if spec else repo.rev_parse(self.baseline_ref)) or None
+        moved = self._scanned(scan or first)
+        for ref in self._cheap.keys() | cheap.keys():
+            if ref.startswith(PROPOSALS_PREFIX) and self._cheap.get(ref) != cheap.get(ref):
+                moved[ref] = cheap.get(ref)
+        notes, nchanged = self._notes_map(NOTES_REF, cheap.get(NOTES_REF))
+        leases, lchanged = self._notes_map(RUNS_REF, cheap.get(RUNS_REF))
+        bkey = (baseline, notes.get(baseline), leases.get(baseline)) if baseline else (None, None, None)
+        self._cheap = cheap
+        if not first and not moved and not nchanged and not lchanged and bkey == self._bkey:
+            return None
+        shas = set(nchanged) | lchanged
+        if bkey[0] != self._bkey[0]:
+            shas |= {bkey[0], self._bkey[0]} - {None}
+        for ref, sha in moved.items():       # the index first: a sha's refs include the new ones
+            if ref.startswith(IDEAS_PREFIX):
+                self._move_mark(ref, sha, shas)
+            else:
+                self._move_ref(ref, sha, shas)
+        refs = {r for s in shas if s in self._by_sha for r in self._by_sha[s]}
+        refs |= {r for r in moved if not r.startswith(IDEAS_PREFIX)}
+        self._rebuild(refs, notes, leases)
+        shas |= {self._refs.get(r) for r in refs} - {None}
+        for sha in shas:         # every old winner out first: a ref that moved was another sha's winner
+            self._unwin(sha)
+        for sha in shas:
+            self._win(sha, baseline)
+        self._bkey = bkey
+        self._place()
+        self._index()
+        objs = repo.cat_file_batch([b for b in bkey[1:] if b and b not in _NOTES])
+        self.pop = Population(list(map(self._shown.__getitem__, map(_REF, self._order))), baseline,
+                              *_baseline_notes(baseline, bkey[1], bkey[2], objs),
+                              at_baseline=_at_baseline({r: baseline for r in self._by_sha.get(baseline, ())},
+                                                       baseline),
+                              by_id=dict(self._by_id), by_commit=dict(self._by_commit))
+        return self.pop
+
+    def _index(self) -> None:
+        """by_id (the first idea of an id in the order) and by_commit, for the ids and commits touched."""
+        ids, shas = self._dirty
+        for sha in shas:
+            w = self._winner.get(sha)
+            if w is not None:
+                self._by_commit[sha] = self._shown[w[3]]
+            else:
+                self._by_commit.pop(sha, None)
+        for idea_id in ids:
+            keys = self._ids.get(idea_id)
+            if keys:
+                self._by_id[idea_id] = self._shown[keys[0][3]]
+            else:
+                self._ids.pop(idea_id, None)
+                self._by_id.pop(idea_id, None)
+        self._dirty = (set(), set())
+
+    def _move_mark(self, ref: str, sha: str | None, shas: set[str]) -> None:
+        old = self._marks.pop(ref, None)
+        if old is not None:
+            self._own[old] -= 1
+            if not self._own[old]:
+                del self._own[old]
+            shas.add(old)
+        if sha is not None:
+            self._marks[ref] = sha
+            self._own[sha] += 1
+            shas.add(sha)
+
+    def _move_ref(self, ref: str, sha: str | None, shas: set[str]) -> None:
+        old = self._refs.pop(ref, None)
+        if old is not None:
+            self._by_sha[old].discard(ref)
+            if not self._by_sha[old]:
+                del self._by_sha[old]
+            shas.add(old)
+        if sha is not None:
+            self._refs[ref] = sha
+            self._by_sha.setdefault(sha, set()).add(ref)
+            shas.add(sha)
+
+    def _rebuild(self, refs: set[str], notes: dict, leases: dict) -> None:
+        """Build again the ideas of `refs` whose inputs changed (one cat-file for all of them)."""
+        keys = {}
+        for ref in refs:
+            sha = self._refs.get(ref)
+            if sha is None:
+                self._built.pop(ref, None)
+            else:
+                key = (sha, sha in self._own, notes.get(sha), leases.get(sha))
+                if self._built.get(ref, (None,))[0] != key:
+                    keys[ref] = key
+        wanted = [w for key in keys.values() for w in (key[0], key[2], key[3])
+                  if w and w not in _NOTES and w not in _IDEAS]
+        objs = self.repo.cat_file_batch(wanted)
+        for ref, key in keys.items():
+            sha, _, nb, lb = key
+            if sha in objs or sha in _IDEAS:
+                self._built[ref] = (key, _make_idea(ref, sha, self._own, nb, lb, objs))
+            else:
+                self._built.pop(ref, None)          # not a commit we can read: not an idea
+
+    def _unwin(self, sha: str) -> None:
+        """`sha` out of the ordered list (its winner is chosen again by _win)."""
+        old = self._winner.pop(sha, None)
+        if old is not None:
+            del self._order[bisect.bisect_left(self._order, old)]
+            keys = self._ids[old[1]]
+            del keys[bisect.bisect_left(keys, old)]
+            self._dirty[0].add(old[1])
+            self._dirty[1].add(sha)
+            idea = self._shown.pop(old[3])
+            self._pushed.discard(old[3])
+            if idea.origin != "human":
+                self._epochs[idea.epoch] -= 1
+                if not self._epochs[idea.epoch]:
+                    del self._epochs[idea.epoch]
+
+    def _win(self, sha: str, baseline: str | None) -> None:
+        """Which ref shows `sha` now (none for the baseline or an unreadable commit), and its place."""
+        cands = [r for r in self._by_sha.get(sha, ()) if r in self._built]
+        if sha == baseline or not cands:
+            return
+        ref = min(cands, key=_rank)
+        idea = self._built[ref][1]
+        key = (idea.committed_at, idea.idea_id, *_rank(ref))
+        bisect.insort(self._order, key)
+        bisect.insort(self._ids.setdefault(idea.idea_id, []), key)
+        self._dirty[0].add(idea.idea_id)
+        self._dirty[1].add(sha)
+        self._winner[sha], self._shown[ref] = key, idea
+        if idea.branch and sha not in self._own:
+            self._pushed.add(ref)
+        if idea.origin != "human":
+            self._epochs[idea.epoch] += 1
+
+    def _place(self) -> None:
+        """Pushed ideas get the daemon's lineage and epoch (population._placements), on copies."""
+        current = max(self._epochs, default=0)
+        placed = {}
+        for ref in self._pushed:
+            i = self._built[ref][1]
+            w = self._winner.get(i.base_commit) if i.base_commit else None
+            parent = self._built[w[3]][1] if w is not None else None
+            parents = [parent.idea_id] if parent is not None and parent is not i else []
+            epoch = i.note.epoch if i.note is not None and i.note.epoch is not None else current
+            prev = self._placed.get(ref)
+            if prev is None or prev[0] is not i or prev[1].parents != parents or prev[1].epoch != epoch:
+                prev = (i, dataclasses.replace(i, parents=parents, epoch=epoch))
+            placed[ref] = prev
+            if self._shown[ref] is not prev[1]:
+                self._shown[ref] = prev[1]
+                self._dirty[0].add(i.idea_id)
+                self._dirty[1].add(i.commit)
+        self._placed = placed

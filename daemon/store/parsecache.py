@@ -1,0 +1,167 @@
+"""The population's parse caches kept on disk, so a daemon that starts on 100k ideas does not parse
+100k commits and 100k notes again (most of a cold read: 8 of its 13 s of CPU at 100k ideas).
+
+What is kept: for each commit and note blob the process parsed (population._IDEAS, _NOTES), the plain
+data of its parse, keyed by object id, in one `marshal` file under the daemon's state dir (marshal
+holds only plain data: loading it runs no code, unlike pickle). An object never changes, so an entry
+is right as long as the code that parsed it is the same; the file is therefore:
+- invalidated by a code change: its header names a hash of the parsing modules' source, the pydantic
+  and Python versions; another hash and the file is ignored;
+- verified when loaded: a sample of its entries (defaults.PARSE_CACHE_CHECKS) is parsed again from
+  git and must equal what the file holds, or the whole file is ignored;
+- ignored when unreadable (truncated, another format); written whole to a temporary file then
+  renamed, so a crash leaves the old file or the new one, never half of one.
+Only the daemon writes it (at its full reads); any reader may load it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import marshal
+import os
+import random
+import sys
+from enum import Enum
+from pathlib import Path
+from types import MappingProxyType
+
+import pydantic
+
+from autoresearchd import defaults
+from autoresearchd.store import frozen, ideas, notes, population, trailers
+from autoresearchd.store.frozen import _EMPTY_DICT, _EMPTY_LIST, _LEAF, FrozenDict, FrozenList, FrozenNote, FrozenTrial
+from autoresearchd.store.gitrepo import GitRepo, state_dir
+from autoresearchd.store.trailers import Trailers
+
+FILE = "parsed.marshal"
+_TRIAL = "\0trial"              # marks a nested Trial in the plain form (no note field holds it)
+_ENUMS = {cls.__name__: cls for cls in (notes.Status, notes.DeltaKind)}     # the enums a note may hold
+
+
+def code_hash() -> str:
+    """What an entry depends on besides its object: the parsers' source and the libraries."""
+    h = hashlib.sha256(f"{sys.version}\0{pydantic.VERSION}".encode())
+    for mod in (frozen, ideas, notes, population, trailers, sys.modules[__name__]):
+        h.update(Path(mod.__file__).read_bytes())
+    return h.hexdigest()
+
+
+def _plain(v):
+    if isinstance(v, FrozenTrial):
+        return (_TRIAL, {k: _plain(x) for k, x in v.__dict__.items()},
+                {k: _plain(x) for k, x in (v.__pydantic_extra__ or {}).items()} if v.__pydantic_extra__ is not None
+                else None, sorted(v.__pydantic_fields_set__))
+    if isinstance(v, Enum):
+        return (type(v).__name__, v.value)
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if type(v) in (str, int, float, bool, type(None)):
+        return v
+    raise TypeError(type(v))        # a type this file cannot hold: not saved (save() says why)
+
+
+def _model(cls, d: dict, extra: dict | None, fields_set: list):
+    """A frozen model from its plain data, built frozen (no validation: it was validated when parsed)."""
+    m = object.__new__(cls)
+    object.__setattr__(m, "__dict__", {k: x if type(x) in _LEAF else _build(x) for k, x in d.items()})
+    object.__setattr__(m, "__pydantic_extra__", {k: x if type(x) in _LEAF else _build(x) for k, x in extra.items()}
+                       if extra is not None else None)
+    object.__setattr__(m, "__pydantic_fields_set__", set(fields_set))
+    object.__setattr__(m, "__pydantic_private__", None)
+    return m
+
+
+def _build(v):
+    t = type(v)
+    if t is tuple:     # a nested trial, or an enum member (found in its value map: calling the enum is slow)
+        return _model(FrozenTrial, *v[1:]) if v[0] == _TRIAL else _ENUMS[v[0]]._value2member_map_[v[1]]
+    if t is list:
+        return FrozenList([x if type(x) in _LEAF else _build(x) for x in v]) if v else _EMPTY_LIST
+    if t is dict:
+        return FrozenDict({k: x if type(x) in _LEAF else _build(x) for k, x in v.items()}) if v else _EMPTY_DICT
+    return v
+
+
+def note_plain(n: FrozenNote) -> tuple:
+    return ({k: _plain(x) for k, x in n.__dict__.items()},
+            {k: _plain(x) for k, x in n.__pydantic_extra__.items()} if n.__pydantic_extra__ is not None else None,
+            sorted(n.__pydantic_fields_set__))
+
+
+def note_from(p: tuple) -> FrozenNote:
+    return _model(FrozenNote, *p)
+
+
+def idea_plain(fields) -> dict:
+    tr = fields["trailers"]
+    return dict(fields, parents=list(fields["parents"]),
+                trailers=(dict(tr.__dict__), sorted(tr.__pydantic_fields_set__)))
+
+
+def idea_from(p: dict) -> MappingProxyType:
+    tr = object.__new__(Trailers)
+    object.__setattr__(tr, "__dict__", dict(p["trailers"][0]))
+    object.__setattr__(tr, "__pydantic_extra__", None)
+    object.__setattr__(tr, "__pydantic_fields_set__", set(p["trailers"][1]))
+    object.__setattr__(tr, "__pydantic_private__", None)
+    return MappingProxyType(dict(p, parents=tuple(p["parents"]), trailers=tr))
+
+
+def size() -> int:
+    """Entries the process's parse caches hold now."""
+    return len(population._NOTES) + len(population._IDEAS)
+
+
+def save(repo: GitRepo) -> int:
+    """Write the process's parse caches to the state dir; returns the number of entries."""
+    with population.bulk():
+        return _save(repo)
+
+
+def _save(repo: GitRepo) -> int:
+    body = {"code": code_hash(),
+            "notes": {k: note_plain(v) for k, v in population._NOTES.items() if v is not None},
+            "ideas": {k: idea_plain(v) for k, v in population._IDEAS.items()}}
+    path = state_dir(repo) / FILE
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(marshal.dumps(body))
+    os.replace(tmp, path)
+    return len(body["notes"]) + len(body["ideas"])
+
+
+def load(repo: GitRepo, checks: int = defaults.PARSE_CACHE_CHECKS) -> int:
+    """Fill the process's parse caches from the state dir's file, if it is this code's and a sample
+    of it parses the same from git again; returns the number of entries taken (0: none)."""
+    with population.bulk():
+        return _load(repo, checks)
+
+
+def _load(repo: GitRepo, checks: int) -> int:
+    path = state_dir(repo, create=False) / FILE
+    try:
+        body = marshal.loads(path.read_bytes())
+        if body.get("code") != code_hash():
+            return 0
+        pn, pi = body["notes"], body["ideas"]
+    except (OSError, ValueError, EOFError, TypeError, AttributeError, KeyError):
+        return 0
+    rng = random.Random()
+    sample_n = rng.sample(sorted(pn), min(checks, len(pn)))
+    sample_i = rng.sample(sorted(pi), min(checks, len(pi)))
+    objs = repo.cat_file_batch(sample_n + sample_i)
+    try:
+        for k in sample_n:
+            if k not in objs or notes.parse_note(objs[k].decode(errors="replace")) != note_from(pn[k]):
+                return 0
+        for k in sample_i:
+            if k not in objs or dict(population._parse_idea(k, objs[k])) != dict(idea_from(pi[k])):
+                return 0
+        for k, p in pn.items():
+            population._NOTES.get_or(k, lambda p=p: note_from(p))
+        for k, p in pi.items():
+            population._IDEAS.get_or(k, lambda p=p: idea_from(p))
+    except (TypeError, ValueError, KeyError, IndexError):
+        return 0
+    return len(pn) + len(pi)

@@ -1,0 +1,252 @@
+"""The population read by its changes (store/livepop.py), as the daemon's tick uses it, against a
+from-scratch `read_population` of the same real git repo:
+- a randomized run of many writes of every kind the repo sees (new ideas of the daemon, pushes that
+  build on ideas, notes written, amended and removed, leases written and removed, baseline moves,
+  force-pushes, deleted and archived branches, records, proposals turned into branches, refs packed),
+  some written by this process (ref events) and some by another writer (found by a scan), compared
+  after every step;
+- no read misses an idea the implementer turns from proposal into branch while it reads;
+- the daemon's tick: a push by another process is seen at the next tick, the periodic full read
+  replaces the incremental state (and saves the parse cache), and a refresh that moved nothing reads
+  no commit or note.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from autoresearchd.store.ideas import format_message
+from autoresearchd.store.livepop import LivePopulation
+from autoresearchd.store.notes import Lease, Status, format_leases, format_note
+from autoresearchd.store.population import read_population
+from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF, PROPOSALS_PREFIX,
+                                      RECORDS_PREFIX, RUNS_REF)
+
+from dashserver import ok_note
+from popbuilder import BASELINE_VALUES, build_population
+
+BMEAN = sum(BASELINE_VALUES) / 3
+MAIN = "refs/heads/main"
+
+
+def assert_same(live, repo, step=""):
+    full = read_population(repo, MAIN)
+    assert [(i.idea_id, i.commit, i.branch) for i in live.ideas] == \
+        [(i.idea_id, i.commit, i.branch) for i in full.ideas], step
+    for a, b in zip(live.ideas, full.ideas):
+        assert a == b, (step, a.idea_id)
+    assert (live.baseline_commit, live.baseline_note, live.baseline_leases, live.at_baseline) == \
+        (full.baseline_commit, full.baseline_note, full.baseline_leases, full.at_baseline), step
+    assert live.by_id == full.by_id and live.by_commit == full.by_commit, step
+
+
+def commit_on(repo, parent: str, text: str, trailers: dict | None = None) -> str:
+    tree = repo.tree_with_files(parent, {"train.py": f"# {text}\n".encode()})
+    return repo.commit_tree(tree, [parent], format_message(f"Idea {text}", "why it might help", trailers or {}))
+
+
+class World:
+    """Random writes on a real repo. `external` says a ref moved without an event since the last scan."""
+
+    def __init__(self, repo, rng):
+        self.repo, self.rng, self.k, self.external = repo, rng, 0, False
+
+    def ideas(self) -> dict[str, str]:
+        return self.repo.refs(IDEA_BRANCHES, ARCHIVE_PREFIX, RECORDS_PREFIX)
+
+    def pick(self) -> tuple[str, str] | None:
+        refs = sorted(self.ideas().items())
+        return self.rng.choice(refs) if refs else None
+
+    def ext_ref(self, ref: str, sha: str | None) -> None:
+        """A ref moved by another writer (a push, the CLI): git itself, no event."""
+        if sha is None:
+            self.repo.git("update-ref", "-d", ref)
+        else:
+            self.repo.git("update-ref", ref, sha)
+        self.external = True
+
+    def step(self) -> str:
+        r, repo = self.rng, self.repo
+        self.k += 1
+        k = self.k
+        op = r.choice(["daemon_idea", "daemon_idea", "push", "note", "note", "amend", "unnote", "lease",
+                       "unlease", "baseline", "baseline_note", "force_push", "delete", "archive", "record",
+                       "proposal", "implement", "pack"])
+        main = repo.rev_parse(MAIN)
+        picked = self.pick()
+        if op == "daemon_idea":
+            parent = picked[1] if picked and r.random() < 0.3 else main
+            c = commit_on(repo, parent, f"d{k}", {"Idea-Id": f"idea-d{k}", "Origin": "explore",
+                                                  "Epoch": r.randint(0, 4)})
+            repo.update_ref(IDEAS_PREFIX + f"idea-d{k}", c)
+            repo.update_ref(f"{IDEA_BRANCHES}explore/idea-d{k}", c)
+        elif op == "push":
+            parent = picked[1] if picked and r.random() < 0.6 else main
+            self.ext_ref(f"{IDEA_BRANCHES}human/p{k}", commit_on(repo, parent, f"p{k}", {"Epoch": 99}))
+        elif op in ("note", "amend") and picked:
+            v = BMEAN + r.uniform(-0.1, 0.1)
+            note = ok_note(v, BMEAN, r.choice(["improved", "worse", "pending", "within_noise"]))
+            note = note.model_copy(update={"epoch": r.choice([None, 1, 3])})
+            repo.note_write(NOTES_REF, picked[1], format_note(note))
+        elif op == "unnote" and picked:
+            repo.note_remove(NOTES_REF, picked[1])
+        elif op == "lease" and picked:
+            lz = Lease(trial_id=f"t{k}", seed=0, runner="local", host="gpu-a", slot=str(k % 4))
+            repo.note_write(RUNS_REF, picked[1], format_leases([lz]))
+        elif op == "unlease" and picked:
+            repo.note_remove(RUNS_REF, picked[1])
+        elif op == "baseline":
+            # onto an idea's commit (an idea that became the baseline), or a fresh commit on main
+            new = picked[1] if picked and r.random() < 0.4 else commit_on(repo, main, f"b{k}")
+            (repo.update_ref if r.random() < 0.5 else self.ext_ref)(MAIN, new)
+        elif op == "baseline_note":
+            repo.note_write(NOTES_REF, main, format_note(ok_note(BMEAN, BMEAN, "baseline", values=BASELINE_VALUES)))
+        elif op == "force_push" and picked and picked[0].startswith(IDEA_BRANCHES):
+            self.ext_ref(picked[0], commit_on(repo, main, f"f{k}"))
+        elif op == "delete" and picked:
+            (repo.delete_ref if r.random() < 0.5 else (lambda ref: self.ext_ref(ref, None)))(picked[0])
+        elif op == "archive" and picked and picked[0].startswith(IDEA_BRANCHES):
+            repo.update_ref(ARCHIVE_PREFIX + picked[1], picked[1])
+        elif op == "record":
+            c = commit_on(repo, main, f"r{k}", {"Idea-Id": f"idea-r{k}", "Origin": "explore", "Epoch": 1})
+            repo.update_ref(RECORDS_PREFIX + f"idea-r{k}", c)
+        elif op == "proposal":
+            c = commit_on(repo, main, f"q{k}", {"Idea-Id": f"idea-q{k}", "Origin": "exploit", "Epoch": 2})
+            repo.update_ref(PROPOSALS_PREFIX + f"idea-q{k}", c)
+        elif op == "implement":
+            props = sorted(repo.refs(PROPOSALS_PREFIX))
+            if props:
+                idea_id = r.choice(props).rsplit("/", 1)[1]
+                c = commit_on(repo, main, f"i{k}", {"Idea-Id": idea_id, "Origin": "exploit", "Epoch": 2})
+                repo.update_ref(IDEAS_PREFIX + idea_id, c)
+                repo.update_ref(f"{IDEA_BRANCHES}exploit/{idea_id}", c)
+                repo.delete_ref(PROPOSALS_PREFIX + idea_id)
+        elif op == "pack":
+            repo.git("pack-refs", "--all")
+        return op
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_random_writes_incremental_equals_full_read(tmp_path, seed):
+    repo = build_population(tmp_path / "r", 40, seed=seed)
+    rng = random.Random(seed)
+    world = World(repo, rng)
+    live = LivePopulation(repo, MAIN)
+    assert_same(live.refresh(), repo, "first")
+    ops, compared = [], 0
+    for n in range(90):
+        op = world.step()
+        ops.append(op)
+        scan = rng.random() < 0.5 or n % 10 == 9
+        pop = live.refresh(scan=scan) or live.pop
+        if scan:
+            world.external = False
+        if not world.external:     # everything since the last scan was told: the live read is whole
+            assert_same(pop, repo, f"step {n} ({op}, ops {ops[-5:]})")
+            compared += 1
+    assert compared >= 60 and len(set(ops)) >= 15, (compared, sorted(set(ops)))
+    # the derived state is bounded by the live refs, however long it runs
+    assert set(live._built) <= set(repo.refs(IDEA_BRANCHES, RECORDS_PREFIX, ARCHIVE_PREFIX, PROPOSALS_PREFIX))
+    assert set(live._placed) <= set(live._shown) <= set(live._built)
+
+
+@pytest.mark.parametrize("scan", [True, False])
+def test_live_read_never_misses_an_idea_turning_from_proposal_into_branch(tmp_path, scan):
+    """The implementer (another thread: its ref writes are events) writes the mark, the branch, then
+    deletes the proposal while the tick refreshes: every refresh holds every idea, as a proposal or as
+    a branch, with and without a scan."""
+    repo = build_population(tmp_path / "r", 0, seed=3)
+    main = repo.rev_parse(MAIN)
+    props = {f"p{k:02d}": commit_on(repo, main, f"prop{k}", {"Idea-Id": f"p{k:02d}", "Origin": "explore"})
+             for k in range(30)}
+    for idea_id, c in props.items():
+        repo.update_ref(PROPOSALS_PREFIX + idea_id, c)
+    live = LivePopulation(repo, MAIN)
+    live.refresh()
+    done = threading.Event()
+
+    def implement():
+        for idea_id in props:
+            c = commit_on(repo, main, f"impl {idea_id}", {"Idea-Id": idea_id, "Origin": "explore"})
+            repo.update_ref(IDEAS_PREFIX + idea_id, c)
+            repo.update_ref(f"{IDEA_BRANCHES}explore/{idea_id}", c)
+            repo.delete_ref(PROPOSALS_PREFIX + idea_id)
+        done.set()
+    t = threading.Thread(target=implement)
+    t.start()
+    reads = 0
+    try:
+        while not done.is_set():
+            pop = live.refresh(scan=scan) or live.pop
+            reads += 1
+            assert set(props) <= set(pop.by_id), sorted(set(props) - set(pop.by_id))
+    finally:
+        t.join()
+    final = live.refresh(scan=scan) or live.pop
+    assert reads >= 3 and all(final.by_id[i].branch and not final.by_id[i].proposal for i in props), reads
+    assert_same(final, repo)
+
+
+def test_a_refresh_that_moved_nothing_reads_no_object(tmp_path, monkeypatch):
+    """Nothing moved: two listings (notes and proposals; the scan), no cat-file; one note moved: the
+    cat-file reads that note's blob alone."""
+    repo = build_population(tmp_path / "r", 30, seed=5)
+    live = LivePopulation(repo, MAIN)
+    live.refresh()
+    asked = []
+    real = repo.cat_file_batch
+    monkeypatch.setattr(repo, "cat_file_batch", lambda shas: (asked.append(list(shas)), real(shas))[1])
+    assert live.refresh(scan=True) is None and live.refresh(scan=False) is None and asked == []
+    target = next(i for i in live.pop.ideas if i.branch)
+    repo.note_write(NOTES_REF, target.commit, format_note(ok_note(BMEAN - 0.3, BMEAN, "improved")))
+    pop = live.refresh(scan=False)
+    assert pop.by_commit[target.commit].value == pytest.approx(BMEAN - 0.3)
+    read = [s for batch in asked for s in batch]
+    assert read == [repo.notes_list(NOTES_REF)[target.commit]] or \
+        set(read) <= {repo.notes_list(NOTES_REF)[target.commit], *(b for b in live._bkey[1:] if b)}, read
+    assert_same(pop, repo)
+
+
+def test_the_tick_sees_pushes_at_once_and_reads_whole_periodically(toy_env, tmp_path, monkeypatch):
+    """The daemon's tick (engine/loop.py) on the live read: a branch pushed by another process (git
+    itself, no event) is in the next tick's population; every POPULATION_FULL_READ_TICKS passes the
+    derived state is dropped and read whole, so a damaged incremental state does not outlive it."""
+    from autoresearchd import defaults
+    from autoresearchd.app import build_daemon
+    from autoresearchd.config import load_config
+
+    from conftest import branch_idea, write_config
+    from autoresearchd.store import parsecache
+    from autoresearchd.store.gitrepo import state_dir
+    monkeypatch.setattr(defaults, "POPULATION_FULL_READ_TICKS", 3)
+    monkeypatch.setattr(defaults, "PARSE_CACHE_SAVE_NEW", 1)
+    d = build_daemon(load_config(write_config(tmp_path, toy_env)), with_llm=False)
+    try:
+        d.tick()
+        sha = branch_idea(toy_env, "carol/push", "Lower x", {"run.py": (toy_env / "run.py").read_text()
+                          .replace("x = 1.0", "x = 0.9")})
+        pop = d.tick()
+        assert sha in pop.by_commit and pop.by_commit[sha].origin == "human"
+        base = d.repo.rev_parse("refs/heads/main")
+        rec = commit_on(d.repo, base, "rec", {"Idea-Id": "idea-rec", "Origin": "explore"})
+        d.repo.update_ref(RECORDS_PREFIX + "idea-rec", rec)    # a record: never dispatched, never changes
+        assert rec in d.tick().by_commit
+        with d._tick_lock:                  # no tick meanwhile: the reads below are the test's
+            d.live._order.remove(d.live._winner.pop(rec))     # damage the derived state: the record drops out
+            d.live._by_commit.pop(rec)
+            d.repo.note_write(NOTES_REF, base, format_note(ok_note(1.0, 1.0, "baseline", values=[1.0, 1.0])))
+            d._passes = 4                       # not a full-read pass: the damage shows
+            damaged = d.read(scan=True)
+            assert rec not in damaged.by_commit and rec not in {i.commit for i in damaged.ideas}
+            d._passes = 6                       # a full-read pass: read whole, the damage is gone
+            pop = d.read(scan=True)
+            assert rec in pop.by_commit
+            assert_same(pop, d.repo)
+        assert (state_dir(d.repo) / parsecache.FILE).exists()     # a full read saved what it parsed
+    finally:
+        d.runner.close()
+        d.live.close()
