@@ -92,6 +92,12 @@ artifacts = ["out.txt"]
 context = "A toy environment: run.py writes a number, evaluate.py reads it back."
 """
 
+def knob_manifest(knobs: str) -> str:
+    """The toy manifest with `[[env.knobs]]` tables, without a compute cap: its runs take a few
+    milliseconds, so their CPU seconds are all noise."""
+    return TOY_MANIFEST.replace('name = "toy"', 'name = "knobby"') + "compute_cap = 0\n" + knobs
+
+
 TOY_RUN = """import os, random
 random.seed(int(os.environ.get("AUTORESEARCH_SEED", "0")))
 x = 1.0

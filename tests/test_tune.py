@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import TOY_EVAL, git, run_until_settled, write_config
+from conftest import TOY_EVAL, knob_manifest, git, run_until_settled, write_config
 
 optuna = pytest.importorskip("optuna", reason="the `tune` extra (optuna) is not installed")
 
@@ -18,19 +18,7 @@ from autoresearchd.store.population import read_population  # noqa: E402
 from autoresearchd.tune.knobs import KNOBS_FILE  # noqa: E402
 from autoresearchd.tune.tuner import rebuild  # noqa: E402
 
-KNOB_MANIFEST = """[env]
-name = "knobby"
-run = "python3 run.py"
-evaluate = "python3 evaluate.py"
-metric = "score"
-goal = "min"
-time_budget_s = 30
-eval_budget_s = 30
-frozen = ["evaluate.py"]
-artifacts = ["out.txt"]
-# runs of a few milliseconds: their CPU seconds are all noise, so no compute cap (over_budget)
-compute_cap = 0
-
+KNOB_MANIFEST = knob_manifest("""
 [[env.knobs]]
 name = "x"
 low = -2.0
@@ -43,7 +31,7 @@ type = "int"
 low = 0
 high = 4
 baseline = 3
-"""
+""")
 
 # a response surface with its optimum at x = 0.3, k = 1; seed 1 reads 0.2 higher (known noise: the
 # baseline's seeds 0 and 1 set the margins, so a clear gain is `pending` and confirmed on seeds 1, 2)

@@ -52,18 +52,6 @@ _EMPTY_LIST, _EMPTY_DICT = FrozenList(), FrozenDict()     # immutable: one of ea
 _LEAF = frozenset({str, int, float, bool, type(None)})     # immutable already: taken as they are
 
 
-def _freeze(v):
-    # exact types first: this runs for every list, dict and trial of every note of a cold read
-    t = type(v)
-    if t is list:
-        return FrozenList([x if type(x) in _LEAF else _freeze(x) for x in v]) if v else _EMPTY_LIST
-    if t is dict:
-        return FrozenDict({k: x if type(x) in _LEAF else _freeze(x) for k, x in v.items()}) if v else _EMPTY_DICT
-    if t is Trial:
-        return _construct(FrozenTrial, v, _freeze)
-    return v
-
-
 def _thaw(v):
     if isinstance(v, FrozenTrial):
         return _construct(Trial, v, _thaw)
@@ -121,15 +109,9 @@ class FrozenNote(_Frozen, Note):
     _mutable: ClassVar[type] = Note
 
 
-def freeze_note(note: Note | None) -> FrozenNote | None:
-    """The immutable form of a parsed note (None stays None)."""
-    if note is None or isinstance(note, FrozenNote):
-        return note
-    return _construct(FrozenNote, note, _freeze)
-
-
 def _own(v):
-    """_freeze for values nobody else holds: a Trial becomes a FrozenTrial in place."""
+    """A parsed value made immutable: lists and dicts wrapped, a Trial turned into a FrozenTrial in
+    place (nobody else holds a value just parsed, so nothing is copied)."""
     t = type(v)
     if t is list:
         return FrozenList([x if type(x) in _LEAF else _own(x) for x in v]) if v else _EMPTY_LIST
@@ -154,7 +136,7 @@ def _in_place(model, cls):
 
 
 def freeze_parsed(note: Note | None) -> FrozenNote | None:
-    """freeze_note for a note just parsed, that nobody else holds: frozen in place, not copied (a
+    """The immutable form of a note just parsed, that nobody else holds: frozen in place, not copied (a
     cold read of 100k notes spent 3.6 s CPU copying each into its frozen form)."""
     if note is None or isinstance(note, FrozenNote):
         return note
