@@ -219,7 +219,7 @@ def test_adopt_nanogpt_shaped_repo_to_baseline_and_idea_notes(nano, tmp_path):
     assert b.trust == "split"          # adopt wrote the scorer + model-runner pair (issue 26)
     # the seed is hard-coded: both seeds are identical, and every channel says so
     assert any("identical" in f for f in b.flags) and "identical" in out
-    assert b.gpu_s is None and b.cpu_s and b.cpu_s > 0          # gpus = 0: CPU time, not GPU time
+    assert not b.gpu_s and b.cpu_s and b.cpu_s > 0              # gpus = 0: CPU time, no GPU time
     idea = next(i for i in pop.ideas if i.branch)
     assert idea.title == "Double the learning rate"
     assert idea.note is not None and idea.note.status == Status.SUCCEEDED, (idea.note, out[-3000:])
