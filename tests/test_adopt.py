@@ -141,8 +141,15 @@ def corpus() -> str:
     return "\n".join(" ".join(r.choice(words) for _ in range(r.randint(4, 10))) for _ in range(400)) + "\n"
 
 
-def fill_in(root: Path) -> None:
-    """What the user does with adopt's templates: the two TODOs of the export, the one of the evaluator."""
+VAL_TOKENS = ('    text = open("data/input.txt").read()\n'
+              '    stoi = {ch: i for i, ch in enumerate(sorted(set(text)))}\n'
+              '    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)\n'
+              '    return data[int(0.9 * len(data)):]')
+
+
+def fill_in(root: Path, val_tokens: str = VAL_TOKENS) -> None:
+    """What the user does with adopt's templates: the two TODOs of the export, the one of the evaluator
+    (`val_tokens`: the body that replaces it)."""
     exp = (root / "autoresearch_export.py").read_text()
     exp = exp.replace("BATCH, SEQ = 8, 64 ", "BATCH, SEQ = 4, 32 ")
     exp = exp.replace('    raise NotImplementedError("fill in load_trained_model() in autoresearch_export.py")',
@@ -154,11 +161,7 @@ def fill_in(root: Path) -> None:
     exp = exp.replace("    out = model(idx)\n    return out[0] if isinstance(out, (tuple, list)) else out",
                       "    logits, _ = model(idx, idx)\n    return logits")
     ev = (root / "autoresearch_eval.py").read_text()
-    ev = ev.replace('    raise NotImplementedError("fill in val_tokens() in autoresearch_eval.py")',
-                    '    text = open("data/input.txt").read()\n'
-                    '    stoi = {ch: i for i, ch in enumerate(sorted(set(text)))}\n'
-                    '    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)\n'
-                    '    return data[int(0.9 * len(data)):]')
+    ev = ev.replace('    raise NotImplementedError("fill in val_tokens() in autoresearch_eval.py")', val_tokens)
     assert "NotImplementedError" not in exp + ev
     (root / "autoresearch_export.py").write_text(exp)
     (root / "autoresearch_eval.py").write_text(ev)

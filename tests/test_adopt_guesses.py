@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from test_adopt import fill_in as adopt_fill_in
+
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.notes import Status
 from autoresearchd.store.population import read_population
@@ -183,21 +185,7 @@ def cli(*args, cwd, timeout=300, **env):
 def fill_in(root: Path) -> None:
     """The user's part, as docs/bring-your-own-repo.md steps 2-4 say: the export, the evaluator
     reading prepare's val.bin from $AUTORESEARCH_PREPARED, the seed."""
-    exp = (root / "autoresearch_export.py").read_text()
-    exp = exp.replace("BATCH, SEQ = 8, 64 ", "BATCH, SEQ = 4, 32 ")
-    exp = exp.replace('    raise NotImplementedError("fill in load_trained_model() in autoresearch_export.py")',
-                      '    from model import GPT, GPTConfig\n'
-                      '    ckpt = torch.load("out/ckpt.pt", map_location="cpu")\n'
-                      '    model = GPT(GPTConfig(**ckpt["model_args"]))\n'
-                      '    model.load_state_dict(ckpt["model"])\n'
-                      '    return model')
-    exp = exp.replace("    out = model(idx)\n    return out[0] if isinstance(out, (tuple, list)) else out",
-                      "    logits, _ = model(idx, idx)\n    return logits")
-    ev = (root / "autoresearch_eval.py").read_text()
-    ev = ev.replace('    raise NotImplementedError("fill in val_tokens() in autoresearch_eval.py")', EVAL_FILL)
-    assert "NotImplementedError" not in exp + ev
-    (root / "autoresearch_export.py").write_text(exp)
-    (root / "autoresearch_eval.py").write_text(ev)
+    adopt_fill_in(root, EVAL_FILL)
     train = (root / "train.py").read_text().replace(
         "torch.manual_seed(1337)", 'torch.manual_seed(int(os.environ.get("AUTORESEARCH_SEED", 1337)))')
     (root / "train.py").write_text(train)
