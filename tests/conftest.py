@@ -92,6 +92,15 @@ artifacts = ["out.txt"]
 context = "A toy environment: run.py writes a number, evaluate.py reads it back."
 """
 
+KNOB_X = """
+[[env.knobs]]
+name = "x"
+low = -2.0
+high = 2.0
+baseline = 1.5
+"""
+
+
 def knob_manifest(knobs: str) -> str:
     """The toy manifest with `[[env.knobs]]` tables, without a compute cap: its runs take a few
     milliseconds, so their CPU seconds are all noise."""

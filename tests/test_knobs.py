@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TOY_EVAL, knob_manifest, run_until_settled, write_config
+from conftest import KNOB_X, TOY_EVAL, knob_manifest, run_until_settled, write_config
 
 from autoresearchd.manifest import ManifestError, parse_manifest
 from autoresearchd.tune.knobs import KNOBS_FILE, KnobFileError, knob_env, parse_values
@@ -115,13 +115,7 @@ def test_trial_env_passes_knobs_to_run_quoted():
     assert out.stdout == "AUTORESEARCH_KNOB_ACT=a b'$(x)"
 
 
-KNOB_MANIFEST = knob_manifest("""
-[[env.knobs]]
-name = "x"
-low = -2.0
-high = 2.0
-baseline = 1.5
-""")
+KNOB_MANIFEST = knob_manifest(KNOB_X)
 KNOB_RUN = """import os
 x = float(os.environ.get("AUTORESEARCH_KNOB_X", "1.5"))
 open("out.txt", "w").write(str(x * x))

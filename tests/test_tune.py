@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import TOY_EVAL, knob_manifest, git, run_until_settled, write_config
+from conftest import KNOB_X, TOY_EVAL, knob_manifest, git, run_until_settled, write_config
 
 optuna = pytest.importorskip("optuna", reason="the `tune` extra (optuna) is not installed")
 
@@ -18,13 +18,7 @@ from autoresearchd.store.population import read_population  # noqa: E402
 from autoresearchd.tune.knobs import KNOBS_FILE  # noqa: E402
 from autoresearchd.tune.tuner import rebuild  # noqa: E402
 
-KNOB_MANIFEST = knob_manifest("""
-[[env.knobs]]
-name = "x"
-low = -2.0
-high = 2.0
-baseline = 1.5
-
+KNOB_MANIFEST = knob_manifest(KNOB_X + """
 [[env.knobs]]
 name = "k"
 type = "int"
