@@ -246,3 +246,31 @@ def write_cfg(dir_path, repo_path, extra: str = "") -> Path:
     p = Path(dir_path) / ".autoresearch.toml"
     p.write_text(f'[research]\nrepo = "{repo_path}"\n[llm]\nprovider = "none"\n{extra}')
     return p
+
+
+def race_proposals_into_branches(repo, props: dict, commit_for, read):
+    """The implementer's write order for each proposal (its mark, its branch, then the proposal's
+    deletion), on a thread, while `read()` reads the population in a loop: every read must hold every
+    idea, as a proposal or as a branch. Returns the number of reads and a last read after the writes."""
+    import threading
+    from autoresearchd.store.refs import IDEA_BRANCHES, IDEAS_PREFIX, PROPOSALS_PREFIX
+    done = threading.Event()
+
+    def implement():
+        for idea_id in props:
+            c = commit_for(idea_id)
+            repo.update_ref(IDEAS_PREFIX + idea_id, c)
+            repo.update_ref(f"{IDEA_BRANCHES}explore/{idea_id}", c)
+            repo.delete_ref(PROPOSALS_PREFIX + idea_id)
+        done.set()
+    t = threading.Thread(target=implement)
+    t.start()
+    reads = 0
+    try:
+        while not done.is_set():
+            pop = read()
+            reads += 1
+            assert set(props) <= set(pop.by_id), sorted(set(props) - set(pop.by_id))
+    finally:
+        t.join()
+    return reads, read()

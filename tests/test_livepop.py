@@ -14,7 +14,6 @@ from-scratch `read_population` of the same real git repo:
 from __future__ import annotations
 
 import random
-import threading
 
 import pytest
 
@@ -26,7 +25,7 @@ from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFI
                                       RECORDS_PREFIX, RUNS_REF)
 
 from dashserver import ok_note
-from popbuilder import BASELINE_VALUES, build_population
+from popbuilder import BASELINE_VALUES, build_population, race_proposals_into_branches
 
 BMEAN = sum(BASELINE_VALUES) / 3
 MAIN = "refs/heads/main"
@@ -167,26 +166,9 @@ def test_live_read_never_misses_an_idea_turning_from_proposal_into_branch(tmp_pa
         repo.update_ref(PROPOSALS_PREFIX + idea_id, c)
     live = LivePopulation(repo, MAIN)
     live.refresh()
-    done = threading.Event()
-
-    def implement():
-        for idea_id in props:
-            c = commit_on(repo, main, f"impl {idea_id}", {"Idea-Id": idea_id, "Origin": "explore"})
-            repo.update_ref(IDEAS_PREFIX + idea_id, c)
-            repo.update_ref(f"{IDEA_BRANCHES}explore/{idea_id}", c)
-            repo.delete_ref(PROPOSALS_PREFIX + idea_id)
-        done.set()
-    t = threading.Thread(target=implement)
-    t.start()
-    reads = 0
-    try:
-        while not done.is_set():
-            pop = live.refresh(scan=scan) or live.pop
-            reads += 1
-            assert set(props) <= set(pop.by_id), sorted(set(props) - set(pop.by_id))
-    finally:
-        t.join()
-    final = live.refresh(scan=scan) or live.pop
+    reads, final = race_proposals_into_branches(
+        repo, props, lambda i: commit_on(repo, main, f"impl {i}", {"Idea-Id": i, "Origin": "explore"}),
+        lambda: live.refresh(scan=scan) or live.pop)
     assert reads >= 3 and all(final.by_id[i].branch and not final.by_id[i].proposal for i in props), reads
     assert_same(final, repo)
 

@@ -21,7 +21,7 @@ from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFI
 from autoresearchd.views.dashboard import Snapshot
 
 from dashserver import add_idea, ok_note
-from popbuilder import BASELINE_VALUES, build_population, write_cfg
+from popbuilder import BASELINE_VALUES, build_population, race_proposals_into_branches, write_cfg
 
 BMEAN = sum(BASELINE_VALUES) / 3
 MAIN = "refs/heads/main"
@@ -198,30 +198,12 @@ def test_a_read_never_misses_an_idea_turning_from_proposal_into_branch(tmp_path)
     """The implementer writes the mark, the branch, then deletes the proposal, while the loop reads
     the population on another thread. Every read must hold every idea (as a proposal or as a
     branch): a missed one made the policy undercount its epoch and propose it again."""
-    import threading
     repo = build_population(tmp_path / "r", 0, seed=3)
     n = 30
     props = {f"p{k:02d}": daemon_commit(repo, f"p{k:02d}", f"Proposal {k}") for k in range(n)}
     for idea_id, c in props.items():
         repo.update_ref(PROPOSALS_PREFIX + idea_id, c)
-    done = threading.Event()
-
-    def implement():
-        for idea_id in props:
-            c = daemon_commit(repo, idea_id, f"Proposal {idea_id} implemented")
-            repo.update_ref(IDEAS_PREFIX + idea_id, c)
-            repo.update_ref(f"{IDEA_BRANCHES}explore/{idea_id}", c)
-            repo.delete_ref(PROPOSALS_PREFIX + idea_id)
-        done.set()
-    t = threading.Thread(target=implement)
-    t.start()
-    reads = 0
-    try:
-        while not done.is_set():
-            pop = read_population(repo, MAIN)
-            reads += 1
-            assert set(props) <= set(pop.by_id), sorted(set(props) - set(pop.by_id))
-    finally:
-        t.join()
-    final = read_population(repo, MAIN)
+    reads, final = race_proposals_into_branches(
+        repo, props, lambda i: daemon_commit(repo, i, f"Proposal {i} implemented"),
+        lambda: read_population(repo, MAIN))
     assert reads >= 3 and all(final.by_id[i].branch and not final.by_id[i].proposal for i in props), reads
