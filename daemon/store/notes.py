@@ -21,37 +21,8 @@ from autoresearchd import defaults
 # notes are read by plain `git log` (notes.displayRef), which prints them as they are: no character a
 # terminal would obey may reach a note's text (docs/security.md, "Every byte from an idea is data")
 from autoresearchd.inert import needs_escaping, one_line
-
-
-class Status(str, Enum):
-    # derived states (never written as a result note)
-    QUEUED = "queued"
-    IMPLEMENTING = "implementing"
-    RUNNING = "running"
-    # terminal states, each written as a result note
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"                      # non-zero exit, or no metric reported
-    TIMED_OUT = "timed_out"
-    IMPLEMENT_FAILED = "implement_failed"  # diff never applied / never passed its checks
-    REJECTED = "rejected"                  # unsafe or frozen-touching code, unrelated branch
-    LOST = "lost"                          # host vanished more often than max_retries
-    DUPLICATE = "duplicate"                # same idea text or identical tree as an earlier idea
-    CANCELLED = "cancelled"
-    REFUSED = "refused"                    # evaluation harness differs from the baseline's
-    SUSPICIOUS = "suspicious"              # measured, but tampered with or outside the plausible range
-    OVER_BUDGET = "over_budget"            # measured, but it used more compute than the cap allows
-
-    @property
-    def terminal(self) -> bool:
-        return self not in (Status.QUEUED, Status.IMPLEMENTING, Status.RUNNING)
-
-
-# Decisions a note may carry (engine/judge.py makes them): the best results, and the good ones.
-BEST_DECISIONS = ("promoted", "confirmed")
-GOOD_DECISIONS = ("promoted", "confirmed", "improved")
-
-FAILURES = {Status.FAILED, Status.TIMED_OUT, Status.IMPLEMENT_FAILED, Status.REJECTED,
-            Status.LOST, Status.CANCELLED, Status.REFUSED, Status.SUSPICIOUS, Status.OVER_BUDGET}
+# the vocabulary lives in one module (daemon/vocab.py); re-exported for the note schema's readers
+from autoresearchd.vocab import BEST_DECISIONS, FAILURES, GOOD_DECISIONS, Decision, LeaseState, Status  # noqa: F401
 
 
 class Trial(BaseModel):

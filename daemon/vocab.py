@@ -1,0 +1,101 @@
+"""The daemon's vocabulary: every status, decision, lease state, origin and trial purpose, as enums.
+
+One module, so a decision is spelled once. Each enum is a `str` enum: a member equals its value
+(`Decision.PROMOTED == "promoted"`), so notes written before this module read back unchanged, a
+note's text holds the plain value, and JSON payloads (daemon.json, the dashboard's /api) carry the
+value. A leaf module: it imports nothing from the project, so anything may import it.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Status(str, Enum):
+    """Where an idea stands. The first three are derived (never written as a result note)."""
+    QUEUED = "queued"
+    IMPLEMENTING = "implementing"
+    RUNNING = "running"
+    # terminal states, each written as a result note
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"                      # non-zero exit, or no metric reported
+    TIMED_OUT = "timed_out"
+    IMPLEMENT_FAILED = "implement_failed"  # diff never applied / never passed its checks
+    REJECTED = "rejected"                  # unsafe or frozen-touching code, unrelated branch
+    LOST = "lost"                          # host vanished more often than max_retries
+    DUPLICATE = "duplicate"                # same idea text or identical tree as an earlier idea
+    CANCELLED = "cancelled"
+    REFUSED = "refused"                    # evaluation harness differs from the baseline's
+    SUSPICIOUS = "suspicious"              # measured, but tampered with or outside the plausible range
+    OVER_BUDGET = "over_budget"            # measured, but it used more compute than the cap allows
+
+    # no __str__: notes and views write `.value` (a status's str() has always been `Status.X`)
+    @property
+    def terminal(self) -> bool:
+        return self not in (Status.QUEUED, Status.IMPLEMENTING, Status.RUNNING)
+
+
+class Decision(str, Enum):
+    """What engine/judge.py decided about a measured idea (docs/policies.md, "Decisions")."""
+    PROMOTED = "promoted"          # beats the best so far beyond noise (after confirmation, if asked)
+    PENDING = "pending"            # looked like a new best: confirmation seeds are running
+    CONFIRMED = "confirmed"        # its confirmation seeds held up
+    DEMOTED = "demoted"            # its confirmation seeds did not
+    IMPROVED = "improved"          # beats the baseline beyond noise, not the best
+    WITHIN_NOISE = "within_noise"
+    WORSE = "worse"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class LeaseState(str, Enum):
+    """A trial's state in its lease note (store/notes.py Lease)."""
+    RUNNING = "running"
+    DONE = "done"                  # its result is kept until the note is written
+    LOST = "lost"                  # failed on a healthy host: spends a retry
+    REQUEUED = "requeued"          # a host fault: placed again, no retry spent
+    STALE = "stale"                # a host fault; the trial may live on its host
+    SUPERSEDED = "superseded"      # a twin's result counted
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Origin(str, Enum):
+    """Who an idea came from, as the daemon decided it (never a pushed commit's trailer)."""
+    SEED = "seed"                  # the evolutionary policy's first epoch
+    EXPLOIT = "exploit"
+    EXPLORE = "explore"
+    GREEDY = "greedy"
+    BEST_OF_N = "best_of_n"
+    HUMAN = "human"                # a pushed branch or `autoresearchd queue`
+    TUNE = "tune"                  # a tuned commit (daemon/tune/)
+    BASELINE = "baseline"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Purpose(str, Enum):
+    """Why a trial runs."""
+    BASELINE = "baseline"
+    IDEA = "idea"
+    CONFIRM = "confirm"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# The best results, and the good ones (a dashboard colour, a policy's parent pool).
+BEST_DECISIONS = (Decision.PROMOTED, Decision.CONFIRMED)
+GOOD_DECISIONS = (Decision.PROMOTED, Decision.CONFIRMED, Decision.IMPROVED)
+BAD_DECISIONS = (Decision.WORSE, Decision.DEMOTED)
+# Results that measured the idea's code (a run finished, with or without a value).
+MEASURED = (Status.SUCCEEDED, Status.FAILED, Status.TIMED_OUT)
+FAILURES = frozenset({Status.FAILED, Status.TIMED_OUT, Status.IMPLEMENT_FAILED, Status.REJECTED,
+                      Status.LOST, Status.CANCELLED, Status.REFUSED, Status.SUSPICIOUS, Status.OVER_BUDGET})
+# The origins a policy proposes (counted toward its epochs and max_ideas).
+POLICY_ORIGINS = frozenset({Origin.SEED, Origin.EXPLOIT, Origin.EXPLORE, Origin.GREEDY, Origin.BEST_OF_N})
+# Lease states whose trials are polled each harvest, and that outlive their commit's result note.
+POLLED = (LeaseState.RUNNING, LeaseState.STALE)
