@@ -26,6 +26,7 @@ from typing import Any
 from autoresearchd.config import ConfigError
 from autoresearchd.manifest import EnvManifest, KnobType
 from autoresearchd.store.ideas import Idea, format_message
+from autoresearchd.store.lifecycle import tune_fields as note_fields  # noqa: F401 - the tuner's readers
 from autoresearchd.store.notes import Status
 from autoresearchd.store.refs import IDEA_BRANCHES, IDEAS_PREFIX
 from autoresearchd.tune.knobs import KNOBS_FILE, commit_values, values_file
@@ -87,17 +88,6 @@ def _params(idea: Idea) -> dict[str, Any]:
     except ValueError:
         return {}
     return v if isinstance(v, dict) else {}
-
-
-def note_fields(idea: Idea) -> dict[str, Any]:
-    """The note's `tune` fields of a tuned commit, from its trailers."""
-    tr = idea.trailers
-    knobs = {}
-    try:
-        knobs = json.loads(tr.knobs or "{}")
-    except ValueError:
-        pass
-    return {"study": tr.tune_study, "sampler": tr.tune_sampler, "trial": tr.tune_trial, "knobs": knobs}
 
 
 def rebuild(pop, manifest: EnvManifest, study: str, sampler: str, seed: int, startup: int = 5):

@@ -1,0 +1,190 @@
+"""The lifecycle writer: the only code that moves an idea from one state to the next in git.
+
+It alone creates or moves the idea, proposal, record and archive refs, and writes result and lease
+notes. One typed method per state change (propose, dropped, implemented, failed, tuned, leased,
+result, rejected, linked, cancelled, backfilled). After each result it tells its observers itself
+(the W&B mirror, the dashboard's cache, lessons), so no write path can skip them: before this
+module, a backfilled decision was written straight to the ledger and never reached W&B.
+
+Observers are given at construction (`Lifecycle(repo, observers=[...])`) or added with `observe`
+while the daemon is being built; each is called as `observer(event)` with a `Written`. An observer
+that raises is logged and never stops the loop.
+
+Write order is the crash-safety rule (store/ledger.py): a lease before its trial starts; a log, then
+the result note, then the lease cleared; an implemented idea's mark before its branch, and its
+proposal deleted last.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable, Iterable
+
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.ledger import Ledger
+from autoresearchd.store.notes import Lease, Note
+from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, PROPOSALS_PREFIX,
+                                      RECORDS_PREFIX)
+
+log = logging.getLogger("autoresearchd")
+
+
+def tune_fields(idea) -> dict:
+    """The note's `tune` fields of a tuned commit, from its trailers (docs/notes.md)."""
+    tr = idea.trailers
+    try:
+        knobs = json.loads(tr.knobs or "{}")
+    except ValueError:
+        knobs = {}
+    return {"study": tr.tune_study, "sampler": tr.tune_sampler, "trial": tr.tune_trial, "knobs": knobs}
+
+
+class Change(str, Enum):
+    """The state changes the writer makes (each is one method below)."""
+    PROPOSED = "proposed"          # a proposal ref: recorded before anything is spent on it
+    DROPPED = "dropped"            # a proposal the policy dropped (a duplicate): a record with its note
+    IMPLEMENTED = "implemented"    # the mark and the idea branch; the proposal goes
+    FAILED = "failed"              # implementation failed or was rejected: a record with its note
+    TUNED = "tuned"                # a tuned commit (daemon/tune/): the mark and its branch
+    LEASED = "leased"              # lease notes written or rewritten
+    RESULT = "result"              # a result note from measured trials
+    REJECTED = "rejected"          # the gate refused a commit before it ran
+    LINKED = "linked"              # identical tree: another commit's result, linked
+    CANCELLED = "cancelled"        # trials cancelled (e.g. the baseline moved)
+    BACKFILLED = "backfilled"      # a note gets its baseline, delta and decision after the fact
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# the changes that write a result note: the ones observers of results hear about
+NOTED = (Change.DROPPED, Change.FAILED, Change.RESULT, Change.REJECTED, Change.LINKED, Change.CANCELLED,
+         Change.BACKFILLED)
+
+
+@dataclass(frozen=True)
+class Written:
+    """What one state change wrote, as the observers see it."""
+    change: Change
+    commit: str
+    idea: object | None = None     # store.ideas.Idea, or None for the baseline and records
+    note: Note | None = None
+    ref: str | None = None         # the ref it created or moved, where one
+
+
+Observer = Callable[[Written], None]
+
+
+class Lifecycle:
+    """Writes every idea state change to one research repo and tells the observers."""
+
+    def __init__(self, repo: GitRepo, observers: Iterable[Observer] = ()):
+        self.repo = repo
+        self.ledger = Ledger(repo)       # reads stay public through self.ledger; writes go through here
+        self._observers: list[Observer] = list(observers)
+
+    def observe(self, observer: Observer) -> None:
+        """Add an observer while the daemon is built (app.build_daemon); idempotent."""
+        if observer not in self._observers:
+            self._observers.append(observer)
+
+    @property
+    def observers(self) -> tuple[Observer, ...]:
+        return tuple(self._observers)
+
+    @contextmanager
+    def batch(self):
+        """Every note written inside: one notes commit per notes ref (store/gitnotes.py)."""
+        with self.repo.notes_batch():
+            yield
+
+    def _tell(self, event: Written) -> None:
+        for obs in self._observers:
+            try:
+                obs(event)
+            except Exception:  # noqa: BLE001 - an observer must never stop the loop
+                log.exception("observer of %s failed", event.change)
+
+    def _note(self, change: Change, commit: str, idea, note: Note) -> Note:
+        if note.model_config.get("frozen"):
+            note = note.model_copy()        # a population's note is shared (store/frozen.py): write a copy
+        if idea is not None and change != Change.BACKFILLED:
+            # the daemon's record of provenance: for a pushed commit this, not its trailers, is the truth
+            note.origin, note.epoch = idea.origin, idea.epoch
+            if idea.trailers.tune_study:       # believed: only the daemon's own commits keep trailers
+                note.tune = tune_fields(idea)
+        self.ledger.write_note(commit, note)
+        if idea is not None and idea.branch and idea.branch.startswith(IDEA_BRANCHES):
+            self.archive(commit)            # survives a force-push or deletion of the branch
+        self._tell(Written(change, commit, idea, note))
+        return note
+
+    # -- proposals and implementations --------------------------------------------------------------
+    def propose(self, idea_id: str, commit: str) -> None:
+        self.repo.update_ref(PROPOSALS_PREFIX + idea_id, commit)
+        self._tell(Written(Change.PROPOSED, commit, ref=PROPOSALS_PREFIX + idea_id))
+
+    def dropped(self, idea_id: str, commit: str, note: Note) -> None:
+        """A proposal dropped before implementation: its note, then its record."""
+        self.ledger.write_note(commit, note)
+        self.repo.update_ref(RECORDS_PREFIX + idea_id, commit)
+        self._tell(Written(Change.DROPPED, commit, note=note, ref=RECORDS_PREFIX + idea_id))
+
+    def implemented(self, idea_id: str, commit: str, branch: str) -> None:
+        # the mark first: it is what makes the population believe this commit's trailers
+        self.repo.update_ref(IDEAS_PREFIX + idea_id, commit)
+        self.repo.update_ref(branch, commit)
+        self.repo.delete_ref(PROPOSALS_PREFIX + idea_id)
+        self._tell(Written(Change.IMPLEMENTED, commit, ref=branch))
+
+    def failed(self, idea_id: str, record: str, note: Note) -> None:
+        """Implementation failed (or a safety rule refused it): the note, the record, then the
+        proposal goes."""
+        self.ledger.write_note(record, note)
+        self.repo.update_ref(RECORDS_PREFIX + idea_id, record)
+        self.repo.delete_ref(PROPOSALS_PREFIX + idea_id)
+        self._tell(Written(Change.FAILED, record, note=note, ref=RECORDS_PREFIX + idea_id))
+
+    def tuned(self, idea_id: str, commit: str, branch: str) -> None:
+        self.repo.update_ref(IDEAS_PREFIX + idea_id, commit)    # the mark first, as for implemented
+        self.repo.update_ref(branch, commit)
+        self._tell(Written(Change.TUNED, commit, ref=branch))
+
+    # -- trials ---------------------------------------------------------------------------------------
+    def archive(self, commit: str) -> None:
+        """Keep a commit that runs or ran: a branch deleted or force-pushed meanwhile loses nothing."""
+        self.repo.update_ref(ARCHIVE_PREFIX + commit, commit)
+
+    def leased(self, commit: str, leases: list[Lease]) -> None:
+        """Write the commit's lease note as given (an empty list removes it)."""
+        self.ledger.write_leases(commit, leases)
+
+    def store_log(self, name: str, data: bytes) -> str:
+        """Anchor a trial's or a transcript's log blob; returns its sha."""
+        return self.ledger.store_log(name, data)
+
+    def result(self, commit: str, idea, note: Note, kept: list[Lease] | None = None) -> Note:
+        """A result note from measured trials; then the leases still kept (None: left as they are)."""
+        written = self._note(Change.RESULT, commit, idea, note)
+        if kept is not None:
+            self.ledger.write_leases(commit, kept)
+        return written
+
+    def rejected(self, idea, note: Note) -> Note:
+        return self._note(Change.REJECTED, idea.commit, idea, note)
+
+    def linked(self, idea, note: Note) -> Note:
+        return self._note(Change.LINKED, idea.commit, idea, note)
+
+    def cancelled(self, commit: str, idea, note: Note, kept: list[Lease]) -> Note:
+        written = self._note(Change.CANCELLED, commit, idea, note)
+        self.ledger.write_leases(commit, kept)
+        return written
+
+    def backfilled(self, commit: str, idea, note: Note) -> Note:
+        """The note's baseline, delta and decision filled in after the fact (provenance unchanged)."""
+        return self._note(Change.BACKFILLED, commit, idea, note)
