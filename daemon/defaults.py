@@ -51,6 +51,9 @@ MAX_RETRIES = 2              # lost trials are requeued this many times
 # given up only after this many host faults, each on a host that had just passed its probe.
 MAX_HOST_FAULTS = 8
 BASELINE_MOVE_SCAN = 20      # at start: first-parent ancestors of the baseline searched for an old baseline's live seeds
+DIFF_BASE_SCAN = 50
+"""First-parent ancestors of a pushed idea searched for the nearest measured commit its change is shown
+against (store/diffbase.py); past them, its merge-base with the baseline. A push is rarely deeper."""
 # Circuit breaker of a faulty host: it is probed again after 2 s, then 4, 8, ... at most 60 s; it gets
 # no new trial until a probe passes (connects, the work root is writable, enough free space).
 HOST_PROBE_S = (2.0, 60.0)

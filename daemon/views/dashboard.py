@@ -18,6 +18,7 @@ import shlex
 import time
 
 from autoresearchd import defaults
+from autoresearchd.store.diffbase import diff_base
 from autoresearchd.goal import better, sign
 from autoresearchd.runners.trialdir import SECRET_NAME
 from autoresearchd.store.notes import BEST_DECISIONS, GOOD_DECISIONS, Status
@@ -258,8 +259,9 @@ class Snapshot:
         repo, n, red = self.research.repo, i.note, (lambda t: redact(t, self.secrets))
         branch = branch_name(i.branch)
         diff, truncated = "", False
-        if i.base_commit and i.commit:
-            diff = repo.diff(i.base_commit, i.commit) or ""
+        base = diff_base(repo, i, self.pop.baseline_commit, self.pop.by_commit.__contains__)
+        if base and i.commit:
+            diff = repo.diff(base, i.commit) or ""
             if len(diff) > defaults.SERVE_DIFF_BYTES:
                 diff, truncated = diff[:defaults.SERVE_DIFF_BYTES], True
         transcript = i.trailers.transcript or (n.log if n and not i.branch else None)

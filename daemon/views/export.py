@@ -3,7 +3,8 @@ paper's published trajectories (`idea`, `code_diff`, `epoch`, `result`) plus our
 
 Each record:
   idea       the full idea text (title, blank line, body), as the ideator wrote it
-  code_diff  the idea commit's diff against its first parent; for an idea that was never
+  code_diff  the idea commit's diff against its first parent (a pushed idea: against its nearest
+             measured ancestor or its merge-base with the baseline, store/diffbase.py); for an idea that was never
              implemented, the first diff the implementer tried (from its transcript)
   revisions  for such an idea, the diffs of the later attempts (the replay provider serves them)
   epoch, result (the metric value, null when the idea produced none)
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from autoresearchd.store.diffbase import diff_base, is_pushed
 from autoresearchd.store.refs import branch_name
 from autoresearchd.views.summary import idea_tokens, idea_usd, load
 from autoresearchd.views.versus import baseline_running, versus
@@ -47,7 +49,11 @@ def _transcripts(repo, ideas) -> dict[str, list]:
 def records(cfg) -> list[dict]:
     research, pop = load(cfg)
     repo, m = research.repo, research.manifest
-    diffs = repo.diffs_first_parent([i.commit for i in pop.ideas if i.commit and i.branch])
+    diffs = repo.diffs_first_parent([i.commit for i in pop.ideas if i.commit and i.branch and not is_pushed(i)])
+    for i in pop.ideas:      # a pushed idea: its whole change, as the gate checked it (store/diffbase.py)
+        if i.commit and i.branch and is_pushed(i):
+            base = diff_base(repo, i, pop.baseline_commit, pop.by_commit.__contains__)
+            diffs[i.commit] = repo.diff(base, i.commit) if base else ""
     attempts = _transcripts(repo, pop.ideas)
     waiting = baseline_running(pop, (pop.baseline_note.seeds_planned if pop.baseline_note else None)
                                or cfg.policy.baseline_seeds)

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autoresearchd import defaults
+from autoresearchd.store.diffbase import diff_base
 from autoresearchd.store.notes import Status
 from autoresearchd.store.refs import NOTES_REF, branch_name
 from autoresearchd.views.progress import running_trials
@@ -256,9 +257,10 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
     console.print()
     _plain(console, textwrap.indent(idea.text, "  "))   # the idea's own words: no line of it starts as the view's
     console.print()
-    if idea.base_commit and idea.commit and idea.branch:
+    base = diff_base(repo, idea, pop.baseline_commit, pop.by_commit.__contains__)
+    if base and idea.commit and idea.branch:
         console.print("[bold]diff[/]" if diff else "[bold]diffstat[/] (--diff for the full diff)")
-        _plain(console, repo.diff(idea.base_commit, idea.commit, stat=not diff) or "(no change)")
+        _plain(console, repo.diff(base, idea.commit, stat=not diff) or "(no change)")
     text = repo.note_read(NOTES_REF, idea.commit) if idea.commit else None
     if text and idea.note is not None:
         _versus(console, idea, pop, cfg)

@@ -25,6 +25,7 @@ import threading
 from pathlib import Path
 
 from autoresearchd import defaults
+from autoresearchd.store.diffbase import diff_base
 from autoresearchd.store.notes import delta_kind, mean_delta
 from autoresearchd.store.refs import branch_name
 from autoresearchd.views.safe import html_text
@@ -54,8 +55,10 @@ def _run_id(text: str) -> str:
 class WandbMirror:
     """Callable observer: mirror(commit, idea_or_None, note)."""
 
-    def __init__(self, wcfg, manifest, *, repo=None, dir: str | Path | None = None, background: bool = True):
+    def __init__(self, wcfg, manifest, *, repo=None, dir: str | Path | None = None, background: bool = True,
+                 baseline_ref: str | None = None):
         self.cfg, self.manifest, self.repo = wcfg, manifest, repo
+        self.baseline_ref = baseline_ref      # a pushed idea's diff is against its merge-base with it
         self.dir = Path(dir) if dir else None
         self.enabled = bool(wcfg.enabled) and wcfg.mode != "disabled"
         self.background = background
@@ -109,7 +112,8 @@ class WandbMirror:
         if self.repo is None or idea is None or not idea.base_commit or not idea.branch:
             return ""
         try:
-            return self.repo.diff(idea.base_commit, commit)[:defaults.WANDB_MAX_DIFF]
+            base = diff_base(self.repo, idea, self.baseline_ref)
+            return self.repo.diff(base, commit)[:defaults.WANDB_MAX_DIFF]
         except Exception:  # noqa: BLE001 - a missing diff must not lose the run
             return ""
 
@@ -186,7 +190,8 @@ def attach(daemon, cfg) -> WandbMirror | None:
         return None
     from autoresearchd.store.gitrepo import state_dir
     wdir = os.environ.get("WANDB_DIR") or str(state_dir(daemon.repo))
-    mirror = WandbMirror(cfg.wandb, daemon.research.manifest, repo=daemon.repo, dir=wdir)
+    mirror = WandbMirror(cfg.wandb, daemon.research.manifest, repo=daemon.repo, dir=wdir,
+                         baseline_ref=daemon.research.baseline_ref)
     daemon.dispatcher.on_note.append(mirror)
     atexit.register(mirror.close)
     log.info("mirroring results to W&B project %s (%s mode)", cfg.wandb.project, cfg.wandb.mode)
