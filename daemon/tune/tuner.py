@@ -176,7 +176,7 @@ class Tuner:
                     break
                 out.append(branch)
                 # the next suggestion of this round sees this one as running, as a rebuild would
-                members.append(Idea(idea_id=f"{study}-t{number}", commit=None, title="", text="", origin="tune",
+                members.append(Idea(idea_id=f"{study}-t{number}", commit=None, title="", text="",
                                     trailers=_trailers(study, self.t.sampler, number, params)))
                 open_ += 1
                 pop = _with(pop, members[-1])
