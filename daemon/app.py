@@ -49,7 +49,8 @@ def default_replay_file(cfg: Config, research: Research) -> Path | None:
 
 
 def restore_spend(provider, research: Research) -> None:
-    """The budget counts what earlier runs of the daemon already spent (from the commit trailers)."""
+    """The budget counts what earlier runs of the daemon already spent (store/spend.py: the notes, then
+    the daemon's own trailers)."""
     from autoresearchd.store.population import read_population
     pop = read_population(research.repo, research.baseline_ref)
     spent = total(pop.ideas)                # the one spend rule (store/spend.py), as `status` sums it
