@@ -252,6 +252,14 @@ def test_every_reader_names_the_same_best(world):
         d.dispatcher._pool.shutdown()
 
 
+def test_the_tuner_tunes_the_same_best(world):
+    pytest.importorskip("optuna", reason="the tuner needs Optuna (the `tune` extra)")
+    from autoresearchd.tune.tuner import Tuner
+    goal, repo, sha, cfg, research, pop = world
+    cfg.tune.studies = 2
+    assert [idea.commit for _, _, idea in Tuner(research, cfg).targets(pop)] == [sha["C"], sha["P"]]
+
+
 def test_running_totals_move_to_the_same_facts(tmp_path):
     """The dashboard's running totals, advanced by one changed note (N's, which disagrees with its
     trailers), equal the from-scratch figures: the same spend, arms and best."""
