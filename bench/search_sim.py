@@ -234,9 +234,9 @@ class Run:
                 self.m["usd"] += p.cost_usd
                 commit = _sha(self.w.seed, len(self.ideas), p.text)
                 idea = Idea(idea_id=make_idea_id(p.text, p.epoch, commit[:6]), commit=commit, title=p.title,
-                            text=p.text, origin=p.origin, parents=p.parents, epoch=p.epoch,
-                            base_commit=p.base_commit, committed_at=len(self.ideas),
-                            trailers=Trailers(idea_model=p.model, idea_cost_usd=float(f"{p.cost_usd:.6f}")))
+                            text=p.text, base_commit=p.base_commit, committed_at=len(self.ideas),
+                            trailers=Trailers(origin=p.origin, parents=tuple(p.parents), epoch=p.epoch,
+                                              idea_model=p.model, idea_cost_usd=float(f"{p.cost_usd:.6f}")))
                 self.m["models"][p.model] = self.m["models"].get(p.model, 0) + 1
                 if p.dropped_reason:
                     idea.note = Note(status=Status.DUPLICATE, duplicate_of=p.duplicate_of, error=p.dropped_reason)

@@ -218,9 +218,9 @@ class Search:
             self.m["usd"] += p.cost_usd
             commit = _sha(self.w.seed, len(self.ideas), p.text)
             idea = Idea(idea_id=make_idea_id(p.text, p.epoch, commit[:6]), commit=commit, title=p.title,
-                        text=p.text, origin=p.origin, parents=p.parents, epoch=p.epoch,
-                        base_commit=p.base_commit, committed_at=len(self.ideas),
-                        trailers=Trailers(idea_model=p.model))
+                        text=p.text, base_commit=p.base_commit, committed_at=len(self.ideas),
+                        trailers=Trailers(origin=p.origin, parents=tuple(p.parents), epoch=p.epoch,
+                                          idea_model=p.model))
             if p.dropped_reason:
                 idea.note = Note(status=Status.DUPLICATE, duplicate_of=p.duplicate_of, error=p.dropped_reason)
                 self.ideas.append(idea)

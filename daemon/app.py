@@ -15,6 +15,7 @@ from autoresearchd import defaults
 from autoresearchd.config import Config, ConfigError
 from autoresearchd.research import Research, open_research
 from autoresearchd.store import gitrepo
+from autoresearchd.store.spend import total
 
 log = logging.getLogger("autoresearchd")
 
@@ -48,13 +49,13 @@ def default_replay_file(cfg: Config, research: Research) -> Path | None:
 
 
 def restore_spend(provider, research: Research) -> None:
-    """The budget counts what earlier runs of the daemon already spent (from the commit trailers)."""
+    """The budget counts what earlier runs of the daemon already spent (store/spend.py: the notes, then
+    the daemon's own trailers)."""
     from autoresearchd.store.population import read_population
     pop = read_population(research.repo, research.baseline_ref)
-    for i in pop.ideas:
-        cost = i.cost_usd if i.cost_usd is not None else (i.trailers.idea_cost_usd or 0.0)
-        provider.budget.usd += cost
-        provider.budget.input_tokens += i.tokens or 0
+    spent = total(pop.ideas)                # the one spend rule (store/spend.py), as `status` sums it
+    provider.budget.usd += spent.usd
+    provider.budget.input_tokens += spent.tokens
     # calls (llm.max_calls) are not in git: the ledger in the state dir counts them across restarts
     provider.budget.restore(str(gitrepo.state_dir(research.repo) / "llm_calls.jsonl"))
 

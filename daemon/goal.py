@@ -26,7 +26,8 @@ def gain(value: float, ref: float, goal: str) -> float:
 
 
 def best(items: Iterable[T], goal: str, key: Callable[[T], float] = lambda x: x) -> T:
-    """The best of items (the first of equals); items must not be empty."""
+    """The best of items (the first of equals); items must not be empty. Ideas are ranked by
+    store/ranking.py, whose ties are broken by the evidence, then the commit time, then the id."""
     return (min if goal == "min" else max)(items, key=key)
 
 

@@ -1,7 +1,8 @@
 """Which model of an ensemble (`[llm] ensemble`) proposes the next batch: UCB1 on improvement per dollar.
 
 Everything is read back from git. The model that proposed an idea is its `Idea-Model` trailer (the
-`Model` trailer names the implementer's model); its cost is the `Idea-Cost-USD` trailer (the proposing
+`Model` trailer names the implementer's model); its cost is the idea's ideation spend by the one spend
+rule (store/spend.py: the note's `cost.ideation`, else the `Idea-Cost-USD` trailer: the proposing
 call's share, and any judge or lessons call billed to it). An idea's gain is its measured improvement
 over the baseline (goal-aware, 0 when it did not improve, failed, or was dropped as a duplicate); ideas
 still waiting for a result count as proposals, not as gains.
@@ -23,13 +24,16 @@ from collections import Counter
 from autoresearchd import defaults
 from autoresearchd.goal import gain as goal_gain      # this module's own gain() is per idea
 from autoresearchd.store.notes import Status
+from autoresearchd.store.spend import idea_spend
+
 
 def idea_model(idea) -> str | None:
     return idea.trailers.idea_model
 
 
 def idea_cost(idea) -> float:
-    return idea.trailers.idea_cost_usd or 0.0
+    """What proposing the idea cost (its model's bill): the ideation part of the one spend rule."""
+    return idea_spend(idea).ideation_usd
 
 
 def compute_usd(idea, usd_per_gpu_hour: float) -> float:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 
 from autoresearchd import defaults
-from autoresearchd.goal import sign
+from autoresearchd.store import ranking
 
 from .common import BatchPlan, LLMPolicy
 from .diversity import diverse_sample, island_candidates
@@ -57,7 +57,7 @@ def exploit_candidates(population, env, demoted: bool = False) -> tuple[list, li
     base = population.baseline_value
     if base is not None:
         ok = [i for i in ok if env.better(i.value, base)]
-    ok.sort(key=lambda i: (sign(env.goal) * i.value, i.idea_id))
+    ok = ranking.ranked(ok, env.goal)         # best first, in the one order of "best"
     preferred = [i for i in ok if i.note.decision in PREFERRED]
     return preferred, [i for i in ok if i.note.decision not in PREFERRED]
 
@@ -110,8 +110,7 @@ class EvolutionaryPolicy(LLMPolicy):
         if population.baseline_value is None:
             shown = (preferred + others)[:m]          # no baseline: the best measured ideas
         elif cfg.inspiration == "top_diverse":
-            ranked = sorted(preferred + others, key=lambda i: sign(env.goal) * i.value)
-            shown = ranked[:max(1, m // 2)]
+            shown = ranking.ranked(preferred + others, env.goal)[:max(1, m // 2)]
             rest = [i for i in history(population) if i not in shown
                     and not (i.note and i.note.decision == "demoted")]
             extra = diverse_sample(rest, m - len(shown), rng)

@@ -9,7 +9,7 @@ chain of changes that led to the best version and the recent failures with their
 from __future__ import annotations
 
 from autoresearchd import defaults
-from autoresearchd.goal import sign
+from autoresearchd.store.ranking import best_of
 from autoresearchd.store.notes import FAILURES
 
 from .common import BatchPlan, LLMPolicy
@@ -26,9 +26,7 @@ def greedy_base(population, env):
     if base is not None:
         ok = [i for i in ok if env.better(i.value, base)]
     pool = [i for i in ok if i.note.decision in PREFERRED] or ok
-    if not pool:
-        return None
-    return min(pool, key=lambda i: (sign(env.goal) * i.value, i.idea_id))
+    return best_of(pool, env.goal)            # the one order of "best" (store/ranking.py)
 
 
 def lineage(idea, population) -> list:

@@ -226,8 +226,9 @@ def _idea(idea_id, origin, value, hours, parents=()):
     from autoresearchd.store.ideas import Idea
     from autoresearchd.store.notes import Note, Status
     note = Note(status=Status.SUCCEEDED if value is not None else Status.FAILED, value=value, cpu_s=hours * 3600)
-    return Idea(idea_id=idea_id, commit=idea_id * 5, title=idea_id, text="", origin=origin, parents=list(parents),
-                note=note)
+    from autoresearchd.store.trailers import Trailers
+    return Idea(idea_id=idea_id, commit=idea_id * 5, title=idea_id, text="",
+                trailers=Trailers(origin=origin, parents=tuple(parents)), note=note)
 
 
 def _pop(*ideas):

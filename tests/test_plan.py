@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from autoresearchd.engine.plan import Job, baseline_complete, missing_seeds, order_key, seeds_needed, settled
 from autoresearchd.store.ideas import Idea
+from autoresearchd.store.trailers import Trailers
 from autoresearchd.store.notes import Lease, Note, Status, Trial
 from autoresearchd.store.population import Population
 
@@ -46,8 +47,8 @@ def test_baseline_complete_waits_for_every_planned_seed_unless_one_failed():
 
 
 def idea(n, origin="exploit", epoch=0, **kw):
-    return Idea(idea_id=f"i{n}", commit=f"{n:040x}", title=f"idea {n}", text="", origin=origin, epoch=epoch,
-                committed_at=n, **kw)
+    return Idea(idea_id=f"i{n}", commit=f"{n:040x}", title=f"idea {n}", text="",
+                trailers=Trailers(origin=origin, epoch=epoch), committed_at=n, **kw)
 
 
 def test_order_baseline_then_humans_then_confirmations_then_oldest_llm_ideas():

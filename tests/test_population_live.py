@@ -180,7 +180,8 @@ def test_cached_notes_and_commits_cannot_be_changed_in_place(tmp_path):
             change()
     with pytest.raises(TypeError):
         population._IDEAS[i.commit]["title"] = "changed"
-    assert isinstance(population._IDEAS[i.commit]["parents"], tuple)
+    assert isinstance(population._IDEAS[i.commit]["trailers"].parents, tuple)   # parents: a fact of the trailers
+    assert population._IDEAS[i.commit]["leases"] == ()
     with pytest.raises(ValidationError, match="frozen"):
         i.trailers.origin = "changed"
     mine = n.model_copy(deep=True)                   # the way to change a note: a mutable copy

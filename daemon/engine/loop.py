@@ -28,6 +28,7 @@ from autoresearchd.engine.plan import Job, baseline_jobs_open, missing_seeds, or
 from autoresearchd.store import gitrepo, parsecache
 from autoresearchd.store.livepop import LivePopulation
 from autoresearchd.store.population import Population
+from autoresearchd.store.spend import gpu_hours
 
 log = logging.getLogger("autoresearchd")
 logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: max instances" is by design
@@ -144,7 +145,7 @@ class Daemon:
         if self.llm is not None and self.llm.budget.exhausted:
             return "LLM budget exhausted"
         if d.max_gpu_hours is not None:
-            gpu_h = sum((i.note.gpu_s or 0) for i in pop.ideas if i.note) / 3600
+            gpu_h = gpu_hours(pop, self.research.manifest.gpus)     # the one spend rule, as `status` shows it
             if gpu_h >= d.max_gpu_hours:
                 return f"GPU-hour budget reached ({gpu_h:.2f} h)"
         if d.target is not None:

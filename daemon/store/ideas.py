@@ -56,25 +56,73 @@ def sanitize_ref_component(name: str) -> str:
 
 @dataclass
 class Idea:
+    """One idea as read from git: its sources (the message, the daemon's own `trailers`, the result
+    `note`, the leases) and, for a pushed commit, the daemon's placement of it. Each provenance and
+    spend fact (origin, epoch, parents, model, attempts, tokens, cost_usd) is derived from those by one
+    rule (the properties below, docs/notes.md "One source for each fact"), never copied: the daemon's
+    note first, then the daemon's own trailers (a pushed commit has none: `as_pushed`), then the
+    daemon's placement of a pushed commit, then nothing."""
     idea_id: str
     commit: str | None
     title: str
     text: str
-    origin: str = "seed"
-    parents: list[str] = field(default_factory=list)
-    epoch: int = 0
     branch: str | None = None
     tree: str | None = None
     base_commit: str | None = None      # the first parent of the idea commit
-    model: str | None = None
-    attempts: int | None = None
-    tokens: int | None = None
-    cost_usd: float | None = None
-    trailers: Trailers = field(default_factory=Trailers)
+    trailers: Trailers = field(default_factory=Trailers)    # the daemon's own; empty for a pushed commit
     note: Note | None = None
     leases: list[Lease] = field(default_factory=list)
     committed_at: int = 0
     proposal: bool = False              # proposed, not yet implemented (refs/autoresearch/proposals/)
+    # a pushed commit's lineage and epoch as the daemon places it (population._placements): None for
+    # the daemon's own commits, whose trailers say
+    placed_parents: list[str] | None = None
+    placed_epoch: int | None = None
+
+    # -- facts, each from its sources by one precedence: note > own trailers > placement > default --
+    @property
+    def origin(self) -> str:
+        n = self.note
+        if n is not None and n.origin:
+            return n.origin
+        return self.trailers.origin or "human"
+
+    @property
+    def epoch(self) -> int:
+        n = self.note
+        if n is not None and n.epoch is not None:
+            return n.epoch
+        if self.trailers.epoch is not None:
+            return self.trailers.epoch
+        return self.placed_epoch or 0
+
+    @property
+    def parents(self) -> list[str]:
+        """The ideas it builds on (a note does not record them): the trailers', else the placement's."""
+        if self.placed_parents is not None:
+            return self.placed_parents
+        return list(self.trailers.parents)
+
+    @property
+    def model(self) -> str | None:
+        return self.trailers.model
+
+    @property
+    def attempts(self) -> int | None:
+        return self.trailers.attempts
+
+    @property
+    def tokens(self) -> int | None:
+        """LLM tokens spent on the implemented idea: the note's, else the Tokens trailer (store/spend.py
+        adds a proposal's Idea-Tokens for the spend of an idea not implemented yet)."""
+        n = self.note
+        return n.tokens if n is not None and n.tokens is not None else self.trailers.tokens
+
+    @property
+    def cost_usd(self) -> float | None:
+        """LLM USD spent on the implemented idea: the note's, else the Cost-USD trailer."""
+        n = self.note
+        return n.cost_usd if n is not None and n.cost_usd is not None else self.trailers.cost_usd
 
     @property
     def status(self) -> Status:
@@ -137,9 +185,7 @@ def idea_from_commit(commit: str, tree: str, first_parent: str | None, message: 
     title, body, raw = parse_message(message)
     tr = parse_trailers(raw)
     return Idea(idea_id=tr.idea_id or pushed_id(commit), commit=commit, title=title, text=body or title,
-                origin=tr.origin or "human", parents=list(tr.parents), epoch=tr.epoch or 0, branch=branch,
-                tree=tree, base_commit=first_parent, model=tr.model, attempts=tr.attempts,
-                tokens=tr.tokens, cost_usd=tr.cost_usd, trailers=tr, committed_at=committed_at)
+                branch=branch, tree=tree, base_commit=first_parent, trailers=tr, committed_at=committed_at)
 
 
 def pushed_id(commit: str) -> str:
@@ -149,6 +195,7 @@ def pushed_id(commit: str) -> str:
 def as_pushed(idea: Idea) -> Idea:
     """A commit the daemon did not write. Its message is kept as the idea (title and body, trailers
     left out of the text), but provenance is the daemon's to decide: an `Origin: seed`, `Epoch: 99` or
-    `Cost-USD: 1e9` line in a pushed commit must not move the origin, the epoch or the budget."""
-    return replace(idea, idea_id=pushed_id(idea.commit or ""), origin="human", parents=[], epoch=0, model=None,
-                   attempts=None, tokens=None, cost_usd=None, trailers=Trailers())
+    `Cost-USD: 1e9` line in a pushed commit must not move the origin, the epoch or the budget. Its
+    trailers are dropped, so every fact derived from them is the daemon's (origin `human`, no parents
+    until placed, no spend)."""
+    return replace(idea, idea_id=pushed_id(idea.commit or ""), trailers=Trailers(), placed_parents=[])

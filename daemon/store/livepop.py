@@ -311,7 +311,7 @@ class LivePopulation:
             epoch = i.note.epoch if i.note is not None and i.note.epoch is not None else current
             prev = self._placed.get(ref)
             if prev is None or prev[0] is not i or prev[1].parents != parents or prev[1].epoch != epoch:
-                prev = (i, dataclasses.replace(i, parents=parents, epoch=epoch))
+                prev = (i, dataclasses.replace(i, placed_parents=parents, placed_epoch=epoch))
             placed[ref] = prev
             if self._shown[ref] is not prev[1]:
                 self._shown[ref] = prev[1]

@@ -96,8 +96,7 @@ def note_from(p: tuple) -> FrozenNote:
 
 def idea_plain(fields) -> dict:
     tr = fields["trailers"]
-    return dict(fields, parents=list(fields["parents"]),
-                trailers=(dict(tr.__dict__), sorted(tr.__pydantic_fields_set__)))
+    return dict(fields, trailers=(dict(tr.__dict__), sorted(tr.__pydantic_fields_set__)))
 
 
 def idea_from(p: dict) -> MappingProxyType:
@@ -106,7 +105,7 @@ def idea_from(p: dict) -> MappingProxyType:
     object.__setattr__(tr, "__pydantic_extra__", None)
     object.__setattr__(tr, "__pydantic_fields_set__", set(p["trailers"][1]))
     object.__setattr__(tr, "__pydantic_private__", None)
-    return MappingProxyType(dict(p, parents=tuple(p["parents"]), trailers=tr))
+    return MappingProxyType(dict(p, trailers=tr))
 
 
 def size() -> int:

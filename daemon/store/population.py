@@ -23,11 +23,11 @@ from types import MappingProxyType
 from dataclasses import dataclass, field
 
 from autoresearchd import defaults
-from autoresearchd.goal import best
 from autoresearchd.store.frozen import freeze_parsed
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import Idea, as_pushed, idea_from_commit
 from autoresearchd.store.notes import Note, Status, parse_leases, parse_note
+from autoresearchd.store.ranking import best_of
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, HEADS, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF, PROPOSALS_PREFIX,
                                       RECORDS_PREFIX, RUNS_REF)
 
@@ -106,12 +106,9 @@ class Population:
         """The best measured idea, the one definition of "best": confirmed=True only promoted or
         confirmed results (the best *result*), False only the others (the best unconfirmed value),
         None any; `exclude` leaves out one commit (the idea being judged). Results measured against an
-        old baseline are never best (`stale`)."""
-        cands = [i for i in self.comparable() if (exclude is None or i.commit != exclude)
-                 and (confirmed is None or i.confirmed == confirmed)]
-        if not cands:
-            return None
-        return best(cands, goal, key=lambda i: i.value)
+        old baseline are never best (`stale`). Ties: store/ranking.py, the one order."""
+        return best_of((i for i in self.comparable() if (exclude is None or i.commit != exclude)
+                        and (confirmed is None or i.confirmed == confirmed)), goal)
 
     def resolve(self, ref: str) -> Idea | None:
         """Find an idea by id, id prefix, branch name, or commit prefix."""
@@ -230,14 +227,14 @@ def _parse_idea(sha: str, raw: bytes) -> MappingProxyType:
     """The fields of the idea a commit shows, as the parse cache holds them (trailers: a frozen model)."""
     tree, parents, msg, ts = _parse_commit(raw)
     i = idea_from_commit(sha, tree, parents[0] if parents else None, msg, None, ts)
-    return MappingProxyType(dict(vars(i), parents=tuple(i.parents)))
+    return MappingProxyType(dict(vars(i), leases=()))
 
 
 def _make_idea(ref: str, sha: str, own: set[str], note_blob: str | None, lease_blob: str | None,
                objs: dict[str, bytes]) -> Idea:
     """The idea a ref shows (before pushed ideas are placed): a fresh object, free for the caller."""
     fields = _IDEAS.get_or(sha, lambda: _parse_idea(sha, objs[sha]))     # immutable: each idea gets its own lists
-    idea = Idea(**dict(fields, parents=list(fields["parents"]), leases=[]))
+    idea = Idea(**dict(fields, leases=[]))
     on_branch = ref.startswith((IDEA_BRANCHES, ARCHIVE_PREFIX))
     if on_branch and sha not in own:
         idea = as_pushed(idea)
@@ -295,7 +292,7 @@ def _read_population(repo: GitRepo, baseline_ref: str) -> Population:
         ideas.append(_make_idea(ref, sha, own, note_list.get(sha), lease_list.get(sha), objs))
     _by_time(ideas)
     for k, parents, epoch in list(_placements(ideas, own)):
-        ideas[k].parents, ideas[k].epoch = parents, epoch     # fresh copies: safe to set in place
+        ideas[k].placed_parents, ideas[k].placed_epoch = parents, epoch     # fresh copies: safe to set in place
     return Population(ideas, baseline, *_baseline_notes(baseline, note_list.get(baseline), lease_list.get(baseline),
                                                            objs), at_baseline=_at_baseline(refs, baseline))
 

@@ -27,6 +27,7 @@ from autoresearchd.config import ConfigError
 from autoresearchd.manifest import EnvManifest, KnobType
 from autoresearchd.store.ideas import Idea, format_message
 from autoresearchd.store.lifecycle import tune_fields as note_fields  # noqa: F401 - the tuner's readers
+from autoresearchd.store import ranking
 from autoresearchd.store.notes import Status
 from autoresearchd.store.refs import IDEA_BRANCHES, IDEAS_PREFIX
 from autoresearchd.tune.knobs import KNOBS_FILE, commit_values, values_file
@@ -134,8 +135,7 @@ class Tuner:
         continues its own study); the baseline when no idea is confirmed yet."""
         m = self.research.manifest
         out: list[tuple[str, str, Idea | None]] = []
-        ranked = sorted((i for i in pop.comparable() if i.confirmed),
-                        key=lambda i: i.value if m.goal == "min" else -i.value)
+        ranked = ranking.ranked((i for i in pop.comparable() if i.confirmed), m.goal)   # the one order of "best"
         for i in ranked:
             root = i
             if i.trailers.tune_study:            # a tuned commit (the sampler's or a routed LLM idea's)
@@ -176,7 +176,7 @@ class Tuner:
                     break
                 out.append(branch)
                 # the next suggestion of this round sees this one as running, as a rebuild would
-                members.append(Idea(idea_id=f"{study}-t{number}", commit=None, title="", text="", origin="tune",
+                members.append(Idea(idea_id=f"{study}-t{number}", commit=None, title="", text="",
                                     trailers=_trailers(study, self.t.sampler, number, params)))
                 open_ += 1
                 pop = _with(pop, members[-1])

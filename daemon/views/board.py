@@ -13,7 +13,6 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 
-from autoresearchd.goal import sign
 from autoresearchd.store.notes import FAILURES, Status
 from autoresearchd.views.summary import leaderboard_row, rank_key
 from autoresearchd.views.versus import baseline_running
@@ -63,7 +62,7 @@ class Board:
     group or None), facets (filter counts) and failures (count per group)."""
 
     def __init__(self, pop, goal: str, seeds_planned: int = 1):
-        self.sign = sign(goal)
+        self.goal = goal
         # a row says against which baseline it was measured and what an undecided one waits for: both
         # follow the baseline, so a moved or further measured baseline builds a new Board (same_baseline)
         self.seeds_planned = seeds_planned
@@ -78,7 +77,7 @@ class Board:
         self.failures = Counter(r for r in self.reasons.values() if r)
 
     def _key(self, row: dict) -> tuple:
-        return rank_key(row, self.sign)
+        return rank_key(row, self.goal)
 
     def rank(self, row: dict) -> int | None:
         """A measured row's place (1 = best); None for an unmeasured one."""
@@ -88,7 +87,7 @@ class Board:
         """The board of `pop`, a later population with the same baseline (same_baseline)."""
         b = Board.__new__(Board)
         b.seeds_planned, b.waiting = self.seeds_planned, self.waiting
-        b.sign, b.per, b.rows, b.keys = self.sign, dict(self.per), list(self.rows), list(self.keys)
+        b.goal, b.per, b.rows, b.keys = self.goal, dict(self.per), list(self.rows), list(self.keys)
         b.by_id, b.reasons = dict(self.by_id), dict(self.reasons)
         b.facets = {f: Counter(c) for f, c in self.facets.items()}
         b.failures = Counter(self.failures)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from autoresearchd.goal import better
 from autoresearchd.store.notes import Status
-from autoresearchd.views.summary import compute_s, idea_usd
+from autoresearchd.store.spend import compute_s
+from autoresearchd.views.summary import idea_usd
 
 NOT_ATTEMPTED = {Status.DUPLICATE, Status.CANCELLED}   # never ran: left out of the execution rate
 

@@ -13,11 +13,13 @@ from collections import Counter
 
 from autoresearchd import defaults
 from autoresearchd.engine.judge import seed_warning
-from autoresearchd.goal import sign
 from autoresearchd.research import open_research
 from autoresearchd.store.gitrepo import state_dir
 from autoresearchd.store.population import read_population
+from autoresearchd.store.ranking import key as result_key
+from autoresearchd.store.ranking import ranked
 from autoresearchd.store.refs import branch_name
+from autoresearchd.store.spend import compute_total, idea_spend, total
 from autoresearchd.views.progress import running_trials
 from autoresearchd.views.versus import baseline_running, versus
 
@@ -47,33 +49,14 @@ def load(cfg):
     return research, read_population(research.repo, research.baseline_ref)
 
 
-def _spent(i, field: str, trailer: str, cast):
-    """The note's figure, else the commit's (implemented), else its proposal trailer's (only proposed)."""
-    for v in (getattr(i.note, field) if i.note else None, getattr(i, field)):
-        if v is not None:
-            return v
-    return cast(getattr(i.trailers, trailer) or 0)
-
-
 def idea_usd(i) -> float:
-    """LLM spend on one idea."""
-    return _spent(i, "cost_usd", "idea_cost_usd", float)
+    """LLM spend on one idea (store/spend.py, the one spend rule)."""
+    return idea_spend(i).usd
 
 
 def idea_tokens(i) -> int:
-    """LLM tokens of one idea."""
-    return _spent(i, "tokens", "idea_tokens", int)
-
-
-def compute_s(note, gpus: int) -> float:
-    """Compute time a note measured: GPU-seconds for a GPU env; for a CPU env (gpus = 0) its CPU
-    time (`cpu_s` where the note has it, else the run time older notes filed as gpu_s). A result
-    linked from an identical tree cost nothing."""
-    if note is None or note.linked:
-        return 0.0
-    if gpus:
-        return float(note.gpu_s or 0)
-    return float(getattr(note, "cpu_s", None) or note.gpu_s or 0)
+    """LLM tokens of one idea (store/spend.py, the one spend rule)."""
+    return idea_spend(i).tokens
 
 
 def compute_unit(gpus: int) -> str:
@@ -95,21 +78,18 @@ def population_figures(pop, env) -> dict:
     GPU env, `cpu_s` for a CPU env), the running trials and each proposing model's figures.
     views/totals.py keeps the same dict current by the ideas that changed (the live dashboard)."""
     from autoresearchd.policies.bandit import arm_stats
-    notes = [i.note for i in pop.ideas if i.note] + ([pop.baseline_note] if pop.baseline_note else [])
+    spent, compute = total(pop.ideas), compute_total(pop, env.gpus)
     return {"counts": dict(Counter(i.status.value for i in pop.ideas)), "total": len(pop.ideas),
             "epoch": pop.epoch(), "best": pop.best(env.goal, confirmed=True),
             "lucky": pop.best(env.goal, confirmed=False), "stale": stale_results(pop, env.goal),
-            "usd": sum(idea_usd(i) for i in pop.ideas), "tokens": sum(idea_tokens(i) for i in pop.ideas),
-            "gpu_s": sum(compute_s(n, env.gpus) for n in notes) if env.gpus else 0.0,
-            "cpu_s": sum(compute_s(n, 0) for n in notes) if not env.gpus else 0.0,
+            "usd": spent.usd, "tokens": spent.tokens,
+            "gpu_s": compute if env.gpus else 0.0, "cpu_s": compute if not env.gpus else 0.0,
             "running": running_trials(pop), "arms": arm_stats(pop, env)}
 
 
 def stale_results(pop, goal: str) -> list:
     """Results measured against an old baseline, best first: shown apart, never "best"."""
-    out = [i for i in pop.succeeded() if pop.stale(i)]
-    out.sort(key=lambda i: (sign(goal) * i.value, i.idea_id))
-    return out
+    return ranked((i for i in pop.succeeded() if pop.stale(i)), goal)
 
 
 def summary(cfg, research=None, pop=None, figures: dict | None = None) -> dict:
@@ -204,20 +184,20 @@ def leaderboard_row(i, pop, waiting: str | None = None) -> dict:
                  "seeds": len(n.values) if n else 0, "values": n.values if n else [],
                  "delta": n.delta if n else None, "decision": n.decision if n else None, "origin": i.origin,
                  "parents": i.parents, "epoch": i.epoch, "branch": branch_name(i.branch), "commit": i.commit,
-                 "error": n.error if n else None}, **versus(i, pop, waiting))
+                 "committed_at": i.committed_at, "error": n.error if n else None}, **versus(i, pop, waiting))
 
 
-def rank_key(row: dict, s: int) -> tuple:
-    """A row's place in the leaderboard under the goal's sign `s`: best first, results measured against
-    an old baseline after the current ones, unmeasured ideas last (by id: stable from one read to the
-    next)."""
-    return (row["value"] is None, bool(row.get("stale")), s * (row["value"] or 0), row["idea"])
+def rank_key(row: dict, goal: str) -> tuple:
+    """A row's place in the leaderboard: results measured against the current baseline first, in the
+    one order of "best" (store/ranking.py), then results measured against an old baseline, then
+    unmeasured ideas (by commit time and id: stable from one read to the next)."""
+    return (row["value"] is None, bool(row.get("stale")),
+            result_key(row["value"] or 0.0, row["decision"], row["committed_at"], row["idea"], goal))
 
 
 def rank_rows(rows: list[dict], goal: str) -> None:
     """Best first under the goal; unmeasured ideas last."""
-    s = sign(goal)
-    rows.sort(key=lambda r: rank_key(r, s))
+    rows.sort(key=lambda r: rank_key(r, goal))
 
 
 def leaderboard(cfg, status=None, origin=None, epoch=None, research=None, pop=None) -> list[dict]:

@@ -21,13 +21,15 @@ from collections import Counter
 from types import SimpleNamespace
 
 from autoresearchd import defaults
-from autoresearchd.goal import better, sign
+from autoresearchd.goal import better
 from autoresearchd.policies.bandit import gain as arm_gain
 from autoresearchd.policies.bandit import idea_cost, idea_model, new_arm
+from autoresearchd.store.ranking import idea_key, ranked
+from autoresearchd.store.spend import compute_s, idea_spend
 from autoresearchd.views.board import changes
 from autoresearchd.views.curves import NOT_ATTEMPTED, finish_key, series
 from autoresearchd.views.progress import running_trials
-from autoresearchd.views.summary import compute_s, idea_tokens, idea_usd, population_figures
+from autoresearchd.views.summary import population_figures
 
 
 def rebuild(gone: list, came: list, pop) -> bool:
@@ -65,7 +67,7 @@ class Totals:
         return {"counts": {k: v for k, v in self.counts.items() if v}, "total": self.total,
                 "epoch": max((e for e, k in self.epochs.items() if k), default=None),
                 "best": self.best, "lucky": self.lucky,
-                "stale": sorted(self.stale.values(), key=lambda i: (sign(self.goal) * i.value, i.idea_id)),
+                "stale": ranked(self.stale.values(), self.goal),
                 "usd": self.usd, "tokens": self.tokens,
                 "gpu_s": self.compute if self.gpus else 0.0, "cpu_s": 0.0 if self.gpus else self.compute,
                 "running": run,
@@ -123,8 +125,9 @@ class Totals:
     def _count(self, i, k: int) -> None:
         self.counts[i.status.value] += k
         self.total += k
-        self.usd += k * idea_usd(i)
-        self.tokens += k * idea_tokens(i)
+        spent = idea_spend(i)
+        self.usd += k * spent.usd
+        self.tokens += k * spent.tokens
         self.compute += k * compute_s(i.note, self.gpus)
         self.epochs[i.epoch] += k
         if i.value is not None and self.pop.stale(i):
@@ -162,9 +165,8 @@ class Totals:
             setattr(self, attr, cur)
 
     def _ahead(self, a, b) -> bool:
-        """a comes before b in the population's best-of order (the first of equal values wins)."""
-        s = sign(self.goal)
-        return (s * a.value, a.committed_at, a.idea_id) < (s * b.value, b.committed_at, b.idea_id)
+        """a comes before b in the one order of "best" (store/ranking.py)."""
+        return idea_key(a, self.goal) < idea_key(b, self.goal)
 
     def _pick(self, cur, v):
         return v if v is not None and (cur is None or better(v, cur, self.goal)) else cur
@@ -196,7 +198,7 @@ class Totals:
         for k in range(first, len(self.done)):
             i = self.done[k][2]
             gpu_h += compute_s(i.note, self.gpus) / 3600
-            usd += idea_usd(i)
+            usd += idea_spend(i).usd
             if i.value is not None and not self.pop.stale(i):
                 raw = self._pick(raw, i.value)
                 if i.confirmed:

@@ -1,0 +1,79 @@
+"""The one spend rule: what an idea cost in LLM calls (USD and tokens, split into ideation and
+implementation) and in compute, and the totals over a population. Every reader of spend uses it: the
+budget a restarted daemon restores (app.restore_spend), `status`, the report, the dashboard's running
+totals and curves, the ensemble's bandit, and the loop's GPU-hour stop.
+
+Precedence, as for every idea fact (docs/notes.md "One source for each fact"): the daemon's result
+note first (`tokens`, `cost_usd`, `cost: {ideation, implementation}`), then the daemon's own trailers
+(`Tokens`, `Cost-USD`, `Idea-Tokens`, `Idea-Cost-USD`, `Implement-Cost-USD`); a pushed commit has no
+trailers the daemon believes (store/ideas.as_pushed), so it spent nothing the daemon did not record.
+An idea only proposed (no implementation yet) has spent its proposal: `Idea-Cost-USD`/`Idea-Tokens`.
+
+Compute: a note's CPU or GPU seconds (`compute_s`); a result linked from an identical tree cost
+nothing (its figures are the other commit's); the baseline's trials count.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, NamedTuple
+
+
+class Spend(NamedTuple):
+    """LLM spend of one idea, or of many (`total`)."""
+    usd: float = 0.0
+    tokens: int = 0
+    ideation_usd: float = 0.0         # the proposing call's share (and judge/lessons calls billed to it)
+    implementation_usd: float = 0.0
+
+
+def _first(*vals):
+    return next((v for v in vals if v is not None), None)
+
+
+def idea_spend(i) -> Spend:
+    """One idea's LLM spend: note > own trailers > the proposal's trailers > nothing."""
+    n, tr = i.note, i.trailers
+    split = n.cost if n is not None else {}
+    ideation = _first(split.get("ideation"), tr.idea_cost_usd) or 0.0
+    implementation = _first(split.get("implementation"), tr.implement_cost_usd) or 0.0
+    usd = _first(i.cost_usd, tr.idea_cost_usd) or 0.0           # i.cost_usd: note, else Cost-USD
+    tokens = _first(i.tokens, tr.idea_tokens) or 0
+    return Spend(float(usd), int(tokens), float(ideation), float(implementation))
+
+
+def total(ideas: Iterable) -> Spend:
+    """The LLM spend of many ideas (a population's `ideas`: every idea, proposals and records too)."""
+    usd = ideation = implementation = 0.0
+    tokens = 0
+    for i in ideas:
+        s = idea_spend(i)
+        usd += s.usd
+        tokens += s.tokens
+        ideation += s.ideation_usd
+        implementation += s.implementation_usd
+    return Spend(usd, tokens, ideation, implementation)
+
+
+def compute_s(note, gpus: int) -> float:
+    """Compute time a note measured: GPU-seconds for a GPU env; for a CPU env (gpus = 0) its CPU
+    time (`cpu_s` where the note has it, else the run time older notes filed as gpu_s). A result
+    linked from an identical tree cost nothing."""
+    if note is None or note.linked:
+        return 0.0
+    if gpus:
+        return float(note.gpu_s or 0)
+    return float(getattr(note, "cpu_s", None) or note.gpu_s or 0)
+
+
+def compute_total(pop, gpus: int) -> float:
+    """Compute seconds of a population (its ideas' notes and the baseline's), in the env's unit:
+    GPU-seconds for a GPU env, CPU-seconds for a CPU env (docs/notes.md "Compute fields")."""
+    notes = [i.note for i in pop.ideas if i.note is not None]
+    if pop.baseline_note is not None:
+        notes.append(pop.baseline_note)
+    return sum(compute_s(n, gpus) for n in notes)
+
+
+def gpu_hours(pop, gpus: int) -> float:
+    """Busy GPU-hours measured so far (0 for a CPU env): what `daemon.max_gpu_hours` and `status` read."""
+    return compute_total(pop, gpus) / 3600 if gpus else 0.0
