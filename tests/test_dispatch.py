@@ -1,4 +1,4 @@
-"""engine/dispatch.py and collect.py, driven directly on a real repo and the real local runner: a
+"""engine/dispatch.py and collect.py (the Dispatcher and the Collector), driven directly on a real repo and the real local runner: a
 trial's lease is in git before the runner starts it, an identical tree is linked instead of run, and
 collect writes the result note, then clears the lease."""
 
@@ -17,8 +17,8 @@ def harvest_until(d, done, timeout=90.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pop = read_population(d.repo, d.research.baseline_ref)
-        d.dispatcher.harvest(pop)
-        d.dispatcher.backfill(pop)
+        d.collector.harvest(pop)
+        d.collector.backfill(pop)
         pop = read_population(d.repo, d.research.baseline_ref)
         if done(pop):
             return pop
@@ -77,7 +77,7 @@ def test_a_deleted_branch_or_a_moved_baseline_loses_nothing(toy_env, tmp_path):
         pop = read_population(d.repo, d.research.baseline_ref)
         old_base = pop.baseline_commit
         assert disp.dispatch(pop, d.jobs(pop)[:1]) == 1             # baseline seed 0 runs (4 s)
-        disp.harvest(read_population(d.repo, d.research.baseline_ref))
+        d.collector.harvest(read_population(d.repo, d.research.baseline_ref))
         (toy_env / "README").write_text("moved\n")                  # the owner commits on the baseline
         git(toy_env, "add", "README")
         git(toy_env, "commit", "-qm", "docs")
