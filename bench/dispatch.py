@@ -288,7 +288,6 @@ def main() -> None:
     if a.quick:
         a.trials, a.latency_n = 64, 8
     logging.basicConfig(level=logging.INFO if a.v else logging.WARNING, format="%(asctime)s %(message)s")
-    logging.getLogger("apscheduler").setLevel(logging.ERROR)
     os.environ.setdefault("AUTORESEARCHD_SSH_CONFIG", os.devnull)
     rows = []
     kinds = a.runners.split(",")
