@@ -133,3 +133,25 @@ def test_a_deleted_branch_or_a_moved_baseline_loses_nothing(toy_env, tmp_path):
         assert d2.dispatcher.ledger.leases(third) == []
     finally:
         d2.runner.close()
+
+
+def test_the_daemon_is_wired_by_its_constructor(toy_env, tmp_path):
+    """The agreed signature: a Lifecycle (with its observers) given to Daemon(...) is the one every
+    part writes through; nothing is set on the daemon afterwards."""
+    from autoresearchd.app import make_runner
+    from autoresearchd.engine.loop import Daemon
+    from autoresearchd.research import open_research
+    from autoresearchd.store.lifecycle import Lifecycle
+    cfg = load_config(write_config(tmp_path, toy_env))
+    research = open_research(cfg)
+    events = []
+    lifecycle = Lifecycle(research.repo, observers=[events.append])
+    d = Daemon(cfg, research, make_runner(cfg, research), lifecycle=lifecycle, tuner=None)
+    try:
+        assert d.lifecycle is lifecycle and d.collector.lifecycle is lifecycle and d.dispatcher.lifecycle is lifecycle
+        assert d.collector.slots is d.dispatcher.slots is d.slots        # one slot table, shared
+        d.tick()                                                          # the baseline's seeds start
+        pop = harvest_until(d, lambda p: p.baseline_note is not None)
+        assert (Change.RESULT, pop.baseline_commit) in {(e.change, e.commit) for e in events}
+    finally:
+        d.runner.close()
