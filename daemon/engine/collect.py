@@ -12,9 +12,9 @@ import logging
 import time
 
 from autoresearchd import defaults
+from autoresearchd.engine.harness import Harness
 from autoresearchd.engine.judge import build_note, fill_baseline, flag_identical, seed_warning
 from autoresearchd.engine.plan import baseline_complete, seeds_needed
-from autoresearchd.engine.harness import Harness
 from autoresearchd.engine.recovery import Recovery, poll_states
 from autoresearchd.engine.slots import SlotTable
 from autoresearchd.runners.base import PollState
