@@ -174,7 +174,7 @@ def bench_runner(kind: str, a, fleet: Fleet | None) -> dict:
         d.runner.prestage = a.prestage
     roots = [fleet.remote_path(h.work_root) for h in fleet.hosts] if kind == "ssh" else [root / "work"]
     ticks = {"n": 0, "s": 0.0, "in": None}     # loop passes, seconds inside tick(), start of the one running
-    tick, harvest = d.tick, d.dispatcher.harvest
+    tick, harvest = d.tick, d.collector.harvest
 
     def timed_tick():
         ticks["in"] = time.perf_counter()
@@ -191,7 +191,7 @@ def bench_runner(kind: str, a, fleet: Fleet | None) -> dict:
     def tick_time() -> float:
         t = ticks["in"]
         return ticks["s"] + (time.perf_counter() - t if t is not None else 0.0)
-    d.dispatcher.harvest = counted_harvest
+    d.collector.harvest = counted_harvest
     d.tick = timed_tick
     stop = threading.Event()
     th = threading.Thread(target=d.run_forever, kwargs=dict(install_signals=False, until=lambda pop: stop.is_set()),
@@ -288,7 +288,6 @@ def main() -> None:
     if a.quick:
         a.trials, a.latency_n = 64, 8
     logging.basicConfig(level=logging.INFO if a.v else logging.WARNING, format="%(asctime)s %(message)s")
-    logging.getLogger("apscheduler").setLevel(logging.ERROR)
     os.environ.setdefault("AUTORESEARCHD_SSH_CONFIG", os.devnull)
     rows = []
     kinds = a.runners.split(",")

@@ -130,10 +130,11 @@ def build_daemon(cfg: Config, with_llm: bool = True):
             implementer = make_implementer(research, llm, cfg)
         except KeyError as e:
             raise ConfigError(f"implementer.kind: {e.args[0]}") from None
-    daemon = Daemon(cfg, research, runner, llm, policy, implementer, llm_note=note)
+    tuner = None
     if cfg.tune.enabled:
         from autoresearchd.tune.tuner import Tuner
-        daemon.tuner = Tuner(research, cfg)       # raises a ConfigError naming the extra without Optuna
+        tuner = Tuner(research, cfg)              # raises a ConfigError naming the extra without Optuna
+    daemon = Daemon(cfg, research, runner, llm, policy, implementer, llm_note=note, tuner=tuner)
     from autoresearchd.views.wandb_mirror import attach
     attach(daemon, cfg)
     return daemon

@@ -57,6 +57,9 @@ against (store/diffbase.py); past them, its merge-base with the baseline. A push
 # Circuit breaker of a faulty host: it is probed again after 2 s, then 4, 8, ... at most 60 s; it gets
 # no new trial until a probe passes (connects, the work root is writable, enough free space).
 HOST_PROBE_S = (2.0, 60.0)
+ENGINE_POOL_THREADS = 8
+"""Threads the engine (daemon/engine/parts.py) submits trials, removes finished trial directories and
+probes degraded hosts on: a submit waits on its host (ssh round trips, sbatch), so hosts are served at once."""
 # Reconnecting to a host that does not answer: after 1 s, doubling, at most every 3 s, so a host that
 # comes back is seen within a few seconds (docs/hosts.md), and a dead one costs one connect per 3 s.
 RECONNECT_S = (1.0, 3.0)

@@ -1,6 +1,8 @@
-"""engine/dispatch.py and collect.py, driven directly on a real repo and the real local runner: a
+"""engine/dispatch.py and collect.py (the Dispatcher and the Collector), driven directly on a real repo and the real local runner: a
 trial's lease is in git before the runner starts it, an identical tree is linked instead of run, and
-collect writes the result note, then clears the lease."""
+collect writes the result note, then clears the lease. Every note the engine writes (a result, a
+linked twin, a rejection, a cancelled old baseline, a backfill: test_wandb.py) goes through the
+lifecycle writer, whose observers hear of each."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import time
 
 from autoresearchd.app import build_daemon
 from autoresearchd.config import load_config
+from autoresearchd.store.lifecycle import Change
 from autoresearchd.store.population import read_population
 
 from conftest import branch_idea, write_config
@@ -17,8 +20,8 @@ def harvest_until(d, done, timeout=90.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pop = read_population(d.repo, d.research.baseline_ref)
-        d.dispatcher.harvest(pop)
-        d.dispatcher.backfill(pop)
+        d.collector.harvest(pop)
+        d.collector.backfill(pop)
         pop = read_population(d.repo, d.research.baseline_ref)
         if done(pop):
             return pop
@@ -28,6 +31,8 @@ def harvest_until(d, done, timeout=90.0):
 
 def test_lease_before_submit_then_note_before_the_lease_goes(toy_env, tmp_path):
     d = build_daemon(load_config(write_config(tmp_path, toy_env)), with_llm=False)
+    events = []
+    d.lifecycle.observe(events.append)
     try:
         disp, seen = d.dispatcher, {}
         real = disp.runner.submit
@@ -59,6 +64,16 @@ def test_lease_before_submit_then_note_before_the_lease_goes(toy_env, tmp_path):
         pop = read_population(d.repo, d.research.baseline_ref)
         assert pop.by_commit[twin].note.linked == first
         assert pop.by_commit[twin].note.value == pop.by_commit[first].note.value
+        told = {(e.change, e.commit) for e in events}
+        assert {(Change.RESULT, pop.baseline_commit), (Change.RESULT, first), (Change.LINKED, twin)} <= told
+
+        # a branch that shares no history with the baseline: rejected on arrival, and the observers hear it
+        from conftest import git
+        orphan = git(toy_env, "commit-tree", "-m", "Unrelated", git(toy_env, "rev-parse", "main^{tree}").strip()).strip()
+        git(toy_env, "update-ref", "refs/heads/idea/a/orphan", orphan)
+        assert disp.reject_on_arrival(read_population(d.repo, d.research.baseline_ref))
+        assert read_population(d.repo, d.research.baseline_ref).by_commit[orphan].note.status.value == "rejected"
+        assert (Change.REJECTED, orphan) in {(e.change, e.commit) for e in events}
     finally:
         d.runner.close()
 
@@ -72,12 +87,14 @@ def test_a_deleted_branch_or_a_moved_baseline_loses_nothing(toy_env, tmp_path):
     (toy_env / "run.py").write_text(slow)
     git(toy_env, "commit", "-qam", "a slower run")
     d = build_daemon(load_config(write_config(tmp_path, toy_env)), with_llm=False)
+    events = []
+    d.lifecycle.observe(events.append)
     try:
         disp = d.dispatcher
         pop = read_population(d.repo, d.research.baseline_ref)
         old_base = pop.baseline_commit
         assert disp.dispatch(pop, d.jobs(pop)[:1]) == 1             # baseline seed 0 runs (4 s)
-        disp.harvest(read_population(d.repo, d.research.baseline_ref))
+        d.collector.harvest(read_population(d.repo, d.research.baseline_ref))
         (toy_env / "README").write_text("moved\n")                  # the owner commits on the baseline
         git(toy_env, "add", "README")
         git(toy_env, "commit", "-qm", "docs")
@@ -85,6 +102,7 @@ def test_a_deleted_branch_or_a_moved_baseline_loses_nothing(toy_env, tmp_path):
         note = disp.ledger.note(old_base)
         assert note is not None and note.status.value == "cancelled" and "baseline moved" in note.error, note
         assert disp.ledger.leases(old_base) == []
+        assert (Change.CANCELLED, old_base) in {(e.change, e.commit) for e in events}   # once written to the ledger unseen
 
         # an idea branch deleted while it runs: its result is written and kept
         assert disp.dispatch(pop, d.jobs(pop)) == 2                   # the new baseline's two seeds
@@ -115,3 +133,25 @@ def test_a_deleted_branch_or_a_moved_baseline_loses_nothing(toy_env, tmp_path):
         assert d2.dispatcher.ledger.leases(third) == []
     finally:
         d2.runner.close()
+
+
+def test_the_daemon_is_wired_by_its_constructor(toy_env, tmp_path):
+    """The agreed signature: a Lifecycle (with its observers) given to Daemon(...) is the one every
+    part writes through; nothing is set on the daemon afterwards."""
+    from autoresearchd.app import make_runner
+    from autoresearchd.engine.loop import Daemon
+    from autoresearchd.research import open_research
+    from autoresearchd.store.lifecycle import Lifecycle
+    cfg = load_config(write_config(tmp_path, toy_env))
+    research = open_research(cfg)
+    events = []
+    lifecycle = Lifecycle(research.repo, observers=[events.append])
+    d = Daemon(cfg, research, make_runner(cfg, research), lifecycle=lifecycle, tuner=None)
+    try:
+        assert d.lifecycle is lifecycle and d.collector.lifecycle is lifecycle and d.dispatcher.lifecycle is lifecycle
+        assert d.collector.slots is d.dispatcher.slots is d.slots        # one slot table, shared
+        d.tick()                                                          # the baseline's seeds start
+        pop = harvest_until(d, lambda p: p.baseline_note is not None)
+        assert (Change.RESULT, pop.baseline_commit) in {(e.change, e.commit) for e in events}
+    finally:
+        d.runner.close()

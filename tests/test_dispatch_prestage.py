@@ -322,8 +322,8 @@ def test_an_idle_daemon_does_not_tick_itself(make_repo, tmp_path):
     from autoresearchd.app import build_daemon
     d = build_daemon(load_config(cfg), with_llm=False)
     passes = []
-    harvest = d.dispatcher.harvest
-    d.dispatcher.harvest = lambda pop: passes.append(time.time()) or harvest(pop)
+    harvest = d.collector.harvest
+    d.collector.harvest = lambda pop: passes.append(time.time()) or harvest(pop)
     t0 = time.time()
     d.run_forever(install_signals=False, until=lambda pop: time.time() - t0 > 4)
     assert len(passes) < 20, f"{len(passes)} reconcile passes in 4 s with a 5 s clock"

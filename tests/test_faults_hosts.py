@@ -49,7 +49,7 @@ def test_sshd_killed_mid_run(ssh_fleet, toy_env, tmp_path, shared_dir, ttl):
             wait_for(lambda: sum(1 for i in r.pop().ideas if i.note is not None) >= done_before + 2, 90, step=0.2,
                      what="gpu1 to finish more ideas while gpu0 is down")
             if ttl < 60:      # with a long TTL the slot stays busy with the unreachable trial's lease
-                wait_for(lambda: {s["slot"]: s["state"] for s in r.d.dispatcher.slot_table()}["gpu0/0"]
+                wait_for(lambda: {s["slot"]: s["state"] for s in r.d.slots.table()}["gpu0/0"]
                          == "unreachable", 30, step=0.2, what="gpu0's slot to show unreachable")
         finally:
             ssh_fleet.start_host(0)
@@ -129,7 +129,7 @@ def test_host_that_accepts_and_hangs_is_skipped(ssh_fleet, toy_env, tmp_path, sh
     r = Running(cfg)
     try:
         r.until_settled(90)
-        slots = {s["slot"]: s["state"] for s in r.d.dispatcher.slot_table()}
+        slots = {s["slot"]: s["state"] for s in r.d.slots.table()}
         assert slots["hung/0"] == slots["hung/1"] == "unreachable", slots
         assert "hung" in r.d.runner.errors and ("handshake" in r.d.runner.errors["hung"]
                                                 or "timed out" in r.d.runner.errors["hung"]), r.d.runner.errors

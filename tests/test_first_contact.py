@@ -108,7 +108,7 @@ def test_ideas_are_judged_against_the_complete_baseline(toy_env, tmp_path):
     """An idea whose note lands between baseline seeds gets its decision when the last seed is in;
     with one baseline seed configured, the baseline is complete at seed 0."""
     from autoresearchd.config import load_config
-    from autoresearchd.engine.dispatch import Dispatcher
+    from autoresearchd.engine.parts import build_engine
     from autoresearchd.engine.judge import fill_baseline
     from autoresearchd.research import open_research
     from autoresearchd.store.ledger import Ledger
@@ -133,7 +133,8 @@ def test_ideas_are_judged_against_the_complete_baseline(toy_env, tmp_path):
     ledger.write_note(lower, n)
     ledger.write_note(base, Note(status=Status.SUCCEEDED, value=1.01, values=[1.0, 1.02], seeds=[0, 1],
                                  std=0.014, seeds_planned=2, trials=[trial(0, 1.0), trial(1, 1.02)]))
-    disp = Dispatcher(cfg, research, runner=None)
+    from autoresearchd.store.lifecycle import Lifecycle
+    disp = build_engine(cfg, research, None, Lifecycle(research.repo)).collector
     assert disp.backfill(read_population(research.repo, research.baseline_ref))
     judged = read_population(research.repo, research.baseline_ref).by_commit[lower].note
     assert judged.decision == "promoted" and judged.baseline == 1.01

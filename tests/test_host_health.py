@@ -56,8 +56,8 @@ def test_bad_work_root_costs_the_host_not_the_ideas(ssh_fleet, toy_env, tmp_path
     r = Running(cfg)
     try:
         r.until_settled(120)
-        slots = {s["slot"]: s for s in r.d.dispatcher.slot_table()}
-        health = r.d.dispatcher.health.table()["gpu0"]
+        slots = {s["slot"]: s for s in r.d.slots.table()}
+        health = r.d.slots.health.table()["gpu0"]
         out = io.StringIO()
         status(r.d.cfg, Console(file=out, width=400))
     finally:

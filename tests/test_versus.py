@@ -295,7 +295,7 @@ def test_confirmation_seeds_that_ran_across_a_baseline_move_are_judged_where_the
             for s in range(1, k + 1)]
     g.note_write(RUNS_REF, c_idea, format_leases(done))
     d = build_daemon(load_config(cfg))
-    d.dispatcher.harvest(read_population(d.repo, d.research.baseline_ref))
+    d.collector.harvest(read_population(d.repo, d.research.baseline_ref))
     pop = read_population(d.repo, d.research.baseline_ref)
     idea = pop.by_commit[c_idea]
     assert len(idea.note.values) == k + 1 and idea.note.decision in ("confirmed", "demoted")

@@ -1,5 +1,6 @@
 """The W&B mirror, offline: one run per result note with the expected config and summary, grouped by
-epoch and origin, wired through the real Dispatcher.on_note path, and never a secret in any file."""
+epoch and origin, wired as an observer of the real lifecycle writer (store/lifecycle.py) so every
+result-note path reaches it (a backfilled decision too), and never a secret in any file."""
 
 from __future__ import annotations
 
@@ -116,12 +117,12 @@ def test_offline_runs_through_dispatcher_hold_results_and_no_secret(pop_repo, tm
     cfg = load_config(write_cfg(tmp_path, repo.path, '[wandb]\nenabled = true\nmode = "offline"\n'))
     daemon = build_daemon(cfg)
     mirror = attach(daemon, cfg)
-    assert mirror is not None and mirror in daemon.dispatcher.on_note
+    assert mirror is not None and mirror.written in daemon.lifecycle.observers
     picked = [i for i in pop.ideas if i.note is not None and i.branch][:3]
     failed = next(i for i in pop.ideas if i.note is not None and i.value is None and i.branch)
     for i in picked + [failed]:
-        daemon.dispatcher._noted(i.commit, i, i.note)       # the real observer path
-    daemon.dispatcher._noted(pop.baseline_commit, None, pop.baseline_note)
+        daemon.lifecycle.result(i.commit, i, i.note)       # the real writer, which tells its observers
+    daemon.lifecycle.result(pop.baseline_commit, None, pop.baseline_note)
     assert mirror.flush(120) and mirror.failed == 0 and mirror.logged == 5
     wait_written(wdir, 5)
     got = runs(wdir)
@@ -157,4 +158,33 @@ def test_attach_does_nothing_when_disabled(pop_repo, tmp_path):
     repo, _, _ = pop_repo
     cfg = load_config(write_cfg(tmp_path, repo.path))
     daemon = build_daemon(cfg)
-    assert attach(daemon, cfg) is None and daemon.dispatcher.on_note == []
+    assert attach(daemon, cfg) is None and daemon.lifecycle.observers == ()
+
+
+def test_a_backfilled_decision_reaches_wandb(pop_repo, tmp_path):
+    """A note written before the baseline was measured gets its baseline, delta and decision from the
+    daemon's backfill; that write reaches the mirror like any result (it once went straight to the
+    ledger, and W&B kept the run without its decision)."""
+    from autoresearchd.store.ledger import Ledger
+    repo, pop, wdir = pop_repo
+    cfg = load_config(write_cfg(tmp_path, repo.path, '[wandb]\nenabled = true\nmode = "offline"\n'))
+    daemon = build_daemon(cfg, with_llm=False)
+    mirror = attach(daemon, cfg)
+    assert mirror is not None
+    early = [i for i in pop.ideas if i.note is not None and i.branch and i.value is not None
+             and not pop.stale(i)][:2]
+    assert len(early) == 2
+    for i in early:          # as measured before the baseline's note existed: nothing to compare with
+        n = i.note.model_copy(deep=True)
+        n.baseline = n.delta = n.decision = None
+        Ledger(repo).write_note(i.commit, n)
+    assert daemon.collector.backfill(read_population(repo, "refs/heads/main"))
+    after = read_population(repo, "refs/heads/main")
+    assert all(after.by_commit[i.commit].note.baseline is not None for i in early)
+    assert mirror.flush(120) and mirror.failed == 0 and mirror.logged == 2
+    wait_written(wdir, 2)
+    by_name = {r["name"]: r for r in runs(wdir)}
+    for i in early:
+        got, note = by_name[i.idea_id]["summary"], after.by_commit[i.commit].note
+        assert got["delta"] == pytest.approx(note.delta, rel=1e-6) and got.get("decision") == note.decision
+    mirror.close()

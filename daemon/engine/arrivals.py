@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from autoresearchd.store.ideas import Idea
+from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.notes import Note, Status
 from autoresearchd.store.refs import branch_name
 
@@ -16,9 +17,9 @@ log = logging.getLogger("autoresearchd")
 
 
 class Gate:
-    def __init__(self, cfg, research, write_note):
+    def __init__(self, cfg, research, lifecycle: Lifecycle):
         self.cfg, self.research, self.repo = cfg, research, research.repo
-        self._write_note = write_note        # (commit, idea, note): the dispatcher's, with its observers
+        self.lifecycle = lifecycle           # writes the rejected note and tells the observers
         self._why: dict[str, str | None] = {}
 
     def why(self, idea: Idea) -> str | None:
@@ -45,13 +46,13 @@ class Gate:
 
     def reject(self, idea: Idea, why: str) -> None:
         log.info("rejected %s: %s", idea.branch or idea.idea_id, why)
-        self._write_note(idea.commit, idea, Note(status=Status.REJECTED, idea_id=idea.idea_id,
-                                                 metric=self.research.manifest.metric, error=why))
+        self.lifecycle.rejected(idea, Note(status=Status.REJECTED, idea_id=idea.idea_id,
+                                           metric=self.research.manifest.metric, error=why))
 
     def reject_new(self, pop) -> bool:
         """Check every idea branch not yet noted, run or implementing; note the invalid ones."""
         rejected = False
-        with self.repo.notes_batch():
+        with self.lifecycle.batch():
             for idea in pop.ideas:
                 if not idea.branch or idea.proposal or idea.note is not None or idea.leases:
                     continue

@@ -1,7 +1,9 @@
 """Collect: bring finished trials home. Each tick polls the live leases, fetches the outcomes of
 the finished ones, stores the log, writes the result note, then clears the lease (that order makes a
 restart at any point re-derive the same state), and backfills decisions once the baseline is complete.
-Mixed into the Dispatcher, whose slots, ledger and health it shares.
+Every write goes through the lifecycle writer (store/lifecycle.py), which tells the observers. A
+harvest rebuilds the slot table's occupancy from the live leases; host faults and stale trials are
+Recovery's (engine/recovery.py), which it is given.
 """
 
 from __future__ import annotations
@@ -10,24 +12,37 @@ import logging
 import time
 
 from autoresearchd import defaults
+from autoresearchd.engine.harness import Harness
 from autoresearchd.engine.judge import build_note, fill_baseline, flag_identical, seed_warning
 from autoresearchd.engine.plan import baseline_complete, seeds_needed
-from autoresearchd.engine.recovery import Recovery
+from autoresearchd.engine.recovery import Recovery, poll_states
+from autoresearchd.engine.slots import SlotTable
 from autoresearchd.runners.base import PollState
 from autoresearchd.store.ideas import Idea
+from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.notes import Lease, Note, Status, Trial
 from autoresearchd.store.population import Population
 from autoresearchd.store.trust import suspicion
+from autoresearchd.vocab import MEASURED, POLLED, Decision, LeaseState, Purpose
 
 log = logging.getLogger("autoresearchd")
 
-MEASURED = (Status.SUCCEEDED, Status.FAILED, Status.TIMED_OUT)
-POLLED = ("running", "stale")      # lease states whose trials are asked about each harvest
-KEPT = ("running", "stale")        # lease states that outlive their commit's result note
+KEPT = POLLED        # lease states that outlive their commit's result note (live or stale trials)
 
 
-class Collector(Recovery):
-    """Harvest and backfill, over the Dispatcher's state (see dispatch.Dispatcher.__init__)."""
+class Collector:
+    """Harvest, outcomes, finishing a unit (its result note), and backfill. Its own state: the trial
+    directories to remove after this harvest, and the baseline (with its leases) last harvested."""
+
+    def __init__(self, cfg, research, runner, slots: SlotTable, recovery: Recovery, lifecycle: Lifecycle,
+                 pool, harness: Harness):
+        self.cfg, self.research, self.runner = cfg, research, runner
+        self.repo = research.repo
+        self.slots, self.recovery, self.lifecycle, self.harness = slots, recovery, lifecycle, harness
+        self.ledger = lifecycle.ledger           # reads only: every write goes through the lifecycle
+        self._pool = pool                        # clean-ups run here, off the tick's path
+        self._cleanups: list[dict] = []          # handles whose notes are written: remove their dirs
+        self._last_baseline: tuple[str | None, list] = (None, [])   # the baseline and its leases, last harvest
 
     # -- harvest -------------------------------------------------------------------------------------
     def _units(self, pop: Population):
@@ -71,60 +86,49 @@ class Collector(Recovery):
         else:
             note = note.model_copy(deep=True)
             note.error = "; ".join(x for x in (note.error, why) if x)
-        with self.repo.notes_batch():
-            self.ledger.write_note(old, note)
-            self.ledger.write_leases(old, [lz for lz in leases if lz.state not in POLLED])
+        with self.lifecycle.batch():
+            self.lifecycle.cancelled(old, None, note, [lz for lz in leases if lz.state not in POLLED])
 
     def harvest(self, pop: Population) -> bool:
         """Poll every live trial (one batched call per host), fetch the finished ones, write notes."""
         changed = False
-        self._busy = {}
+        self.slots.clear()
         self._baseline_moved(pop)
-        self._base = pop.baseline_commit
+        self.harness.at(pop.baseline_commit)
         units = [u for u in self._units(pop) if u[3]]
         live = [lz for u in units for lz in u[3] if lz.state in POLLED]
-        states = dict(zip(map(id, live), self._poll_states(live)))
-        self.last_probe([lz for lz in live if lz.state == "running"], states)
+        states = dict(zip(map(id, live), poll_states(self.runner, live)))
+        self.recovery.last_probe([lz for lz in live if lz.state == LeaseState.RUNNING], states)
         for lz in live:
             if states[id(lz)] not in (PollState.UNREACHABLE, None):
-                self.health.seen(lz.host)
+                self.recovery.answered(lz.host)
         done = [lz for lz in live if states[id(lz)] == PollState.DONE]
         outcomes = dict(zip(map(id, done), self._fetch_outcomes(done)))
-        with self.repo.notes_batch():      # every note and lease of this harvest: one commit per ref
+        with self.lifecycle.batch():       # every note and lease of this harvest: one commit per ref
             for commit, idea, note, leases in units:
                 try:
                     updated = [self._poll_one(lz, states.get(id(lz)), outcomes.get(id(lz))) for lz in leases]
                     seeds = {t.seed for t in note.trials} if note else set()
-                    updated, _ = self.settle_stale(commit, updated, states, outcomes, seeds)
-                    late = [lz for lz in updated if lz.state == "superseded" and lz.seed in seeds]
+                    updated, _ = self.recovery.settle_stale(updated, states, outcomes, seeds, self._collect)
+                    late = [lz for lz in updated if lz.state == LeaseState.SUPERSEDED and lz.seed in seeds]
                     if late:     # the seed's result is already in the note: record them there, drop the leases
                         note = note.model_copy(deep=True)
                         note.superseded = sorted(set(note.superseded) | {lz.trial_id for lz in late})
-                        self._noted(commit, idea, note)
+                        self.lifecycle.result(commit, idea, note)
                         updated = [lz for lz in updated if not any(lz is x for x in late)]
                     moved = len(updated) != len(leases) or \
                         any(a.model_dump() != b.model_dump() for a, b in zip(updated, leases))
                     finished = self._maybe_finish(commit, idea, note, updated, pop)
                     if moved and not finished:     # a finished unit's note holds the results; its leases are rewritten
-                        self.ledger.write_leases(commit, updated)
+                        self.lifecycle.leased(commit, updated)
                     changed |= moved or finished
                 except Exception:  # noqa: BLE001 - one stuck commit must not stop the others' harvest
                     log.exception("harvesting %s failed; retrying on the next tick", commit[:10])
                     for lz in leases:
-                        if lz.state == "running" and lz.trial_id not in self._busy.get(f"{lz.host}/{lz.slot}", []):
-                            self._occupy(f"{lz.host}/{lz.slot}", lz.trial_id)
+                        if lz.state == LeaseState.RUNNING:
+                            self.slots.occupy(f"{lz.host}/{lz.slot}", lz.trial_id)
         self._flush_cleanups()
         return changed
-
-    def _poll_states(self, live: list[Lease]) -> list:
-        """The poll state of each live trial, hosts at once."""
-        if not live:
-            return []
-        try:
-            return self.runner.poll_many([lz.handle for lz in live])
-        except Exception as e:  # noqa: BLE001 - an unexpected runner error counts as unreachable
-            log.warning("polling failed: %s", e)
-            return [PollState.UNREACHABLE] * len(live)
 
     def _fetch_outcomes(self, done: list[Lease]) -> list:
         """Outcomes (or the exception that stopped a fetch) of finished trials, hosts at once."""
@@ -149,42 +153,38 @@ class Collector(Recovery):
         self._pool.submit(work)
 
     def _poll_one(self, lease: Lease, state=None, outcome=None) -> Lease:
-        if lease.state != "running":
+        if lease.state != LeaseState.RUNNING:
             return lease
         lz = lease.model_copy(deep=True)
         now = time.time()
         if state is None:
-            state = self._poll_states([lz])[0]
+            state = poll_states(self.runner, [lz])[0]
         if state == PollState.RUNNING:
             began = self.runner.started_at.pop(lz.handle.get("dir"), None)
             if lz.began is None:     # the run has begun (not just placed): views count elapsed time from here
                 lz.began = began
-            self._occupy(f"{lz.host}/{lz.slot}", lz.trial_id)
-            self._last_seen[lz.trial_id] = now
+            self.slots.occupy(f"{lz.host}/{lz.slot}", lz.trial_id)
+            self.recovery.alive(lz.trial_id)
             if now - lz.heartbeat > self.cfg.daemon.heartbeat_s:
                 lz.heartbeat = now
             return lz
         if state == PollState.DONE:
             return self._collect(lz, outcome)
         if state == PollState.UNREACHABLE:
-            seen = self._last_seen.setdefault(lz.trial_id, max(lz.heartbeat, self.started))
-            self.health.fault(lz.host, self._unreachable_why(lz.host))
-            if now - seen <= self.cfg.daemon.lease_ttl_s:
-                self._occupy(f"{lz.host}/{lz.slot}", lz.trial_id)
+            faulted = self.recovery.silent(lz)
+            if faulted is None:          # within the lease TTL: the trial keeps its slot
+                self.slots.occupy(f"{lz.host}/{lz.slot}", lz.trial_id)
                 return lz
-            # the last probe (Recovery.last_probe) failed too: the host's fault; the trial may live on
-            return self._host_fault(lz, f"host {lz.host} unreachable for more than "
-                                        f"{self.cfg.daemon.lease_ttl_s:.0f}s (daemon.lease_ttl_s)", "stale")
-        if state == PollState.LOST and (full := self.disk_full(lz)):   # its wrapper could not write for lack of space
+            return faulted
+        if state == PollState.LOST and (full := self.recovery.disk_full(lz)):   # its wrapper could not write for lack of space
             self._cleanups.append(lz.handle)
-            return self._host_fault(lz, full, "requeued")
-        if state == PollState.MISSING and lz.began is None and lz.heartbeat < self.started \
-                and lz.trial_id not in self._last_seen:
+            return self.recovery.host_fault(lz, full, LeaseState.REQUEUED)
+        if state == PollState.MISSING and self.recovery.never_placed(lz):
             # leased by an earlier daemon process that died before the trial dir existed: the daemon's
             # fault, not the idea's, so the seed is placed again without spending a retry
             log.warning("trial %s was never placed (the daemon stopped mid-submit): back to the queue",
                         lz.trial_id)
-            lz.state, lz.error = "requeued", "the daemon stopped before the trial was placed"
+            lz.state, lz.error = LeaseState.REQUEUED, "the daemon stopped before the trial was placed"
             return lz
         return self._lost(lz, f"trial vanished on {lz.host} ({state.value})")
 
@@ -197,11 +197,11 @@ class Collector(Recovery):
         self._cleanups.append(lz.handle)        # what it left (wrapper log, partial output) goes too
         lz.error = why
         if lz.retries >= self.cfg.daemon.max_retries:
-            lz.state = "done"
+            lz.state = LeaseState.DONE
             lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, status=Status.LOST, host=lz.host,
                               error=f"{why}; gave up after {lz.retries + 1} attempts")
         else:
-            lz.state = "lost"
+            lz.state = LeaseState.LOST
         return lz
 
     def _collect(self, lz: Lease, out=None) -> Lease:
@@ -217,7 +217,7 @@ class Collector(Recovery):
             return self._lost(lz, out.error or "the scheduler requeued the job")
         if out.host_fault:       # e.g. the disk filled during the run: not the idea's failure
             self._cleanups.append(lz.handle)
-            return self._host_fault(lz, out.host_fault, "requeued")
+            return self.recovery.host_fault(lz, out.host_fault, LeaseState.REQUEUED)
         m = self.research.manifest
         value = out.metrics.get(m.metric)
         if out.timed_out:
@@ -231,13 +231,13 @@ class Collector(Recovery):
             why = suspicion(value, out.tamper, m)
             if why:
                 status, error = Status.SUSPICIOUS, why
-        _, digest = self.harness()
+        digest = self.harness.digest()
         harness = lz.model_extra.get("harness") if lz.model_extra else None
         if harness and digest and harness != digest:
             status, error = Status.REFUSED, "evaluation harness differs from the current baseline's"
-        log_sha = self.ledger.store_log(lz.trial_id, out.log) if out.log else None
+        log_sha = self.lifecycle.store_log(lz.trial_id, out.log) if out.log else None
         budget = self.research.manifest.time_budget_s
-        if lz.purpose == "baseline" and status == Status.TIMED_OUT:
+        if lz.purpose == Purpose.BASELINE and status == Status.TIMED_OUT:
             # not retried: on the same machine it would time out again, and silently re-running it
             # hid the cause for many minutes. The note and the log say it plainly instead.
             error = (f"the baseline run took longer than the env's time_budget_s ({budget:g} s), so nothing "
@@ -245,10 +245,10 @@ class Collector(Recovery):
                      f"Not retried. Raise time_budget_s in the manifest and commit it to the baseline "
                      f"branch (a new baseline commit is measured afresh), or free the machine")
             log.warning("baseline seed %d timed out: %s", lz.seed, error)
-        elif lz.purpose == "baseline" and status != Status.SUCCEEDED and lz.retries < self.cfg.daemon.max_retries:
+        elif lz.purpose == Purpose.BASELINE and status != Status.SUCCEEDED and lz.retries < self.cfg.daemon.max_retries:
             # every idea is measured against the baseline: a failed baseline seed is run again
             return self._lost(lz, f"baseline seed {lz.seed} {status.value}: {error}")
-        lz.state = "done"
+        lz.state = LeaseState.DONE
         lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, status=status, value=value,
                           metrics=out.metrics, exit_code=out.exit_code, host=lz.host, wall_s=out.wall_s,
                           cpu_s=out.cpu_s, gpu_s=out.gpu_s, eval_wall_s=out.eval_wall_s, eval_cpu_s=out.eval_cpu_s,
@@ -262,10 +262,11 @@ class Collector(Recovery):
     def _maybe_finish(self, commit: str, idea: Idea | None, note: Note | None, leases: list[Lease],
                       pop: Population) -> bool:
         p = self.cfg.policy
-        needed = seeds_needed(note, "baseline" if idea is None else "idea", p.baseline_seeds, p.confirm_seeds)
+        needed = seeds_needed(note, Purpose.BASELINE if idea is None else Purpose.IDEA, p.baseline_seeds,
+                              p.confirm_seeds)
         results = {t.seed: t for t in (note.trials if note else [])}
         for lz in leases:
-            if lz.state == "done" and lz.result is not None:
+            if lz.state == LeaseState.DONE and lz.result is not None:
                 results.setdefault(lz.seed, lz.result)
         if all(lz.state in KEPT for lz in leases):
             return False     # only live or stale trials left: nothing new to write
@@ -276,7 +277,7 @@ class Collector(Recovery):
                 return False
         elif not all(s in results for s in needed):
             return False
-        confirming = note is not None and note.decision == "pending"
+        confirming = note is not None and note.decision == Decision.PENDING
         if idea is not None and note is not None and note.baseline_commit and pop.stale(idea):
             # confirmation seeds that were running when the baseline moved: judged against the baseline the
             # result was measured on, so it stays apart (docs/policies.md, "A moved baseline")
@@ -285,31 +286,33 @@ class Collector(Recovery):
                 pop = pop.on_baseline(note.baseline_commit, old)
         new = build_note(list(results.values()), idea, pop, self.research.manifest, p, confirmed=confirming)
         new.superseded = sorted(set(note.superseded if note else []) |
-                                {lz.trial_id for lz in leases if lz.state == "superseded"})
+                                {lz.trial_id for lz in leases if lz.state == LeaseState.SUPERSEDED})
         if idea is None:
             new.seeds_planned = len(needed)
             if flag_identical(new, self.research.manifest):
                 log.warning("baseline: %s", seed_warning(new))
-        self._noted(commit, idea, new)
-        self._cleanups += [lz.handle for lz in leases if lz.state == "done"]   # removed after this harvest
-        self.ledger.write_leases(commit, [lz for lz in leases if lz.state in KEPT])
+        # the note, then the leases still live (the crash-safe order: store/ledger.py)
+        self.lifecycle.result(commit, idea, new, kept=[lz for lz in leases if lz.state in KEPT])
+        self._cleanups += [lz.handle for lz in leases if lz.state == LeaseState.DONE]   # removed after this harvest
         return True
 
     def backfill(self, pop: Population) -> bool:
-        """Notes written before the baseline was measured get their baseline, delta and decision."""
+        """Notes written before the baseline was measured get their baseline, delta and decision
+        (through the lifecycle writer, so the observers hear of it too)."""
         if pop.baseline_value is None:
             return False
         changed = False
         final = baseline_complete(pop.baseline_note)
-        for idea in pop.ideas:
-            if idea.note is None or idea.note.status not in MEASURED or pop.stale(idea):
-                continue        # a result measured against an old baseline is kept apart, never re-judged
-            # notes measured against the baseline's first seeds get their decision when it is final
-            undecided = final and idea.note.decision is None and idea.note.status == Status.SUCCEEDED
-            if idea.note.baseline is not None and not undecided:
-                continue
-            n = idea.note.model_copy(deep=True)    # population notes are shared, parsed once per blob
-            if fill_baseline(n, idea, pop, self.research.manifest, self.cfg.policy):
-                self.ledger.write_note(idea.commit, n)
-                changed = True
+        with self.lifecycle.batch():
+            for idea in pop.ideas:
+                if idea.note is None or idea.note.status not in MEASURED or pop.stale(idea):
+                    continue        # a result measured against an old baseline is kept apart, never re-judged
+                # notes measured against the baseline's first seeds get their decision when it is final
+                undecided = final and idea.note.decision is None and idea.note.status == Status.SUCCEEDED
+                if idea.note.baseline is not None and not undecided:
+                    continue
+                n = idea.note.model_copy(deep=True)    # population notes are shared, parsed once per blob
+                if fill_baseline(n, idea, pop, self.research.manifest, self.cfg.policy):
+                    self.lifecycle.backfilled(idea.commit, idea, n)
+                    changed = True
         return changed

@@ -1,4 +1,8 @@
-"""The clock: an idempotent reconcile, run by an apscheduler interval job and poked by events.
+"""The clock: an idempotent reconcile, run by one loop thread that waits on one wake event.
+
+Every event that wants a tick (a push seen by the watcher, a finished trial, a finished
+implementation, a host whose probe passed) sets the event (`poke`); without one, the thread ticks
+every `daemon.tick_s`. A poke during a tick makes the tick run another pass at once.
 
 One tick: read refs and notes; poll the runner and write notes for finished trials; dispatch
 queued work into free slots; ask the policy for more ideas when the queue runs low. Killing the
@@ -16,38 +20,40 @@ import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from pathlib import Path
-
-from apscheduler.schedulers.background import BackgroundScheduler
 
 from autoresearchd import defaults
 from autoresearchd.config import ConfigError
-from autoresearchd.engine.dispatch import Dispatcher
+from autoresearchd.engine.parts import build_engine
 from autoresearchd.engine.plan import Job, baseline_jobs_open, missing_seeds, order_key, seeds_needed, settled
 from autoresearchd.store import gitrepo, parsecache
+from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.livepop import LivePopulation
 from autoresearchd.store.population import Population
 from autoresearchd.store.spend import gpu_hours
+from autoresearchd.vocab import Decision, Origin, Purpose
 
 log = logging.getLogger("autoresearchd")
-logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: max instances" is by design
 
 
 class Daemon:
     def __init__(self, cfg, research, runner, llm=None, policy=None, implementer=None, console=None,
-                 llm_note: str | None = None):
+                 llm_note: str | None = None, lifecycle: Lifecycle | None = None, tuner=None):
         self.cfg, self.research, self.runner = cfg, research, runner
         self.repo = research.repo
         self.llm, self.policy, self.implementer = llm, policy, implementer
         self.llm_note = llm_note
-        self.dispatcher = Dispatcher(cfg, research, runner)
-        self.dispatcher.wake = self.poke          # a degraded host passed its probe: dispatch now
+        self.tuner = tuner                            # daemon/tune/tuner.py, with [tune] enabled
+        # the one writer of idea state changes; its observers (W&B, lessons) hear of every result
+        self.lifecycle = lifecycle if lifecycle is not None else Lifecycle(self.repo)
+        self._wake = threading.Event()    # the one way to ask for a tick (poke); see the module docstring
+        engine = build_engine(cfg, research, runner, self.lifecycle, wake=self.poke)
+        self.slots, self.recovery = engine.slots, engine.recovery
+        self.collector, self.dispatcher = engine.collector, engine.dispatcher
         self.started = time.time()
         self.state_dir = gitrepo.state_dir(self.repo)
         self._tick_lock = threading.Lock()
         self._passes = 0                  # reconcile passes so far (run_forever re-reads git after one)
-        self._dirty = threading.Event()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._signals = 0
@@ -55,14 +61,13 @@ class Daemon:
         self._implementing: set[str] = set()
         self._proposing = False
         self._stop_reason: str | None = None
-        self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1})
+        self._ticker: threading.Thread | None = None
         self.watcher = None
         self.last_pop: Population | None = None       # the latest tick's view, for the progress display
         # the population, read by its changes (store/livepop.py); refreshed only under the tick lock
         self.live = LivePopulation(self.repo, research.baseline_ref)
         self._parsed = parsecache.load(self.repo)     # what an earlier daemon parsed: not parsed again
         self.last_state: dict = {}
-        self.tuner = None                             # daemon/tune/tuner.py, with [tune] enabled
 
     # -- the reconcile -----------------------------------------------------------------------------
     def read(self, scan: bool = False) -> Population:
@@ -83,11 +88,11 @@ class Daemon:
     def tick(self) -> Population:
         with self._tick_lock:
             while True:
-                self._dirty.clear()
+                self._wake.clear()
                 pop = self.read(scan=True)
-                if self.dispatcher.harvest(pop):
+                if self.collector.harvest(pop):
                     pop = self.read()
-                if self.dispatcher.backfill(pop):
+                if self.collector.backfill(pop):
                     pop = self.read()
                 if not self._stopping.is_set():
                     self.dispatcher.dispatch(pop, self.jobs(pop))
@@ -98,28 +103,28 @@ class Daemon:
                     self._resume_proposals(pop)
                     if self.tuner is not None and self._maybe_tune(pop):
                         pop = self.read(scan=True)
-                        self._dirty.set()           # another pass dispatches the tuned commits
+                        self._wake.set()            # another pass dispatches the tuned commits
                     self._maybe_refill(pop)
                 self._write_state(pop)
                 self._passes += 1
-                if not self._dirty.is_set() or self._stopping.is_set():
+                if not self._wake.is_set() or self._stopping.is_set():
                     return pop
 
     def jobs(self, pop: Population) -> list[Job]:
         p = self.cfg.policy
         jobs: list[Job] = []
         if pop.baseline_commit and baseline_jobs_open(pop.baseline_note):
-            for m in missing_seeds(seeds_needed(None, "baseline", p.baseline_seeds, 0), pop.baseline_note,
+            for m in missing_seeds(seeds_needed(None, Purpose.BASELINE, p.baseline_seeds, 0), pop.baseline_note,
                                    pop.baseline_leases):
-                jobs.append(Job(pop.baseline_commit, m.seed, "baseline", None, m.retries, attempt=m.attempt,
+                jobs.append(Job(pop.baseline_commit, m.seed, Purpose.BASELINE, None, m.retries, attempt=m.attempt,
                                 faults=m.faults))
         for idea in pop.ideas:
             if not idea.branch or idea.proposal:
                 continue
-            if idea.note is not None and (idea.note.decision != "pending" or pop.stale(idea)):
+            if idea.note is not None and (idea.note.decision != Decision.PENDING or pop.stale(idea)):
                 continue        # pending against an old baseline: kept apart, not confirmed (docs/policies.md)
-            purpose = "confirm" if idea.note is not None else "idea"
-            needed = seeds_needed(idea.note, "idea", p.baseline_seeds, p.confirm_seeds)
+            purpose = Purpose.CONFIRM if idea.note is not None else Purpose.IDEA
+            needed = seeds_needed(idea.note, Purpose.IDEA, p.baseline_seeds, p.confirm_seeds)
             for m in missing_seeds(needed, idea.note, idea.leases):
                 jobs.append(Job(idea.commit, m.seed, purpose, idea, m.retries, attempt=m.attempt, faults=m.faults))
         jobs.sort(key=lambda j: order_key(j, self.cfg.daemon.human_priority))
@@ -135,7 +140,7 @@ class Daemon:
     def stop_condition(self, pop: Population) -> str | None:
         """Why no more ideas are proposed (None: proposing goes on)."""
         d = self.cfg.daemon
-        llm_ideas = [i for i in pop.ideas if i.origin not in ("human", "tune")]
+        llm_ideas = [i for i in pop.ideas if i.origin not in (Origin.HUMAN, Origin.TUNE)]
         if d.max_ideas is not None and len(llm_ideas) >= d.max_ideas:
             return f"max_ideas reached ({len(llm_ideas)})"
         if d.max_epochs is not None and pop.max_epoch() >= d.max_epochs - 1 and self.policy is not None:
@@ -238,7 +243,7 @@ class Daemon:
     def _maybe_tune(self, pop: Population) -> bool:
         """Write tuned commits up to tuning's share of the trials in flight. True if it wrote any."""
         sp = self.budget_split(pop)
-        room = len(self.dispatcher.slots()) * self.dispatcher.depth + self.cfg.policy.queue_buffer
+        room = len(self.slots.slots()) * self.slots.depth + self.cfg.policy.queue_buffer
         want = max(1, round(sp.tune * room)) - self.tuner.pending(pop)
         try:
             return bool(self.tuner.propose(pop, want))
@@ -248,14 +253,15 @@ class Daemon:
 
     # -- running ------------------------------------------------------------------------------------
     def poke(self) -> None:
-        """An event (new idea, finished implementation, watcher) wants a tick now."""
-        self._dirty.set()
-        job = self.scheduler.get_job("reconcile") if self.scheduler.running else None
-        if job is not None:
-            try:
-                job.modify(next_run_time=datetime.now(job.next_run_time.tzinfo if job.next_run_time else None))
-            except Exception:  # noqa: BLE001 - the interval tick is the safety net
-                pass
+        """An event (new idea, finished implementation, watcher, a host back) wants a tick now."""
+        self._wake.set()
+
+    def _run_ticks(self) -> None:
+        """The loop thread: a tick at once, then one when poked or `tick_s` after the last began."""
+        while not self._stopping.is_set():
+            began = time.monotonic()
+            self._safe_tick()
+            self._wake.wait(max(0.0, began + self.cfg.daemon.tick_s - time.monotonic()))
 
     def _start_event_waiters(self) -> None:
         """One thread per host blocks in the runner until a trial there finishes, then pokes: a freed
@@ -288,9 +294,9 @@ class Daemon:
             log.exception("reconcile failed; retrying on the next tick")
 
     def _write_state(self, pop: Population) -> None:
-        slots = self.dispatcher.slot_table()
+        slots = self.slots.table()
         state = {"pid": os.getpid(), "started": self.started, "heartbeat": time.time(),
-                 "slots": slots, "hosts": self.dispatcher.host_table(),   # health: degraded + reason (daemon/engine/health.py)
+                 "slots": slots, "hosts": self.slots.hosts(),   # health: degraded + reason (daemon/engine/health.py)
                  "implementing": sorted(self._implementing), "proposing": self._proposing,
                  "stop_reason": self.stop_condition(pop) if self.policy else None,
                  "llm": self.llm_note,
@@ -311,7 +317,7 @@ class Daemon:
         log.info("stopping: no new dispatches; detached runs keep going (signal again to exit at once)")
         self._stopping.set()
         self._stopped.set()
-        # the heartbeat stops with the scheduler, while implementations in flight may take minutes
+        # the heartbeat stops with the loop thread, while implementations in flight may take minutes
         # (their checks train under load): say so in the state file, so `status` shows "stopping"
         try:
             p = self.state_dir / "daemon.json"
@@ -333,9 +339,8 @@ class Daemon:
         pidfile.write_text(str(os.getpid()))   # after the handlers: `stop` may signal as soon as it exists
         from autoresearchd.engine.watch import start_watcher
         self.watcher = start_watcher(self.repo, self.poke)
-        self.scheduler.add_job(self._safe_tick, "interval", seconds=self.cfg.daemon.tick_s, id="reconcile",
-                               next_run_time=datetime.now())
-        self.scheduler.start()
+        self._ticker = threading.Thread(target=self._run_ticks, daemon=True, name="reconcile")
+        self._ticker.start()
         self._start_event_waiters()
         watch = LivePopulation(self.repo, self.research.baseline_ref)   # this thread's own: not the tick's
         try:
@@ -354,7 +359,9 @@ class Daemon:
         finally:
             watch.close()
             self._stopping.set()
-            self.scheduler.shutdown(wait=True)
+            self._wake.set()                        # the loop thread ends after the tick it is in
+            if self._ticker is not None:
+                self._ticker.join()
             if self.watcher is not None:
                 self.watcher.stop()
             self._pool.shutdown(wait=False, cancel_futures=True)

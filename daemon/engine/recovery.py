@@ -1,4 +1,4 @@
-"""Host faults and stale trials: the dispatcher's rules for when a host, not an idea, fails.
+"""Recovery: the rules for when a host, not an idea, fails (host faults, silence, probes, stale trials).
 
 - A host fault (submit failed, work root full or unwritable, the disk filled during the run, the host
   silent past the lease TTL) opens the host's circuit breaker (daemon/engine/health.py) and sends the seed
@@ -18,17 +18,38 @@ from __future__ import annotations
 import logging
 import time
 
+from autoresearchd.engine.health import HostHealth
+from autoresearchd.engine.slots import SlotTable
 from autoresearchd.runners.base import HostUnreachable, PollState
 from autoresearchd.store.notes import Lease, Status, Trial
+from autoresearchd.vocab import LeaseState
 
 log = logging.getLogger("autoresearchd")
 
 
+def poll_states(runner, live: list[Lease]) -> list:
+    """The poll state of each live trial, hosts at once."""
+    if not live:
+        return []
+    try:
+        return runner.poll_many([lz.handle for lz in live])
+    except Exception as e:  # noqa: BLE001 - an unexpected runner error counts as unreachable
+        log.warning("polling failed: %s", e)
+        return [PollState.UNREACHABLE] * len(live)
+
+
 class Recovery:
-    """Mixed into Dispatcher (which provides cfg, runner, ledger, health, _pool, _cleanups, ...)."""
+    """Host faults, silence and stale trials. Its own state: when each trial was last seen alive."""
+
+    def __init__(self, cfg, runner, slots: SlotTable, health: HostHealth, pool, wake=None):
+        self.cfg, self.runner, self.slots, self.health = cfg, runner, slots, health
+        self._pool = pool                        # probes run here, off the tick's path
+        self._wake = wake                        # a probe passed: dispatch now (the Daemon's poke)
+        self.started = time.time()
+        self._last_seen: dict[str, float] = {}   # trial id -> when a poll last found it running
 
     # -- host faults ---------------------------------------------------------------------------------
-    def _host_fault(self, lz: Lease, why: str, state: str) -> Lease:
+    def host_fault(self, lz: Lease, why: str, state: str) -> Lease:
         """The host failed this trial: requeue the seed for a healthy host, keeping its retries."""
         self.health.fault(lz.host, why)
         lz.faults = list(lz.faults) + [f"{lz.host}: {why}"]
@@ -36,7 +57,7 @@ class Recovery:
         limit = self.cfg.daemon.max_host_faults
         if len(lz.faults) >= limit:
             log.warning("trial %s: %d host faults, giving up: %s", lz.trial_id, len(lz.faults), why)
-            lz.state = "done"
+            lz.state = LeaseState.DONE
             lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, status=Status.LOST, host=lz.host,
                               error=f"no healthy host could run it: {len(lz.faults)} host faults "
                                     f"(daemon.max_host_faults = {limit}): " + "; ".join(lz.faults))
@@ -50,8 +71,9 @@ class Recovery:
         """A failed submit is the host's fault. A lost connection may have left the trial started, so
         its lease stays `stale` (looked at again when the host answers); a command that failed cleaned
         up after itself, so the lease is only `requeued`."""
-        state = "stale" if isinstance(e, HostUnreachable) else "requeued"
-        self._host_fault(lz, f"submit to {slot_key} failed: {e}", state)
+        state = LeaseState.STALE if isinstance(e, HostUnreachable) else LeaseState.REQUEUED
+        self.host_fault(lz, f"submit to {slot_key} failed: {e}", state)
+        self.slots.invalidate()
 
     def disk_full(self, lz: Lease) -> str | None:
         """Why a trial that died on a host that answers left nothing: its disk is full (or None)."""
@@ -60,8 +82,29 @@ class Recovery:
         except Exception:  # noqa: BLE001 - only a hint
             return None
 
-    def _unreachable_why(self, host: str) -> str:
-        return self.runner.errors.get(host) or f"host {host} does not answer"
+    # -- silence ---------------------------------------------------------------------------------------
+    def alive(self, trial_id: str) -> None:
+        """A poll found the trial running."""
+        self._last_seen[trial_id] = time.time()
+
+    def answered(self, host: str) -> None:
+        """A poll reached the host: a degraded one is probed at once (engine/health.py)."""
+        self.health.seen(host)
+
+    def silent(self, lz: Lease) -> Lease | None:
+        """A poll could not reach the trial's host. None while the host is within the lease TTL (the
+        trial keeps its slot); past it (and past the last probe) the host's fault: the lease, stale."""
+        seen = self._last_seen.setdefault(lz.trial_id, max(lz.heartbeat, self.started))
+        self.health.fault(lz.host, self.slots.unreachable_why(lz.host))
+        if time.time() - seen <= self.cfg.daemon.lease_ttl_s:
+            return None
+        # the last probe (last_probe) failed too: the host's fault; the trial may live on
+        return self.host_fault(lz, f"host {lz.host} unreachable for more than "
+                                   f"{self.cfg.daemon.lease_ttl_s:.0f}s (daemon.lease_ttl_s)", LeaseState.STALE)
+
+    def never_placed(self, lz: Lease) -> bool:
+        """A missing trial leased by an earlier daemon process that died before its directory existed."""
+        return lz.began is None and lz.heartbeat < self.started and lz.trial_id not in self._last_seen
 
     # -- probes ----------------------------------------------------------------------------------------
     def probe_due(self) -> None:
@@ -73,9 +116,9 @@ class Recovery:
                 except Exception as e:  # noqa: BLE001 - any failure is the verdict
                     why = str(e)
                 self.health.probed(host, why)
-                self._slots_cache = (0.0, [])
-                if why is None and self.wake is not None:
-                    self.wake()
+                self.slots.invalidate()
+                if why is None and self._wake is not None:
+                    self._wake()
             self._pool.submit(work)
 
     def last_probe(self, leases: list[Lease], states: dict) -> None:
@@ -91,18 +134,19 @@ class Recovery:
             self.runner.reconnect(host)
             log.info("host %s silent for more than %.0fs: one last probe before its trials are lost",
                      host, self.cfg.daemon.lease_ttl_s)
-        for lz, st in zip(expiring, self._poll_states(expiring)):
+        for lz, st in zip(expiring, poll_states(self.runner, expiring)):
             states[id(lz)] = st
 
     # -- stale trials ----------------------------------------------------------------------------------
-    def settle_stale(self, commit: str, leases: list[Lease], states: dict, outcomes: dict,
-                     note_seeds: set[int]) -> tuple[list[Lease], list[str]]:
-        """Resolve the stale trials of one commit whose host answers again. Returns the new lease list
-        and the trial ids superseded now (for the note)."""
+    def settle_stale(self, leases: list[Lease], states: dict, outcomes: dict, note_seeds: set[int],
+                     collect) -> tuple[list[Lease], list[str]]:
+        """Resolve the stale trials of one commit whose host answers again. `collect(lease, outcome)`
+        (the Collector's) turns a finished trial into a done lease. Returns the new lease list and the
+        trial ids superseded now (for the note)."""
         out = list(leases)
         superseded: list[str] = []
         for k, lz in enumerate(out):
-            if lz.state != "stale":
+            if lz.state != LeaseState.STALE:
                 continue
             known = self.runner.hosts
             if known is not None and lz.host not in known:
@@ -113,13 +157,13 @@ class Recovery:
             if st is None or st == PollState.UNREACHABLE:
                 continue
             self.health.seen(lz.host)
-            has_result = lz.seed in note_seeds or any(o.state == "done" and o.seed == lz.seed for o in out)
-            twins = [o for o in out if o is not lz and o.state == "running" and o.seed == lz.seed]
+            has_result = lz.seed in note_seeds or any(o.state == LeaseState.DONE and o.seed == lz.seed for o in out)
+            twins = [o for o in out if o is not lz and o.state == LeaseState.RUNNING and o.seed == lz.seed]
             if st == PollState.DONE and not has_result:
-                got = self._collect(lz.model_copy(deep=True), outcomes.get(id(lz)))
-                if got.state == "stale":
+                got = collect(lz.model_copy(deep=True), outcomes.get(id(lz)))
+                if got.state == LeaseState.STALE:
                     continue               # the fetch failed: try again on the next tick
-                if got.state == "done":
+                if got.state == LeaseState.DONE:
                     log.info("stale trial %s finished on %s while its host was away: its result counts",
                              lz.trial_id, lz.host)
                     out[k] = got
@@ -131,7 +175,7 @@ class Recovery:
             if st == PollState.RUNNING and not has_result and not twins:
                 log.info("stale trial %s is still running on %s: kept", lz.trial_id, lz.host)
                 revived = lz.model_copy(deep=True)
-                revived.state, revived.heartbeat = "running", time.time()
+                revived.state, revived.heartbeat = LeaseState.RUNNING, time.time()
                 self._last_seen[lz.trial_id] = time.time()
                 out[k] = revived
                 continue
@@ -147,7 +191,7 @@ class Recovery:
     @staticmethod
     def _superseded(lz: Lease) -> Lease:
         s = lz.model_copy(deep=True)
-        s.state, s.result = "superseded", None
+        s.state, s.result = LeaseState.SUPERSEDED, None
         return s
 
     def _remove_trial(self, lz: Lease) -> bool:
@@ -160,14 +204,3 @@ class Recovery:
             return False
         log.info("trial %s on %s cancelled and removed (its twin counts)", lz.trial_id, lz.host)
         return True
-
-    # -- status ----------------------------------------------------------------------------------------
-    def host_table(self) -> dict[str, dict]:
-        """Each host's health for daemon.json: breaker state and reason, or the connection error."""
-        table = self.health.table()
-        errors = self.runner.errors
-        for host, why in errors.items():
-            row = table.setdefault(host, {"state": "ok", "reason": None})
-            if row.get("state") == "ok":
-                row.update(state="unreachable", reason=why)
-        return table

@@ -1,4 +1,5 @@
-"""Mirror finished trials to Weights & Biases: one W&B run per result note (Dispatcher.on_note).
+"""Mirror finished trials to Weights & Biases: one W&B run per result note (an observer of
+the lifecycle writer, store/lifecycle.py: results, linked, rejected and backfilled notes).
 
 Runs are grouped by epoch (`group`), typed by origin (`job_type`) and tagged with origin, status and
 decision. The config is built from an explicit allow-list (idea id, title, origin, parents, epoch,
@@ -26,11 +27,16 @@ from pathlib import Path
 
 from autoresearchd import defaults
 from autoresearchd.store.diffbase import diff_base
+from autoresearchd.store.lifecycle import Change
 from autoresearchd.store.notes import delta_kind, mean_delta
 from autoresearchd.store.refs import branch_name
 from autoresearchd.views.safe import html_text
 
 log = logging.getLogger("autoresearchd")
+
+# the lifecycle changes mirrored: each writes an idea's (or the baseline's) result note; dropped and
+# failed proposals are records, not runs, and a cancelled old baseline's seeds were never a result
+MIRRORED = (Change.RESULT, Change.LINKED, Change.REJECTED, Change.BACKFILLED)
 
 CONFIG_KEYS = ("idea_id", "title", "origin", "parents", "epoch", "seeds", "host", "accelerator", "metric", "goal",
                "model", "branch", "commit")
@@ -118,6 +124,11 @@ class WandbMirror:
             return ""
 
     # -- observer ----------------------------------------------------------------------------------
+    def written(self, event) -> None:
+        """The lifecycle writer's observer: a result note written (a re-judged one logs the run again)."""
+        if event.change in MIRRORED and event.note is not None:
+            self(event.commit, event.idea, event.note)
+
     def __call__(self, commit: str, idea, note) -> None:
         if not self.enabled:
             return
@@ -175,14 +186,14 @@ class WandbMirror:
 
 
 def attach(daemon, cfg) -> WandbMirror | None:
-    """Append a mirror to daemon.dispatcher.on_note when [wandb] enabled = true. W&B files go to the
+    """Add a mirror to the daemon's lifecycle observers when [wandb] enabled = true. W&B files go to the
     state dir (inside the research repo's git dir) unless WANDB_DIR says otherwise."""
     import os
     if not cfg.wandb.enabled or cfg.wandb.mode == "disabled":
         return None
-    for cb in daemon.dispatcher.on_note:      # idempotent: build_daemon attaches it already
-        if isinstance(cb, WandbMirror):
-            return cb
+    for cb in daemon.lifecycle.observers:     # idempotent: build_daemon attaches it already
+        if isinstance(getattr(cb, "__self__", None), WandbMirror):
+            return cb.__self__
     try:
         import wandb  # noqa: F401
     except ImportError:
@@ -192,7 +203,7 @@ def attach(daemon, cfg) -> WandbMirror | None:
     wdir = os.environ.get("WANDB_DIR") or str(state_dir(daemon.repo))
     mirror = WandbMirror(cfg.wandb, daemon.research.manifest, repo=daemon.repo, dir=wdir,
                          baseline_ref=daemon.research.baseline_ref)
-    daemon.dispatcher.on_note.append(mirror)
+    daemon.lifecycle.observe(mirror.written)
     atexit.register(mirror.close)
     log.info("mirroring results to W&B project %s (%s mode)", cfg.wandb.project, cfg.wandb.mode)
     return mirror
