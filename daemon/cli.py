@@ -38,6 +38,7 @@ def _setup_logging(level: str, logfile: Path | None = None) -> None:
                         format="%(message)s")
     for noisy in ("httpx", "paramiko", "watchdog", "anthropic", "openai"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: max instances" is by design (Daemon.poke)
 
 
 def cmd_init(args, cfg) -> int:

@@ -1,8 +1,11 @@
-"""The clock: an idempotent reconcile, run by one loop thread that waits on one wake event.
+"""The clock: an idempotent reconcile, run by apscheduler: an interval job every `daemon.tick_s`,
+and a one-shot job for every event that wants a tick now.
 
-Every event that wants a tick (a push seen by the watcher, a finished trial, a finished
-implementation, a host whose probe passed) sets the event (`poke`); without one, the thread ticks
-every `daemon.tick_s`. A poke during a tick makes the tick run another pass at once.
+Every event (a push seen by the watcher, a finished trial, a finished implementation or proposal
+round, a host whose probe passed) calls `poke`, which schedules the one-shot `wake` job to run at
+once. Up to two wake runs exist at a time, one in a pass and one waiting on the tick lock: a poke
+during a pass is served by the waiting run, whose pass starts after the poke (so no event is lost),
+and further pokes meanwhile are absorbed by it (docs/architecture.md, "Waking the loop").
 
 One tick: read refs and notes; poll the runner and write notes for finished trials; dispatch
 queued work into free slots; ask the policy for more ideas when the queue runs low. Killing the
@@ -20,7 +23,10 @@ import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
+
+from apscheduler.schedulers.background import BackgroundScheduler
 
 from autoresearchd import defaults
 from autoresearchd.config import ConfigError
@@ -34,6 +40,7 @@ from autoresearchd.store.spend import gpu_hours
 from autoresearchd.vocab import Decision, Origin, Purpose
 
 log = logging.getLogger("autoresearchd")
+logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: max instances" is by design (poke)
 
 
 class Daemon:
@@ -46,7 +53,6 @@ class Daemon:
         self.tuner = tuner                            # daemon/tune/tuner.py, with [tune] enabled
         # the one writer of idea state changes; its observers (W&B, lessons) hear of every result
         self.lifecycle = lifecycle if lifecycle is not None else Lifecycle(self.repo)
-        self._wake = threading.Event()    # the one way to ask for a tick (poke); see the module docstring
         engine = build_engine(cfg, research, runner, self.lifecycle, wake=self.poke)
         self.slots, self.recovery = engine.slots, engine.recovery
         self.collector, self.dispatcher = engine.collector, engine.dispatcher
@@ -61,7 +67,8 @@ class Daemon:
         self._implementing: set[str] = set()
         self._proposing = False
         self._stop_reason: str | None = None
-        self._ticker: threading.Thread | None = None
+        # the one clock and the one way to wake it (poke): see the module docstring
+        self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "misfire_grace_time": None})
         self.watcher = None
         self.last_pop: Population | None = None       # the latest tick's view, for the progress display
         # the population, read by its changes (store/livepop.py); refreshed only under the tick lock
@@ -88,7 +95,7 @@ class Daemon:
     def tick(self) -> Population:
         with self._tick_lock:
             while True:
-                self._wake.clear()
+                again = False
                 pop = self.read(scan=True)
                 if self.collector.harvest(pop):
                     pop = self.read()
@@ -103,11 +110,11 @@ class Daemon:
                     self._resume_proposals(pop)
                     if self.tuner is not None and self._maybe_tune(pop):
                         pop = self.read(scan=True)
-                        self._wake.set()            # another pass dispatches the tuned commits
+                        again = True                # another pass dispatches the tuned commits
                     self._maybe_refill(pop)
                 self._write_state(pop)
                 self._passes += 1
-                if not self._wake.is_set() or self._stopping.is_set():
+                if not again or self._stopping.is_set():
                     return pop
 
     def jobs(self, pop: Population) -> list[Job]:
@@ -253,15 +260,15 @@ class Daemon:
 
     # -- running ------------------------------------------------------------------------------------
     def poke(self) -> None:
-        """An event (new idea, finished implementation, watcher, a host back) wants a tick now."""
-        self._wake.set()
-
-    def _run_ticks(self) -> None:
-        """The loop thread: a tick at once, then one when poked or `tick_s` after the last began."""
-        while not self._stopping.is_set():
-            began = time.monotonic()
-            self._safe_tick()
-            self._wake.wait(max(0.0, began + self.cfg.daemon.tick_s - time.monotonic()))
+        """An event (new idea, finished trial or implementation, watcher, a host back) wants a tick now:
+        the one-shot `wake` job, at once. At most two runs of it exist (one in a pass, one waiting on
+        the tick lock, whose pass begins after this poke); a third is skipped as already served."""
+        if not self.scheduler.running or self._stopping.is_set():
+            return
+        try:
+            self.scheduler.add_job(self._safe_tick, id="wake", replace_existing=True, max_instances=2)
+        except Exception:  # noqa: BLE001 - shutting down: the interval tick was the safety net anyway
+            pass
 
     def _start_event_waiters(self) -> None:
         """One thread per host blocks in the runner until a trial there finishes, then pokes: a freed
@@ -317,7 +324,7 @@ class Daemon:
         log.info("stopping: no new dispatches; detached runs keep going (signal again to exit at once)")
         self._stopping.set()
         self._stopped.set()
-        # the heartbeat stops with the loop thread, while implementations in flight may take minutes
+        # the heartbeat stops with the scheduler, while implementations in flight may take minutes
         # (their checks train under load): say so in the state file, so `status` shows "stopping"
         try:
             p = self.state_dir / "daemon.json"
@@ -339,8 +346,9 @@ class Daemon:
         pidfile.write_text(str(os.getpid()))   # after the handlers: `stop` may signal as soon as it exists
         from autoresearchd.engine.watch import start_watcher
         self.watcher = start_watcher(self.repo, self.poke)
-        self._ticker = threading.Thread(target=self._run_ticks, daemon=True, name="reconcile")
-        self._ticker.start()
+        self.scheduler.add_job(self._safe_tick, "interval", seconds=self.cfg.daemon.tick_s, id="reconcile",
+                               next_run_time=datetime.now(), max_instances=1)
+        self.scheduler.start()
         self._start_event_waiters()
         watch = LivePopulation(self.repo, self.research.baseline_ref)   # this thread's own: not the tick's
         try:
@@ -359,9 +367,7 @@ class Daemon:
         finally:
             watch.close()
             self._stopping.set()
-            self._wake.set()                        # the loop thread ends after the tick it is in
-            if self._ticker is not None:
-                self._ticker.join()
+            self.scheduler.shutdown(wait=True)      # after the pass in progress
             if self.watcher is not None:
                 self.watcher.stop()
             self._pool.shutdown(wait=False, cancel_futures=True)
