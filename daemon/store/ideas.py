@@ -19,8 +19,7 @@ from autoresearchd.store.notes import BEST_DECISIONS, Lease, Note, Status
 from autoresearchd.store.refs import IDEA_BRANCHES
 from autoresearchd.store.trailers import TRAILER_KEYS, Trailers, parse_trailers
 from autoresearchd.inert import one_line, visible
-
-ORIGINS = ("seed", "exploit", "explore", "human", "greedy", "best_of_n", "baseline", "confirm", "tune")
+from autoresearchd.vocab import LeaseState, Origin, known
 
 _TRAILER_RE = re.compile(r"^([A-Z][A-Za-z-]+): (.*)$")
 
@@ -44,8 +43,8 @@ def prompt_hash(*texts: str) -> str:
     return hashlib.sha256("\0".join(texts).encode()).hexdigest()[:12]
 
 
-def branch_for(idea_id: str, title: str, origin: str) -> str:
-    group = "human" if origin == "human" else idea_id.split("-")[0]
+def branch_for(idea_id: str, title: str, origin: Origin | str) -> str:
+    group = "human" if origin == Origin.HUMAN else idea_id.split("-")[0]
     return f"{IDEA_BRANCHES}{group}/{slugify(title)}-{idea_id.split('-')[-1]}"
 
 
@@ -60,7 +59,7 @@ class Idea:
     commit: str | None
     title: str
     text: str
-    origin: str = "seed"
+    origin: Origin | str = Origin.SEED    # a plain str only for a word this daemon does not know
     parents: list[str] = field(default_factory=list)
     epoch: int = 0
     branch: str | None = None
@@ -82,7 +81,7 @@ class Idea:
             return self.note.status
         if self.proposal:
             return Status.IMPLEMENTING
-        if any(lz.state == "running" for lz in self.leases):
+        if any(lz.state == LeaseState.RUNNING for lz in self.leases):
             return Status.RUNNING
         return Status.QUEUED
 
@@ -137,7 +136,7 @@ def idea_from_commit(commit: str, tree: str, first_parent: str | None, message: 
     title, body, raw = parse_message(message)
     tr = parse_trailers(raw)
     return Idea(idea_id=tr.idea_id or pushed_id(commit), commit=commit, title=title, text=body or title,
-                origin=tr.origin or "human", parents=list(tr.parents), epoch=tr.epoch or 0, branch=branch,
+                origin=known(Origin, tr.origin or Origin.HUMAN), parents=list(tr.parents), epoch=tr.epoch or 0, branch=branch,
                 tree=tree, base_commit=first_parent, model=tr.model, attempts=tr.attempts,
                 tokens=tr.tokens, cost_usd=tr.cost_usd, trailers=tr, committed_at=committed_at)
 
@@ -150,5 +149,5 @@ def as_pushed(idea: Idea) -> Idea:
     """A commit the daemon did not write. Its message is kept as the idea (title and body, trailers
     left out of the text), but provenance is the daemon's to decide: an `Origin: seed`, `Epoch: 99` or
     `Cost-USD: 1e9` line in a pushed commit must not move the origin, the epoch or the budget."""
-    return replace(idea, idea_id=pushed_id(idea.commit or ""), origin="human", parents=[], epoch=0, model=None,
+    return replace(idea, idea_id=pushed_id(idea.commit or ""), origin=Origin.HUMAN, parents=[], epoch=0, model=None,
                    attempts=None, tokens=None, cost_usd=None, trailers=Trailers())

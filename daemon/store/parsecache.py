@@ -32,10 +32,11 @@ from autoresearchd.store import frozen, ideas, notes, population, trailers
 from autoresearchd.store.frozen import _EMPTY_DICT, _EMPTY_LIST, _LEAF, FrozenDict, FrozenList, FrozenNote, FrozenTrial
 from autoresearchd.store.gitrepo import GitRepo, state_dir
 from autoresearchd.store.trailers import Trailers
+from autoresearchd.vocab import Origin, known
 
 FILE = "parsed.marshal"
 _TRIAL = "\0trial"              # marks a nested Trial in the plain form (no note field holds it)
-_ENUMS = {cls.__name__: cls for cls in (notes.Status, notes.DeltaKind)}     # the enums a note may hold
+_ENUMS = {cls.__name__: cls for cls in (notes.Status, notes.Decision, notes.Origin, notes.DeltaKind)}  # a note's enums
 
 
 def code_hash() -> str:
@@ -96,7 +97,7 @@ def note_from(p: tuple) -> FrozenNote:
 
 def idea_plain(fields) -> dict:
     tr = fields["trailers"]
-    return dict(fields, parents=list(fields["parents"]),
+    return dict(fields, parents=list(fields["parents"]), origin=getattr(fields["origin"], "value", fields["origin"]),
                 trailers=(dict(tr.__dict__), sorted(tr.__pydantic_fields_set__)))
 
 
@@ -106,7 +107,7 @@ def idea_from(p: dict) -> MappingProxyType:
     object.__setattr__(tr, "__pydantic_extra__", None)
     object.__setattr__(tr, "__pydantic_fields_set__", set(p["trailers"][1]))
     object.__setattr__(tr, "__pydantic_private__", None)
-    return MappingProxyType(dict(p, parents=tuple(p["parents"]), trailers=tr))
+    return MappingProxyType(dict(p, parents=tuple(p["parents"]), origin=known(Origin, p["origin"]), trailers=tr))
 
 
 def size() -> int:
