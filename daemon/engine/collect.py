@@ -18,12 +18,11 @@ from autoresearchd.store.ideas import Idea
 from autoresearchd.store.notes import Lease, Note, Status, Trial
 from autoresearchd.store.population import Population
 from autoresearchd.store.trust import suspicion
+from autoresearchd.vocab import MEASURED, POLLED, Decision, LeaseState, Purpose
 
 log = logging.getLogger("autoresearchd")
 
-MEASURED = (Status.SUCCEEDED, Status.FAILED, Status.TIMED_OUT)
-POLLED = ("running", "stale")      # lease states whose trials are asked about each harvest
-KEPT = ("running", "stale")        # lease states that outlive their commit's result note
+KEPT = POLLED         # lease states that outlive their commit's result note (vocab.POLLED)
 
 
 class Collector(Recovery):
@@ -84,7 +83,7 @@ class Collector(Recovery):
         units = [u for u in self._units(pop) if u[3]]
         live = [lz for u in units for lz in u[3] if lz.state in POLLED]
         states = dict(zip(map(id, live), self._poll_states(live)))
-        self.last_probe([lz for lz in live if lz.state == "running"], states)
+        self.last_probe([lz for lz in live if lz.state == LeaseState.RUNNING], states)
         for lz in live:
             if states[id(lz)] not in (PollState.UNREACHABLE, None):
                 self.health.seen(lz.host)
@@ -96,7 +95,7 @@ class Collector(Recovery):
                     updated = [self._poll_one(lz, states.get(id(lz)), outcomes.get(id(lz))) for lz in leases]
                     seeds = {t.seed for t in note.trials} if note else set()
                     updated, _ = self.settle_stale(commit, updated, states, outcomes, seeds)
-                    late = [lz for lz in updated if lz.state == "superseded" and lz.seed in seeds]
+                    late = [lz for lz in updated if lz.state == LeaseState.SUPERSEDED and lz.seed in seeds]
                     if late:     # the seed's result is already in the note: record them there, drop the leases
                         note = note.model_copy(deep=True)
                         note.superseded = sorted(set(note.superseded) | {lz.trial_id for lz in late})
@@ -111,7 +110,7 @@ class Collector(Recovery):
                 except Exception:  # noqa: BLE001 - one stuck commit must not stop the others' harvest
                     log.exception("harvesting %s failed; retrying on the next tick", commit[:10])
                     for lz in leases:
-                        if lz.state == "running" and lz.trial_id not in self._busy.get(f"{lz.host}/{lz.slot}", []):
+                        if lz.state == LeaseState.RUNNING and lz.trial_id not in self._busy.get(f"{lz.host}/{lz.slot}", []):
                             self._occupy(f"{lz.host}/{lz.slot}", lz.trial_id)
         self._flush_cleanups()
         return changed
@@ -149,7 +148,7 @@ class Collector(Recovery):
         self._pool.submit(work)
 
     def _poll_one(self, lease: Lease, state=None, outcome=None) -> Lease:
-        if lease.state != "running":
+        if lease.state != LeaseState.RUNNING:
             return lease
         lz = lease.model_copy(deep=True)
         now = time.time()
@@ -174,17 +173,17 @@ class Collector(Recovery):
                 return lz
             # the last probe (Recovery.last_probe) failed too: the host's fault; the trial may live on
             return self._host_fault(lz, f"host {lz.host} unreachable for more than "
-                                        f"{self.cfg.daemon.lease_ttl_s:.0f}s (daemon.lease_ttl_s)", "stale")
+                                        f"{self.cfg.daemon.lease_ttl_s:.0f}s (daemon.lease_ttl_s)", LeaseState.STALE)
         if state == PollState.LOST and (full := self.disk_full(lz)):   # its wrapper could not write for lack of space
             self._cleanups.append(lz.handle)
-            return self._host_fault(lz, full, "requeued")
+            return self._host_fault(lz, full, LeaseState.REQUEUED)
         if state == PollState.MISSING and lz.began is None and lz.heartbeat < self.started \
                 and lz.trial_id not in self._last_seen:
             # leased by an earlier daemon process that died before the trial dir existed: the daemon's
             # fault, not the idea's, so the seed is placed again without spending a retry
             log.warning("trial %s was never placed (the daemon stopped mid-submit): back to the queue",
                         lz.trial_id)
-            lz.state, lz.error = "requeued", "the daemon stopped before the trial was placed"
+            lz.state, lz.error = LeaseState.REQUEUED, "the daemon stopped before the trial was placed"
             return lz
         return self._lost(lz, f"trial vanished on {lz.host} ({state.value})")
 
@@ -197,11 +196,11 @@ class Collector(Recovery):
         self._cleanups.append(lz.handle)        # what it left (wrapper log, partial output) goes too
         lz.error = why
         if lz.retries >= self.cfg.daemon.max_retries:
-            lz.state = "done"
+            lz.state = LeaseState.DONE
             lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, status=Status.LOST, host=lz.host,
                               error=f"{why}; gave up after {lz.retries + 1} attempts")
         else:
-            lz.state = "lost"
+            lz.state = LeaseState.LOST
         return lz
 
     def _collect(self, lz: Lease, out=None) -> Lease:
@@ -217,7 +216,7 @@ class Collector(Recovery):
             return self._lost(lz, out.error or "the scheduler requeued the job")
         if out.host_fault:       # e.g. the disk filled during the run: not the idea's failure
             self._cleanups.append(lz.handle)
-            return self._host_fault(lz, out.host_fault, "requeued")
+            return self._host_fault(lz, out.host_fault, LeaseState.REQUEUED)
         m = self.research.manifest
         value = out.metrics.get(m.metric)
         if out.timed_out:
@@ -237,7 +236,7 @@ class Collector(Recovery):
             status, error = Status.REFUSED, "evaluation harness differs from the current baseline's"
         log_sha = self.ledger.store_log(lz.trial_id, out.log) if out.log else None
         budget = self.research.manifest.time_budget_s
-        if lz.purpose == "baseline" and status == Status.TIMED_OUT:
+        if lz.purpose == Purpose.BASELINE and status == Status.TIMED_OUT:
             # not retried: on the same machine it would time out again, and silently re-running it
             # hid the cause for many minutes. The note and the log say it plainly instead.
             error = (f"the baseline run took longer than the env's time_budget_s ({budget:g} s), so nothing "
@@ -245,10 +244,10 @@ class Collector(Recovery):
                      f"Not retried. Raise time_budget_s in the manifest and commit it to the baseline "
                      f"branch (a new baseline commit is measured afresh), or free the machine")
             log.warning("baseline seed %d timed out: %s", lz.seed, error)
-        elif lz.purpose == "baseline" and status != Status.SUCCEEDED and lz.retries < self.cfg.daemon.max_retries:
+        elif lz.purpose == Purpose.BASELINE and status != Status.SUCCEEDED and lz.retries < self.cfg.daemon.max_retries:
             # every idea is measured against the baseline: a failed baseline seed is run again
             return self._lost(lz, f"baseline seed {lz.seed} {status.value}: {error}")
-        lz.state = "done"
+        lz.state = LeaseState.DONE
         lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, status=status, value=value,
                           metrics=out.metrics, exit_code=out.exit_code, host=lz.host, wall_s=out.wall_s,
                           cpu_s=out.cpu_s, gpu_s=out.gpu_s, eval_wall_s=out.eval_wall_s, eval_cpu_s=out.eval_cpu_s,
@@ -262,10 +261,10 @@ class Collector(Recovery):
     def _maybe_finish(self, commit: str, idea: Idea | None, note: Note | None, leases: list[Lease],
                       pop: Population) -> bool:
         p = self.cfg.policy
-        needed = seeds_needed(note, "baseline" if idea is None else "idea", p.baseline_seeds, p.confirm_seeds)
+        needed = seeds_needed(note, Purpose.BASELINE if idea is None else Purpose.IDEA, p.baseline_seeds, p.confirm_seeds)
         results = {t.seed: t for t in (note.trials if note else [])}
         for lz in leases:
-            if lz.state == "done" and lz.result is not None:
+            if lz.state == LeaseState.DONE and lz.result is not None:
                 results.setdefault(lz.seed, lz.result)
         if all(lz.state in KEPT for lz in leases):
             return False     # only live or stale trials left: nothing new to write
@@ -276,7 +275,7 @@ class Collector(Recovery):
                 return False
         elif not all(s in results for s in needed):
             return False
-        confirming = note is not None and note.decision == "pending"
+        confirming = note is not None and note.decision == Decision.PENDING
         if idea is not None and note is not None and note.baseline_commit and pop.stale(idea):
             # confirmation seeds that were running when the baseline moved: judged against the baseline the
             # result was measured on, so it stays apart (docs/policies.md, "A moved baseline")
@@ -285,13 +284,13 @@ class Collector(Recovery):
                 pop = pop.on_baseline(note.baseline_commit, old)
         new = build_note(list(results.values()), idea, pop, self.research.manifest, p, confirmed=confirming)
         new.superseded = sorted(set(note.superseded if note else []) |
-                                {lz.trial_id for lz in leases if lz.state == "superseded"})
+                                {lz.trial_id for lz in leases if lz.state == LeaseState.SUPERSEDED})
         if idea is None:
             new.seeds_planned = len(needed)
             if flag_identical(new, self.research.manifest):
                 log.warning("baseline: %s", seed_warning(new))
         self._noted(commit, idea, new)
-        self._cleanups += [lz.handle for lz in leases if lz.state == "done"]   # removed after this harvest
+        self._cleanups += [lz.handle for lz in leases if lz.state == LeaseState.DONE]   # removed after this harvest
         self.ledger.write_leases(commit, [lz for lz in leases if lz.state in KEPT])
         return True
 

@@ -21,6 +21,7 @@ from autoresearchd.store.ledger import Ledger
 from autoresearchd.store.notes import Lease, Note
 from autoresearchd.store.population import Population
 from autoresearchd.store.refs import ARCHIVE_PREFIX, IDEA_BRANCHES
+from autoresearchd.vocab import LeaseState, Purpose
 
 log = logging.getLogger("autoresearchd")
 
@@ -139,12 +140,12 @@ class Dispatcher(Collector):
             if not free:
                 break
             idea = job.idea
-            if job.purpose == "baseline" and job.seed > 0 and pop.baseline_note is None \
+            if job.purpose == Purpose.BASELINE and job.seed > 0 and pop.baseline_note is None \
                     and self._busy.get(free[0].key):
                 # no idle slot: a later baseline seed would be staged behind (or, racing for the
                 # slot lock, ahead of) seed 0, whose result is the first note a user waits for
                 continue
-            if job.purpose == "idea" and idea is not None:
+            if job.purpose == Purpose.IDEA and idea is not None:
                 why = self.validate(idea)
                 if why:
                     self.gate.reject(idea, why)
@@ -185,7 +186,7 @@ class Dispatcher(Collector):
                         self.ledger.leases(job.commit)
                 # the seed's earlier attempts go, except a result and trials that may still live on a host
                 have = current[job.commit] = [lz for lz in have if lz.seed != job.seed
-                                              or lz.state in ("done", "stale", "superseded")] + [lease]
+                                              or lz.state in (LeaseState.DONE, LeaseState.STALE, LeaseState.SUPERSEDED)] + [lease]
                 self.ledger.write_leases(job.commit, have)
                 staged.append((job, slot, lease, dict(lease.handle)))
         # ... written before any trial starts: crash-safe

@@ -28,6 +28,7 @@ from autoresearchd.engine.plan import Job, baseline_jobs_open, missing_seeds, or
 from autoresearchd.store import gitrepo, parsecache
 from autoresearchd.store.livepop import LivePopulation
 from autoresearchd.store.population import Population
+from autoresearchd.vocab import Decision, Origin, Purpose
 
 log = logging.getLogger("autoresearchd")
 logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: max instances" is by design
@@ -108,17 +109,17 @@ class Daemon:
         p = self.cfg.policy
         jobs: list[Job] = []
         if pop.baseline_commit and baseline_jobs_open(pop.baseline_note):
-            for m in missing_seeds(seeds_needed(None, "baseline", p.baseline_seeds, 0), pop.baseline_note,
+            for m in missing_seeds(seeds_needed(None, Purpose.BASELINE, p.baseline_seeds, 0), pop.baseline_note,
                                    pop.baseline_leases):
-                jobs.append(Job(pop.baseline_commit, m.seed, "baseline", None, m.retries, attempt=m.attempt,
+                jobs.append(Job(pop.baseline_commit, m.seed, Purpose.BASELINE, None, m.retries, attempt=m.attempt,
                                 faults=m.faults))
         for idea in pop.ideas:
             if not idea.branch or idea.proposal:
                 continue
-            if idea.note is not None and (idea.note.decision != "pending" or pop.stale(idea)):
+            if idea.note is not None and (idea.note.decision != Decision.PENDING or pop.stale(idea)):
                 continue        # pending against an old baseline: kept apart, not confirmed (docs/policies.md)
-            purpose = "confirm" if idea.note is not None else "idea"
-            needed = seeds_needed(idea.note, "idea", p.baseline_seeds, p.confirm_seeds)
+            purpose = Purpose.CONFIRM if idea.note is not None else Purpose.IDEA
+            needed = seeds_needed(idea.note, Purpose.IDEA, p.baseline_seeds, p.confirm_seeds)
             for m in missing_seeds(needed, idea.note, idea.leases):
                 jobs.append(Job(idea.commit, m.seed, purpose, idea, m.retries, attempt=m.attempt, faults=m.faults))
         jobs.sort(key=lambda j: order_key(j, self.cfg.daemon.human_priority))
@@ -134,7 +135,7 @@ class Daemon:
     def stop_condition(self, pop: Population) -> str | None:
         """Why no more ideas are proposed (None: proposing goes on)."""
         d = self.cfg.daemon
-        llm_ideas = [i for i in pop.ideas if i.origin not in ("human", "tune")]
+        llm_ideas = [i for i in pop.ideas if i.origin not in (Origin.HUMAN, Origin.TUNE)]
         if d.max_ideas is not None and len(llm_ideas) >= d.max_ideas:
             return f"max_ideas reached ({len(llm_ideas)})"
         if d.max_epochs is not None and pop.max_epoch() >= d.max_epochs - 1 and self.policy is not None:

@@ -19,7 +19,7 @@ import logging
 import time
 
 from autoresearchd.runners.base import HostUnreachable, PollState
-from autoresearchd.store.notes import Lease, Status, Trial
+from autoresearchd.store.notes import Lease, LeaseState, Status, Trial
 
 log = logging.getLogger("autoresearchd")
 
@@ -36,7 +36,7 @@ class Recovery:
         limit = self.cfg.daemon.max_host_faults
         if len(lz.faults) >= limit:
             log.warning("trial %s: %d host faults, giving up: %s", lz.trial_id, len(lz.faults), why)
-            lz.state = "done"
+            lz.state = LeaseState.DONE
             lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, status=Status.LOST, host=lz.host,
                               error=f"no healthy host could run it: {len(lz.faults)} host faults "
                                     f"(daemon.max_host_faults = {limit}): " + "; ".join(lz.faults))
@@ -50,7 +50,7 @@ class Recovery:
         """A failed submit is the host's fault. A lost connection may have left the trial started, so
         its lease stays `stale` (looked at again when the host answers); a command that failed cleaned
         up after itself, so the lease is only `requeued`."""
-        state = "stale" if isinstance(e, HostUnreachable) else "requeued"
+        state = LeaseState.STALE if isinstance(e, HostUnreachable) else LeaseState.REQUEUED
         self._host_fault(lz, f"submit to {slot_key} failed: {e}", state)
 
     def disk_full(self, lz: Lease) -> str | None:
@@ -102,7 +102,7 @@ class Recovery:
         out = list(leases)
         superseded: list[str] = []
         for k, lz in enumerate(out):
-            if lz.state != "stale":
+            if lz.state != LeaseState.STALE:
                 continue
             known = self.runner.hosts
             if known is not None and lz.host not in known:
@@ -113,13 +113,13 @@ class Recovery:
             if st is None or st == PollState.UNREACHABLE:
                 continue
             self.health.seen(lz.host)
-            has_result = lz.seed in note_seeds or any(o.state == "done" and o.seed == lz.seed for o in out)
-            twins = [o for o in out if o is not lz and o.state == "running" and o.seed == lz.seed]
+            has_result = lz.seed in note_seeds or any(o.state == LeaseState.DONE and o.seed == lz.seed for o in out)
+            twins = [o for o in out if o is not lz and o.state == LeaseState.RUNNING and o.seed == lz.seed]
             if st == PollState.DONE and not has_result:
                 got = self._collect(lz.model_copy(deep=True), outcomes.get(id(lz)))
-                if got.state == "stale":
+                if got.state == LeaseState.STALE:
                     continue               # the fetch failed: try again on the next tick
-                if got.state == "done":
+                if got.state == LeaseState.DONE:
                     log.info("stale trial %s finished on %s while its host was away: its result counts",
                              lz.trial_id, lz.host)
                     out[k] = got
@@ -131,7 +131,7 @@ class Recovery:
             if st == PollState.RUNNING and not has_result and not twins:
                 log.info("stale trial %s is still running on %s: kept", lz.trial_id, lz.host)
                 revived = lz.model_copy(deep=True)
-                revived.state, revived.heartbeat = "running", time.time()
+                revived.state, revived.heartbeat = LeaseState.RUNNING, time.time()
                 self._last_seen[lz.trial_id] = time.time()
                 out[k] = revived
                 continue
@@ -147,7 +147,7 @@ class Recovery:
     @staticmethod
     def _superseded(lz: Lease) -> Lease:
         s = lz.model_copy(deep=True)
-        s.state, s.result = "superseded", None
+        s.state, s.result = LeaseState.SUPERSEDED, None
         return s
 
     def _remove_trial(self, lz: Lease) -> bool:

@@ -27,7 +27,7 @@ from autoresearchd.config import ConfigError
 from autoresearchd.manifest import EnvManifest, KnobType
 from autoresearchd.store.ideas import Idea, format_message
 from autoresearchd.store.lifecycle import tune_fields as note_fields  # noqa: F401 - the tuner's readers
-from autoresearchd.store.notes import Status
+from autoresearchd.store.notes import Origin, Status
 from autoresearchd.store.refs import IDEA_BRANCHES, IDEAS_PREFIX
 from autoresearchd.tune.knobs import KNOBS_FILE, commit_values, values_file
 
@@ -154,7 +154,7 @@ class Tuner:
 
     def pending(self, pop) -> int:
         """Tuned commits waiting for a result (queued or running)."""
-        return sum(1 for i in pop.ideas if i.origin == "tune" and i.note is None)
+        return sum(1 for i in pop.ideas if i.origin == Origin.TUNE and i.note is None)
 
     def propose(self, pop, n: int) -> list[str]:
         """Write up to n tuned commits; returns their branch refs."""
@@ -176,7 +176,7 @@ class Tuner:
                     break
                 out.append(branch)
                 # the next suggestion of this round sees this one as running, as a rebuild would
-                members.append(Idea(idea_id=f"{study}-t{number}", commit=None, title="", text="", origin="tune",
+                members.append(Idea(idea_id=f"{study}-t{number}", commit=None, title="", text="", origin=Origin.TUNE,
                                     trailers=_trailers(study, self.t.sampler, number, params)))
                 open_ += 1
                 pop = _with(pop, members[-1])
@@ -296,7 +296,7 @@ def _fmt(v) -> str:
 
 def _trailers(study: str, sampler: str, number: int, params: dict[str, Any]):
     from autoresearchd.store.trailers import Trailers
-    return Trailers.model_validate({"Idea-Id": f"{study}-t{number}", "Origin": "tune", "Tune-Study": study,
+    return Trailers.model_validate({"Idea-Id": f"{study}-t{number}", "Origin": Origin.TUNE, "Tune-Study": study,
                                     "Tune-Sampler": sampler, "Tune-Trial": number,
                                     "Knobs": json.dumps(params, sort_keys=True)})
 
