@@ -36,7 +36,7 @@ class Status(str, Enum):
 
 
 class Decision(str, Enum):
-    """What engine/judge.py decided about a measured idea (docs/policies.md, "Decisions")."""
+    """What engine/judge.py decided about a measured idea (docs/notes.md, "The vocabulary")."""
     PROMOTED = "promoted"          # beats the best so far beyond noise (after confirmation, if asked)
     PENDING = "pending"            # looked like a new best: confirmation seeds are running
     CONFIRMED = "confirmed"        # its confirmation seeds held up

@@ -135,8 +135,9 @@ def idea_from_commit(commit: str, tree: str, first_parent: str | None, message: 
                      branch: str | None, committed_at: int = 0) -> Idea:
     title, body, raw = parse_message(message)
     tr = parse_trailers(raw)
+    origin = known(Origin, tr.origin) or Origin.HUMAN    # a word this daemon does not know stays a str
     return Idea(idea_id=tr.idea_id or pushed_id(commit), commit=commit, title=title, text=body or title,
-                origin=known(Origin, tr.origin or Origin.HUMAN), parents=list(tr.parents), epoch=tr.epoch or 0, branch=branch,
+                origin=origin, parents=list(tr.parents), epoch=tr.epoch or 0, branch=branch,
                 tree=tree, base_commit=first_parent, model=tr.model, attempts=tr.attempts,
                 tokens=tr.tokens, cost_usd=tr.cost_usd, trailers=tr, committed_at=committed_at)
 

@@ -22,7 +22,8 @@ from autoresearchd import defaults
 # terminal would obey may reach a note's text (docs/security.md, "Every byte from an idea is data")
 from autoresearchd.inert import needs_escaping, one_line
 # the vocabulary lives in one module (daemon/vocab.py); re-exported for the note schema's readers
-from autoresearchd.vocab import BAD_DECISIONS, BEST_DECISIONS, FAILURES, GOOD_DECISIONS, Decision, LeaseState, Origin, Purpose, Status  # noqa: F401
+from autoresearchd.vocab import (BAD_DECISIONS, BEST_DECISIONS, FAILURES, GOOD_DECISIONS, Decision,  # noqa: F401
+                                 LeaseState, Origin, Purpose, Status)
 
 # A word this daemon knows reads as its enum member; an unknown one (a newer daemon's) stays a plain str,
 # so reading never fails on it and writing it back keeps it (left to right: a member first, else the str)
