@@ -36,7 +36,7 @@ class Status(str, Enum):
 
 
 class Decision(str, Enum):
-    """What engine/judge.py decided about a measured idea (docs/policies.md, "Decisions")."""
+    """What engine/judge.py decided about a measured idea (docs/notes.md, "The vocabulary")."""
     PROMOTED = "promoted"          # beats the best so far beyond noise (after confirmation, if asked)
     PENDING = "pending"            # looked like a new best: confirmation seeds are running
     CONFIRMED = "confirmed"        # its confirmation seeds held up
@@ -99,3 +99,13 @@ FAILURES = frozenset({Status.FAILED, Status.TIMED_OUT, Status.IMPLEMENT_FAILED, 
 POLICY_ORIGINS = frozenset({Origin.SEED, Origin.EXPLOIT, Origin.EXPLORE, Origin.GREEDY, Origin.BEST_OF_N})
 # Lease states whose trials are polled each harvest, and that outlive their commit's result note.
 POLLED = (LeaseState.RUNNING, LeaseState.STALE)
+
+
+def known(enum: type[Enum], value):
+    """`value` as a member of `enum`, or `value` itself where this daemon does not know it (a newer
+    daemon's word in a note, a lease or a commit's trailer): reading never fails on an unknown word,
+    and the unknown word is kept as it was written."""
+    try:
+        return enum._value2member_map_.get(value, value)
+    except TypeError:           # unhashable: not a word at all, kept for the caller to judge
+        return value

@@ -13,12 +13,14 @@ import random
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from autoresearchd.vocab import Origin
+
 
 @dataclass
 class Proposal:
     title: str
     text: str                       # the full idea: [Experiment] ... [Code Changes] ...
-    origin: str                     # seed | exploit | explore | greedy | best_of_n | human
+    origin: Origin                  # who proposed it (daemon/vocab.py)
     epoch: int
     parents: list[str] = field(default_factory=list)   # idea ids shown as parents
     base_commit: str | None = None  # build on this commit (None: the baseline)

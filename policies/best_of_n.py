@@ -7,6 +7,8 @@ Duplicates are still dropped (and replaced) so that no run is spent twice on the
 
 from __future__ import annotations
 
+from autoresearchd.vocab import Origin
+
 from .common import BatchPlan, LLMPolicy
 
 
@@ -18,5 +20,5 @@ class BestOfNPolicy(LLMPolicy):
         bs = max(1, self.cfg.batch)
         k = min(bs, self.cfg.ideas_per_epoch - done)
         prompt = self.prompts.page("best_of_n", population, env, k, with_baseline=False)
-        return BatchPlan("best_of_n", epoch, done // bs, k, prompt, self.prompts.system(),
+        return BatchPlan(Origin.BEST_OF_N, epoch, done // bs, k, prompt, self.prompts.system(),
                          self.prompts.hash("system", "best_of_n", "task", "format"))

@@ -21,18 +21,17 @@ from typing import Callable
 from autoresearchd import defaults
 from autoresearchd.llm.base import LLMError
 from autoresearchd.store.notes import Status
+from autoresearchd.vocab import POLICY_ORIGINS, Origin
 
 from . import bandit, lessons, novelty
 from .base import Policy, Proposal
 from .dedupe import PENDING, DuplicateIndex
 from .prompting import ParsedIdea, Prompts, parse_ideas, render
 
-POLICY_ORIGINS = {"seed", "exploit", "explore", "greedy", "best_of_n"}
-
 
 @dataclass
 class BatchPlan:
-    origin: str
+    origin: Origin
     epoch: int
     batch: int                     # batch number inside the epoch
     k: int                         # ideas wanted

@@ -22,12 +22,11 @@ import re
 
 from autoresearchd import defaults
 from autoresearchd.store import ranking
+from autoresearchd.vocab import BEST_DECISIONS, Decision, Origin
 
 from .common import BatchPlan, LLMPolicy
 from .diversity import diverse_sample, island_candidates
 from .prompting import Listing, ParsedIdea, history
-
-PREFERRED = ("promoted", "confirmed")
 
 
 def exploit_share_tenths(epoch: int, start: float = 0.5) -> int:
@@ -53,13 +52,13 @@ def exploit_candidates(population, env, demoted: bool = False) -> tuple[list, li
     Demoted ideas are among the others only with `demoted` (policy.exploit_demoted): their value is
     then the mean over all their seeds, so one that still beats the baseline gained something."""
     # like with like: a result measured against an old baseline is no parent (Population.stale)
-    ok = [i for i in population.comparable() if demoted or not (i.note and i.note.decision == "demoted")]
+    ok = [i for i in population.comparable() if demoted or not (i.note and i.note.decision == Decision.DEMOTED)]
     base = population.baseline_value
     if base is not None:
         ok = [i for i in ok if env.better(i.value, base)]
     ok = ranking.ranked(ok, env.goal)         # best first, in the one order of "best"
-    preferred = [i for i in ok if i.note.decision in PREFERRED]
-    return preferred, [i for i in ok if i.note.decision not in PREFERRED]
+    preferred = [i for i in ok if i.note.decision in BEST_DECISIONS]
+    return preferred, [i for i in ok if i.note.decision not in BEST_DECISIONS]
 
 
 def cited_parents(idea: ParsedIdea, shown: dict) -> list[str]:
@@ -84,7 +83,7 @@ class EvolutionaryPolicy(LLMPolicy):
         if epoch == 0:
             k = min(bs, cfg.ideas_per_epoch - done)
             prompt = self.prompts.page("seed", population, env, k, avoid=avoid)
-            return BatchPlan("seed", epoch, batch_no, k, prompt, self.prompts.system(),
+            return BatchPlan(Origin.SEED, epoch, batch_no, k, prompt, self.prompts.system(),
                              self.prompts.hash("system", "seed", "task", "format", "avoid"))
         n_exploit, _ = schedule(epoch, cfg.ideas_per_epoch, bs, cfg.exploit_start)
         if done < n_exploit:
@@ -112,7 +111,7 @@ class EvolutionaryPolicy(LLMPolicy):
         elif cfg.inspiration == "top_diverse":
             shown = ranking.ranked(preferred + others, env.goal)[:max(1, m // 2)]
             rest = [i for i in history(population) if i not in shown
-                    and not (i.note and i.note.decision == "demoted")]
+                    and not (i.note and i.note.decision == Decision.DEMOTED)]
             extra = diverse_sample(rest, m - len(shown), rng)
         else:
             shown = rng.sample(preferred, min(m, len(preferred)))
@@ -130,7 +129,7 @@ class EvolutionaryPolicy(LLMPolicy):
                 return cited, by_id[cited[0]].commit
             return cited or list(by_id)[:defaults.MAX_PARENT_IDS], None
 
-        return BatchPlan("exploit", epoch, batch_no, k, prompt, self.prompts.system(),
+        return BatchPlan(Origin.EXPLOIT, epoch, batch_no, k, prompt, self.prompts.system(),
                          self.prompts.hash("system", "exploit", "task", "format", "avoid"), lineage)
 
     def _explore(self, population, env, epoch, batch_no, k, rng, avoid) -> BatchPlan:
@@ -138,5 +137,5 @@ class EvolutionaryPolicy(LLMPolicy):
         shown = rng.sample(hist, min(max(1, self.cfg.max_parents), len(hist)))
         prompt = self.prompts.page("explore", population, env, k, avoid=avoid,
                                    history=Listing.ideas(shown, population, env))
-        return BatchPlan("explore", epoch, batch_no, k, prompt, self.prompts.system(),
+        return BatchPlan(Origin.EXPLORE, epoch, batch_no, k, prompt, self.prompts.system(),
                          self.prompts.hash("system", "explore", "task", "format", "avoid"))

@@ -11,9 +11,9 @@ from __future__ import annotations
 from autoresearchd import defaults
 from autoresearchd.store.ranking import best_of
 from autoresearchd.store.notes import FAILURES
+from autoresearchd.vocab import BEST_DECISIONS, Decision, Origin
 
 from .common import BatchPlan, LLMPolicy
-from .evolutionary import PREFERRED
 from .prompting import Listing, describe_idea, fmt_num
 
 
@@ -21,11 +21,11 @@ from .prompting import Listing, describe_idea, fmt_num
 def greedy_base(population, env):
     """The idea to build on, or None for the baseline."""
     # like with like: a result measured against an old baseline is no parent (Population.stale)
-    ok = [i for i in population.comparable() if not (i.note and i.note.decision == "demoted")]
+    ok = [i for i in population.comparable() if not (i.note and i.note.decision == Decision.DEMOTED)]
     base = population.baseline_value
     if base is not None:
         ok = [i for i in ok if env.better(i.value, base)]
-    pool = [i for i in ok if i.note.decision in PREFERRED] or ok
+    pool = [i for i in ok if i.note.decision in BEST_DECISIONS] or ok
     return best_of(pool, env.goal)            # the one order of "best" (store/ranking.py)
 
 
@@ -64,6 +64,6 @@ class GreedyPolicy(LLMPolicy):
                                    lineage=Listing(steps, keep="last"),
                                    failures=Listing.ideas(failures[::-1], population, env))
         parents = [best.idea_id] if best else []
-        return BatchPlan("greedy", epoch, done // bs, k, prompt, self.prompts.system(),
+        return BatchPlan(Origin.GREEDY, epoch, done // bs, k, prompt, self.prompts.system(),
                          self.prompts.hash("system", "greedy", "task", "format", "avoid"),
                          lambda idea: (list(parents), base_commit))

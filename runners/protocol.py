@@ -8,6 +8,7 @@ from enum import Enum
 from typing import Any, ClassVar, Protocol
 
 from autoresearchd.manifest import EnvManifest
+from autoresearchd.vocab import Purpose
 
 
 @dataclass
@@ -31,7 +32,7 @@ class TrialSpec:
     code_tar: bytes                  # git archive of the commit
     eval_tar: bytes | None = None    # git archive of the baseline's frozen files (harness)
     frozen_paths: list[str] = field(default_factory=list)
-    purpose: str = "idea"
+    purpose: Purpose = Purpose.IDEA
     prepare_key: str = ""            # hash of the prepare step's inputs (runners/prepare.py)
     knobs: dict[str, str] = field(default_factory=dict)   # AUTORESEARCH_KNOB_* -> value (daemon/tune/knobs.py)
 

@@ -12,6 +12,7 @@ from autoresearchd.config import ConfigError
 from autoresearchd.implement.implementer import Implementer
 from autoresearchd.research import open_research
 from autoresearchd.store.population import read_population
+from autoresearchd.vocab import Origin
 
 
 def queue_text(cfg, text: str, parent: str | None = None, title: str | None = None) -> str:
@@ -27,7 +28,7 @@ def queue_text(cfg, text: str, parent: str | None = None, title: str | None = No
             raise ConfigError(f"queue --parent: no runnable idea matches '{parent}'")
         base, parents = p.commit, [p.idea_id]
     title = replay_title(cfg, research, text, title) or title or text.splitlines()[0][:100]
-    prop = Proposal(title=title, text=text, origin="human", epoch=max(pop.max_epoch(), 0), parents=parents,
+    prop = Proposal(title=title, text=text, origin=Origin.HUMAN, epoch=max(pop.max_epoch(), 0), parents=parents,
                     base_commit=base)
     idea_id = Implementer(research, None, cfg).record_proposal(prop)
     if idea_id is None:

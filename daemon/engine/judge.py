@@ -19,7 +19,7 @@ from autoresearchd.engine.plan import baseline_complete
 from autoresearchd.goal import gain
 from autoresearchd.manifest import Trust
 from autoresearchd.store.ideas import Idea
-from autoresearchd.store.notes import GOOD_DECISIONS, SIG_DIGITS, Note, Status, Trial
+from autoresearchd.store.notes import GOOD_DECISIONS, SIG_DIGITS, Decision, Note, Status, Trial
 from autoresearchd.store.population import Population
 from autoresearchd.store.trust import over_budget
 
@@ -138,7 +138,7 @@ def repeat_groups(pop: Population, exclude: str | None = None) -> list[list[floa
 def decide(value: float, goal: str, baseline: float | None, baseline_std: float | None,
            best: float | None, noise_mult: float, confirm_enabled: bool, confirmed: bool = False,
            n: int = 1, k: int = 1, std: float | None = None, noise_known: bool = True,
-           dof: int | None = None, confirm_min: float = 0.0) -> str | None:
+           dof: int | None = None, confirm_min: float = 0.0) -> Decision | None:
     """The decision for `value` (a mean over n seeds) against the baseline (a mean over k seeds) and
     `best`, the best confirmed/promoted value so far. A margin is a noise multiple (at least the
     t quantile for the degrees of freedom) times the standard error of the difference: a single
@@ -151,7 +151,7 @@ def decide(value: float, goal: str, baseline: float | None, baseline_std: float 
         return None
     if not noise_known:
         vs = gain(value, baseline, goal)
-        return "improved" if vs > 0 else "worse" if vs < 0 else "within_noise"
+        return Decision.IMPROVED if vs > 0 else Decision.WORSE if vs < 0 else Decision.WITHIN_NOISE
     s = baseline_std or 0.0
     d1 = dof if dof is not None else k - 1
     single = max(noise_mult, t975(d1) if d1 > 0 else noise_mult) * s * (1 + 1 / max(1, k)) ** 0.5
@@ -162,17 +162,17 @@ def decide(value: float, goal: str, baseline: float | None, baseline_std: float 
         d2 = dof if dof is not None else n - 1 + k - 1
         sp = std if std is not None else s
         margin = max(noise_mult, t975(d2)) * sp * (1 / max(1, n) + 1 / max(1, k)) ** 0.5
-        return "confirmed" if vs_best > 0 and vs_base > margin else "demoted"
+        return Decision.CONFIRMED if vs_best > 0 and vs_base > margin else Decision.DEMOTED
     if vs_best > 0:
         if vs_best > single or not confirm_enabled:
-            return "promoted"
+            return Decision.PROMOTED
         if vs_best > confirm_min * s * (1 + 1 / max(1, k)) ** 0.5:
-            return "pending"
+            return Decision.PENDING
     if vs_base > single:
-        return "improved"
+        return Decision.IMPROVED
     if vs_base < -single:
-        return "worse"
-    return "within_noise"
+        return Decision.WORSE
+    return Decision.WITHIN_NOISE
 
 
 # -- a result note's verdict, from its trials and the population ---------------------------------
@@ -252,7 +252,7 @@ def fill_baseline(note: Note, idea: Idea | None, pop: Population, manifest, poli
     parent = pop.by_id.get(idea.parents[0]) if idea.parents else None
     if parent is not None and parent.value is not None:
         note.parent_delta = note.value - parent.value
-    if note.decision in ("confirmed", "demoted") and not confirmed:
+    if note.decision in (Decision.CONFIRMED, Decision.DEMOTED) and not confirmed:
         return True
     if not baseline_complete(b):
         note.decision = None    # decided when the baseline's last seed is in (Dispatcher.backfill)

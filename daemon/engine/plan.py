@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.notes import Lease, Note, Status
 from autoresearchd.store.population import Population
+from autoresearchd.vocab import Decision, LeaseState, Origin, Purpose
 
 
 @dataclass
 class Job:
     commit: str
     seed: int
-    purpose: str                    # baseline | idea | confirm
+    purpose: Purpose
     idea: Idea | None = None
     retries: int = 0                # failures that count against the idea (max_retries)
     priority: tuple = field(default_factory=tuple)
@@ -37,10 +38,10 @@ def confirm_seeds(k: int) -> list[int]:
     return list(range(1, k + 1))
 
 
-def seeds_needed(note: Note | None, purpose: str, k_baseline: int, k_confirm: int) -> list[int]:
-    if purpose == "baseline":
+def seeds_needed(note: Note | None, purpose: Purpose, k_baseline: int, k_confirm: int) -> list[int]:
+    if purpose == Purpose.BASELINE:
         return baseline_seeds(k_baseline)
-    if note is not None and note.decision == "pending":
+    if note is not None and note.decision == Decision.PENDING:
         return [0] + confirm_seeds(k_confirm)
     return [0]
 
@@ -87,9 +88,9 @@ def missing_seeds(needed: list[int], note: Note | None, leases: list[Lease]) -> 
         if s in have:
             continue
         mine = [lz for lz in leases if lz.seed == s]
-        if any(getattr(lz, "state", "running") in ("running", "done") for lz in mine):
+        if any(getattr(lz, "state", LeaseState.RUNNING) in (LeaseState.RUNNING, LeaseState.DONE) for lz in mine):
             continue
-        retries = max((lz.retries + (lz.state == "lost") for lz in mine), default=0)
+        retries = max((lz.retries + (lz.state == LeaseState.LOST) for lz in mine), default=0)
         attempt = max((attempt_of(lz) + 1 for lz in mine), default=0)
         faults = max((list(getattr(lz, "faults", None) or []) for lz in mine), key=len, default=[])
         out.append(Missing(s, retries, attempt, faults))
@@ -100,8 +101,8 @@ def order_key(job: Job, human_priority: bool) -> tuple:
     """Baseline first (everything is measured against it), then humans (if prioritised), then LLM
     ideas oldest first. Confirmations run behind human ideas but ahead of new LLM ideas, so the
     policy does not build on a lucky run for long."""
-    rank = {"baseline": 0, "confirm": 2, "idea": 3}[job.purpose]
-    if job.purpose == "idea" and job.idea is not None and job.idea.origin == "human" and human_priority:
+    rank = {Purpose.BASELINE: 0, Purpose.CONFIRM: 2, Purpose.IDEA: 3}[job.purpose]
+    if job.purpose == Purpose.IDEA and job.idea is not None and job.idea.origin == Origin.HUMAN and human_priority:
         rank = 1
     idea = job.idea
     return (rank, idea.epoch if idea else 0, idea.committed_at if idea else 0, job.commit, job.seed)
@@ -117,5 +118,5 @@ def settled(pop: Population) -> bool:
         for i in pop.ideas)
     return (baseline_complete(pop.baseline_note) and not pop.queued() and not pop.running()
             and not pop.implementing()
-            and all(i.note is None or i.note.decision != "pending" or pop.stale(i) for i in pop.ideas)
+            and all(i.note is None or i.note.decision != Decision.PENDING or pop.stale(i) for i in pop.ideas)
             and all(i.status != Status.QUEUED for i in pop.ideas) and not undecided)

@@ -31,6 +31,7 @@ from autoresearchd.store.ledger import Ledger
 from autoresearchd.store.notes import Note, Status
 from autoresearchd.store.refs import IDEAS_PREFIX, IDEA_BRANCHES, PROPOSALS_PREFIX, RECORDS_PREFIX, branch_name
 from autoresearchd.store.trailers import parse_trailers
+from autoresearchd.vocab import Origin
 
 log = logging.getLogger("autoresearchd")
 
@@ -193,7 +194,7 @@ class Implementer:
                          "Cost-USD": f"{cost + idea_cost:.6f}", "Transcript": blob})
         if tree is not None:
             commit = self.repo.commit_tree(tree, [base], format_message(title, body, trailers))
-            branch = branch_for(idea_id, title, trailers.get("Origin", "seed"))
+            branch = branch_for(idea_id, title, trailers.get("Origin", Origin.SEED))
             # the mark first: it is what makes the population believe this commit's trailers
             self.repo.update_ref(IDEAS_PREFIX + idea_id, commit)
             self.repo.update_ref(branch, commit)

@@ -19,8 +19,7 @@ from autoresearchd.store.notes import BEST_DECISIONS, Lease, Note, Status
 from autoresearchd.store.refs import IDEA_BRANCHES
 from autoresearchd.store.trailers import TRAILER_KEYS, Trailers, parse_trailers
 from autoresearchd.inert import one_line, visible
-
-ORIGINS = ("seed", "exploit", "explore", "human", "greedy", "best_of_n", "baseline", "confirm", "tune")
+from autoresearchd.vocab import LeaseState, Origin, known
 
 _TRAILER_RE = re.compile(r"^([A-Z][A-Za-z-]+): (.*)$")
 
@@ -44,8 +43,8 @@ def prompt_hash(*texts: str) -> str:
     return hashlib.sha256("\0".join(texts).encode()).hexdigest()[:12]
 
 
-def branch_for(idea_id: str, title: str, origin: str) -> str:
-    group = "human" if origin == "human" else idea_id.split("-")[0]
+def branch_for(idea_id: str, title: str, origin: Origin | str) -> str:
+    group = "human" if origin == Origin.HUMAN else idea_id.split("-")[0]
     return f"{IDEA_BRANCHES}{group}/{slugify(title)}-{idea_id.split('-')[-1]}"
 
 
@@ -81,11 +80,12 @@ class Idea:
 
     # -- facts, each from its sources by one precedence: note > own trailers > placement > default --
     @property
-    def origin(self) -> str:
+    def origin(self) -> Origin | str:
+        """A member of vocab.Origin; a plain str only for a word this daemon does not know."""
         n = self.note
         if n is not None and n.origin:
-            return n.origin
-        return self.trailers.origin or "human"
+            return known(Origin, n.origin)
+        return known(Origin, self.trailers.origin) or Origin.HUMAN
 
     @property
     def epoch(self) -> int:
@@ -130,7 +130,7 @@ class Idea:
             return self.note.status
         if self.proposal:
             return Status.IMPLEMENTING
-        if any(lz.state == "running" for lz in self.leases):
+        if any(lz.state == LeaseState.RUNNING for lz in self.leases):
             return Status.RUNNING
         return Status.QUEUED
 

@@ -32,6 +32,7 @@ from autoresearchd.store.population import (_IDEAS, _NOTES, Population, _at_base
                                             _make_idea, bulk)
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_NAMESPACE, NOTES_REF,
                                       PROPOSALS_PREFIX, RECORDS_PREFIX, RUNS_REF)
+from autoresearchd.vocab import Origin
 
 SCANNED = (IDEA_BRANCHES, RECORDS_PREFIX, ARCHIVE_PREFIX, IDEAS_PREFIX)   # listed by a scan
 _REF = operator.itemgetter(3)              # an order key's ref
@@ -276,7 +277,7 @@ class LivePopulation:
             self._dirty[1].add(sha)
             idea = self._shown.pop(old[3])
             self._pushed.discard(old[3])
-            if idea.origin != "human":
+            if idea.origin != Origin.HUMAN:
                 self._epochs[idea.epoch] -= 1
                 if not self._epochs[idea.epoch]:
                     del self._epochs[idea.epoch]
@@ -296,7 +297,7 @@ class LivePopulation:
         self._winner[sha], self._shown[ref] = key, idea
         if idea.branch and sha not in self._own:
             self._pushed.add(ref)
-        if idea.origin != "human":
+        if idea.origin != Origin.HUMAN:
             self._epochs[idea.epoch] += 1
 
     def _place(self) -> None:

@@ -22,7 +22,12 @@ from autoresearchd import defaults
 # terminal would obey may reach a note's text (docs/security.md, "Every byte from an idea is data")
 from autoresearchd.inert import needs_escaping, one_line
 # the vocabulary lives in one module (daemon/vocab.py); re-exported for the note schema's readers
-from autoresearchd.vocab import BEST_DECISIONS, FAILURES, GOOD_DECISIONS, Decision, LeaseState, Status  # noqa: F401
+from autoresearchd.vocab import (BAD_DECISIONS, BEST_DECISIONS, FAILURES, GOOD_DECISIONS, Decision,  # noqa: F401
+                                 LeaseState, Origin, Purpose, Status)
+
+# A word this daemon knows reads as its enum member; an unknown one (a newer daemon's) stays a plain str,
+# so reading never fails on it and writing it back keeps it (left to right: a member first, else the str)
+KNOWN_OR_STR = {"union_mode": "left_to_right"}
 
 
 class Trial(BaseModel):
@@ -63,7 +68,7 @@ class Note(BaseModel):
     schema_: int = Field(defaults.NOTE_SCHEMA, alias="schema")
     status: Status
     idea_id: str | None = None
-    origin: str | None = None       # provenance as the daemon decided it (never a pushed commit's trailer)
+    origin: Origin | str | None = Field(None, **KNOWN_OR_STR)   # as the daemon decided it (never a pushed trailer)
     epoch: int | None = None
     metric: str | None = None
     goal: str | None = None
@@ -77,7 +82,7 @@ class Note(BaseModel):
     delta: float | None = None      # paired by seed where the baseline has the idea's seeds, else delta_mean
     delta_mean: float | None = None   # value - baseline (the baseline's mean over its seeds)
     parent_delta: float | None = None
-    decision: str | None = None     # promoted | within_noise | worse | confirmed | demoted
+    decision: Decision | str | None = Field(None, **KNOWN_OR_STR)
     host: str | None = None
     # totals over every trial in `trials` (every seed), each of run + evaluation (docs/notes.md)
     wall_s: float | None = None
@@ -327,11 +332,11 @@ class Lease(BaseModel):
     retries: int = 0                # failures of this seed on healthy hosts so far (max_retries)
     attempt: int | None = None      # placements of this seed so far (None: older leases, = retries)
     faults: list[str] = Field(default_factory=list)   # host faults met so far: "host: reason"
-    purpose: str = "idea"           # idea | baseline | confirm
+    purpose: Purpose | str = Field(Purpose.IDEA, **KNOWN_OR_STR)
     # running | done (result kept until the note is written) | lost (failed on a healthy host: a retry)
     # | requeued (a host fault: no retry) | stale (a host fault; the trial may live on its host: it is
     # cancelled and removed, or its result kept, when the host answers) | superseded (a twin counted)
-    state: str = "running"
+    state: LeaseState | str = Field(LeaseState.RUNNING, **KNOWN_OR_STR)
     result: Trial | None = None
     error: str | None = None
 

@@ -32,10 +32,11 @@ from autoresearchd.store import frozen, ideas, notes, population, trailers
 from autoresearchd.store.frozen import _EMPTY_DICT, _EMPTY_LIST, _LEAF, FrozenDict, FrozenList, FrozenNote, FrozenTrial
 from autoresearchd.store.gitrepo import GitRepo, state_dir
 from autoresearchd.store.trailers import Trailers
+from autoresearchd.vocab import Origin, known
 
 FILE = "parsed.marshal"
 _TRIAL = "\0trial"              # marks a nested Trial in the plain form (no note field holds it)
-_ENUMS = {cls.__name__: cls for cls in (notes.Status, notes.DeltaKind)}     # the enums a note may hold
+_ENUMS = {cls.__name__: cls for cls in (notes.Status, notes.Decision, notes.Origin, notes.DeltaKind)}  # a note's enums
 
 
 def code_hash() -> str:

@@ -26,7 +26,7 @@ from autoresearchd import defaults
 from autoresearchd.store.frozen import freeze_parsed
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import Idea, as_pushed, idea_from_commit
-from autoresearchd.store.notes import Note, Status, parse_leases, parse_note
+from autoresearchd.store.notes import Note, Origin, Status, parse_leases, parse_note
 from autoresearchd.store.ranking import best_of
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, HEADS, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF, PROPOSALS_PREFIX,
                                       RECORDS_PREFIX, RUNS_REF)
@@ -77,7 +77,7 @@ class Population:
 
     def max_epoch(self) -> int:
         """The newest epoch of the policy's own ideas (-1: none yet): where the policy's cursor is."""
-        return max((i.epoch for i in self.ideas if i.origin != "human"), default=-1)
+        return max((i.epoch for i in self.ideas if i.origin != Origin.HUMAN), default=-1)
 
     def epoch(self) -> int | None:
         """The current epoch as every view shows it: the newest epoch of any idea, a pushed idea counting
@@ -146,7 +146,7 @@ def _placements(ideas: list[Idea], own: set[str]):
             continue
         if by_commit is None:
             by_commit = {i.commit: i for i in ideas if i.commit}
-            current = max((i.epoch for i in ideas if i.origin != "human"), default=0)
+            current = max((i.epoch for i in ideas if i.origin != Origin.HUMAN), default=0)
         parent = by_commit.get(i.base_commit) if i.base_commit else None
         yield k, ([parent.idea_id] if parent is not None and parent is not i else []), \
             (i.note.epoch if i.note is not None and i.note.epoch is not None else current)

@@ -17,6 +17,7 @@ import math
 import statistics
 
 from autoresearchd import defaults
+from autoresearchd.vocab import Status
 
 
 def implausible(value: float, metric: str, plausible: tuple[float, float] | None) -> str | None:
@@ -54,8 +55,8 @@ def over_budget(trials: list, baseline_trials: list, manifest) -> tuple[str, dic
     Compute: each succeeded trial's CPU seconds (GPU seconds where gpus > 0) against compute_cap x
     the median over the baseline's succeeded trials. budget_metrics: the run's own count (steps,
     tokens) against the baseline's median; an idea that stops reporting one is over too."""
-    ok = [t for t in trials if getattr(t.status, "value", t.status) == "succeeded"]
-    base = [t for t in baseline_trials if getattr(t.status, "value", t.status) == "succeeded"]
+    ok = [t for t in trials if t.status == Status.SUCCEEDED]
+    base = [t for t in baseline_trials if t.status == Status.SUCCEEDED]
     if not ok or not base:
         return None
     unit = "gpu_s" if manifest.gpus > 0 else "cpu_s"

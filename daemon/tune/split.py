@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from autoresearchd.store.notes import Status
+from autoresearchd.store.notes import Origin, Status
 
 
 class Arm(str, Enum):
@@ -38,9 +38,9 @@ class Split:
 
 
 def arm_of(idea) -> Arm | None:
-    if idea.origin == "tune":
+    if idea.origin == Origin.TUNE:
         return Arm.TUNE
-    return None if idea.origin == "human" else Arm.LLM
+    return None if idea.origin == Origin.HUMAN else Arm.LLM
 
 
 def _parent_value(pop, idea) -> float | None:

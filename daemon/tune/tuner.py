@@ -28,7 +28,7 @@ from autoresearchd.manifest import EnvManifest, KnobType
 from autoresearchd.store.ideas import Idea, format_message
 from autoresearchd.store.lifecycle import tune_fields as note_fields  # noqa: F401 - the tuner's readers
 from autoresearchd.store import ranking
-from autoresearchd.store.notes import Status
+from autoresearchd.store.notes import Origin, Status
 from autoresearchd.store.refs import IDEA_BRANCHES, IDEAS_PREFIX
 from autoresearchd.tune.knobs import KNOBS_FILE, commit_values, values_file
 
@@ -154,7 +154,7 @@ class Tuner:
 
     def pending(self, pop) -> int:
         """Tuned commits waiting for a result (queued or running)."""
-        return sum(1 for i in pop.ideas if i.origin == "tune" and i.note is None)
+        return sum(1 for i in pop.ideas if i.origin == Origin.TUNE and i.note is None)
 
     def propose(self, pop, n: int) -> list[str]:
         """Write up to n tuned commits; returns their branch refs."""
@@ -296,7 +296,7 @@ def _fmt(v) -> str:
 
 def _trailers(study: str, sampler: str, number: int, params: dict[str, Any]):
     from autoresearchd.store.trailers import Trailers
-    return Trailers.model_validate({"Idea-Id": f"{study}-t{number}", "Origin": "tune", "Tune-Study": study,
+    return Trailers.model_validate({"Idea-Id": f"{study}-t{number}", "Origin": Origin.TUNE, "Tune-Study": study,
                                     "Tune-Sampler": sampler, "Tune-Trial": number,
                                     "Knobs": json.dumps(params, sort_keys=True)})
 

@@ -21,7 +21,7 @@ from autoresearchd import defaults
 from autoresearchd.store.diffbase import diff_base
 from autoresearchd.goal import better, sign
 from autoresearchd.runners.trialdir import SECRET_NAME
-from autoresearchd.store.notes import BEST_DECISIONS, GOOD_DECISIONS, Status
+from autoresearchd.store.notes import BAD_DECISIONS, BEST_DECISIONS, GOOD_DECISIONS, Decision, Origin, Status
 from autoresearchd.store.refs import branch_name
 from autoresearchd.views.summary import daemon_state, idea_tokens, idea_usd, summary
 from autoresearchd.views.board import FAILURE_GROUPS, Board, changes, same_baseline
@@ -64,9 +64,9 @@ def _colour(i) -> str:
         return "failed"
     if n.decision in BEST_DECISIONS:
         return "best"
-    if n.decision in GOOD_DECISIONS or n.decision == "pending":
+    if n.decision in GOOD_DECISIONS or n.decision == Decision.PENDING:
         return "good"
-    if n.decision in ("worse", "demoted"):
+    if n.decision in BAD_DECISIONS:
         return "worse"
     return "neutral"
 
@@ -200,7 +200,7 @@ class Snapshot:
         base = {"id": nid, "children": len(kids.get(nid, [])), "size": size.get(nid, 1), "best": best.get(nid)}
         if i is None:
             return dict(base, title="baseline", value=self.pop.baseline_value, colour="baseline", status="baseline",
-                        delta=None, decision=None, origin="baseline", epoch=None)
+                        delta=None, decision=None, origin=Origin.BASELINE, epoch=None)
         cmp = {k: r[k] for k in ("delta_kind", "delta_mean", "deltas_differ", "delta_text", "baseline",
                                  "baseline_commit", "stale", "decision_text")} if r else {}
         return dict(base, **cmp, title=redact(i.title, self.secrets), value=i.value, colour=_colour(i),
@@ -333,7 +333,7 @@ class Snapshot:
         ref = branch_name(self.research.baseline_ref) or self.research.baseline_ref
         q = shlex.quote(ref)
         return {"id": "baseline", "title": red("baseline: " + title.strip()), "text": red(text.strip()),
-                "status": n.status.value if n else "queued", "origin": "baseline", "epoch": None, "parents": [],
+                "status": n.status.value if n else Status.QUEUED.value, "origin": Origin.BASELINE, "epoch": None, "parents": [],
                 "children": self._lineage()[0].get("baseline", [])[:100], "branch": ref, "commit": commit,
                 "base": None, "model": None, "attempts_n": None, "tokens": 0, "usd": 0.0, "trailers": {},
                 "diff": "", "diff_truncated": False, "note": self._note(n), "attempts": [], "check": None,

@@ -52,7 +52,7 @@ def _fmt_uptime(s: float) -> str:
 def baseline_text(b: dict) -> str:
     """The baseline as measured so far: seed 0's value as soon as it exists, then the mean and std."""
     if b["value"] is None:
-        if b.get("status") and b["status"] != "succeeded":
+        if b.get("status") and b["status"] != Status.SUCCEEDED:
             return f"{b['status']}: {b.get('error') or 'no value'}"
         return "not measured yet (seed 0 is the first result)"
     if b["seeds"] < (b.get("seeds_planned") or 0):

@@ -16,7 +16,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from autoresearchd.store.notes import Status
+from autoresearchd.store.notes import LeaseState, Origin, Status
 from autoresearchd.views.safe import one_line
 
 
@@ -35,7 +35,7 @@ def running_trials(population, now: float | None = None) -> list[dict]:
     out = []
     for idea_id, title, leases in units:
         for lz in leases:
-            if lz.state == "running":
+            if lz.state == LeaseState.RUNNING:
                 out.append({"trial": lz.trial_id, "idea": idea_id, "title": title, "seed": lz.seed,
                             "where": f"{lz.host}/{lz.slot}", "purpose": lz.purpose,
                             "elapsed_s": None if lz.began is None else now - lz.began,
@@ -46,7 +46,7 @@ def running_trials(population, now: float | None = None) -> list[dict]:
 def epoch_counts(population, trials: list[dict] | None = None) -> dict:
     """This epoch's ideas by fate, and the queue and running trials (from the leases in git)."""
     epoch = population.epoch()          # the one current epoch every view shows (Population.epoch)
-    here = [i for i in population.ideas if i.epoch == epoch and i.origin != "human"]
+    here = [i for i in population.ideas if i.epoch == epoch and i.origin != Origin.HUMAN]
     trials = running_trials(population) if trials is None else trials
     return {"epoch": epoch, "proposed": len(here), "implemented": sum(1 for i in here if i.branch),
             "implementing": sum(1 for i in here if i.proposal),

@@ -26,9 +26,10 @@ from autoresearchd.views.curves import series
 from autoresearchd.views.safe import html_text
 from autoresearchd.views.summary import compute_unit, leaderboard, load, summary
 from autoresearchd.views.versus import DELTA_LEGEND, delta_short
+from autoresearchd.vocab import BEST_DECISIONS, Origin
 
-ORIGIN_COLORS = {"seed": "#7f7f7f", "exploit": "#d62728", "explore": "#1f77b4", "human": "#2ca02c",
-                 "greedy": "#ff7f0e", "best_of_n": "#9467bd"}
+ORIGIN_COLORS = {Origin.SEED: "#7f7f7f", Origin.EXPLOIT: "#d62728", Origin.EXPLORE: "#1f77b4", Origin.HUMAN: "#2ca02c",
+                 Origin.GREEDY: "#ff7f0e", Origin.BEST_OF_N: "#9467bd"}
 
 
 def _save(fig: Figure, path: Path) -> str:
@@ -251,7 +252,7 @@ def _html(cfg, research, summ: dict, rows: list[dict], images: list[str], s: dic
     for k, r in enumerate(rows, 1):
         metric = _num(r["value"]) + (f" ± {r['std']:.4f} ({r['seeds']})" if r["seeds"] > 1 and r["std"] is not None
                                      else "")
-        cls = "" if r["decision"] in ("promoted", "confirmed") else " class='unconf'"
+        cls = "" if r["decision"] in BEST_DECISIONS else " class='unconf'"
         lines.append(f"<tr{cls}><td>{k}</td><td><code>{e(r['idea'])}</code></td><td>{e(r['title'])}</td>"
                      f"<td>{metric}</td><td>{e(delta_short(r))}</td><td>{e(r['decision_text'])}</td>"
                      f"<td>{e(r['origin'])}</td><td>{r['epoch']}</td><td><code>{e(r['branch'])}</code></td>"

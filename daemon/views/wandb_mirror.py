@@ -28,7 +28,7 @@ from pathlib import Path
 from autoresearchd import defaults
 from autoresearchd.store.diffbase import diff_base
 from autoresearchd.store.lifecycle import Change
-from autoresearchd.store.notes import delta_kind, mean_delta
+from autoresearchd.store.notes import Origin, Status, delta_kind, mean_delta
 from autoresearchd.store.refs import branch_name
 from autoresearchd.views.safe import html_text
 
@@ -79,7 +79,7 @@ class WandbMirror:
         """Everything one W&B run receives, from the allow-lists only."""
         m = self.manifest
         epoch = idea.epoch if idea is not None else None
-        origin = idea.origin if idea is not None else "baseline"
+        origin = idea.origin if idea is not None else Origin.BASELINE
         first = note.trials[0] if note.trials else None
         cfg = {"idea_id": idea.idea_id if idea is not None else "baseline",
                "title": idea.title if idea is not None else "baseline", "origin": origin,
@@ -91,7 +91,7 @@ class WandbMirror:
                "commit": commit}
         # a suspicious (tampered or implausible) value is kept as `suspect_value`, never under the metric's
         # own name or `value`, so no W&B chart or sort ever ranks it as a best result
-        trusted = note.status.value == "succeeded"
+        trusted = note.status == Status.SUCCEEDED
         summary = {"value": note.value if trusted else None, "suspect_value": None if trusted else note.value,
                    "values": list(note.values), "std": note.std, "delta": note.delta,
                    "baseline": note.baseline, "decision": note.decision, "status": note.status.value,
