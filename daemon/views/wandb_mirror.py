@@ -58,6 +58,11 @@ def _run_id(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "-", text)[:64]
 
 
+def _word(v):
+    """A vocabulary member as its plain word (W&B would store the member's name); other values as given."""
+    return getattr(v, "value", v)
+
+
 class WandbMirror:
     """Callable observer: mirror(commit, idea_or_None, note)."""
 
@@ -82,7 +87,7 @@ class WandbMirror:
         origin = idea.origin if idea is not None else Origin.BASELINE
         first = note.trials[0] if note.trials else None
         cfg = {"idea_id": idea.idea_id if idea is not None else "baseline",
-               "title": idea.title if idea is not None else "baseline", "origin": origin,
+               "title": idea.title if idea is not None else "baseline", "origin": _word(origin),
                "parents": list(idea.parents) if idea is not None else [], "epoch": epoch,
                "seeds": list(note.seeds), "host": note.host or (first.host if first else None),
                "accelerator": note.accelerator, "metric": m.metric, "goal": m.goal,
@@ -94,7 +99,7 @@ class WandbMirror:
         trusted = note.status == Status.SUCCEEDED
         summary = {"value": note.value if trusted else None, "suspect_value": None if trusted else note.value,
                    "values": list(note.values), "std": note.std, "delta": note.delta,
-                   "baseline": note.baseline, "decision": note.decision, "status": note.status.value,
+                   "baseline": note.baseline, "decision": _word(note.decision), "status": note.status.value,
                    "wall_s": note.wall_s, "gpu_s": note.gpu_s, "cpu_s": note.cpu_s, "cost_usd": note.cost_usd, "tokens": note.tokens,
                    "error": (note.error or "")[:2000] or None,
                    # what `delta` is and which baseline it is against (docs/notes.md, "Which delta a view shows")
