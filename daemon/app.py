@@ -133,6 +133,10 @@ def build_daemon(cfg: Config, with_llm: bool = True):
     if cfg.tune.enabled:
         from autoresearchd.tune.tuner import Tuner
         daemon.tuner = Tuner(research, cfg)       # raises a ConfigError naming the extra without Optuna
+    if cfg.stopping.enabled:
+        from autoresearchd.engine.stopping import Stopper
+        from autoresearchd.store.lifecycle import Lifecycle
+        daemon.stopper = Stopper(cfg.stopping, research.manifest, runner, Lifecycle(research.repo))
     from autoresearchd.views.wandb_mirror import attach
     attach(daemon, cfg)
     return daemon

@@ -62,6 +62,7 @@ class Daemon:
         self._parsed = parsecache.load(self.repo)     # what an earlier daemon parsed: not parsed again
         self.last_state: dict = {}
         self.tuner = None                             # daemon/tune/tuner.py, with [tune] enabled
+        self.stopper = None                           # engine/stopping.py, with [stopping] enabled
 
     # -- the reconcile -----------------------------------------------------------------------------
     def read(self, scan: bool = False) -> Population:
@@ -86,6 +87,10 @@ class Daemon:
                 pop = self.read(scan=True)
                 if self.dispatcher.harvest(pop):
                     pop = self.read()
+                # early stopping (engine/stopping.py): another pass dispatches into the freed slots
+                if self.stopper is not None and self.stopper.check(pop):
+                    pop = self.read()
+                    self._dirty.set()
                 if self.dispatcher.backfill(pop):
                     pop = self.read()
                 if not self._stopping.is_set():
