@@ -32,7 +32,7 @@ random.seed(int(os.environ.get("AUTORESEARCH_SEED", "0")))
 LEVEL, CLAIM, STEPS, SLEEP = {level}, {claim}, {steps}, {sleep}
 noise = random.random() * 0.01
 if {marker!r}:
-    open({marker!r}, "a").write("start " + os.environ["AUTORESEARCH_TRIAL"] + " " + str(time.time()) + "\n")
+    open({marker!r}, "a").write("start " + os.environ["AUTORESEARCH_TRIAL"] + " " + str(time.time()) + "\\n")
 with open(os.environ["AUTORESEARCH_PROGRESS"], "a") as p:
     for s in range(1, STEPS + 1):
         time.sleep(SLEEP)
@@ -43,7 +43,7 @@ with open(os.environ["AUTORESEARCH_PROGRESS"], "a") as p:
 with open("out.txt", "w") as f:
     f.write(str(LEVEL + noise))
 if {marker!r}:
-    open({marker!r}, "a").write(os.environ["AUTORESEARCH_TRIAL"] + "\\n")
+    open({marker!r}, "a").write("end " + os.environ["AUTORESEARCH_TRIAL"] + "\\n")
 """
 
 
