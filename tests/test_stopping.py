@@ -24,6 +24,7 @@ from autoresearchd.store.notes import Status
 
 from conftest import TOY_EVAL, TOY_MANIFEST, branch_idea, run_until_settled
 from fixtures_reliability import write_cfg
+from fixtures_sshd import ssh_fleet  # noqa: F401  (skips without sshd)
 
 # A run of STEPS steps that reports `score` = level + (1 - t) after each, with a little seed noise,
 # and writes `level` (plus noise) for the evaluator. `{marker}` gets a line when the run ends by itself.
@@ -79,7 +80,7 @@ def check_stopped(pop, bad: str, marker: Path, full_s: float):
     (tr,) = note.trials
     assert tr.status == Status.STOPPED and tr.curve == ev["curve"] and tr.wall_s < full_s
     # the process was killed: it never reached its end
-    assert f"end {tr.trial_id}" not in marker.read_text()
+    assert not marker.exists() or f"end {tr.trial_id}" not in marker.read_text()
     return note
 
 
@@ -207,3 +208,25 @@ def test_band_and_optuna_pruners_on_curves():
         assert pruned(rule, "min", peers, line(3.0)[:16], 20, 4), rule        # far worse than every peer
         assert not pruned(rule, "min", peers, line(0.5)[:16], 20, 4), rule    # better than every peer
     assert not pruned("median", "max", peers, line(3.0)[:10], 20, 4)         # the goal decides what is worse
+
+
+# -- the same on the ssh runner (real sshd on loopback) -------------------------------------------------
+def test_ssh_runner_stops_a_losing_idea(curve_env, tmp_path, monkeypatch, ssh_fleet):  # noqa: F811
+    import shutil
+    import tempfile
+
+    from fixtures_hosts import host_toml
+    monkeypatch.setenv("AUTORESEARCHD_SSH_CONFIG", os.devnull)
+    shared = Path(tempfile.mkdtemp(prefix="ard-stop-"))      # the fleet's login user writes the marker here
+    shared.chmod(0o777)
+    try:
+        marker = shared / "ended.txt"
+        cfg = cfg_for(tmp_path, curve_env, runner='kind = "ssh"\n' + host_toml(ssh_fleet, 0))
+        run_until_settled(cfg, timeout=120)
+        bad = branch_idea(curve_env, "a/bad", "Worse", {"run.py": curve_run(3.0, steps=40, sleep=0.3, marker=str(marker))})
+        pop = run_until_settled(cfg, timeout=180)
+        assert all(t.curve for t in pop.baseline_note.trials)
+        check_stopped(pop, bad, marker, full_s=12)
+        assert not any(lz for i in pop.ideas for lz in i.leases)       # the lease is gone: the slot is free
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
