@@ -115,6 +115,37 @@ def test_local_runner_stops_a_losing_idea_and_frees_its_slot(curve_env, tmp_path
     assert len(progress.loads(repo.read_blob(g.trials[0].curve))) == 12
     # one slot: the good idea ran after the bad one was stopped, long before the bad one would have ended
     assert time.time() - t0 < 240 and note.trials[0].wall_s < 12
+    check_views(cfg, pop, bad, note)
+
+
+def check_views(cfg, pop, bad, note):
+    """`status` shows the compute saved, `show` the curve against the band, the dashboard's idea page
+    the same as data."""
+    import subprocess
+    import sys
+
+    from autoresearchd.research import open_research
+    from autoresearchd.config import load_config
+    from autoresearchd.views.dashboard import Snapshot
+
+    def cli(*args):
+        p = subprocess.run([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), *args],
+                           capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="200"))
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p.stdout
+    st = cli("status")
+    assert "early stopping: 1 idea(s) stopped" in st and "CPU-hours saved" in st, st
+    js = json.loads(cli("status", "--json"))
+    assert js["spend"]["stopped"] == 1 and js["spend"]["saved_hours"] == pytest.approx(note.stopped["saved_s"] / 3600)
+    shown = cli("show", bad)
+    assert "learning curve (score" in shown and "baseline 1." in shown and f"stopped at t={note.stopped['t']:g}" in shown
+    c = load_config(cfg)
+    research = open_research(c)
+    page = Snapshot(c, research, pop, "test", secrets=[]).idea(bad)
+    cv = page["curve"]
+    assert len(cv["t"]) == len(cv["mean"]) == len(cv["idea"][0]) and cv["stopped_t"] == note.stopped["t"]
+    assert all(v is None or v > m + note.stopped["margin"] for v, m in zip(cv["idea"][0], cv["mean"]) if m)
+    assert page["note"]["stopped"]["rule"] == "band"
 
 
 def test_untrusted_curve_never_promotes(curve_env, tmp_path):

@@ -16,6 +16,7 @@ from autoresearchd.engine.judge import seed_warning
 from autoresearchd.goal import sign
 from autoresearchd.research import open_research
 from autoresearchd.store.gitrepo import state_dir
+from autoresearchd.store.notes import Status
 from autoresearchd.store.population import read_population
 from autoresearchd.store.refs import branch_name
 from autoresearchd.views.progress import running_trials
@@ -76,6 +77,15 @@ def compute_s(note, gpus: int) -> float:
     return float(getattr(note, "cpu_s", None) or note.gpu_s or 0)
 
 
+def saved_s(note) -> float:
+    """Compute seconds an early stop saved (engine/stopping.py: the baseline's mean per trial x (1 - t),
+    GPU seconds for a GPU env, CPU seconds for a CPU env); 0 for any other note."""
+    if note is None or note.status != Status.STOPPED:
+        return 0.0
+    v = (note.stopped or {}).get("saved_s")
+    return float(v) if isinstance(v, (int, float)) and v == v and v >= 0 else 0.0
+
+
 def compute_unit(gpus: int) -> str:
     return "GPU-hours" if gpus else "CPU-hours"
 
@@ -102,6 +112,7 @@ def population_figures(pop, env) -> dict:
             "usd": sum(idea_usd(i) for i in pop.ideas), "tokens": sum(idea_tokens(i) for i in pop.ideas),
             "gpu_s": sum(compute_s(n, env.gpus) for n in notes) if env.gpus else 0.0,
             "cpu_s": sum(compute_s(n, 0) for n in notes) if not env.gpus else 0.0,
+            "saved_s": sum(saved_s(i.note) for i in pop.ideas),
             "running": running_trials(pop), "arms": arm_stats(pop, env)}
 
 
@@ -158,7 +169,9 @@ def summary(cfg, research=None, pop=None, figures: dict | None = None) -> dict:
         "spend": {"usd": usd, "tokens": tokens, "gpu_hours": gpu_s / 3600 if m.gpus else 0.0,
                   "cpu_hours": cpu_s / 3600,
                   "budget_usd": budget.get("max_usd") or cfg.llm.budget_usd,
-                  "live_usd": budget.get("usd"), "max_gpu_hours": cfg.daemon.max_gpu_hours},
+                  "live_usd": budget.get("usd"), "max_gpu_hours": cfg.daemon.max_gpu_hours,
+                  # early stopping ([stopping]): estimated, in the env's unit (GPU-hours, or CPU-hours without GPUs)
+                  "saved_hours": f.get("saved_s", 0.0) / 3600, "stopped": f["counts"].get(Status.STOPPED.value, 0)},
         "cost_per_improvement": {"usd": usd / improvement if improvement else None,
                                  "gpu_hours": gpu_s / 3600 / improvement if improvement and m.gpus else None},
         "metric": m.metric, "goal": m.goal, "gpus": m.gpus, "time_budget_s": m.time_budget_s,

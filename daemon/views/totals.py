@@ -27,7 +27,7 @@ from autoresearchd.policies.bandit import idea_cost, idea_model, new_arm
 from autoresearchd.views.board import changes
 from autoresearchd.views.curves import NOT_ATTEMPTED, finish_key, series
 from autoresearchd.views.progress import running_trials
-from autoresearchd.views.summary import compute_s, idea_tokens, idea_usd, population_figures
+from autoresearchd.views.summary import compute_s, idea_tokens, idea_usd, population_figures, saved_s
 
 
 def rebuild(gone: list, came: list, pop) -> bool:
@@ -47,6 +47,7 @@ class Totals:
         self.epochs = Counter(i.epoch for i in pop.ideas)     # Population.epoch: every idea's, pushed ones too
         self.stale = {id(i): i for i in f["stale"]}
         self.compute = f["gpu_s"] if self.gpus else f["cpu_s"]
+        self.saved = f["saved_s"]
         self.best, self.lucky = f["best"], f["lucky"]
         self.arms = {m: dict(s) for m, s in f["arms"].items()}
         self.leased = {id(i): i for i in pop.ideas if i.leases}
@@ -68,6 +69,7 @@ class Totals:
                 "stale": sorted(self.stale.values(), key=lambda i: (sign(self.goal) * i.value, i.idea_id)),
                 "usd": self.usd, "tokens": self.tokens,
                 "gpu_s": self.compute if self.gpus else 0.0, "cpu_s": 0.0 if self.gpus else self.compute,
+                "saved_s": self.saved,
                 "running": run,
                 "arms": {m: dict(s) for m, s in self.arms.items() if s["proposals"]}}
 
@@ -103,6 +105,7 @@ class Totals:
         t.env, t.goal, t.gpus, t.pop = self.env, self.goal, self.gpus, pop
         t.counts, t.epochs = Counter(self.counts), Counter(self.epochs)
         t.total, t.usd, t.tokens, t.compute = self.total, self.usd, self.tokens, self.compute
+        t.saved = self.saved
         t.arms = {m: dict(s) for m, s in self.arms.items()}
         t.leased = dict(self.leased)
         t.stale = dict(self.stale)
@@ -126,6 +129,7 @@ class Totals:
         self.usd += k * idea_usd(i)
         self.tokens += k * idea_tokens(i)
         self.compute += k * compute_s(i.note, self.gpus)
+        self.saved += k * saved_s(i.note)
         self.epochs[i.epoch] += k
         if i.value is not None and self.pop.stale(i):
             if k > 0:
