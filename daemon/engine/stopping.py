@@ -103,6 +103,13 @@ class Stopper:
 
     def __init__(self, cfg, manifest, runner, lifecycle):
         self.cfg, self.manifest, self.runner, self.lifecycle = cfg, manifest, runner, lifecycle
+        if cfg.rule != "band":
+            try:
+                import optuna  # noqa: F401
+            except ImportError:
+                from autoresearchd.config import ConfigError
+                raise ConfigError(f"[stopping] rule = {cfg.rule!r} needs Optuna, which is not installed: "
+                                  f"pip install 'autoresearchd[tune]' (or rule = \"band\")") from None
         self.repo = lifecycle.repo
         self._blobs: dict[str, Curve] = {}       # curve blob sha -> points (a blob never changes)
         self._seen: dict[str, float] = {}        # trial id -> the last t it was judged at
