@@ -261,3 +261,37 @@ def test_ssh_runner_stops_a_losing_idea(curve_env, tmp_path, monkeypatch, ssh_fl
         assert not any(lz for i in pop.ideas for lz in i.leases)       # the lease is gone: the slot is free
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+# -- every runner (local, ssh, Slurm: tests/test_runner_contract.py's factories, default sandbox) -------
+from test_runner_contract import code, make_runner, manifest, wait_done  # noqa: E402,F401  (fixtures)
+from fixtures_slurm import slurm_cluster  # noqa: E402,F401  (fixture, started only for the slurm case)
+
+PROGRESS_RUN = ("for i in 1 2 3 4 5 6 7 8; do printf '{\"t\": 0.%s, \"step\": %s, \"score\": %s}\\n' $i $i $((10 - i)) "
+                ">> \"$AUTORESEARCH_PROGRESS\"; [ $i = 4 ] && echo 'not json' >> \"$AUTORESEARCH_PROGRESS\"; "
+                "sleep 0.5; done; echo ---; echo 'score: 1'")
+
+
+def test_every_runner_streams_the_curve_while_it_runs(make_runner, code):
+    m = manifest(PROGRESS_RUN)
+    r = make_runner(m)
+    from autoresearchd.runners.base import PollState, TrialSpec
+    spec = TrialSpec(trial_id="t-curve", commit="0" * 40, seed=0, manifest=m, code_tar=code({"a.txt": "x\n"})[0])
+    h = r.submit(spec, r.slots()[0])
+    seen: list = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        st = r.poll_many([h])[0]
+        pts = r.progress_many([h])[0]
+        if st == PollState.DONE:
+            break
+        if pts and st == PollState.RUNNING:
+            seen.append(pts)
+        time.sleep(0.2)
+    assert seen, "no curve point was read while the run ran"
+    assert any(len(p) < 8 for p in seen) and seen[0][0] == (0.1, 9.0)     # read while it ran, in part
+    assert wait_done(r, h) == PollState.DONE
+    out = r.fetch(h)
+    assert out.error is None and out.metrics == {"score": 1.0}
+    assert out.curve == [(k / 10, 10.0 - k) for k in range(1, 9)]        # the junk line skipped
+    r.cleanup(h)
