@@ -295,3 +295,46 @@ def test_every_runner_streams_the_curve_while_it_runs(make_runner, code):
     assert out.error is None and out.metrics == {"score": 1.0}
     assert out.curve == [(k / 10, 10.0 - k) for k in range(1, 9)]        # the junk line skipped
     r.cleanup(h)
+
+
+# -- the dashboard's idea page draws the curve against the band (headless Chromium) ----------------------
+def test_dashboard_idea_page_plots_the_curve(tmp_path):
+    from dashserver import Server, add_idea, chromium
+    from popbuilder import TRAIN, build_population
+    from popbuilder import write_cfg as pop_cfg
+
+    from autoresearchd.store.notes import Note, Trial, format_note, parse_note
+    from autoresearchd.store.refs import NOTES_REF
+    repo = build_population(tmp_path / "research", 3, seed=1, with_failures=False)
+    base = repo.rev_parse("refs/heads/main")
+    bnote = parse_note(repo.note_read(NOTES_REF, base))
+    for k, t in enumerate(bnote.trials):      # the baseline's seeds get curves (3.0 + noise at the end)
+        t.curve = repo.hash_blob(progress.dumps([(j / 20, 3.0 + (1 - j / 20) + 0.01 * k) for j in range(1, 21)]))
+    repo.note_write(NOTES_REF, base, format_note(bnote))
+    mine = [(j / 20, 5.0 + (1 - j / 20)) for j in range(1, 9)]
+    sha = repo.hash_blob(progress.dumps(mine))
+    note = Note(status=Status.STOPPED, metric="val_loss", goal="min", error="stopped at t=0.4: ...",
+                trials=[Trial(trial_id="t-stop", seed=0, status=Status.STOPPED, curve=sha)],
+                stopped={"rule": "band", "t": 0.4, "value": 5.6, "band_mean": 3.61, "band_std": 0.01,
+                         "margin": 0.108, "k": 3.0, "curve": sha, "saved_s": 100.0, "saved_unit": "gpu"})
+    commit = add_idea(repo, "A losing idea", "It loses.", {"train.py": TRAIN.replace("lr = 0.001", "lr = 0.9").encode()},
+                      note=note)
+    drv = chromium()
+    srv = Server(pop_cfg(tmp_path, repo.path))
+    try:
+        drv.get_log("browser")
+        drv.get(srv.url + "/#/idea/" + commit)
+        from selenium.webdriver.support.ui import WebDriverWait
+        WebDriverWait(drv, 30, poll_frequency=0.1).until(
+            lambda d: d.execute_script("return document.querySelector('#learning-curve canvas') !== null"),
+            message="the learning-curve chart")
+        text = drv.find_element("css selector", "#main").text
+        assert "learning curve" in text.lower() and "stopped at t = 0.40" in text
+        legend = drv.execute_script("return [...document.querySelectorAll('#learning-curve .u-legend th')]"
+                                    ".map(e => e.textContent)")
+        assert any("baseline mean" in x for x in legend) and any("idea seed 0" in x for x in legend)
+        errors = [e for e in drv.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
+    finally:
+        srv.stop()
+        drv.quit()
