@@ -333,6 +333,11 @@ def test_dashboard_idea_page_plots_the_curve(tmp_path):
         legend = drv.execute_script("return [...document.querySelectorAll('#learning-curve .u-legend th')]"
                                     ".map(e => e.textContent)")
         assert any("baseline mean" in x for x in legend) and any("idea seed 0" in x for x in legend)
+        # the overview: the compute saved (a GPU env: GPU-hours), 100 s = 0.03 h
+        drv.get(srv.url + "/#/")
+        WebDriverWait(drv, 30, poll_frequency=0.1).until(
+            lambda d: d.execute_script("return document.querySelector('#saved-hours') !== null"), message="saved")
+        assert drv.find_element("id", "saved-hours").text == "0.03 (1 stopped early, estimated)"
         errors = [e for e in drv.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors
     finally:

@@ -169,6 +169,9 @@ async function renderOverview() {
     ["tokens", Number(sp.tokens || 0).toLocaleString()],
     s.gpus !== 0 ? ["GPU-hours", num(sp.gpu_hours, 2) + (sp.max_gpu_hours ? " / " + num(sp.max_gpu_hours, 0) : "")] : null,
     s.gpus === 0 || sp.cpu_hours ? ["CPU-hours", num(sp.cpu_hours || 0, 2)] : null,
+    // early stopping ([stopping]): ideas stopped by their curves and the compute that saved (estimated)
+    sp.stopped ? [(s.gpus === 0 ? "CPU" : "GPU") + "-hours saved", h("span", {id: "saved-hours"},
+      num(sp.saved_hours, 2) + " (" + sp.stopped + " stopped early, estimated)")] : null,
     s.cost_per_improvement.usd !== null ? ["$ per 1.0 Δ", num(s.cost_per_improvement.usd, 2)] : null,
     s.cost_per_improvement.gpu_hours !== null && s.cost_per_improvement.gpu_hours !== undefined
       ? ["GPU-h per 1.0 Δ", num(s.cost_per_improvement.gpu_hours, 2)] : null]),
