@@ -138,6 +138,8 @@ class Stopper:
         except Exception as e:  # noqa: BLE001 - a curve is optional: the idea runs to the end
             log.warning("reading learning curves failed: %s", e)
             return False
+        ids = {lz.trial_id for _, lz in live}
+        self._seen = {k: v for k, v in self._seen.items() if k in ids}     # only live trials are remembered
         by_idea: dict[str, tuple] = {}
         for (idea, lz), pts in zip(live, curves):
             if pts and (idea.commit not in by_idea or pts[-1][0] > by_idea[idea.commit][2][-1][0]):
