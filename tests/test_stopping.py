@@ -343,3 +343,17 @@ def test_dashboard_idea_page_plots_the_curve(tmp_path):
     finally:
         srv.stop()
         drv.quit()
+
+
+# -- a real daemon on the Slurm runner (tests/fixtures_slurm.py's single-node cluster) --------------------
+def test_slurm_runner_stops_a_losing_idea(curve_env, tmp_path, monkeypatch, slurm_cluster):  # noqa: F811
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+    marker = tmp_path / "ended.txt"
+    runner = f'kind = "slurm"\n[runner.slurm]\nwork_root = "{tmp_path}/slurm-trials"\nmax_jobs = 1'
+    cfg = cfg_for(tmp_path, curve_env, runner=runner)
+    run_until_settled(cfg, timeout=180)
+    bad = branch_idea(curve_env, "a/bad", "Worse", {"run.py": curve_run(3.0, steps=40, sleep=0.3, marker=str(marker))})
+    pop = run_until_settled(cfg, timeout=180)
+    check_stopped(pop, bad, marker, full_s=12)
+    assert not any(lz for i in pop.ideas for lz in i.leases)
+    slurm_cluster.wait_idle(30)                 # scancel ended the job: the cluster has nothing left
