@@ -141,7 +141,10 @@ def check_views(cfg, pop, bad, note):
     assert "learning curve (score" in shown and "baseline 1." in shown and f"stopped at t={note.stopped['t']:g}" in shown
     c = load_config(cfg)
     research = open_research(c)
-    page = Snapshot(c, research, pop, "test", secrets=[]).idea(bad)
+    snap = Snapshot(c, research, pop, "test", secrets=[])
+    groups = {g["reason"]: g for g in snap.failures()["groups"]}
+    assert [i["id"] for i in groups["stopped"]["ideas"]] == [pop.by_commit[bad].idea_id]
+    page = snap.idea(bad)
     cv = page["curve"]
     assert len(cv["t"]) == len(cv["mean"]) == len(cv["idea"][0]) and cv["stopped_t"] == note.stopped["t"]
     assert all(v is None or v > m + note.stopped["margin"] for v, m in zip(cv["idea"][0], cv["mean"]) if m)

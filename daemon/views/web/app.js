@@ -366,7 +366,7 @@ function node(n, goal, depth, open, margin) {
 const REASONS = {implement_failed: "implementation failed", check_failed: "check failed", crashed: "crashed",
   timed_out: "timed out", rejected: "rejected", duplicate: "duplicate", tamper_or_suspicious: "tamper or suspicious",
   over_budget: "over budget (compute cap)", lost: "lost (host vanished)", refused: "refused (harness differs)",
-  cancelled: "cancelled"};
+  cancelled: "cancelled", stopped: "stopped early (learning curve)"};
 async function renderFailures() {
   const r = await get("/api/failures");
   if (!r.groups.length) return h("p", {class: "dim"}, "no failures yet");
