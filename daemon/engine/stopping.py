@@ -128,7 +128,7 @@ class Stopper:
     def check(self, pop: Population) -> bool:
         """Stop the ideas whose curves lose; True when a note was written."""
         live = [(idea, lz) for idea in pop.ideas if idea.note is None and not pop.stale(idea)
-                for lz in idea.leases if lz.state == "running" and lz.purpose == Purpose.IDEA and lz.began]
+                for lz in idea.leases if lz.state == "running" and lz.purpose == Purpose.IDEA]
         refs = [c for t in (pop.baseline_note.trials if pop.baseline_note else []) if (c := self.curve(t.curve))]
         if not live or not refs:
             return False
@@ -221,7 +221,8 @@ class Stopper:
             tt = mine[-1][0] if mine else evidence["t"]
             saved += (per or 0.0) * (1 - tt)
             trials.append(Trial(trial_id=lz.trial_id, seed=lz.seed, status=Status.STOPPED, host=lz.host,
-                                wall_s=round(now - lz.began, 3) if lz.began else None, curve=sha,
+                                # from its start on the host where the runner saw it (Slurm: its placement)
+                                wall_s=round(now - (lz.began or lz.started), 3), curve=sha,
                                 sandbox=lz.handle.get("sandbox"), gpus=self.manifest.gpus))
             if lz is lead:
                 evidence["curve"] = sha
