@@ -70,6 +70,8 @@ def cfg_for(tmp_path, repo, runner='kind = "local"\nslots = 1', stopping=STOPPIN
 def check_stopped(pop, bad: str, marker: Path, full_s: float):
     note = pop.by_commit[bad].note
     assert note.status == Status.STOPPED and note.value is None and note.decision is None
+    # never measured, so never best and never in a policy's pool of parents (population.succeeded)
+    assert pop.by_commit[bad] not in pop.succeeded() and pop.by_commit[bad].status == Status.STOPPED
     ev = note.stopped
     assert 0.2 <= ev["t"] < 1 and ev["value"] > ev["band_mean"] + ev["margin"] > ev["band_mean"]
     assert ev["margin"] > 0 and ev["k"] == 3.0 and ev["band_seeds"] == 2 and ev["reference"]
