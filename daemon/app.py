@@ -136,7 +136,9 @@ def build_daemon(cfg: Config, with_llm: bool = True):
     if cfg.stopping.enabled:
         from autoresearchd.engine.stopping import Stopper
         from autoresearchd.store.lifecycle import Lifecycle
-        daemon.stopper = Stopper(cfg.stopping, research.manifest, runner, Lifecycle(research.repo))
+        # the dispatcher's note observers (the W&B mirror) hear of a stop too, until one Lifecycle is shared
+        tell = (lambda ev: [cb(ev.commit, ev.idea, ev.note) for cb in daemon.dispatcher.on_note])
+        daemon.stopper = Stopper(cfg.stopping, research.manifest, runner, Lifecycle(research.repo, [tell]))
     from autoresearchd.views.wandb_mirror import attach
     attach(daemon, cfg)
     return daemon
