@@ -9,6 +9,10 @@ ones, submit to free slots (`--workers N` polls on N threads). Prints:
   - utilization: busy trial seconds / (slots x makespan), and makespan against the ideal.
 
     .venv/bin/python bench/runner_overhead.py [--hosts 4] [--slots 4] [--trials 64] [--secs 1] [--workers 1]
+        [--progress N]
+`--progress N`: each run appends N learning-curve points (docs/environment.md, "Progress: learning
+curves") while it sleeps, and every pass of the loop also reads the running trials' curves
+(progress_many, one command per host, as the early-stopping rule does), timed on its own.
 Needs /usr/sbin/sshd (and root for the clean `ardtest` login account, else it logs in as you).
 """
 
@@ -63,6 +67,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--secs", type=float, default=1.0)
     ap.add_argument("--workers", type=int, default=1, help="threads polling the running trials")
+    ap.add_argument("--progress", type=int, default=0, help="curve points each run writes (0: none)")
     a = ap.parse_args()
 
     with Fleet(n=a.hosts) as fleet:
@@ -82,14 +87,21 @@ def main() -> None:
             connects.append(time.perf_counter() - t)
         sh.close()
 
-        m = EnvManifest(run=f"sleep {a.secs}; echo ---; echo score: 1", metric="score", time_budget_s=120)
+        run = f"sleep {a.secs}; echo ---; echo score: 1"
+        if a.progress:
+            n = a.progress
+            run = (f"for i in $(seq 1 {n}); do sleep {a.secs / n:.4f}; "
+                   f"printf '{{\"t\": %s, \"score\": 1.5}}\\n' $(awk \"BEGIN {{print $i/{n}}}\") "
+                   f">> \"$AUTORESEARCH_PROGRESS\"; done; echo ---; echo score: 1")
+        m = EnvManifest(run=run, metric="score", time_budget_s=120)
         cfg = RunnerCfg(kind="ssh", hosts=fleet.host_cfgs(slots=a.slots, gpus=0))
         r = SSHRunner(cfg, m, ssh_config=os.devnull)
         tar = code_tar()
         free = r.slots()
         n_slots = len(free)
         running: dict[str, tuple] = {}
-        submit_call, submit_lat, poll_run, poll_done, fetch_t, busy = [], [], [], [], [], []
+        submit_call, submit_lat, poll_run, poll_done, fetch_t, busy, curve_t = [], [], [], [], [], [], []
+        points = 0
         pool = ThreadPoolExecutor(a.workers)
         started_all = time.time()
         left, finished = a.trials, 0
@@ -103,6 +115,9 @@ def main() -> None:
                 running[slot.key] = (slot, h, t0)
                 left -= 1
             items = list(running.items())
+            if a.progress and items:
+                curves, dt = timed(r.progress_many, [it[1][1] for it in items])
+                curve_t.append(dt)
             for (key, (slot, h, t0)), (st, dt) in zip(items, pool.map(lambda it: timed(r.poll, it[1][1]), items)):
                 if st != PollState.DONE:
                     poll_run.append(dt)
@@ -113,6 +128,7 @@ def main() -> None:
                 t = time.perf_counter()
                 out = r.fetch(h)
                 fetch_t.append(time.perf_counter() - t)
+                points += len(getattr(out, "curve", []) or [])
                 if out.error:
                     raise SystemExit(f"trial failed: {out.error}")
                 d = Path(h["dir"])     # loopback: the stamps are readable here
@@ -137,8 +153,11 @@ def main() -> None:
                      ("submit latency: call -> remote start stamp", submit_lat),
                      ("poll() while running", poll_run),
                      ("poll() when done", poll_done),
-                     ("fetch() (files + host probe)", fetch_t)]:
+                     ("fetch() (files + host probe)", fetch_t)] + \
+            ([("progress_many() over the running trials", curve_t)] if curve_t else []):
         print(f"{name:44} {ms(xs)}")
+    if a.progress:
+        print(f"curve points stored at fetch: {points / a.trials:.1f} per trial (of {a.progress} written)")
     util = sum(busy) / (n_slots * makespan)
     print(f"makespan {makespan:.2f} s (ideal {ideal:.2f} s, ratio {makespan / ideal:.2f}); "
           f"utilization {util:.1%} (busy trial-seconds / slot-seconds); "

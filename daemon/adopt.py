@@ -23,6 +23,7 @@ from autoresearchd.store.gitrepo import GitError, GitRepo
 EVAL_FILE = "autoresearch_eval.py"       # the trusted scorer (the manifest's `evaluate`)
 MODEL_FILE = "autoresearch_model.py"     # the model runner: the only process that loads the model (`model`)
 EXPORT_FILE = "autoresearch_export.py"
+PROGRESS_FILE = "autoresearch_progress.py"   # learning-curve reports for the training loop (docs/environment.md)
 EXPORT_DIR = "autoresearch_out"
 TRAIN_NAMES = ("train.py", "train_gpt.py", "train_gpt2.py", "main.py", "run.py")
 _SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", EXPORT_DIR}
@@ -297,7 +298,7 @@ def plan(root: Path, force: bool = False, ask=None) -> Plan:
     if f.train is None:
         raise ConfigError(f"{root}: no training script found ({', '.join(TRAIN_NAMES)} or train*.py at the top); "
                           f"write {MANIFEST_FILE} by hand (docs/environment.md)")
-    files = {MANIFEST_FILE: render_manifest(f)}
+    files = {MANIFEST_FILE: render_manifest(f), PROGRESS_FILE: template(PROGRESS_FILE)}
     if f.needs_evaluator:
         files[EVAL_FILE] = template(EVAL_FILE)
         files[MODEL_FILE] = template(MODEL_FILE)

@@ -117,6 +117,8 @@ def build_daemon(cfg: Config, with_llm: bool = True):
         # a deterministic run gives the same value for every seed: more baseline seeds measure nothing
         cfg.policy.baseline_seeds = 1
     runner = make_runner(cfg, research)
+    from autoresearchd.store.lifecycle import Lifecycle
+    lifecycle = Lifecycle(research.repo)      # the one writer of idea state changes, shared by every part
     llm = note = policy = implementer = None
     name, why = llm_registry.resolve_provider_name(cfg.llm, research.manifest.name)
     if name == "none":      # chosen, or `auto` with no key and nothing recorded to replay for this env
@@ -134,7 +136,12 @@ def build_daemon(cfg: Config, with_llm: bool = True):
     if cfg.tune.enabled:
         from autoresearchd.tune.tuner import Tuner
         tuner = Tuner(research, cfg)              # raises a ConfigError naming the extra without Optuna
-    daemon = Daemon(cfg, research, runner, llm, policy, implementer, llm_note=note, tuner=tuner)
+    stopper = None
+    if cfg.stopping.enabled:
+        from autoresearchd.engine.stopping import Stopper
+        stopper = Stopper(cfg.stopping, research.manifest, runner, lifecycle)
+    daemon = Daemon(cfg, research, runner, llm, policy, implementer, llm_note=note, lifecycle=lifecycle,
+                    tuner=tuner, stopper=stopper)
     from autoresearchd.views.wandb_mirror import attach
     attach(daemon, cfg)
     return daemon

@@ -218,6 +218,15 @@ class TuneCfg(_Strict):
     seed: int = 0
 
 
+class StoppingCfg(_Strict):
+    """[stopping]: early stopping by learning curves (engine/stopping.py, docs/policies.md "Early stopping")."""
+    enabled: bool = defaults.STOPPING_ENABLED
+    rule: Literal["band", "median", "asha", "hyperband"] = defaults.STOPPING_RULE
+    margin: float = Field(defaults.STOPPING_MARGIN, ge=0)
+    min_t: float = Field(defaults.STOPPING_MIN_T, gt=0, le=1)
+    min_peers: int = Field(defaults.STOPPING_MIN_PEERS, ge=1)
+
+
 class WandbCfg(_Strict):
     enabled: bool = False
     project: str = "autoresearchd"
@@ -234,6 +243,7 @@ class Config(_Strict):
     implementer: ImplementerCfg = Field(default_factory=ImplementerCfg)
     wandb: WandbCfg = Field(default_factory=WandbCfg)
     tune: TuneCfg = Field(default_factory=TuneCfg)
+    stopping: StoppingCfg = Field(default_factory=StoppingCfg)
     env: EnvManifest | None = None         # an env repo may carry its manifest here
     path: Path | None = Field(default=None, exclude=True)  # the file it came from
 

@@ -297,3 +297,40 @@ one that differs and the whole file is ignored."""
 PARSE_CACHE_SAVE_NEW = 5_000
 """The daemon writes its parse caches to disk at a full read once they hold this many entries more
 than it last wrote (or loaded): a small population is cheap to parse, a big one is saved as it grows."""
+
+# -- learning curves and early stopping (runners/progress.py, engine/stopping.py; docs/environment.md
+# "Progress: learning curves", docs/policies.md "Early stopping") ----------------------------------------
+PROGRESS_FILE = ".autoresearch_progress.jsonl"
+"""The progress file's name inside a trial's code/ (run's only writable directory, under every
+sandbox and runner); trial.sh gives its path to run as AUTORESEARCH_PROGRESS."""
+PROGRESS_MAX_BYTES = 64 * 1024
+"""Bytes of a progress file read at most, per poll and at the end (its first and last halves when it
+is bigger): a run can write a file of any size, and the poll's round trip must stay small."""
+PROGRESS_MAX_POINTS = 200
+"""Points kept of one curve (evenly thinned beyond): what a note's curve blob and a view hold."""
+STOPPING_ENABLED = False
+"""Off by default: `[stopping] enabled = true` lets a losing curve stop an idea early. Off until
+measured safe on the user's environment (docs/policies.md "Early stopping": false stops are counted
+by bench/stopping_replay.py)."""
+STOPPING_RULE = "band"
+"""`band`: stop when the idea's curve is worse than the baseline seeds' band by the margin; `median`,
+`asha`, `hyperband`: also require Optuna's MedianPruner, SuccessiveHalvingPruner or HyperbandPruner,
+over the peers' curves, to prune it (the band's margin is always required)."""
+STOPPING_MARGIN = 3.0
+"""k: the idea must be worse than the baseline seeds' mean at the same t by k x their spread (the
+standard deviation across seeds at that t, at least STOPPING_MIN_SPREAD x |mean|)."""
+STOPPING_MIN_SPREAD = 0.01
+"""The least spread assumed, as a share of the baseline's value: with 2 seeds that happen to agree,
+a zero spread would make every small difference look beyond noise."""
+STOPPING_MIN_T = 0.25
+"""No idea is stopped before this share of its training (early curves cross: warm-up, schedules)."""
+STOPPING_MIN_REF_SEEDS = 2
+"""Baseline seeds whose curves must reach an idea's t before it can be stopped (fewer when the
+baseline plans fewer): one seed says nothing of the noise."""
+STOPPING_MIN_PEERS = 3
+"""Optuna's pruners (rule median/asha/hyperband) decide only with at least this many peer curves."""
+STOPPING_GRID = 20
+"""Curves are compared on a grid of this many steps of t (t = k / STOPPING_GRID): Optuna's pruners
+compare values at the same integer step."""
+STOPPING_MAX_PEERS = 200
+"""The most recent peer curves (finished trials of the current baseline) the pruners read."""

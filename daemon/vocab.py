@@ -28,6 +28,7 @@ class Status(str, Enum):
     REFUSED = "refused"                    # evaluation harness differs from the baseline's
     SUSPICIOUS = "suspicious"              # measured, but tampered with or outside the plausible range
     OVER_BUDGET = "over_budget"            # measured, but it used more compute than the cap allows
+    STOPPED = "stopped"                    # stopped early by its learning curve (engine/stopping.py)
 
     # no __str__: notes and views write `.value` (a status's str() has always been `Status.X`)
     @property
@@ -94,7 +95,8 @@ BAD_DECISIONS = (Decision.WORSE, Decision.DEMOTED)
 # Results that measured the idea's code (a run finished, with or without a value).
 MEASURED = (Status.SUCCEEDED, Status.FAILED, Status.TIMED_OUT)
 FAILURES = frozenset({Status.FAILED, Status.TIMED_OUT, Status.IMPLEMENT_FAILED, Status.REJECTED,
-                      Status.LOST, Status.CANCELLED, Status.REFUSED, Status.SUSPICIOUS, Status.OVER_BUDGET})
+                      Status.LOST, Status.CANCELLED, Status.REFUSED, Status.SUSPICIOUS, Status.OVER_BUDGET,
+                      Status.STOPPED})
 # The origins a policy proposes (counted toward its epochs and max_ideas).
 POLICY_ORIGINS = frozenset({Origin.SEED, Origin.EXPLOIT, Origin.EXPLORE, Origin.GREEDY, Origin.BEST_OF_N})
 # Lease states whose trials are polled each harvest, and that outlive their commit's result note.

@@ -247,6 +247,12 @@ class ShellRunner:
         self.map(one, list(groups))
         return out
 
+    def progress_many(self, handles: list[dict[str, Any]]) -> list[list[tuple[float, float]] | None]:
+        """Each running trial's learning curve so far, (t, value) points of the manifest's metric
+        (runners/progress.py: bounded, parsed tolerantly); None where its host could not be read."""
+        from .progress import read_many
+        return read_many(self, handles, self.manifest.metric)
+
     @staticmethod
     def _state(word: str, handle: dict[str, Any]) -> PollState:
         if word == "nopid":     # crashed between lease and submit, or the wrapper is just starting
@@ -261,7 +267,8 @@ class ShellRunner:
                                   # the split evaluation: the scorer's inputs phase, the model runner's
                                   # (untrusted) log, and trial.sh's own reason when a step failed
                                   "eval_inputs.head", "eval_inputs.tail", "model.head", "model.tail",
-                                  "model.rc", "model.timed_out", "eval.error"]
+                                  "model.rc", "model.timed_out", "eval.error",
+                                  "progress.jsonl"]     # the run's learning curve, bounded by trial.sh
 
     def fetch(self, handle: dict[str, Any]) -> TrialOutcome:
         out = self._fetch_batched([handle])[0]

@@ -8,6 +8,7 @@ from autoresearchd.manifest import EnvManifest
 from .interp import not_found
 from .limits import EVAL_STEPS, RUN_STEP, applied, limit_hit, step_compute
 from .metrics import parse_metrics
+from . import progress
 from .protocol import TrialOutcome
 
 
@@ -109,6 +110,8 @@ def outcome_from_files(files: dict[str, bytes], manifest: EnvManifest, probe: st
     if manifest.budget_metrics:      # the run's own report, for the env's rule (judge.over_budget)
         reported = parse_metrics(run_log.decode(errors="replace"), files.get("run_result.json"))
         out.run_metrics = {k: v for k, v in reported.items() if k in manifest.budget_metrics}
+    # the run's learning curve: untrusted numbers, kept for views and the stopping rule only (never a metric)
+    out.curve = progress.parse(files.get("progress.jsonl", b""), manifest.metric)
     _compute(out, files, manifest, run_log, eval_log, rc, eval_rc)
     return out
 

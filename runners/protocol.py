@@ -69,6 +69,7 @@ class TrialOutcome:
     limit: str | None = None         # the per-trial limit a step hit: memory | pids | open_files
     run_metrics: dict[str, float] = field(default_factory=dict)   # run's own report of budget_metrics
     trust: str | None = None         # manifest.Trust: split | model-code | run (what the metric rests on)
+    curve: list = field(default_factory=list)   # run's learning curve, (t, value) points (runners/progress.py): untrusted
 
 
 class Shell(Protocol):

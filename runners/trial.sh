@@ -175,8 +175,11 @@ split_eval() {
 mkdir -p "$T/artifacts"
 checksum_frozen "$T/frozen.before"
 cd "$T/code"
+# the learning curve (runners/progress.py): a committed file of that name is no curve of this run
+rm -rf -- "$T/code/$AR_PROGRESS"
 run_budgeted "$AR_BUDGET" run "$(sandboxed AR_SB_RUN "${AR_SETUP:+$AR_SETUP && }$AR_RUN" "${base_env[@]}" \
-  ${AR_KNOBS[@]+"${AR_KNOBS[@]}"} HOME="$T/code" AUTORESEARCH_ARTIFACTS="$T/code" AUTORESEARCH_RESULT="$T/code/.autoresearch_result.json")"
+  ${AR_KNOBS[@]+"${AR_KNOBS[@]}"} HOME="$T/code" AUTORESEARCH_ARTIFACTS="$T/code" AUTORESEARCH_RESULT="$T/code/.autoresearch_result.json" \
+  AUTORESEARCH_PROGRESS="$T/code/$AR_PROGRESS")"
 cd "$T"
 checksum_frozen "$T/frozen.after"
 cmp -s "$T/frozen.before" "$T/frozen.after" || diff "$T/frozen.before" "$T/frozen.after" > "$T/tamper.txt"
@@ -189,6 +192,13 @@ C=$(readlink -f -- "$T/code")
 plain() { local r; r=$(readlink -f -- "$C/$1") && [ "$r" = "$C/${1#./}" ] && [ -z "$(find "$r" -type l 2>/dev/null | head -n 1)" ]; }
 r="$T/code/.autoresearch_result.json"
 [ -f "$r" ] && plain .autoresearch_result.json && head -c 1000000 "$r" > "$T/run_result.json"
+# the curve, bounded as the live reader bounds it (its first and last halves when bigger)
+pf="$T/code/$AR_PROGRESS"
+if [ -f "$pf" ] && plain "$AR_PROGRESS"; then
+  psz=$(stat -c %s -- "$pf" 2>/dev/null || echo 0); ph=$(( AR_PROGRESS_MAX / 2 ))
+  if [ "$psz" -le "$AR_PROGRESS_MAX" ]; then head -c "$AR_PROGRESS_MAX" -- "$pf"
+  else head -c "$ph" -- "$pf"; echo; tail -c "$ph" -- "$pf"; fi > "$T/progress.jsonl" 2>/dev/null
+fi
 
 if [ -n "${AR_EVALUATE:-}" ] && [ "$(cat "$T/run.rc")" = 0 ] && [ ! -e "$T/run.timed_out" ]; then
   # run is over (sandboxed: its PID namespace is gone, so none of its processes is left). Take only

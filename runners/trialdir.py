@@ -74,6 +74,8 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
         "AR_PATH": path_prefix,
         "AR_SLOT_LOCK": slot_lock,     # trial.sh waits for this lock before its clock starts
         "AR_EVENTS": events,           # trial.sh appends a line here when it is done
+        "AR_PROGRESS": defaults.PROGRESS_FILE,             # run's learning curve, in code/ (runners/progress.py)
+        "AR_PROGRESS_MAX": str(defaults.PROGRESS_MAX_BYTES),
         **(limits or {}),              # runners/limits.sh: the trial's limits (0: derived on the host)
     }
     out = [f"{k}={qpath(v) if k == 'AR_PATH' else q(v)}" for k, v in lines.items()]

@@ -245,7 +245,7 @@ def test_adopt_asks_before_it_commits_and_never_overwrites(nano, tmp_path):
     assert p.returncode == 0 and "committed" in p.stdout, p.stdout + p.stderr
     files = git(nano, "show", "--name-only", "--format=", "HEAD").split()
     assert sorted(files) == [".autoresearch.toml", ".gitignore", "autoresearch_eval.py", "autoresearch_export.py",
-                             "autoresearch_model.py"]
+                             "autoresearch_model.py", "autoresearch_progress.py"]
     plain = tmp_path / "plain"
     plain.mkdir()
     bad = cli("adopt", str(plain), cwd=tmp_path)

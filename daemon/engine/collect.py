@@ -18,6 +18,7 @@ from autoresearchd.engine.plan import baseline_complete, seeds_needed
 from autoresearchd.engine.recovery import Recovery, poll_states
 from autoresearchd.engine.slots import SlotTable
 from autoresearchd.runners.base import PollState
+from autoresearchd.runners.progress import dumps as curve_blob
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.notes import Lease, Note, Status, Trial
@@ -236,6 +237,7 @@ class Collector:
         if harness and digest and harness != digest:
             status, error = Status.REFUSED, "evaluation harness differs from the current baseline's"
         log_sha = self.lifecycle.store_log(lz.trial_id, out.log) if out.log else None
+        curve_sha = self.lifecycle.store_log(f"{lz.trial_id}.curve", curve_blob(out.curve)) if out.curve else None
         budget = self.research.manifest.time_budget_s
         if lz.purpose == Purpose.BASELINE and status == Status.TIMED_OUT:
             # not retried: on the same machine it would time out again, and silently re-running it
@@ -252,7 +254,7 @@ class Collector:
         lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, status=status, value=value,
                           metrics=out.metrics, exit_code=out.exit_code, host=lz.host, wall_s=out.wall_s,
                           cpu_s=out.cpu_s, gpu_s=out.gpu_s, eval_wall_s=out.eval_wall_s, eval_cpu_s=out.eval_cpu_s,
-                          limit=out.limit, run_metrics=out.run_metrics, gpus=self.research.manifest.gpus, log=log_sha, error=error, tamper=out.tamper,
+                          limit=out.limit, run_metrics=out.run_metrics, gpus=self.research.manifest.gpus, log=log_sha, curve=curve_sha, error=error, tamper=out.tamper,
                           harness=harness or digest, accelerator=out.accelerator, software=out.software,
                           sandbox=out.sandbox, trust=out.trust, faults=list(lz.faults))
         log.info("trial %s on %s: %s %s", lz.trial_id, lz.host, status.value,

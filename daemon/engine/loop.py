@@ -45,12 +45,13 @@ logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: max instan
 
 class Daemon:
     def __init__(self, cfg, research, runner, llm=None, policy=None, implementer=None, console=None,
-                 llm_note: str | None = None, lifecycle: Lifecycle | None = None, tuner=None):
+                 llm_note: str | None = None, lifecycle: Lifecycle | None = None, tuner=None, stopper=None):
         self.cfg, self.research, self.runner = cfg, research, runner
         self.repo = research.repo
         self.llm, self.policy, self.implementer = llm, policy, implementer
         self.llm_note = llm_note
         self.tuner = tuner                            # daemon/tune/tuner.py, with [tune] enabled
+        self.stopper = stopper                        # engine/stopping.py, with [stopping] enabled
         # the one writer of idea state changes; its observers (W&B, lessons) hear of every result
         self.lifecycle = lifecycle if lifecycle is not None else Lifecycle(self.repo)
         engine = build_engine(cfg, research, runner, self.lifecycle, wake=self.poke)
@@ -99,6 +100,10 @@ class Daemon:
                 pop = self.read(scan=True)
                 if self.collector.harvest(pop):
                     pop = self.read()
+                # early stopping (engine/stopping.py): another pass dispatches into the freed slots
+                if self.stopper is not None and self.stopper.check(pop):
+                    pop = self.read()
+                    again = True
                 if self.collector.backfill(pop):
                     pop = self.read()
                 if not self._stopping.is_set():

@@ -2,7 +2,7 @@
 
 It alone creates or moves the idea, proposal, record and archive refs, and writes result and lease
 notes. One typed method per state change (propose, dropped, implemented, failed, tuned, leased,
-result, rejected, linked, cancelled, backfilled). After each result it tells its observers itself
+result, rejected, linked, cancelled, stopped, backfilled). After each result it tells its observers itself
 (the W&B mirror, the dashboard's cache, lessons), so no write path can skip them: before this
 module, a backfilled decision was written straight to the ledger and never reached W&B.
 
@@ -56,6 +56,7 @@ class Change(str, Enum):
     LINKED = "linked"              # identical tree: another commit's result, linked
     CANCELLED = "cancelled"        # trials cancelled (e.g. the baseline moved)
     BACKFILLED = "backfilled"      # a note gets its baseline, delta and decision after the fact
+    STOPPED = "stopped"            # stopped early by its learning curve (engine/stopping.py)
 
     def __str__(self) -> str:
         return self.value
@@ -63,7 +64,7 @@ class Change(str, Enum):
 
 # the changes that write a result note: the ones observers of results hear about
 NOTED = (Change.DROPPED, Change.FAILED, Change.RESULT, Change.REJECTED, Change.LINKED, Change.CANCELLED,
-         Change.BACKFILLED)
+         Change.BACKFILLED, Change.STOPPED)
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,13 @@ class Lifecycle:
 
     def cancelled(self, commit: str, idea, note: Note, kept: list[Lease]) -> Note:
         written = self._note(Change.CANCELLED, commit, idea, note)
+        self.ledger.write_leases(commit, kept)
+        return written
+
+    def stopped(self, commit: str, idea, note: Note, kept: list[Lease]) -> Note:
+        """An idea stopped early by its curve (its trials already cancelled): the `stopped` note with
+        the evidence, then the leases still kept (engine/stopping.py)."""
+        written = self._note(Change.STOPPED, commit, idea, note)
         self.ledger.write_leases(commit, kept)
         return written
 

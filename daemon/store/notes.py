@@ -51,6 +51,7 @@ class Trial(BaseModel):
     run_metrics: dict[str, float] = Field(default_factory=dict)   # run's own report of budget_metrics
     gpus: int = 0
     log: str | None = None          # blob sha, anchored under refs/autoresearch/logs/<trial_id>
+    curve: str | None = None        # its learning curve (runners/progress.py), a blob under logs/<trial_id>.curve
     error: str | None = None
     tamper: list[str] = Field(default_factory=list)
     harness: str | None = None      # hash of the evaluation harness blobs
@@ -112,6 +113,7 @@ class Note(BaseModel):
     finished_at: float | None = None
     # a tuned commit's trial: {"study", "sampler", "trial", "knobs": {name: value}} (docs/notes.md)
     tune: dict[str, Any] = Field(default_factory=dict)
+    stopped: dict[str, Any] = Field(default_factory=dict)   # status stopped: the evidence (engine/stopping.py)
 
 
 _LIST_OR_DICT = {name for name, f in Note.model_fields.items()

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Iterable, NamedTuple
 
+from autoresearchd.vocab import Status
+
 
 class Spend(NamedTuple):
     """LLM spend of one idea, or of many (`total`)."""
@@ -77,3 +79,12 @@ def compute_total(pop, gpus: int) -> float:
 def gpu_hours(pop, gpus: int) -> float:
     """Busy GPU-hours measured so far (0 for a CPU env): what `daemon.max_gpu_hours` and `status` read."""
     return compute_total(pop, gpus) / 3600 if gpus else 0.0
+
+
+def saved_s(note) -> float:
+    """Compute seconds an early stop saved (engine/stopping.py: the baseline's mean per trial x (1 - t),
+    GPU seconds for a GPU env, CPU seconds for a CPU env); 0 for any other note."""
+    if note is None or note.status != Status.STOPPED:
+        return 0.0
+    v = (note.stopped or {}).get("saved_s")
+    return float(v) if isinstance(v, (int, float)) and v == v and v >= 0 else 0.0

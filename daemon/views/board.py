@@ -18,7 +18,7 @@ from autoresearchd.views.summary import leaderboard_row, rank_key
 from autoresearchd.views.versus import baseline_running
 
 FAILURE_GROUPS = ("implement_failed", "check_failed", "crashed", "timed_out", "rejected", "duplicate",
-                  "tamper_or_suspicious", "over_budget", "lost", "refused", "cancelled")
+                  "tamper_or_suspicious", "over_budget", "lost", "refused", "cancelled", "stopped")
 FACETS = {"status": lambda r: r["status"], "origin": lambda r: r["origin"],
           "decision": lambda r: r["decision"] or "none", "epoch": lambda r: r["epoch"]}
 

@@ -27,6 +27,7 @@ from autoresearchd.views.summary import daemon_state, idea_tokens, idea_usd, sum
 from autoresearchd.views.board import FAILURE_GROUPS, Board, changes, same_baseline
 from autoresearchd.views.totals import Totals, rebuild
 from autoresearchd.views.versus import versus
+from autoresearchd.views.learning import curve_payload
 
 SORT_KEYS = ("rank", "idea", "title", "value", "delta", "decision", "status", "origin", "epoch")
 
@@ -293,6 +294,7 @@ class Snapshot:
                 "usd": idea_usd(i), "trailers": {k: red(v) for k, v in i.trailers.as_text().items()},
                 "diff": red(diff), "diff_truncated": truncated, "note": note, "attempts": attempts, "check": check,
                 "logs": logs, "leases": _leases(i.leases),
+                "curve": curve_payload(repo, n, self.pop.baseline_note),    # views/learning.py
                 "git": cmd, "failure": self.reasons.get(i.idea_id), "colour": _colour(i),
                 "metric": self.research.manifest.metric, "goal": self.goal, "version": self.version}
 
@@ -317,6 +319,7 @@ class Snapshot:
         return {"status": n.status.value, "value": n.value, "std": n.std, "values": n.values, "seeds": n.seeds,
                 "delta": n.delta, "parent_delta": n.parent_delta, "decision": n.decision,
                 "baseline": n.baseline, "baseline_std": n.baseline_std, "error": red(n.error),
+                "stopped": n.stopped or None,
                 "host": n.host, "wall_s": n.wall_s, "gpu_s": n.gpu_s, "cpu_s": getattr(n, "cpu_s", None),
                 "accelerator": n.accelerator, "tamper": n.tamper, "flags": n.flags,
                 "duplicate_of": n.duplicate_of, "sandbox": getattr(n, "sandbox", None),
@@ -338,6 +341,7 @@ class Snapshot:
                 "base": None, "model": None, "attempts_n": None, "tokens": 0, "usd": 0.0, "trailers": {},
                 "diff": "", "diff_truncated": False, "note": self._note(n), "attempts": [], "check": None,
                 "logs": self._logs(n, True, log_bytes), "leases": _leases(pop.baseline_leases),
+                "curve": curve_payload(repo, None, n),
                 "git": f"git fetch origin {q} && git checkout --detach {commit}", "failure": None,
                 "colour": "baseline", "baseline": True, "seeds_planned": (n.seeds_planned if n else None)
                 or self.cfg.policy.baseline_seeds,

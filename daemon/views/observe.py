@@ -113,6 +113,10 @@ def status(cfg, console, as_json: bool = False) -> int:
     gpu_budget = f" of {sp['max_gpu_hours']:.1f}" if sp["max_gpu_hours"] else ""
     compute = f"{sp['gpu_hours']:.2f}{gpu_budget} GPU-hours" if s["gpus"] else f"{sp['cpu_hours']:.2f} CPU-hours"
     console.print(f"spend: ${sp['usd']:.4f}{budget} LLM, {sp['tokens']:,} tokens, {compute}")
+    if sp.get("stopped"):
+        unit = "GPU-hours" if s["gpus"] else "CPU-hours"
+        console.print(f"early stopping: {sp['stopped']} idea(s) stopped by their learning curves, "
+                      f"about {sp['saved_hours']:.2f} {unit} saved (estimated)")
     if len(s["models"]) > 1:            # an ensemble: who proposed what, for how much
         console.print("proposing models: " + "; ".join(
             f"{escape(r['model'])} {r['share']:.0%} ({r['proposals']} ideas, ${r['usd']:.4f}"
@@ -271,6 +275,9 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
             v = f"{t.value:.4f}" if t.value is not None else one_line(t.error)[:200]
             _plain(console, f"  seed {t.seed}: {t.status.value} {v} on {t.host or '?'}"
                             + (f" in {t.wall_s:.0f}s" if t.wall_s else ""))
+        from autoresearchd.views.learning import curve_lines
+        for line in curve_lines(repo, idea.note, pop.baseline_note, research.manifest.metric):
+            _plain(console, line)
     else:
         console.print(f"[bold]no result yet[/]: {idea.status.value}")
     # The implementer's attempts: the Transcript trailer; for a record, the note's log holds it too.

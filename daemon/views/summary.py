@@ -15,11 +15,12 @@ from autoresearchd import defaults
 from autoresearchd.engine.judge import seed_warning
 from autoresearchd.research import open_research
 from autoresearchd.store.gitrepo import state_dir
+from autoresearchd.store.notes import Status
 from autoresearchd.store.population import read_population
 from autoresearchd.store.ranking import key as result_key
 from autoresearchd.store.ranking import ranked
 from autoresearchd.store.refs import branch_name
-from autoresearchd.store.spend import compute_total, idea_spend, total
+from autoresearchd.store.spend import compute_total, idea_spend, saved_s, total
 from autoresearchd.views.progress import running_trials
 from autoresearchd.views.versus import baseline_running, versus
 
@@ -84,6 +85,7 @@ def population_figures(pop, env) -> dict:
             "lucky": pop.best(env.goal, confirmed=False), "stale": stale_results(pop, env.goal),
             "usd": spent.usd, "tokens": spent.tokens,
             "gpu_s": compute if env.gpus else 0.0, "cpu_s": compute if not env.gpus else 0.0,
+            "saved_s": sum(saved_s(i.note) for i in pop.ideas),
             "running": running_trials(pop), "arms": arm_stats(pop, env)}
 
 
@@ -138,7 +140,9 @@ def summary(cfg, research=None, pop=None, figures: dict | None = None) -> dict:
         "spend": {"usd": usd, "tokens": tokens, "gpu_hours": gpu_s / 3600 if m.gpus else 0.0,
                   "cpu_hours": cpu_s / 3600,
                   "budget_usd": budget.get("max_usd") or cfg.llm.budget_usd,
-                  "live_usd": budget.get("usd"), "max_gpu_hours": cfg.daemon.max_gpu_hours},
+                  "live_usd": budget.get("usd"), "max_gpu_hours": cfg.daemon.max_gpu_hours,
+                  # early stopping ([stopping]): estimated, in the env's unit (GPU-hours, or CPU-hours without GPUs)
+                  "saved_hours": f.get("saved_s", 0.0) / 3600, "stopped": f["counts"].get(Status.STOPPED.value, 0)},
         "cost_per_improvement": {"usd": usd / improvement if improvement else None,
                                  "gpu_hours": gpu_s / 3600 / improvement if improvement and m.gpus else None},
         "metric": m.metric, "goal": m.goal, "gpus": m.gpus, "time_budget_s": m.time_budget_s,

@@ -25,7 +25,7 @@ from autoresearchd.goal import better
 from autoresearchd.policies.bandit import gain as arm_gain
 from autoresearchd.policies.bandit import idea_cost, idea_model, new_arm
 from autoresearchd.store.ranking import idea_key, ranked
-from autoresearchd.store.spend import compute_s, idea_spend
+from autoresearchd.store.spend import compute_s, idea_spend, saved_s
 from autoresearchd.views.board import changes
 from autoresearchd.views.curves import NOT_ATTEMPTED, finish_key, series
 from autoresearchd.views.progress import running_trials
@@ -49,6 +49,7 @@ class Totals:
         self.epochs = Counter(i.epoch for i in pop.ideas)     # Population.epoch: every idea's, pushed ones too
         self.stale = {id(i): i for i in f["stale"]}
         self.compute = f["gpu_s"] if self.gpus else f["cpu_s"]
+        self.saved = f["saved_s"]
         self.best, self.lucky = f["best"], f["lucky"]
         self.arms = {m: dict(s) for m, s in f["arms"].items()}
         self.leased = {id(i): i for i in pop.ideas if i.leases}
@@ -70,6 +71,7 @@ class Totals:
                 "stale": ranked(self.stale.values(), self.goal),
                 "usd": self.usd, "tokens": self.tokens,
                 "gpu_s": self.compute if self.gpus else 0.0, "cpu_s": 0.0 if self.gpus else self.compute,
+                "saved_s": self.saved,
                 "running": run,
                 "arms": {m: dict(s) for m, s in self.arms.items() if s["proposals"]}}
 
@@ -105,6 +107,7 @@ class Totals:
         t.env, t.goal, t.gpus, t.pop = self.env, self.goal, self.gpus, pop
         t.counts, t.epochs = Counter(self.counts), Counter(self.epochs)
         t.total, t.usd, t.tokens, t.compute = self.total, self.usd, self.tokens, self.compute
+        t.saved = self.saved
         t.arms = {m: dict(s) for m, s in self.arms.items()}
         t.leased = dict(self.leased)
         t.stale = dict(self.stale)
@@ -129,6 +132,7 @@ class Totals:
         self.usd += k * spent.usd
         self.tokens += k * spent.tokens
         self.compute += k * compute_s(i.note, self.gpus)
+        self.saved += k * saved_s(i.note)
         self.epochs[i.epoch] += k
         if i.value is not None and self.pop.stale(i):
             if k > 0:

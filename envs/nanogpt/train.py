@@ -140,6 +140,16 @@ class GPT(nn.Module):
 
 # ----------------------------------------------------------------------------- training
 
+def report_progress(step: int, steps: int, loss: float) -> None:
+    """The progress protocol (docs/environment.md, "Progress: learning curves"): one JSON line per
+    point to $AUTORESEARCH_PROGRESS, `val_loss` holding the run's estimate (the training loss). The
+    daemon plots it and may stop a losing idea by it; never the metric of record."""
+    path = os.environ.get("AUTORESEARCH_PROGRESS")
+    if path and math.isfinite(loss):
+        with open(path, "a") as f:
+            f.write(f'{{"step": {step}, "t": {min(1.0, step / steps):.6f}, "val_loss": {loss:.6f}}}\n')
+
+
 def lr_at(step: int, h: Hyperparameters) -> float:
     """Linear warmup, then linear decay to 1/11 of the peak at num_iterations."""
     if step < h.warmup_iters:
@@ -284,6 +294,8 @@ def main() -> None:
             dt = (time.time() - t_mark) / max(1, step - mark_step)
             log(f"step {step}/{h.num_iterations} | loss {train_loss:.4f} | lr {lr:.2e} | "
                 f"{dt * 1000:.0f} ms/step | {h.total_batch / dt:,.0f} tok/s")
+            if master:
+                report_progress(step, h.num_iterations, train_loss)
             t_mark, mark_step = time.time(), step
 
     train_loss = loss_sum.item()

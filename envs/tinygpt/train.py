@@ -186,6 +186,19 @@ def save_artifact(model: GPT, cfg: Config, path: str = ARTIFACT) -> None:
     traced.save(path)
 
 
+PROGRESS_EVERY = 10     # steps per learning-curve point (a mean of their training losses)
+
+
+def report_progress(step: int, steps: int, loss: float) -> None:
+    """The progress protocol (docs/environment.md, "Progress: learning curves"): one JSON line per point
+    to $AUTORESEARCH_PROGRESS, `val_loss` holding the run's estimate of it (the recent training loss).
+    The daemon plots it and may stop a losing idea by it; it is never the metric of record."""
+    path = os.environ.get("AUTORESEARCH_PROGRESS")
+    if path and math.isfinite(loss):
+        with open(path, "a") as f:
+            f.write(f'{{"step": {step + 1}, "t": {(step + 1) / steps:.6f}, "val_loss": {loss:.6f}}}\n')
+
+
 def main() -> None:
     check = "--check" in sys.argv[1:]
     torch.set_num_threads(int(os.environ.get("TINYGPT_THREADS", "2")))
@@ -206,6 +219,7 @@ def main() -> None:
 
     t0 = time.time()
     model.train()
+    recent: list[float] = []
     for step in range(cfg.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
@@ -217,6 +231,9 @@ def main() -> None:
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
+        recent = (recent + [loss.item()])[-PROGRESS_EVERY:]
+        if (step + 1) % PROGRESS_EVERY == 0 or step == cfg.steps - 1:
+            report_progress(step, cfg.steps, sum(recent) / len(recent))
         if step % 25 == 0 or step == cfg.steps - 1:
             print(f"step {step:4d}  loss {loss.item():.4f}  lr {lr_at(step, cfg):.2e}  "
                   f"{time.time() - t0:.1f}s", flush=True)

@@ -169,6 +169,9 @@ async function renderOverview() {
     ["tokens", Number(sp.tokens || 0).toLocaleString()],
     s.gpus !== 0 ? ["GPU-hours", num(sp.gpu_hours, 2) + (sp.max_gpu_hours ? " / " + num(sp.max_gpu_hours, 0) : "")] : null,
     s.gpus === 0 || sp.cpu_hours ? ["CPU-hours", num(sp.cpu_hours || 0, 2)] : null,
+    // early stopping ([stopping]): ideas stopped by their curves and the compute that saved (estimated)
+    sp.stopped ? [(s.gpus === 0 ? "CPU" : "GPU") + "-hours saved", h("span", {id: "saved-hours"},
+      num(sp.saved_hours, 2) + " (" + sp.stopped + " stopped early, estimated)")] : null,
     s.cost_per_improvement.usd !== null ? ["$ per 1.0 Δ", num(s.cost_per_improvement.usd, 2)] : null,
     s.cost_per_improvement.gpu_hours !== null && s.cost_per_improvement.gpu_hours !== undefined
       ? ["GPU-h per 1.0 Δ", num(s.cost_per_improvement.gpu_hours, 2)] : null]),
@@ -250,6 +253,22 @@ function plot(el, xs, raw, conf, base, xlabel, empty) {
     series: [{label: xlabel}, {label: "best (any)", stroke: "#9aa4b1", width: 1.5, points: Object.assign({}, pts, {stroke: "#9aa4b1", fill: "#9aa4b1"}), paths: uPlot.paths.stepped({align: 1})},
       {label: "best confirmed", stroke: "#d1495b", width: 2.5, points: Object.assign({}, pts, {stroke: "#d1495b", fill: "#d1495b"}), paths: uPlot.paths.stepped({align: 1})},
       {label: "baseline", stroke: "#222", dash: [6, 4], width: 1, points: {show: false}}]};
+  charts.push(new uPlot(opts, data, el));
+}
+
+// an idea's learning curve (one line per seed) against the band of the baseline's seeds (mean ± std):
+// numbers only, from /api/idea's `curve` (views/learning.py)
+function learningPlot(el, c, metric) {
+  if (!window.uPlot) { el.append(h("p", {class: "dim"}, "no chart library")); return; }
+  const grey = {stroke: "#9aa4b1", dash: [4, 4], width: 1, points: {show: false}};
+  const series = [{label: "t"}, Object.assign({label: "baseline − std"}, grey),
+    {label: "baseline mean", stroke: "#222", dash: [6, 4], width: 1.5, points: {show: false}},
+    Object.assign({label: "baseline + std"}, grey)].concat(
+    c.idea.map((_, k) => ({label: "idea seed " + k, stroke: "#d1495b", width: 2, points: {show: true, size: 4}})));
+  const data = [c.t, c.lo, c.mean, c.hi].concat(c.idea);
+  const opts = {width: Math.max(300, el.clientWidth || 500), height: 240, legend: {show: true},
+    scales: {x: {time: false, range: () => [0, 1]}}, axes: [{label: "t (share of training)", stroke: "#666"},
+      {label: metric, stroke: "#666", size: 60}], series};
   charts.push(new uPlot(opts, data, el));
 }
 
@@ -347,7 +366,7 @@ function node(n, goal, depth, open, margin) {
 const REASONS = {implement_failed: "implementation failed", check_failed: "check failed", crashed: "crashed",
   timed_out: "timed out", rejected: "rejected", duplicate: "duplicate", tamper_or_suspicious: "tamper or suspicious",
   over_budget: "over budget (compute cap)", lost: "lost (host vanished)", refused: "refused (harness differs)",
-  cancelled: "cancelled"};
+  cancelled: "cancelled", stopped: "stopped early (learning curve)"};
 async function renderFailures() {
   const r = await get("/api/failures");
   if (!r.groups.length) return h("p", {class: "dim"}, "no failures yet");
@@ -416,6 +435,13 @@ async function renderIdea(args) {
       h("td", {}, l.host + "/" + l.slot), h("td", {}, l.state), h("td", {}, dur(l.elapsed_s)))))));
   } else {
     root.append(card("Result", h("p", {class: "dim"}, "no result yet: " + i.status)));
+  }
+  if (i.curve) {
+    const el = h("div", {class: "chart", id: "learning-curve"});
+    root.append(h("section", {class: "card wide"}, h("h3", {}, "Learning curve ", h("span", {class: "badge untrusted"},
+      "the run's own report: may stop an idea, never its result")), el,
+      i.curve.stopped_t ? h("p", {class: "small dim"}, "stopped at t = " + num(i.curve.stopped_t, 2)) : null));
+    root.addEventListener("mounted", () => learningPlot(el, i.curve, i.metric));
   }
   root.append(h("section", {class: "card wide"}, h("h3", {}, "Diff" + (i.diff_truncated ? " (cut; run the git command for all of it)" : "")),
     i.diff ? diffView(i.diff) : h("p", {class: "dim"}, i.baseline ? "none: the baseline is what every idea's diff is taken against"

@@ -1,0 +1,242 @@
+"""Early stopping: a running idea whose learning curve is clearly losing is stopped, its slot freed.
+
+The loop calls `Stopper.check(pop)` after each harvest ([stopping] enabled). For every idea whose
+trials run (purpose `idea`: a confirmation or a baseline seed is never stopped), it reads their curves
+so far through the runner (runners/progress.py: bounded, tolerant) and compares the one furthest
+along, at its latest t, with:
+
+1. the baseline seeds' curves at the same t (the band): the idea must be worse than their mean by
+   margin = k x spread, spread = their standard deviation there, at least
+   defaults.STOPPING_MIN_SPREAD x |mean| (noise-aware: two seeds that happen to agree do not make
+   every small difference count), and at least defaults.STOPPING_MIN_REF_SEEDS seeds must reach t.
+   Values are averaged over a window of t (defaults.STOPPING_GRID)
+   on both sides, since a run's intermediate numbers (a batch's train loss) are noisy;
+2. with rule `median`, `asha` or `hyperband`, also its peers: the finished curves of the current
+   baseline's ideas, replayed into an in-memory Optuna study with MedianPruner,
+   SuccessiveHalvingPruner or HyperbandPruner on a grid of t; the pruner must say prune as well.
+   With fewer than `min_peers` peer curves the band decides alone.
+
+Nothing is stopped before `min_t`. A stopped idea's running trials are cancelled through the runner
+(the slot is free at the next pass of the same tick) and it gets a note with status `stopped`
+(store/lifecycle.py `stopped`) holding the evidence: its curve (a blob, as a log), the reference
+band at its t, the margin, the t it stopped at and the compute saved (the baseline's mean trial
+GPU seconds, or CPU seconds without GPUs, x (1 - t)). The curve is the run's own report, untrusted:
+it can stop an idea, never promote one; a stopped note has no value and no decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+
+from autoresearchd import defaults
+from autoresearchd.runners import progress
+from autoresearchd.store.notes import Note, Status, Trial
+from autoresearchd.store.population import Population
+from autoresearchd.vocab import MEASURED, Purpose
+
+log = logging.getLogger("autoresearchd")
+
+Curve = list[tuple[float, float]]
+
+
+def window(pts: Curve, t: float, width: float) -> float | None:
+    """The curve's mean over (t - width, t], or its value at t when no point falls there."""
+    vals = [v for tt, v in pts if t - width < tt <= t + 1e-12]
+    return statistics.fmean(vals) if vals else progress.at(pts, t)
+
+
+def band(refs: list[Curve], t: float, width: float) -> tuple[float, float, int] | None:
+    """(mean, standard deviation, seeds) of the reference curves at t; None when none reaches t."""
+    vals = [v for c in refs if (v := window(c, t, width)) is not None and c[-1][0] >= t - 1e-12]
+    if not vals:
+        return None
+    return statistics.fmean(vals), (statistics.stdev(vals) if len(vals) > 1 else 0.0), len(vals)
+
+
+def gridded(pts: Curve, grid: int) -> list[tuple[int, float]]:
+    """The curve at t = k / grid for each k it reaches (linear between its points)."""
+    out = []
+    for k in range(1, grid + 1):
+        v = progress.at(pts, k / grid)
+        if v is not None:
+            out.append((k, v))
+    return out
+
+
+def pruned(rule: str, goal: str, peers: list[Curve], mine: Curve, grid: int, min_step: int) -> bool:
+    """Whether Optuna's pruner for `rule` prunes `mine`, its study built from the peers' curves
+    replayed in order (each reported step by step, asked should_prune as a live trial would be, then
+    told complete with its last value): at any grid step from min_step on."""
+    import optuna
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    lo = max(1, min_step)
+    pruner = {"median": lambda: optuna.pruners.MedianPruner(n_startup_trials=0, n_warmup_steps=lo - 1),
+              "asha": lambda: optuna.pruners.SuccessiveHalvingPruner(min_resource=lo, reduction_factor=3),
+              "hyperband": lambda: optuna.pruners.HyperbandPruner(min_resource=lo, max_resource=grid,
+                                                                  reduction_factor=3)}[rule]()
+    study = optuna.create_study(direction="minimize" if goal == "min" else "maximize", pruner=pruner,
+                                sampler=optuna.samplers.RandomSampler(seed=0), study_name="stopping")
+    for c in peers:
+        pts = gridded(c, grid)
+        if not pts:
+            continue
+        tr = study.ask()
+        for k, v in pts:
+            tr.report(v, k)
+            tr.should_prune()
+        study.tell(tr, pts[-1][1])
+    tr = study.ask()
+    said = False
+    for k, v in gridded(mine, grid):
+        tr.report(v, k)
+        said |= tr.should_prune() and k >= lo
+    return said
+
+
+class Stopper:
+    """The stopping rule, called by the loop after harvest. Built with what it uses: the [stopping]
+    config, the env's manifest (metric, goal, gpus), the runner (curves, cancel) and the lifecycle
+    writer (the `stopped` note)."""
+
+    def __init__(self, cfg, manifest, runner, lifecycle):
+        self.cfg, self.manifest, self.runner, self.lifecycle = cfg, manifest, runner, lifecycle
+        if cfg.rule != "band":
+            try:
+                import optuna  # noqa: F401
+            except ImportError:
+                from autoresearchd.config import ConfigError
+                raise ConfigError(f"[stopping] rule = {cfg.rule!r} needs Optuna, which is not installed: "
+                                  f"pip install 'autoresearchd[tune]' (or rule = \"band\")") from None
+        self.repo = lifecycle.repo
+        self._blobs: dict[str, Curve] = {}       # curve blob sha -> points (a blob never changes)
+        self._seen: dict[str, float] = {}        # trial id -> the last t it was judged at
+        self._planned = defaults.STOPPING_MIN_REF_SEEDS   # seeds the current baseline plans
+
+    def curve(self, sha: str | None) -> Curve:
+        if not sha:
+            return []
+        if sha not in self._blobs:
+            self._blobs[sha] = progress.loads(self.repo.read_blob(sha) or b"")
+        return self._blobs[sha]
+
+    def worse(self, a: float, b: float) -> bool:
+        return a > b if self.manifest.goal == "min" else a < b
+
+    def check(self, pop: Population) -> bool:
+        """Stop the ideas whose curves lose; True when a note was written."""
+        live = [(idea, lz) for idea in pop.ideas if idea.note is None and not pop.stale(idea)
+                for lz in idea.leases if lz.state == "running" and lz.purpose == Purpose.IDEA]
+        refs = [c for t in (pop.baseline_note.trials if pop.baseline_note else []) if (c := self.curve(t.curve))]
+        if not live or not refs:
+            return False
+        self._planned = pop.baseline_note.seeds_planned or defaults.STOPPING_MIN_REF_SEEDS
+        try:
+            curves = self.runner.progress_many([lz.handle for _, lz in live])
+        except Exception as e:  # noqa: BLE001 - a curve is optional: the idea runs to the end
+            log.warning("reading learning curves failed: %s", e)
+            return False
+        ids = {lz.trial_id for _, lz in live}
+        self._seen = {k: v for k, v in self._seen.items() if k in ids}     # only live trials are remembered
+        by_idea: dict[str, tuple] = {}
+        for (idea, lz), pts in zip(live, curves):
+            if pts and (idea.commit not in by_idea or pts[-1][0] > by_idea[idea.commit][2][-1][0]):
+                by_idea[idea.commit] = (idea, lz, pts)
+        peers = None
+        wrote = False
+        for idea, lz, pts in by_idea.values():
+            t = pts[-1][0]
+            if t < self.cfg.min_t or self._seen.get(lz.trial_id) == t:
+                continue
+            self._seen[lz.trial_id] = t
+            if peers is None:
+                peers = self._peers(pop)
+            evidence = self.judge(pts, refs, peers)
+            if evidence is not None:
+                self._stop(pop, idea, lz, pts, evidence)
+                wrote = True
+        return wrote
+
+    def judge(self, pts: Curve, refs: list[Curve], peers: list[Curve]) -> dict | None:
+        """The evidence for stopping the curve `pts` now, or None to let it run."""
+        t, width = pts[-1][0], 1.0 / defaults.STOPPING_GRID
+        b = band(refs, t, width)
+        v = window(pts, t, width)
+        if b is None or v is None:
+            return None
+        mean, sd, n = b
+        if n < min(defaults.STOPPING_MIN_REF_SEEDS, self._planned):
+            return None
+        spread = max(sd, defaults.STOPPING_MIN_SPREAD * abs(mean))
+        margin = self.cfg.margin * spread
+        if not self.worse(v, mean + margin if self.manifest.goal == "min" else mean - margin):
+            return None
+        pruner = None
+        if self.cfg.rule != "band" and len(peers) >= self.cfg.min_peers:
+            if not pruned(self.cfg.rule, self.manifest.goal, peers, pts, defaults.STOPPING_GRID,
+                          math.ceil(self.cfg.min_t * defaults.STOPPING_GRID)):
+                return None
+            pruner = {"median": "MedianPruner", "asha": "SuccessiveHalvingPruner",
+                      "hyperband": "HyperbandPruner"}[self.cfg.rule]
+        reference = []
+        for k in range(1, int(t * defaults.STOPPING_GRID + 1e-9) + 1):
+            if (bk := band(refs, k / defaults.STOPPING_GRID, width)) is not None:
+                reference.append([round(k / defaults.STOPPING_GRID, 4), round(bk[0], 6), round(bk[1], 6)])
+        return {"rule": self.cfg.rule, "t": round(t, 4), "value": round(v, 6), "band_mean": round(mean, 6),
+                "band_std": round(sd, 6), "band_seeds": n, "k": self.cfg.margin, "margin": round(margin, 6),
+                "pruner": pruner, "peers": len(peers), "reference": reference}
+
+    def _peers(self, pop: Population) -> list[Curve]:
+        """Finished curves measured against the current baseline: its seeds and its ideas' trials."""
+        notes = [(pop.baseline_note.finished_at or 0, pop.baseline_note)] if pop.baseline_note else []
+        notes += [(i.note.finished_at or 0, i.note) for i in pop.ideas if i.note is not None and not pop.stale(i)
+                  and (i.note.status in MEASURED or i.note.status == Status.STOPPED)]
+        notes.sort(key=lambda x: x[0])
+        curves = [c for _, n in notes for tr in n.trials if (c := self.curve(tr.curve))]
+        return curves[-defaults.STOPPING_MAX_PEERS:]
+
+    def saved_per_trial(self, pop: Population) -> tuple[float | None, str]:
+        """The baseline's mean compute per trial: GPU seconds with GPUs, else CPU seconds."""
+        unit = "gpu" if self.manifest.gpus else "cpu"
+        vals = [x for t in (pop.baseline_note.trials if pop.baseline_note else [])
+                if (x := (t.gpu_s if unit == "gpu" else t.cpu_s)) is not None]
+        return (statistics.fmean(vals) if vals else None), unit
+
+    def _stop(self, pop: Population, idea, lead, pts: Curve, evidence: dict) -> None:
+        now = time.time()
+        running = [lz for lz in idea.leases if lz.state == "running"]
+        for lz in running:
+            try:
+                self.runner.cancel(lz.handle)
+            except Exception as e:  # noqa: BLE001 - the host may be away; the note is written anyway
+                log.warning("cancelling %s failed: %s", lz.trial_id, e)
+        per, unit = self.saved_per_trial(pop)
+        trials = [lz.result for lz in idea.leases if lz.state == "done" and lz.result is not None]
+        saved = 0.0
+        for lz in running:
+            mine = pts if lz is lead else []
+            sha = self.lifecycle.store_log(f"{lz.trial_id}.curve", progress.dumps(mine)) if mine else None
+            tt = mine[-1][0] if mine else evidence["t"]
+            saved += (per or 0.0) * (1 - tt)
+            trials.append(Trial(trial_id=lz.trial_id, seed=lz.seed, status=Status.STOPPED, host=lz.host,
+                                # from its start on the host where the runner saw it (Slurm: its placement)
+                                wall_s=round(now - (lz.began or lz.started), 3), curve=sha,
+                                sandbox=lz.handle.get("sandbox"), gpus=self.manifest.gpus))
+            if lz is lead:
+                evidence["curve"] = sha
+        evidence.update(saved_s=round(saved, 3) if per is not None else None, saved_unit=unit)
+        m = self.manifest
+        why = (f"stopped at t={evidence['t']:g}: {m.metric} {evidence['value']:.4g} is worse than the baseline "
+               f"band {evidence['band_mean']:.4g} by more than the margin {evidence['margin']:.3g} "
+               f"({evidence['k']:g} x spread)" + (f" and {evidence['pruner']} pruned it" if evidence["pruner"] else ""))
+        note = Note(status=Status.STOPPED, idea_id=idea.idea_id, metric=m.metric, goal=m.goal,
+                    baseline=pop.baseline_value, baseline_commit=pop.baseline_commit, error=why,
+                    host=lead.host, trials=trials, stopped=evidence, seeds=[t.seed for t in trials])
+        log.info("%s: %s", idea.idea_id, why)
+        self.lifecycle.stopped(idea.commit, idea, note, [lz for lz in idea.leases if lz.state == "stale"])
+        try:
+            self.runner.cleanup_many([lz.handle for lz in running])
+        except Exception:  # noqa: BLE001 - a leftover directory is harmless
+            pass
