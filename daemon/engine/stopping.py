@@ -35,7 +35,7 @@ from autoresearchd import defaults
 from autoresearchd.runners import progress
 from autoresearchd.store.notes import Note, Status, Trial
 from autoresearchd.store.population import Population
-from autoresearchd.vocab import MEASURED, Purpose
+from autoresearchd.vocab import MEASURED, LeaseState, Purpose
 
 log = logging.getLogger("autoresearchd")
 
@@ -128,7 +128,7 @@ class Stopper:
     def check(self, pop: Population) -> bool:
         """Stop the ideas whose curves lose; True when a note was written."""
         live = [(idea, lz) for idea in pop.ideas if idea.note is None and not pop.stale(idea)
-                for lz in idea.leases if lz.state == "running" and lz.purpose == Purpose.IDEA]
+                for lz in idea.leases if lz.state == LeaseState.RUNNING and lz.purpose == Purpose.IDEA]
         refs = [c for t in (pop.baseline_note.trials if pop.baseline_note else []) if (c := self.curve(t.curve))]
         if not live or not refs:
             return False
@@ -206,14 +206,14 @@ class Stopper:
 
     def _stop(self, pop: Population, idea, lead, pts: Curve, evidence: dict) -> None:
         now = time.time()
-        running = [lz for lz in idea.leases if lz.state == "running"]
+        running = [lz for lz in idea.leases if lz.state == LeaseState.RUNNING]
         for lz in running:
             try:
                 self.runner.cancel(lz.handle)
             except Exception as e:  # noqa: BLE001 - the host may be away; the note is written anyway
                 log.warning("cancelling %s failed: %s", lz.trial_id, e)
         per, unit = self.saved_per_trial(pop)
-        trials = [lz.result for lz in idea.leases if lz.state == "done" and lz.result is not None]
+        trials = [lz.result for lz in idea.leases if lz.state == LeaseState.DONE and lz.result is not None]
         saved = 0.0
         for lz in running:
             mine = pts if lz is lead else []
@@ -235,7 +235,7 @@ class Stopper:
                     baseline=pop.baseline_value, baseline_commit=pop.baseline_commit, error=why,
                     host=lead.host, trials=trials, stopped=evidence, seeds=[t.seed for t in trials])
         log.info("%s: %s", idea.idea_id, why)
-        self.lifecycle.stopped(idea.commit, idea, note, [lz for lz in idea.leases if lz.state == "stale"])
+        self.lifecycle.stopped(idea.commit, idea, note, [lz for lz in idea.leases if lz.state == LeaseState.STALE])
         try:
             self.runner.cleanup_many([lz.handle for lz in running])
         except Exception:  # noqa: BLE001 - a leftover directory is harmless
