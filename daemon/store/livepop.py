@@ -36,6 +36,7 @@ from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFI
 SCANNED = (IDEA_BRANCHES, RECORDS_PREFIX, ARCHIVE_PREFIX, IDEAS_PREFIX)   # listed by a scan
 _REF = operator.itemgetter(3)              # an order key's ref
 MAX_EVENT_REFS = 500        # more refs told than this: one scan lists them all for less
+BULK_WINS = 1000            # more commits placed than this: sorted once, not inserted one by one
 
 
 def _rank(ref: str) -> tuple[bool, str]:
@@ -189,8 +190,15 @@ class LivePopulation:
         shas |= {self._refs.get(r) for r in refs} - {None}
         for sha in shas:         # every old winner out first: a ref that moved was another sha's winner
             self._unwin(sha)
+        # many ideas placed at once (a full read): appended, then sorted once; one insort each moves
+        # half the list, n²/2 pointer moves (at 100k ideas, seconds of the daemon's start)
+        many = len(shas) > BULK_WINS
         for sha in shas:
-            self._win(sha, baseline)
+            self._win(sha, baseline, many)
+        if many:
+            self._order.sort()
+            for idea_id in self._dirty[0]:
+                self._ids[idea_id].sort()
         self._bkey = bkey
         self._place()
         self._index()
@@ -281,16 +289,21 @@ class LivePopulation:
                 if not self._epochs[idea.epoch]:
                     del self._epochs[idea.epoch]
 
-    def _win(self, sha: str, baseline: str | None) -> None:
-        """Which ref shows `sha` now (none for the baseline or an unreadable commit), and its place."""
+    def _win(self, sha: str, baseline: str | None, append: bool = False) -> None:
+        """Which ref shows `sha` now (none for the baseline or an unreadable commit), and its place
+        (with `append`, at the end: the caller sorts)."""
         cands = [r for r in self._by_sha.get(sha, ()) if r in self._built]
         if sha == baseline or not cands:
             return
         ref = min(cands, key=_rank)
         idea = self._built[ref][1]
         key = (idea.committed_at, idea.idea_id, *_rank(ref))
-        bisect.insort(self._order, key)
-        bisect.insort(self._ids.setdefault(idea.idea_id, []), key)
+        if append:
+            self._order.append(key)
+            self._ids.setdefault(idea.idea_id, []).append(key)
+        else:
+            bisect.insort(self._order, key)
+            bisect.insort(self._ids.setdefault(idea.idea_id, []), key)
         self._dirty[0].add(idea.idea_id)
         self._dirty[1].add(sha)
         self._winner[sha], self._shown[ref] = key, idea
