@@ -18,6 +18,7 @@ import random
 import pytest
 
 from autoresearchd.store.ideas import format_message
+from autoresearchd.store import livepop
 from autoresearchd.store.livepop import LivePopulation
 from autoresearchd.store.notes import Lease, Status, format_leases, format_note
 from autoresearchd.store.population import read_population
@@ -129,8 +130,12 @@ class World:
         return op
 
 
-@pytest.mark.parametrize("seed", [11, 12])
-def test_random_writes_incremental_equals_full_read(tmp_path, seed):
+@pytest.mark.parametrize("seed,bulk", [(11, False), (12, False), (13, True)])
+def test_random_writes_incremental_equals_full_read(tmp_path, seed, bulk, monkeypatch):
+    """bulk: every refresh places the ideas it rebuilt by appending then sorting once (as a full read of
+    more than BULK_WINS ideas does), not one insort each."""
+    if bulk:
+        monkeypatch.setattr(livepop, "BULK_WINS", 0)
     repo = build_population(tmp_path / "r", 40, seed=seed)
     rng = random.Random(seed)
     world = World(repo, rng)
@@ -151,6 +156,24 @@ def test_random_writes_incremental_equals_full_read(tmp_path, seed):
     # the derived state is bounded by the live refs, however long it runs
     assert set(live._built) <= set(repo.refs(IDEA_BRANCHES, RECORDS_PREFIX, ARCHIVE_PREFIX, PROPOSALS_PREFIX))
     assert set(live._placed) <= set(live._shown) <= set(live._built)
+
+
+def test_a_full_read_sorts_once(tmp_path, monkeypatch):
+    """A read that places more than BULK_WINS ideas sorts the order once: one insort per idea moved half
+    the list each time, n²/2 pointer moves (seconds of the daemon's start at 100k ideas)."""
+    import bisect
+    repo = build_population(tmp_path / "r", 30, seed=5)
+    inserts = []
+    real = bisect.insort
+    monkeypatch.setattr(bisect, "insort", lambda a, x: (inserts.append(x), real(a, x))[1])
+    monkeypatch.setattr(livepop, "BULK_WINS", 10)
+    live = LivePopulation(repo, MAIN)
+    assert_same(live.refresh(), repo, "first")
+    assert inserts == [] and len(live._order) >= 30
+    c = commit_on(repo, repo.rev_parse(MAIN), "one more")
+    repo.update_ref(f"{IDEA_BRANCHES}bench/one", c)
+    assert_same(live.refresh(), repo, "one idea more")
+    assert len(inserts) == 2            # a few ideas: inserted in place (the order and the id's list)
 
 
 @pytest.mark.parametrize("scan", [True, False])
