@@ -203,8 +203,9 @@ def test_a_refresh_that_moved_nothing_reads_no_object(tmp_path, monkeypatch):
     live = LivePopulation(repo, MAIN)
     live.refresh()
     asked = []
-    real = repo.cat_file_batch
+    real, stream = repo.cat_file_batch, repo.cat_file_stream
     monkeypatch.setattr(repo, "cat_file_batch", lambda shas: (asked.append(list(shas)), real(shas))[1])
+    monkeypatch.setattr(repo, "cat_file_stream", lambda shas: (asked.append(list(shas)), stream(shas))[1])
     assert live.refresh(scan=True) is None and live.refresh(scan=False) is None and asked == []
     target = next(i for i in live.pop.ideas if i.branch)
     repo.note_write(NOTES_REF, target.commit, format_note(ok_note(BMEAN - 0.3, BMEAN, "improved")))

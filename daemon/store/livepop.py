@@ -29,7 +29,7 @@ from autoresearchd.store import refevents
 from autoresearchd.store.gitrepo import GitError, GitRepo
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.population import (_IDEAS, _NOTES, Population, _at_baseline, _baseline_notes,
-                                            _make_idea, bulk)
+                                            _make_idea, bulk, read_objects)
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_NAMESPACE, NOTES_REF,
                                       PROPOSALS_PREFIX, RECORDS_PREFIX, RUNS_REF)
 
@@ -265,7 +265,7 @@ class LivePopulation:
                     keys[ref] = key
         wanted = [w for key in keys.values() for w in (key[0], key[2], key[3])
                   if w and w not in _NOTES and w not in _IDEAS]
-        objs = self.repo.cat_file_batch(wanted)
+        objs = read_objects(self.repo, wanted, {k[0] for k in keys.values()}, {k[2] for k in keys.values()} - {None})
         for ref, key in keys.items():
             sha, _, nb, lb = key
             if sha in objs or sha in _IDEAS:
