@@ -256,3 +256,35 @@ def test_the_tick_sees_pushes_at_once_and_reads_whole_periodically(toy_env, tmp_
     finally:
         d.runner.close()
         d.live.close()
+
+
+def test_the_first_pass_saves_its_parses_after_its_dispatch(toy_env, tmp_path, monkeypatch):
+    """The parse cache is written at the end of the pass whose full read parsed enough, never within
+    the read: at 100k ideas the save took seconds, and the first pass's trials waited for it."""
+    from autoresearchd import defaults
+    from autoresearchd.app import build_daemon
+    from autoresearchd.config import load_config
+    from autoresearchd.store import parsecache
+    from autoresearchd.store.gitrepo import state_dir
+
+    from conftest import branch_idea, write_config
+    monkeypatch.setattr(defaults, "PARSE_CACHE_SAVE_NEW", 1)
+    branch_idea(toy_env, "carol/push", "Lower x", {"run.py": (toy_env / "run.py").read_text()
+                .replace("x = 1.0", "x = 0.9")})       # an idea to parse
+    d = build_daemon(load_config(write_config(tmp_path, toy_env)), with_llm=False)
+    cache = state_dir(d.repo) / parsecache.FILE
+    order = []
+    real_save, real_dispatch = parsecache.save, d.dispatcher.dispatch
+    monkeypatch.setattr(parsecache, "save", lambda repo: (order.append("save"), real_save(repo))[1])
+    monkeypatch.setattr(d.dispatcher, "dispatch", lambda *a: (order.append("dispatch"), real_dispatch(*a))[1])
+    try:
+        with d._tick_lock:
+            pop = d.read(scan=True)         # the first pass's full read: nothing saved yet
+            assert pop.ideas and parsecache.size() and not cache.exists() and order == []
+        d.tick()
+        assert order == ["dispatch", "save"] and cache.exists()
+        d.tick()                            # nothing new parsed: no second save
+        assert order == ["dispatch", "save", "dispatch"]
+    finally:
+        d.runner.close()
+        d.live.close()
