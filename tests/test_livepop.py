@@ -7,8 +7,9 @@ from-scratch `read_population` of the same real git repo:
   after every step;
 - no read misses an idea the implementer turns from proposal into branch while it reads;
 - the daemon's tick: a push by another process is seen at the next tick, the periodic full read
-  replaces the incremental state (and saves the parse cache), and a refresh that moved nothing reads
-  no commit or note.
+  replaces the incremental state (and saves the parse cache, after the pass's dispatch), and a
+  refresh that moved nothing reads no commit or note;
+- a read that places many ideas sorts its order once (the randomized run, once on that path too).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import random
 import pytest
 
 from autoresearchd.store.ideas import format_message
-from autoresearchd.store import livepop
+from autoresearchd import defaults
 from autoresearchd.store.livepop import LivePopulation
 from autoresearchd.store.notes import Lease, Status, format_leases, format_note
 from autoresearchd.store.population import read_population
@@ -133,9 +134,9 @@ class World:
 @pytest.mark.parametrize("seed,bulk", [(11, False), (12, False), (13, True)])
 def test_random_writes_incremental_equals_full_read(tmp_path, seed, bulk, monkeypatch):
     """bulk: every refresh places the ideas it rebuilt by appending then sorting once (as a full read of
-    more than BULK_WINS ideas does), not one insort each."""
+    more than defaults.POPULATION_BULK_WINS ideas does), not one insort each."""
     if bulk:
-        monkeypatch.setattr(livepop, "BULK_WINS", 0)
+        monkeypatch.setattr(defaults, "POPULATION_BULK_WINS", 0)
     repo = build_population(tmp_path / "r", 40, seed=seed)
     rng = random.Random(seed)
     world = World(repo, rng)
@@ -159,14 +160,14 @@ def test_random_writes_incremental_equals_full_read(tmp_path, seed, bulk, monkey
 
 
 def test_a_full_read_sorts_once(tmp_path, monkeypatch):
-    """A read that places more than BULK_WINS ideas sorts the order once: one insort per idea moved half
-    the list each time, n²/2 pointer moves (seconds of the daemon's start at 100k ideas)."""
+    """A read that places more than POPULATION_BULK_WINS ideas sorts the order once: one insort per
+    idea moved half the list each time, n²/2 pointer moves (seconds of the daemon's start at 100k ideas)."""
     import bisect
     repo = build_population(tmp_path / "r", 30, seed=5)
     inserts = []
     real = bisect.insort
     monkeypatch.setattr(bisect, "insort", lambda a, x: (inserts.append(x), real(a, x))[1])
-    monkeypatch.setattr(livepop, "BULK_WINS", 10)
+    monkeypatch.setattr(defaults, "POPULATION_BULK_WINS", 10)
     live = LivePopulation(repo, MAIN)
     assert_same(live.refresh(), repo, "first")
     assert inserts == [] and len(live._order) >= 30
@@ -221,7 +222,6 @@ def test_the_tick_sees_pushes_at_once_and_reads_whole_periodically(toy_env, tmp_
     """The daemon's tick (engine/loop.py) on the live read: a branch pushed by another process (git
     itself, no event) is in the next tick's population; every POPULATION_FULL_READ_TICKS passes the
     derived state is dropped and read whole, so a damaged incremental state does not outlive it."""
-    from autoresearchd import defaults
     from autoresearchd.app import build_daemon
     from autoresearchd.config import load_config
 
@@ -261,7 +261,6 @@ def test_the_tick_sees_pushes_at_once_and_reads_whole_periodically(toy_env, tmp_
 def test_the_first_pass_saves_its_parses_after_its_dispatch(toy_env, tmp_path, monkeypatch):
     """The parse cache is written at the end of the pass whose full read parsed enough, never within
     the read: at 100k ideas the save took seconds, and the first pass's trials waited for it."""
-    from autoresearchd import defaults
     from autoresearchd.app import build_daemon
     from autoresearchd.config import load_config
     from autoresearchd.store import parsecache

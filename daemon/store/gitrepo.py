@@ -26,7 +26,7 @@ from autoresearchd.store.gitexport import TreesIO
 from autoresearchd.store.gitnotes import NotesIO
 from autoresearchd.store.refevents import moved as _moved
 # GitError and git_env are part of this module's interface: callers catch the one and test the other
-from autoresearchd.store.gitproc import GIT, IDENTITY, GitError, PyRepo, git_env, run_git  # noqa: F401
+from autoresearchd.store.gitproc import GIT, IDENTITY, GitError, PyRepo, git_env, run_git, stream_objects  # noqa: F401
 
 # GitPython resolves a name that starts from a full object id (`<id>^{tree}`, `<id>:path`, `<id>~2`)
 # through its persistent cat-file, with no process. Ref names go to `git rev-parse`: GitPython reads
@@ -225,48 +225,9 @@ class GitRepo(NotesIO, TreesIO):
         return res
 
     def cat_file_stream(self, shas: list[str]):
-        """(id, content) of each object, as `git cat-file --batch` writes it (missing ones left out):
-        the caller parses one object while git reads the next, on another core. A cold read of 100k
-        ideas waited for 200k objects before parsing the first (bench/population.py)."""
-        uniq = list(dict.fromkeys(shas))
-        if not uniq:
-            return
-        p = subprocess.Popen([*GIT, "cat-file", "--batch", "--buffer"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.path, env=git_env(),
-                             bufsize=1 << 16)
-
-        def feed():         # a thread: git's output fills its pipe long before all the input is written
-            try:
-                p.stdin.write(("\n".join(uniq) + "\n").encode())
-                p.stdin.close()
-            except OSError:         # git died: its exit status says why
-                pass
-        writer = threading.Thread(target=feed, daemon=True, name="cat-file-feed")
-        writer.start()
-        done = 0
-        try:
-            out = p.stdout
-            for sha in uniq:
-                header = out.readline()
-                if not header.endswith(b"\n"):
-                    break
-                last = header[header.rfind(b" ", 0, -1) + 1:-1]      # "<id> <type> <size>", "<name> missing"
-                done += 1
-                if last == b"missing" or last == b"ambiguous":
-                    continue
-                data = out.read(int(last))
-                out.read(1)
-                yield sha, data
-        finally:
-            if done < len(uniq) and p.poll() is None:
-                p.kill()            # the caller stopped early (or git's output broke off)
-            writer.join()
-            err = p.stderr.read()
-            p.stdout.close()
-            p.stderr.close()
-            code = p.wait()
-        if done < len(uniq):
-            raise GitError(["cat-file", "--batch"], code, err.decode(errors="replace") or "output ended early")
+        """(id, content) of each object, as one `git cat-file --batch` writes it (missing ones left
+        out): the caller parses one object while git reads the next (gitproc.stream_objects)."""
+        return stream_objects(self.path, shas)
 
     def read_blob(self, rev: str) -> bytes | None:
         sha = self.rev_parse(rev)

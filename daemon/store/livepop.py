@@ -25,6 +25,7 @@ import operator
 import threading
 from collections import Counter
 
+from autoresearchd import defaults
 from autoresearchd.store import refevents
 from autoresearchd.store.gitrepo import GitError, GitRepo
 from autoresearchd.store.ideas import Idea
@@ -36,7 +37,6 @@ from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFI
 SCANNED = (IDEA_BRANCHES, RECORDS_PREFIX, ARCHIVE_PREFIX, IDEAS_PREFIX)   # listed by a scan
 _REF = operator.itemgetter(3)              # an order key's ref
 MAX_EVENT_REFS = 500        # more refs told than this: one scan lists them all for less
-BULK_WINS = 1000            # more commits placed than this: sorted once, not inserted one by one
 
 
 def _rank(ref: str) -> tuple[bool, str]:
@@ -192,7 +192,7 @@ class LivePopulation:
             self._unwin(sha)
         # many ideas placed at once (a full read): appended, then sorted once; one insort each moves
         # half the list, n²/2 pointer moves (at 100k ideas, seconds of the daemon's start)
-        many = len(shas) > BULK_WINS
+        many = len(shas) > defaults.POPULATION_BULK_WINS
         for sha in shas:
             self._win(sha, baseline, many)
         if many:
