@@ -287,3 +287,25 @@ def test_the_first_pass_saves_its_parses_after_its_dispatch(toy_env, tmp_path, m
     finally:
         d.runner.close()
         d.live.close()
+
+
+def test_a_parse_that_raises_ends_the_object_stream(tmp_path, monkeypatch):
+    """The cold read parses while git streams the objects: a parse that raises ends git at once, not
+    when the exception and its frames are collected."""
+    from autoresearchd.store import population
+    from test_gitrepo import _stream_children
+    repo = build_population(tmp_path / "r", 400, seed=3)
+    calls = []
+
+    def broken(sha, raw):
+        calls.append(sha)
+        if len(calls) == 3:
+            raise ValueError("a parser bug")
+        return real(sha, raw)
+    real = population._parse_idea
+    monkeypatch.setattr(population, "_parse_idea", broken)
+    population._IDEAS.clear()
+    population._NOTES.clear()
+    with pytest.raises(ValueError, match="a parser bug") as info:
+        LivePopulation(repo, MAIN).refresh()
+    assert info.value is not None and _stream_children() == []

@@ -18,7 +18,7 @@ import dataclasses
 import gc
 import threading
 from collections import OrderedDict
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from types import MappingProxyType
 from dataclasses import dataclass, field
 
@@ -240,12 +240,13 @@ def read_objects(repo: GitRepo, wanted: list[str], commits: set[str], notes: set
     time at 100k ideas was git's; bench/population.py). The raw objects are returned too: what an
     eviction would drop from the caches is parsed again from them."""
     objs: dict[str, bytes] = {}
-    for sha, raw in repo.cat_file_stream(wanted):
-        objs[sha] = raw
-        if sha in commits:
-            _IDEAS.get_or(sha, lambda: _parse_idea(sha, raw))      # noqa: B023 (called at once)
-        elif sha in notes:
-            _note(sha, objs)
+    with closing(repo.cat_file_stream(wanted)) as stream:      # a parse that raises ends git at once
+        for sha, raw in stream:
+            objs[sha] = raw
+            if sha in commits:
+                _IDEAS.get_or(sha, lambda: _parse_idea(sha, raw))      # noqa: B023 (called at once)
+            elif sha in notes:
+                _note(sha, objs)
     return objs
 
 
