@@ -236,9 +236,9 @@ def _parse_idea(sha: str, raw: bytes) -> MappingProxyType:
 def read_objects(repo: GitRepo, wanted: list[str], commits: set[str], notes: set[str]) -> dict[str, bytes]:
     """Every object of `wanted` (one `cat-file --batch` stream), the commits among them parsed as ideas
     and the note blobs as notes into the parse caches as they arrive: the parsing runs while git reads
-    the next objects, on another core, instead of after git read them all (half of a cold read's wall
-    time at 100k ideas was git's; bench/population.py). The raw objects are returned too: what an
-    eviction would drop from the caches is parsed again from them."""
+    the next objects, on another core, instead of after git read them all (git's CPU was 2.8 s of a
+    cold read at 100k ideas; docs/benchmarks.md). The raw objects are returned too: what an eviction
+    would drop from the caches is parsed again from them."""
     objs: dict[str, bytes] = {}
     with closing(repo.cat_file_stream(wanted)) as stream:      # a parse that raises ends git at once
         for sha, raw in stream:
