@@ -2,20 +2,26 @@
 
 For each size it builds a research repo of N idea commits with result notes, logs and transcripts
 (one `git fast-import` stream, tests/popbuilder.py; with --keep DIR a repo built there before is
-reused), packs its refs as `git gc` leaves a repo (--loose-refs: not), then times:
-  cold      read_population() in a process that has parsed nothing yet
-  saved     the same in a process that loads the parse cache an earlier daemon saved (store/parsecache.py):
-            the daemon's start; the load is timed with the read
-  read      read_population() again: every ref, commit and note in a fixed number of git processes
-  tick      the daemon's per-pass read (store/livepop.py, a scan): one note written and one branch
-            pushed since the last pass
+reused), packs its refs as `git gc` leaves a repo (--loose-refs: not), then times the daemon's own
+read path, a `Daemon` built as `start` builds it (app.build_daemon, no LLM) and its `read(scan=True)`,
+what each tick does at its start:
+  cold      a daemon's first pass in a process that has parsed nothing and with no saved parses (a
+            first start): the Daemon built, then its first read (a full one)
+  save      what that pass does after its dispatch: the parses saved for the next start (only once
+            they are defaults.PARSE_CACHE_SAVE_NEW entries or more; below that, 0 and saved untimed)
+  saved     the same with the parses an earlier daemon saved (store/parsecache.py): its restart
+  tick      a later pass (not the periodic full read): one note written and one branch pushed since
   idle      the same when nothing moved
-  event     a read within a pass (no scan) after this process wrote one note and one branch
+  event     a read within a pass (no scan) after the daemon's process wrote one note and one branch
+and the views' read:
+  full      read_population() with every object parsed already: every ref, commit and note in a
+            fixed number of git processes (`status`, `ideas`, export)
   status    summary.summary() (includes its own read)
   ideas     summary.leaderboard() (includes its own read)
   export    export.records() (includes one diff-tree for all diffs)
   dedupe    the duplicate index over every idea text, if autoresearchd.policies.dedupe exists
-Each figure is the best of --repeat runs. Usage:
+Each figure is the best of --repeat runs; the last lines give the reads per 1,000 ideas, for each
+size, to show how the cost grows with the population. Usage:
   .venv/bin/python bench/population.py [--sizes 1000 10000] [--big] [--repeat 3] [--keep DIR] [--reads-only]
 """
 
@@ -33,11 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from popbuilder import build_population, write_cfg  # noqa: E402
 
+from autoresearchd.app import build_daemon  # noqa: E402
 from autoresearchd.config import load_config  # noqa: E402
 from autoresearchd.store import parsecache  # noqa: E402
-from autoresearchd.store.gitrepo import GitRepo  # noqa: E402
+from autoresearchd.store.gitrepo import GitRepo, state_dir  # noqa: E402
 from autoresearchd.store.ideas import format_message  # noqa: E402
-from autoresearchd.store.livepop import LivePopulation  # noqa: E402
 from autoresearchd.store.notes import Note, Status, format_note  # noqa: E402
 from autoresearchd.store.population import read_population  # noqa: E402
 from autoresearchd.store.refs import IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF  # noqa: E402
@@ -78,10 +84,37 @@ def best_of(fn, repeat: int, name: str | None = None, before=None) -> float:
     return wall
 
 
-def tick_timers(repo: GitRepo):
-    """(a pushed branch and a note, then a scan), (nothing moved, a scan), (own writes, no scan)."""
-    live = LivePopulation(repo, "refs/heads/main")
-    live.refresh()
+def daemon_timers(repo: GitRepo, cfg):
+    """(cold, saved): each builds a Daemon and runs its first read, from nothing / from the saved
+    parses; then the daemon of the last run, for the per-pass timers."""
+    made = []       # the last daemon built (one at a time: each holds a whole population)
+    cache = state_dir(repo) / parsecache.FILE
+
+    def first(keep: bool):
+        _clear()
+        if not keep:
+            cache.unlink(missing_ok=True)
+        for old in made:
+            old.live.close()
+        made.clear()
+        d = build_daemon(cfg, with_llm=False)
+        d.read(scan=True)
+        made.append(d)
+
+    def cold():
+        first(False)
+
+    def saved():
+        first(True)
+    return cold, saved, made
+
+
+def tick_timers(daemon):
+    """(a pushed branch and a note, then a scan), (nothing moved, a scan), (own writes, no scan), as
+    the daemon's later passes read them (not its periodic full read)."""
+    repo = daemon.repo
+    daemon._passes = 1
+    daemon.read(scan=True)
     main = repo.rev_parse("refs/heads/main")
     count = [0]
 
@@ -104,8 +137,8 @@ def tick_timers(repo: GitRepo):
         repo.update_ref(IDEAS_PREFIX + f"bench-{count[0]}", c)
         repo.update_ref(f"{IDEA_BRANCHES}bench/o{count[0]}", c)
         note(c)
-    return ((push, lambda: live.refresh(scan=True)), (None, lambda: live.refresh(scan=True)),
-            (own, lambda: live.refresh(scan=False)))
+    return ((push, lambda: daemon.read(scan=True)), (None, lambda: daemon.read(scan=True)),
+            (own, lambda: daemon.read(scan=False)))
 
 
 def dedupe_timer(pop):
@@ -130,18 +163,19 @@ def bench(n: int, root: Path, repeat: int, loose: bool, views: bool = True) -> d
     if not loose:
         repo.git("pack-refs", "--all")
     cfg = load_config(write_cfg(d, repo.path))
-    cold = best_of(lambda: read_population(repo, "refs/heads/main"), repeat, "cold", before=_clear)
-    parsecache.save(repo)
-    saved = best_of(lambda: (parsecache.load(repo), read_population(repo, "refs/heads/main")), repeat, "saved",
-                    before=_clear)
+    cold, saved, made = daemon_timers(repo, cfg)
+    row = {"n": n, "build": build, "cold": best_of(cold, repeat, "cold")}
+    row["save"] = best_of(made[-1].save_parses, 1, "save")
+    if not (state_dir(repo) / parsecache.FILE).exists():     # not due below PARSE_CACHE_SAVE_NEW: saved for `saved`
+        parsecache.save(repo)
+    row["saved"] = best_of(saved, repeat, "saved")
+    (push, tick), (_, idle), (own, event) = tick_timers(made[-1])
+    row.update({"tick": best_of(tick, repeat, "tick", before=push),
+                "idle": best_of(idle, repeat, "idle"),
+                "event": best_of(event, repeat, "event", before=own),
+                "read": best_of(lambda: read_population(repo, "refs/heads/main"), repeat, "read")})
+    row["cpu"] = dict(CPU)
     pop = read_population(repo, "refs/heads/main")
-    (push, tick), (_, idle), (own, event) = tick_timers(repo)
-    row = {"n": n, "build": build, "cold": cold, "saved": saved,
-           "read": best_of(lambda: read_population(repo, "refs/heads/main"), repeat, "read"),
-           "tick": best_of(tick, repeat, "tick", before=push),
-           "idle": best_of(idle, repeat, "idle"),
-           "event": best_of(event, repeat, "event", before=own),
-           "cpu": dict(CPU)}
     nan = float("nan")
     row.update({"status": best_of(lambda: summary(cfg), repeat), "ideas": best_of(lambda: leaderboard(cfg), repeat),
                 "export": best_of(lambda: records(cfg), 1)} if views else {"status": nan, "ideas": nan, "export": nan})
@@ -165,17 +199,25 @@ def main(argv=None) -> int:
         root = Path(a.keep) if a.keep else Path(tmp)
         rows = [bench(n, root, a.repeat, a.loose_refs, not a.reads_only) for n in sizes]
     print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
-    print("read s, wall (CPU incl. git): cold = a fresh process (nothing parsed yet); saved = one that loads the"
-          " saved parse cache;\nfull = read_population again; tick = the daemon's per-pass read (a note and a push"
-          " moved), idle = nothing moved, event = within a pass")
-    cols = ("cold s", "saved s", "full s", "tick s", "idle s", "event s")
+    print("read s, wall (CPU incl. git): the daemon's read (Daemon.read): cold = its first pass with nothing parsed"
+          " or saved;\nsaved = its first pass from the saved parses; tick = a later pass (a note and a push"
+          " moved), idle = nothing moved,\nevent = a read within a pass; full = read_population, every object"
+          " parsed already (the views)")
+    keys = ("cold", "saved", "tick", "idle", "event", "read")
+    cols = ("cold s", "saved s", "tick s", "idle s", "event s", "full s")
     print(f"{'ideas':>8} {'build s':>8} " + " ".join(f"{c:>14}" for c in cols) +
           f" {'status s':>9} {'ideas s':>8} {'export s':>9} {'dedupe s':>9}")
     for r in rows:
         dd = f"{r['dedupe']:9.3f}" if r["dedupe"] is not None else f"{'n/a':>9}"
-        wc = " ".join(f"{r[k]:6.3f} ({r['cpu'][k]:5.2f})" for k in ("cold", "saved", "read", "tick", "idle", "event"))
+        wc = " ".join(f"{r[k]:6.3f} ({r['cpu'][k]:5.2f})" for k in keys)
         print(f"{r['n']:>8} {r['build']:8.2f} {wc} {r['status']:9.3f} {r['ideas']:8.3f} "
               f"{r['export']:9.3f} {dd}")
+    print("the first pass, after its dispatch, saves the parses for the next start: " +
+          ", ".join(f"{r['save']:.2f} s ({r['cpu']['save']:.2f}) at {r['n']}" for r in rows))
+    print("per 1,000 ideas, s wall (CPU):")
+    for r in rows:
+        per = r["n"] / 1000
+        print(f"{r['n']:>8} {'':8} " + " ".join(f"{r[k] / per:6.3f} ({r['cpu'][k] / per:5.2f})" for k in keys))
     notes = {r["dedupe_note"] for r in rows if r["dedupe"] is None}
     for why in notes:
         print(f"dedupe: {why}")

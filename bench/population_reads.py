@@ -1,6 +1,8 @@
 """Cold and repeated `read_population` on an existing repo, with whichever autoresearchd the python
 running it imports: run it with another checkout's venv for a before/after on the same repo and hour.
-Usage: <venv>/bin/python bench/population_reads.py REPO_PATH  (wall and CPU seconds, best of 2).
+Usage: <venv>/bin/python bench/population_reads.py REPO_PATH [--live] [--repeat N]  (wall and CPU
+seconds, best of N, 2 by default). --live times the daemon's first read instead: a new
+LivePopulation's refresh (store/livepop.py), nothing parsed before.
 """
 
 from __future__ import annotations
@@ -23,15 +25,21 @@ def cpu_s() -> float:
 
 def main(argv: list[str]) -> int:
     repo = GitRepo(argv[0])
+    live = "--live" in argv
+    repeat = int(argv[argv.index("--repeat") + 1]) if "--repeat" in argv else 2
     res = {}
     for name in ("cold", "again"):
         runs = []
-        for _ in range(2):
+        for _ in range(repeat):
             if name == "cold":           # forget parsed objects: a fresh process
                 population._NOTES.clear()
                 population._IDEAS.clear()
             c, t = cpu_s(), time.perf_counter()
-            population.read_population(repo, "refs/heads/main")
+            if live:
+                from autoresearchd.store.livepop import LivePopulation
+                LivePopulation(repo, "refs/heads/main").refresh()
+            else:
+                population.read_population(repo, "refs/heads/main")
             runs.append((time.perf_counter() - t, cpu_s() - c))
         res[name] = min(runs)
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())

@@ -288,6 +288,10 @@ POPULATION_PARSE_CACHE = 400_000
 """Parsed commits and notes kept per process, each by object id (an object's parse never changes).
 Above the population's size, or every read parses everything again: at 50,000 a 100k-idea population
 evicted each parse before its next use, and the daemon's warm re-read cost as much as a cold one."""
+POPULATION_BULK_WINS = 1000
+"""A population read that places more ideas than this (a full read) appends them and sorts its order
+once; fewer are inserted in place. One insort per idea moves half the list each time: at 100k ideas,
+2.5·10⁹ pointer moves, seconds of the daemon's first pass (store/livepop.py)."""
 POPULATION_FULL_READ_TICKS = 150
 """The daemon's tick reads the population by its changes (store/livepop.py); every this many ticks it
 reads it whole instead, a safety net under the incremental read (5 minutes at the 2 s tick)."""

@@ -144,3 +144,47 @@ def test_config_reads_match_git_config(repo):
 def test_a_path_that_is_no_repository_is_a_one_line_git_error(tmp_path):
     with pytest.raises(GitError, match="not a git repository"):
         GitRepo(tmp_path)
+
+
+def _stream_children() -> list[int]:
+    """Pids of this process's `cat-file --batch --buffer` children (the stream's git)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and b"cat-file" in cmd and b"--buffer" in cmd:
+            out.append(int(d.name))
+    return out
+
+
+def test_the_object_stream_reads_what_the_batch_reads_and_reaps_git(repo, tmp_path):
+    """cat_file_stream (the population's cold read parses while git reads): more ids than a pipe holds
+    (the input is written by a thread), missing ids left out, the same bytes as cat_file_batch; a
+    caller that stops early leaves no git behind; a git that fails is a GitError."""
+    files = []
+    for k in range(2500):
+        f = tmp_path / f"b{k}"
+        f.write_bytes(f"blob {k}\n".encode() * (k % 7 + 1))
+        files.append(str(f))
+    ids = repo.git("hash-object", "-w", "--stdin-paths", input="\n".join(files).encode()).split()
+    wanted = ids + ["0" * 40, "HEAD", "HEAD:a.txt"]
+    got = list(repo.cat_file_stream(wanted))
+    assert dict(got) == repo.cat_file_batch(wanted) and len(got) == len(ids) + 2
+    assert [s for s, _ in got] == ids + ["HEAD", "HEAD:a.txt"]
+    assert dict(got)["HEAD:a.txt"] == b"alpha\n"
+    stream = repo.cat_file_stream(ids)
+    next(stream)
+    assert len(_stream_children()) == 1
+    stream.close()
+    assert _stream_children() == []
+    other = GitRepo(repo.path)
+    os.rename(repo.path / ".git", tmp_path / "moved")       # no repository any more: git fails
+    try:
+        with pytest.raises(GitError):
+            list(other.cat_file_stream(ids[:3]))
+    finally:
+        os.rename(tmp_path / "moved", repo.path / ".git")
+    assert _stream_children() == []

@@ -7,8 +7,9 @@ from-scratch `read_population` of the same real git repo:
   after every step;
 - no read misses an idea the implementer turns from proposal into branch while it reads;
 - the daemon's tick: a push by another process is seen at the next tick, the periodic full read
-  replaces the incremental state (and saves the parse cache), and a refresh that moved nothing reads
-  no commit or note.
+  replaces the incremental state (and saves the parse cache, after the pass's dispatch), and a
+  refresh that moved nothing reads no commit or note;
+- a read that places many ideas sorts its order once (the randomized run, once on that path too).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import random
 import pytest
 
 from autoresearchd.store.ideas import format_message
+from autoresearchd import defaults
 from autoresearchd.store.livepop import LivePopulation
 from autoresearchd.store.notes import Lease, Status, format_leases, format_note
 from autoresearchd.store.population import read_population
@@ -129,8 +131,12 @@ class World:
         return op
 
 
-@pytest.mark.parametrize("seed", [11, 12])
-def test_random_writes_incremental_equals_full_read(tmp_path, seed):
+@pytest.mark.parametrize("seed,bulk", [(11, False), (12, False), (13, True)])
+def test_random_writes_incremental_equals_full_read(tmp_path, seed, bulk, monkeypatch):
+    """bulk: every refresh places the ideas it rebuilt by appending then sorting once (as a full read of
+    more than defaults.POPULATION_BULK_WINS ideas does), not one insort each."""
+    if bulk:
+        monkeypatch.setattr(defaults, "POPULATION_BULK_WINS", 0)
     repo = build_population(tmp_path / "r", 40, seed=seed)
     rng = random.Random(seed)
     world = World(repo, rng)
@@ -151,6 +157,24 @@ def test_random_writes_incremental_equals_full_read(tmp_path, seed):
     # the derived state is bounded by the live refs, however long it runs
     assert set(live._built) <= set(repo.refs(IDEA_BRANCHES, RECORDS_PREFIX, ARCHIVE_PREFIX, PROPOSALS_PREFIX))
     assert set(live._placed) <= set(live._shown) <= set(live._built)
+
+
+def test_a_full_read_sorts_once(tmp_path, monkeypatch):
+    """A read that places more than POPULATION_BULK_WINS ideas sorts the order once: one insort per
+    idea moved half the list each time, n²/2 pointer moves (seconds of the daemon's start at 100k ideas)."""
+    import bisect
+    repo = build_population(tmp_path / "r", 30, seed=5)
+    inserts = []
+    real = bisect.insort
+    monkeypatch.setattr(bisect, "insort", lambda a, x: (inserts.append(x), real(a, x))[1])
+    monkeypatch.setattr(defaults, "POPULATION_BULK_WINS", 10)
+    live = LivePopulation(repo, MAIN)
+    assert_same(live.refresh(), repo, "first")
+    assert inserts == [] and len(live._order) >= 30
+    c = commit_on(repo, repo.rev_parse(MAIN), "one more")
+    repo.update_ref(f"{IDEA_BRANCHES}bench/one", c)
+    assert_same(live.refresh(), repo, "one idea more")
+    assert len(inserts) == 2            # a few ideas: inserted in place (the order and the id's list)
 
 
 @pytest.mark.parametrize("scan", [True, False])
@@ -180,8 +204,9 @@ def test_a_refresh_that_moved_nothing_reads_no_object(tmp_path, monkeypatch):
     live = LivePopulation(repo, MAIN)
     live.refresh()
     asked = []
-    real = repo.cat_file_batch
+    real, stream = repo.cat_file_batch, repo.cat_file_stream
     monkeypatch.setattr(repo, "cat_file_batch", lambda shas: (asked.append(list(shas)), real(shas))[1])
+    monkeypatch.setattr(repo, "cat_file_stream", lambda shas: (asked.append(list(shas)), stream(shas))[1])
     assert live.refresh(scan=True) is None and live.refresh(scan=False) is None and asked == []
     target = next(i for i in live.pop.ideas if i.branch)
     repo.note_write(NOTES_REF, target.commit, format_note(ok_note(BMEAN - 0.3, BMEAN, "improved")))
@@ -197,7 +222,6 @@ def test_the_tick_sees_pushes_at_once_and_reads_whole_periodically(toy_env, tmp_
     """The daemon's tick (engine/loop.py) on the live read: a branch pushed by another process (git
     itself, no event) is in the next tick's population; every POPULATION_FULL_READ_TICKS passes the
     derived state is dropped and read whole, so a damaged incremental state does not outlive it."""
-    from autoresearchd import defaults
     from autoresearchd.app import build_daemon
     from autoresearchd.config import load_config
 
@@ -232,3 +256,56 @@ def test_the_tick_sees_pushes_at_once_and_reads_whole_periodically(toy_env, tmp_
     finally:
         d.runner.close()
         d.live.close()
+
+
+def test_the_first_pass_saves_its_parses_after_its_dispatch(toy_env, tmp_path, monkeypatch):
+    """The parse cache is written at the end of the pass whose full read parsed enough, never within
+    the read: at 100k ideas the save took seconds, and the first pass's trials waited for it."""
+    from autoresearchd.app import build_daemon
+    from autoresearchd.config import load_config
+    from autoresearchd.store import parsecache
+    from autoresearchd.store.gitrepo import state_dir
+
+    from conftest import branch_idea, write_config
+    monkeypatch.setattr(defaults, "PARSE_CACHE_SAVE_NEW", 1)
+    branch_idea(toy_env, "carol/push", "Lower x", {"run.py": (toy_env / "run.py").read_text()
+                .replace("x = 1.0", "x = 0.9")})       # an idea to parse
+    d = build_daemon(load_config(write_config(tmp_path, toy_env)), with_llm=False)
+    cache = state_dir(d.repo) / parsecache.FILE
+    order = []
+    real_save, real_dispatch = parsecache.save, d.dispatcher.dispatch
+    monkeypatch.setattr(parsecache, "save", lambda repo: (order.append("save"), real_save(repo))[1])
+    monkeypatch.setattr(d.dispatcher, "dispatch", lambda *a: (order.append("dispatch"), real_dispatch(*a))[1])
+    try:
+        with d._tick_lock:
+            pop = d.read(scan=True)         # the first pass's full read: nothing saved yet
+            assert pop.ideas and parsecache.size() and not cache.exists() and order == []
+        d.tick()
+        assert order == ["dispatch", "save"] and cache.exists()
+        d.tick()                            # nothing new parsed: no second save
+        assert order == ["dispatch", "save", "dispatch"]
+    finally:
+        d.runner.close()
+        d.live.close()
+
+
+def test_a_parse_that_raises_ends_the_object_stream(tmp_path, monkeypatch):
+    """The cold read parses while git streams the objects: a parse that raises ends git at once, not
+    when the exception and its frames are collected."""
+    from autoresearchd.store import population
+    from test_gitrepo import _stream_children
+    repo = build_population(tmp_path / "r", 400, seed=3)
+    calls = []
+
+    def broken(sha, raw):
+        calls.append(sha)
+        if len(calls) == 3:
+            raise ValueError("a parser bug")
+        return real(sha, raw)
+    real = population._parse_idea
+    monkeypatch.setattr(population, "_parse_idea", broken)
+    population._IDEAS.clear()
+    population._NOTES.clear()
+    with pytest.raises(ValueError, match="a parser bug") as info:
+        LivePopulation(repo, MAIN).refresh()
+    assert info.value is not None and _stream_children() == []

@@ -81,3 +81,39 @@ def test_plain_git_log_shows_the_summary(make_repo):
     assert "Notes (autoresearch):" in out
     assert "succeeded val_loss=3.2412" in out
     assert "succeeded val_loss=3.2412" in git(d, "log", "--notes", "-1")
+
+
+def _fields_by_loads(text: str) -> dict:
+    """What a note's `key: value` lines decode to, as json.loads reads each value: the reference the
+    parser's faster decoding (json's scanner called directly, store/notes.py) must agree with."""
+    import json
+    out = {}
+    for line in text.splitlines()[1:]:
+        key, sep, raw = line.partition(": ")
+        if not sep or not key or " " in key:
+            continue
+        raw = raw.strip()
+        try:
+            jsonish = key in notes._JSON_KEYS or raw.startswith(("{", "[", '"'))
+            out[key] = json.loads(raw) if jsonish else raw
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+# Every kind of value a note line may hold: JSON a list/dict field holds, JSON where a scalar field
+# holds text, and text that only looks like JSON (two values, trailing text, an unclosed one, a JSON
+# constant, whitespace json.loads skips and whitespace it does not, control and format characters)
+VALUES = ['[0, 1]', '{"a": 1}', '[]', '{}', '"quoted"', '"\\u001b[31m"', '[1] x', '[1][2]', '[1', '{"a": 1',
+          '"open', '"a" "b"', 'NaN', '-Infinity', 'null', 'true', '3.25', '1e400', '1,2', '', '  [3]  ',
+          '[3]\u00a0', '\u2003[4]', '["\\ud800"]', '[1, 2,]', '{"a": NaN}', 'x', '"', '[', '{']
+
+
+def test_note_values_decode_as_json_loads_reads_them():
+    keys = ["seeds", "trials", "budget", "tune", "error", "value", "future_key", "status"]
+    for key in keys:
+        for v in VALUES:
+            text = f"summary\n\n{key}: {v}\nstatus: failed\n"
+            got = notes._note_fields(text)
+            want = _fields_by_loads(text)
+            assert repr(got) == repr(want), (key, v, got, want)      # repr: NaN == NaN, 1 != True

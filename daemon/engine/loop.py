@@ -75,6 +75,7 @@ class Daemon:
         # the population, read by its changes (store/livepop.py); refreshed only under the tick lock
         self.live = LivePopulation(self.repo, research.baseline_ref)
         self._parsed = parsecache.load(self.repo)     # what an earlier daemon parsed: not parsed again
+        self._save_due = False
         self.last_state: dict = {}
 
     # -- the reconcile -----------------------------------------------------------------------------
@@ -87,11 +88,20 @@ class Daemon:
             self.live.reset()
         pop = self.live.refresh(scan=scan) or self.live.pop
         if full and parsecache.size() - self._parsed >= defaults.PARSE_CACHE_SAVE_NEW:
-            try:
-                self._parsed = parsecache.save(self.repo)
-            except OSError as e:            # only a faster next start is lost
-                log.warning("could not save the parse cache: %s", e)
+            self._save_due = True           # at the end of the pass (save_parses): the trials wait for none of it
         return pop
+
+    def save_parses(self) -> None:
+        """Write the parse caches for the next start, if a full read asked for it: after the pass's
+        dispatch, not within its read (at 100k ideas the save costs seconds of the first pass;
+        docs/benchmarks.md)."""
+        if not self._save_due:
+            return
+        self._save_due = False
+        try:
+            self._parsed = parsecache.save(self.repo)
+        except OSError as e:            # only a faster next start is lost
+            log.warning("could not save the parse cache: %s", e)
 
     def tick(self) -> Population:
         with self._tick_lock:
@@ -118,6 +128,7 @@ class Daemon:
                         again = True                # another pass dispatches the tuned commits
                     self._maybe_refill(pop)
                 self._write_state(pop)
+                self.save_parses()
                 self._passes += 1
                 if not again or self._stopping.is_set():
                     return pop

@@ -25,11 +25,12 @@ import operator
 import threading
 from collections import Counter
 
+from autoresearchd import defaults
 from autoresearchd.store import refevents
 from autoresearchd.store.gitrepo import GitError, GitRepo
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.population import (_IDEAS, _NOTES, Population, _at_baseline, _baseline_notes,
-                                            _make_idea, bulk)
+                                            _make_idea, bulk, read_objects)
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_NAMESPACE, NOTES_REF,
                                       PROPOSALS_PREFIX, RECORDS_PREFIX, RUNS_REF)
 from autoresearchd.vocab import Origin
@@ -190,8 +191,15 @@ class LivePopulation:
         shas |= {self._refs.get(r) for r in refs} - {None}
         for sha in shas:         # every old winner out first: a ref that moved was another sha's winner
             self._unwin(sha)
+        # many ideas placed at once (a full read): appended, then sorted once; one insort each moves
+        # half the list, n²/2 pointer moves (at 100k ideas, seconds of the daemon's start)
+        many = len(shas) > defaults.POPULATION_BULK_WINS
         for sha in shas:
-            self._win(sha, baseline)
+            self._win(sha, baseline, many)
+        if many:
+            self._order.sort()
+            for idea_id in self._dirty[0]:
+                self._ids[idea_id].sort()
         self._bkey = bkey
         self._place()
         self._index()
@@ -258,7 +266,7 @@ class LivePopulation:
                     keys[ref] = key
         wanted = [w for key in keys.values() for w in (key[0], key[2], key[3])
                   if w and w not in _NOTES and w not in _IDEAS]
-        objs = self.repo.cat_file_batch(wanted)
+        objs = read_objects(self.repo, wanted, {k[0] for k in keys.values()}, {k[2] for k in keys.values()} - {None})
         for ref, key in keys.items():
             sha, _, nb, lb = key
             if sha in objs or sha in _IDEAS:
@@ -282,16 +290,21 @@ class LivePopulation:
                 if not self._epochs[idea.epoch]:
                     del self._epochs[idea.epoch]
 
-    def _win(self, sha: str, baseline: str | None) -> None:
-        """Which ref shows `sha` now (none for the baseline or an unreadable commit), and its place."""
+    def _win(self, sha: str, baseline: str | None, append: bool = False) -> None:
+        """Which ref shows `sha` now (none for the baseline or an unreadable commit), and its place
+        (with `append`, at the end: the caller sorts)."""
         cands = [r for r in self._by_sha.get(sha, ()) if r in self._built]
         if sha == baseline or not cands:
             return
         ref = min(cands, key=_rank)
         idea = self._built[ref][1]
         key = (idea.committed_at, idea.idea_id, *_rank(ref))
-        bisect.insort(self._order, key)
-        bisect.insort(self._ids.setdefault(idea.idea_id, []), key)
+        if append:
+            self._order.append(key)
+            self._ids.setdefault(idea.idea_id, []).append(key)
+        else:
+            bisect.insort(self._order, key)
+            bisect.insort(self._ids.setdefault(idea.idea_id, []), key)
         self._dirty[0].add(idea.idea_id)
         self._dirty[1].add(sha)
         self._winner[sha], self._shown[ref] = key, idea

@@ -18,7 +18,7 @@ import dataclasses
 import gc
 import threading
 from collections import OrderedDict
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from types import MappingProxyType
 from dataclasses import dataclass, field
 
@@ -230,6 +230,23 @@ def _parse_idea(sha: str, raw: bytes) -> MappingProxyType:
     return MappingProxyType(dict(vars(i), leases=()))
 
 
+def read_objects(repo: GitRepo, wanted: list[str], commits: set[str], notes: set[str]) -> dict[str, bytes]:
+    """Every object of `wanted` (one `cat-file --batch` stream), the commits among them parsed as ideas
+    and the note blobs as notes into the parse caches as they arrive: the parsing runs while git reads
+    the next objects, on another core, instead of after git read them all (git's CPU was 2.8 s of a
+    cold read at 100k ideas; docs/benchmarks.md). The raw objects are returned too: what an eviction
+    would drop from the caches is parsed again from them."""
+    objs: dict[str, bytes] = {}
+    with closing(repo.cat_file_stream(wanted)) as stream:      # a parse that raises ends git at once
+        for sha, raw in stream:
+            objs[sha] = raw
+            if sha in commits:
+                _IDEAS.get_or(sha, lambda: _parse_idea(sha, raw))      # noqa: B023 (called at once)
+            elif sha in notes:
+                _note(sha, objs)
+    return objs
+
+
 def _make_idea(ref: str, sha: str, own: set[str], note_blob: str | None, lease_blob: str | None,
                objs: dict[str, bytes]) -> Idea:
     """The idea a ref shows (before pushed ideas are placed): a fresh object, free for the caller."""
@@ -282,7 +299,7 @@ def _read_population(repo: GitRepo, baseline_ref: str) -> Population:
         wanted += [m[baseline] for m in (note_list, lease_list) if baseline in m]
     # what the caches already hold need not be read from git at all
     wanted = [w for w in wanted if w not in _NOTES and w not in _IDEAS]
-    objs = repo.cat_file_batch(wanted)
+    objs = read_objects(repo, wanted, set(commits), {note_list[c] for c in commits if c in note_list})
     ideas: list[Idea] = []
     seen: set[str] = {baseline} if baseline else set()
     for ref, sha in _ref_order(refs):
