@@ -46,6 +46,7 @@ ARMS = {
     "ours-barrier": Arm(LoopKind.BARRIER, JudgeKind.OURS),
     "paper-async": Arm(LoopKind.ASYNC, JudgeKind.PAPER),
     "ours-prefix": Arm(LoopKind.ASYNC, JudgeKind.OURS),
+    "ours-ahead": Arm(LoopKind.ASYNC, JudgeKind.OURS, ahead=True),
 }
 PREFIX = {"ours-prefix"}
 SWEEPS = {"noise": ("noise_sd", (CALIBRATED_NOISE_SD, 0.01, 0.02)), "pairs": ("n_pairs", (60, 600, 3000)),
@@ -77,27 +78,43 @@ def before_fix(on: bool):
 _SRV = None
 
 
-def one(job: tuple) -> dict:
-    """One search: (arm key, exploit_start, world seed, knobs, budget GPU-h, slots, latency h)."""
+def server():
+    """This process's simulated ideator server (one per worker process)."""
     global _SRV
-    key, es, seed, knobs, budget_h, slots, latency_h = job
     if _SRV is None:
         _SRV = IdeatorServer().__enter__()
+    return _SRV
+
+
+def one(job: tuple) -> dict:
+    """One search: (arm key, exploit_start, world seed, knobs, budget GPU-h, slots, latency h)."""
+    key, es, seed, knobs, budget_h, slots, latency_h = job
     arm = ARMS[key]
-    arm = Arm(arm.loop, arm.judge, arm.overrides + (("exploit_start", es),))
+    arm = Arm(arm.loop, arm.judge, arm.overrides + (("exploit_start", es),), ahead=arm.ahead)
     with applied(knobs), before_fix(key in PREFIX):
-        r = Search(_SRV, TimedWorld(seed, knobs), arm, budget_h, slots, latency_h).go()
+        r = Search(server(), TimedWorld(seed, knobs), arm, budget_h, slots, latency_h).go()
     return {"arm": key, "exploit_start": es, "seed": seed, "knobs": knobs.label(), **r}
 
 
+def _call(arg: tuple) -> dict:
+    fn, job = arg
+    return one(job) if fn is None else fn(server(), job)
+
+
 def run_all(work: list[tuple], jobs: int, log=None) -> list[dict]:
+    return run_all_with(None, work, jobs, log)
+
+
+def run_all_with(fn, work: list[tuple], jobs: int, log=None) -> list[dict]:
+    """Every job through `fn(server, job)` (None: this module's `one(job)`), in `jobs` processes."""
     pool = None
     if jobs > 1:
         import multiprocessing
         pool = multiprocessing.get_context("fork").Pool(jobs)
     out = []
+    work = [(fn, w) for w in work]
     try:
-        for r in (pool.imap(one, work, chunksize=1) if pool else map(one, work)):
+        for r in (pool.imap(_call, work, chunksize=1) if pool else map(_call, work)):
             out.append(r)
             if log is not None:
                 log.write(json.dumps(r) + "\n")
