@@ -294,6 +294,8 @@ class Search:
                 continue
             techs = frozenset(self.ideator.techs(p.text)) | self.techs.get(p.base_commit or "", frozenset())
             self.techs[commit] = techs
+            if self.tuning is not None:
+                self.tuning.inherit(commit, p.base_commit)
             if not techs or self.w.w.implement_fails(techs, self.rng):
                 self.m["implement_failed"] += 1
                 idea.note = Note(status=Status.IMPLEMENT_FAILED, error="the diff did not apply after 2 revisions")
