@@ -78,7 +78,7 @@ class Arm:
     overrides: tuple = ()            # PolicyCfg overrides, as (name, value) pairs
     stop: tuple = ()                 # (Rule, its parameter or None): curves, and that stopping rule
     ahead: bool = False              # size a proposal round to what the slots use while it is written
-    tune: tuple = ()                 # (sim_knobs.TuneMode, its parameter or None): the knob tuner
+    tune: tuple = ()                 # (sim_knobs.TuneMode, its parameter or None[, knob scale]): the tuner
 
     @property
     def name(self) -> str:

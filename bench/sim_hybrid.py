@@ -39,13 +39,13 @@ CONTRASTS = (("hybrid", "llm"), ("hybrid", "tuner"), ("tuner", "llm"))
 
 
 def one(srv, job: tuple) -> dict:
-    """One search: (mode, its parameter, world seed, budget GPU-h, slots, latency h)."""
-    mode, param, seed, budget_h, slots, latency_h = job
-    arm = Arm(LoopKind.ASYNC, JudgeKind.OURS, (("exploit_start", EXPLOIT_START),), tune=(TuneMode(mode), param))
+    """One search: (mode, its parameter, world seed, budget GPU-h, slots, latency h, knob scale)."""
+    mode, param, seed, budget_h, slots, latency_h, scale = job
+    arm = Arm(LoopKind.ASYNC, JudgeKind.OURS, (("exploit_start", EXPLOIT_START),), tune=(TuneMode(mode), param, scale))
     with applied(Knobs()):
         r = Search(srv, TimedWorld(seed), arm, budget_h, slots, latency_h).go()
     r.pop("trajectory", None)
-    return {"mode": mode, "param": param, "seed": seed, **r}
+    return {"mode": mode, "param": param, "seed": seed, "knob_scale": scale, **r}
 
 
 def tables(res: list[dict]) -> str:
@@ -80,6 +80,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-h", type=float, default=16.0)
     ap.add_argument("--slots", type=int, default=4)
     ap.add_argument("--latency-min", type=float, default=5.0)
+    ap.add_argument("--knob-scale", type=float, default=1.0,
+                    help="scale the knob surface's amplitudes (sensitivity: how much the knobs matter)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (at most 2 on a shared machine)")
     ap.add_argument("--log", help="append one JSON line per finished search to this file")
     ap.add_argument("--from-log", help="print the tables of a --log file")
@@ -92,11 +94,11 @@ def main(argv=None) -> int:
     seeds = seeds_arg(a.seeds) if a.seeds else list(TUNING if a.tune else HOLDOUT)
     if a.tune and set(seeds) & set(HOLDOUT):
         ap.error("seeds 1000-1039 are the frozen hold-out: never tune on them")
-    base = (a.budget_h, a.slots, a.latency_min / 60)
+    base = (a.budget_h, a.slots, a.latency_min / 60, a.knob_scale)
     log = open(a.log, "a") if a.log else None
     t0 = time.monotonic()
     print(f"seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}), {a.budget_h:g} GPU-h, {a.slots} slots, "
-          f"{a.latency_min:g} min per proposal round")
+          f"{a.latency_min:g} min per proposal round, knob amplitudes x{a.knob_scale:g}")
     if a.tune:
         modes = list(GRID)
         work = [(m.value, p, s, *base) for s in seeds for m in modes for p in GRID[m][1]]

@@ -59,7 +59,8 @@ GRID = {TuneMode.TUNER: ("startup_trials", (5, 10, 20)), TuneMode.HYBRID: ("floo
 class Surface:
     """One world's response surface (a pure function of the world's seed)."""
 
-    def __init__(self, seed: int, n_techs: int):
+    def __init__(self, seed: int, n_techs: int, scale: float = 1.0):
+        self.scale = scale              # the amplitudes A_*, scaled (bench/sim_hybrid.py --knob-scale)
         rng = random.Random(f"knobs-{seed}")
         self.lr0 = 3e-3 * math.exp(rng.uniform(-1, 1) * math.log(3))
         self.wu0 = rng.uniform(100, 300)
@@ -73,7 +74,7 @@ class Surface:
         lr_opt = self.lr0 * (knobs["width"] / 256) ** -0.5 * math.prod(self.shift[t] for t in techs)
         r = math.log(knobs["lr"] / lr_opt)
         wu_opt = self.wu0 * math.exp(0.5 * r)
-        return (A_LR * (r / math.log(3)) ** 2
+        return self.scale * (A_LR * (r / math.log(3)) ** 2
                 + A_WU * (math.log((knobs["warmup"] + 50) / (wu_opt + 50)) / math.log(3)) ** 2
                 + A_WD * math.log10(knobs["weight_decay"] / self.wd) ** 2
                 + A_W * math.log2(knobs["width"] / self.width) ** 2)
@@ -86,9 +87,9 @@ class TuneDriver:
     """The tuning side of one sim_arms.Search: which commits carry which knob values, and the tuned
     commits written as Daemon._maybe_tune would."""
 
-    def __init__(self, search, mode: TuneMode, param=None):
+    def __init__(self, search, mode: TuneMode, param=None, scale: float = 1.0):
         self.s, self.mode = search, TuneMode(mode)
-        self.surface = Surface(search.w.seed, len(search.w.w.names))
+        self.surface = Surface(search.w.seed, len(search.w.w.names), scale)
         self.knobs: dict[str, dict] = {}                      # commit -> its knob values (not baseline)
         over = {}
         if self.mode is TuneMode.TUNER:
