@@ -179,7 +179,8 @@ class Search:
             pick = self.reported()          # was it better than what the search reports right now?
             self.stops.append({"true": self.true(job.commit), "t": j / POINTS, "saved_h": st["hours"] - used,
                                "best_then": self.true(pick.commit) if pick is not None else 0.0})
-            self._finished(job, st["lz"], used, stopped=f"stopped early at t = {j / POINTS:.1f} ({self.stopper.rule.value})")
+            why = f"stopped early at t = {j / POINTS:.1f} ({self.stopper.rule.value})"
+            self._finished(job, st["lz"], used, stopped=why)
 
     def used_h(self) -> float:
         """GPU-hours used so far: charged, less what the running trials have still to run."""

@@ -9,7 +9,9 @@ seeds as paired differences with 95% intervals and selection regret; sweeps of t
 Arms (`--arms`, comma-separated keys of ARMS): the judge (ours: engine.judge with confirmation
 seeds; the paper's: best single run) crossed with the loop (asynchronous: the daemon's; barrier: the
 paper's), and `ours-prefix`, the default before the confirmation fix of issue 29 (the judge's noise
-estimate as it was, patched in for that arm only; it takes the default's exploit_start, untuned).
+estimate as it was, patched in for that arm only; it takes the default's exploit_start, untuned),
+and `ours-ahead`, the default with its proposal rounds sized to what the slots use while a round is
+written (the slow-proposal fix; the default's exploit_start, untuned).
 bench/sim_fair_tuned.json holds the values `--tune` chose on seeds 0-19 (docs/policies.md). The world, the clock and the arms are
 bench/sim_world.py, bench/sim_clock.py and bench/sim_arms.py.
 

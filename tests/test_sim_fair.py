@@ -221,8 +221,12 @@ def test_optunas_pruners_stop_the_clearly_worst_trial_and_keep_the_best(rule):
 @pytest.mark.parametrize("rule", [Rule.NONE, Rule.ASHA])
 def test_a_search_with_a_rule_charges_a_stopped_idea_only_up_to_its_stop(srv, rule):
     with applied(Knobs()):
-        r = Search(srv, TimedWorld(2), Arm(LoopKind.ASYNC, JudgeKind.OURS, stop=(rule, None)), 3.0, 3, 5 / 60).go()
+        s = Search(srv, TimedWorld(2), Arm(LoopKind.ASYNC, JudgeKind.OURS, stop=(rule, None)), 3.0, 3, 5 / 60)
+        r = s.go()
     assert r["gpu_h"] >= 3.0
+    stopped = [i for i in s.ideas if i.note is not None and "stopped early" in (i.note.error or "")]
+    assert len(stopped) == len(r["stops"])
+    assert all(i.note.status == "failed" and i.value is None for i in stopped)     # never a parent, never a best
     hs = [h for h, _ in r["trajectory"]]
     assert hs == sorted(hs) and all(0 <= h <= r["gpu_h"] + 1e-9 for h in hs)
     assert r["trajectory"][-1][1] == pytest.approx(r["true_best"])
