@@ -201,7 +201,7 @@ def test_the_band_rule_stops_only_above_the_baselines_band_and_never_before_t_mi
     assert s.check("i", j0, 3.0 + 1.1 * margin, stoppable=True)
 
 
-@pytest.mark.parametrize("rule", [Rule.ASHA, Rule.MEDIAN])
+@pytest.mark.parametrize("rule", [Rule.ASHA, Rule.ASHA_LATE, Rule.MEDIAN])
 def test_optunas_pruners_stop_the_clearly_worst_trial_and_keep_the_best(rule):
     s = Stopper(rule, None, 10)
     for n in range(8):                       # completed peers, losses 3.0 .. 3.07 at every checkpoint
@@ -216,6 +216,8 @@ def test_optunas_pruners_stop_the_clearly_worst_trial_and_keep_the_best(rule):
         if stopped[key] is None:
             s.end(key, v)
     assert stopped["good"] is None and stopped["bad"] is not None
+    first = {Rule.ASHA: 1, Rule.ASHA_LATE: 3, Rule.MEDIAN: 3}[rule]     # the first rung; the warm-up (3) over
+    assert stopped["bad"] == first
 
 
 @pytest.mark.parametrize("rule", [Rule.NONE, Rule.ASHA])
