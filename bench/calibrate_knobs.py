@@ -5,6 +5,7 @@ then each knob's bowl fitted in sim_knobs.py's form, and the constants printed.
 
     python bench/calibrate_knobs.py --out knob_sweeps.json [--seeds 0,1,2] [--steps 200] [--parallel 2]
     python bench/calibrate_knobs.py --fit knob_sweeps.json        # fit an existing sweep file again
+    python bench/calibrate_knobs.py --quick --out q.json          # a smoke run: lr only, 1 seed, 10 steps
 
 Runs: the template at each knob value through `AUTORESEARCH_KNOB_<NAME>` (train.py's apply_knobs),
 TINYGPT_THREADS=1, and evaluate.py's val_loss kept per run (bench/collect_curves.py's runner). The
@@ -15,7 +16,8 @@ machine of this session, so sim_knobs.py's amplitudes stay UNCALIBRATED until it
 The fit, per knob x (in log space for lr, weight_decay and n_embd; warmup as ln(w + 50)): the mean
 val_loss over seeds against x, least squares on a + A ((x - x*) / s)^2 with s the scale sim_knobs.py
 uses (ln 3 for lr and warmup, ln 10 for weight decay, ln 2 for width), giving the amplitude A and the
-optimum x*; and the lr x n_embd grid's best lr per width, fitted as lr* ~ width^p (sim_knobs.py
+optimum x*; and lr's optimum at each width of the lr x n_embd grid (a bowl fitted over lr there),
+fitted as lr* ~ width^p (sim_knobs.py
 assumes p = -0.5). The seed noise of the points is printed beside them (the baseline's std over seeds).
 """
 
@@ -46,12 +48,17 @@ AXES = {"lr": (math.log, math.log(3)), "warmup_steps": (lambda v: math.log(v + 5
         "weight_decay": (math.log, math.log(10)), "n_embd": (math.log, math.log(2))}
 
 
-def points() -> list[dict]:
+def points(quick: bool = False) -> list[dict]:
+    if quick:                          # three lr values: the fewest a bowl can be fitted to
+        return [{**BASE, "lr": v} for v in SWEEPS["lr"][1:4]]
     out = [dict(BASE)]
     for k, vals in SWEEPS.items():
         out += [{**BASE, k: v} for v in vals if v != BASE[k]]
-    out += [{**BASE, "lr": lr, "n_embd": w} for lr in GRID["lr"] for w in GRID["n_embd"]
-            if not (lr == BASE["lr"] or w == BASE["n_embd"])]
+    for lr in GRID["lr"]:
+        for w in GRID["n_embd"]:
+            p = {**BASE, "lr": lr, "n_embd": w}
+            if p not in out:
+                out.append(p)
     return out
 
 
@@ -111,12 +118,15 @@ def fit(rows: list[dict]) -> dict:
         if len(pts) >= 3:
             a, xo = fit_bowl([p[0] for p in pts], [p[1] for p in pts], scale)
             out["knobs"][k] = {"A": a, "x_opt": xo, "points": pts}
-    best = {}
+    best = {}                          # width -> lr's optimum there, from a bowl fitted over lr
+    f, scale = AXES["lr"]
     for w in GRID["n_embd"]:
-        ys = {lr: mean_at({**BASE, "lr": lr, "n_embd": w}) for lr in GRID["lr"]}
-        ys = {lr: y for lr, y in ys.items() if y is not None}
-        if ys:
-            best[w] = min(ys, key=ys.get)
+        lrs = sorted({k["lr"] for k in (r["knobs"] for r in rows) if k == {**BASE, "lr": k["lr"], "n_embd": w}})
+        pts = [(f(lr), y) for lr in lrs if (y := mean_at({**BASE, "lr": lr, "n_embd": w})) is not None]
+        if len(pts) >= 3:
+            a, xo = fit_bowl([p[0] for p in pts], [p[1] for p in pts], scale)
+            if a > 0:
+                best[w] = math.exp(xo)
     if len(best) >= 2:
         lx = [math.log(w) for w in best]
         ly = [math.log(v) for v in best.values()]
@@ -133,14 +143,17 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--parallel", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="a smoke run: three lr values, seed 0, 10 steps")
     a = ap.parse_args(argv)
+    if a.quick:
+        a.seeds, a.steps = "0", 10
     if a.fit:
         print(json.dumps(fit(json.loads(Path(a.fit).read_text())["runs"]), indent=1))
         return 0
     if not a.out:
         ap.error("--out or --fit")
     seeds = [int(s) for s in a.seeds.split(",")]
-    work = [(p, s) for p in points() for s in seeds]
+    work = [(p, s) for p in points(a.quick) for s in seeds]
     rows = []
     with concurrent.futures.ThreadPoolExecutor(a.parallel) as ex:
         for row in ex.map(lambda w: run_point(w[0], w[1], a.steps), work):

@@ -5,6 +5,7 @@ seeds as paired differences with 95% intervals and selection regret; sweeps of t
     python bench/sim_fair.py --tune   [--seeds 0-19] [--grid 0.5,0.7,0.9] --tuned tuned.json
     python bench/sim_fair.py          [--seeds 1000-1039] --tuned tuned.json      # the hold-out table
     python bench/sim_fair.py --sweep noise|pairs|prior|dups [--seeds 1000-1019] --tuned tuned.json
+    python bench/sim_fair.py --quick       # a smoke run: one seed, 3 GPU-h, 3 slots, ours and the paper's
 
 Arms (`--arms`, comma-separated keys of ARMS): the judge (ours: engine.judge with confirmation
 seeds; the paper's: best single run) crossed with the loop (asynchronous: the daemon's; barrier: the
@@ -188,6 +189,7 @@ def sweep(a, base: dict, tuned: dict) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tune", action="store_true", help="grid-tune exploit_start per arm (tuning seeds)")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: seed 1, 3 GPU-h, 3 slots, ours,paper")
     ap.add_argument("--sweep", choices=sorted(SWEEPS), help="the hold-out comparison at each value of a knob")
     ap.add_argument("--seeds", help="world seeds, 'a-b' or 'a,b,c' (default: 0-19 to tune, 1000-1039 else)")
     ap.add_argument("--arms", default="ours,paper,ours-barrier,paper-async,ours-prefix")
@@ -210,6 +212,8 @@ def main(argv=None) -> int:
         print(f"{len(next(iter(res.values())))} world seeds (from {a.from_log})")
         print(arm_table(res, ref="paper") + "\n\n" + contrast_table(res))
         return 0
+    if a.quick:
+        a.seeds, a.budget_h, a.slots, a.arms = "1", 3.0, 3, "ours,paper"
     a.seeds = seeds_arg(a.seeds) if a.seeds else list(TUNING if a.tune else HOLDOUT)
     if not a.tune and set(a.seeds) & set(TUNING) and a.tuned:
         print("note: reporting on tuning seeds", file=sys.stderr)

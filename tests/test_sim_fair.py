@@ -315,3 +315,33 @@ def test_sim_hybrid_quick_prints_the_three_arms_and_their_paired_differences(tmp
     res = [json.loads(line) for line in log.read_text().splitlines()]
     assert {r["mode"] for r in res} == {"llm", "tuner", "hybrid"} and all(r["gpu_h"] >= 3.0 for r in res)
     assert sim_hybrid.tables(res) in p.stdout
+
+
+def test_sim_fair_quick_prints_its_arms_and_contrast():
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "sim_fair.py"), "--quick"],
+                       capture_output=True, text=True, check=False, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = _table(p.stdout, "arm")
+    assert [r[0] for r in rows] == ["ours", "paper"] and rows[1][-1] == "—"
+    assert all(float(r[4]) >= 3.0 for r in rows)                  # each spent its GPU-hours
+    assert [r[0] for r in _table(p.stdout, "paired difference")] == ["ours − paper"]
+
+
+def test_the_knob_calibration_fit_recovers_a_known_bowl_and_lr_against_width():
+    import math
+
+    import calibrate_knobs as C
+    rows = []
+    for k in C.points():
+        lr_opt = 2e-3 * (k["n_embd"] / 128) ** -0.5
+        y = (3.0 + 0.03 * (math.log(k["lr"] / lr_opt) / math.log(3)) ** 2
+             + 0.01 * math.log10(k["weight_decay"] / 0.05) ** 2)
+        rows += [{"knobs": k, "seed": s, "val_loss": y + 1e-4 * s} for s in range(3)]
+    f = C.fit(rows)
+    assert f["knobs"]["lr"]["A"] == pytest.approx(0.03, rel=1e-6)
+    assert math.exp(f["knobs"]["lr"]["x_opt"]) == pytest.approx(2e-3, rel=1e-6)
+    assert f["knobs"]["weight_decay"]["A"] == pytest.approx(0.01, rel=1e-6)
+    assert f["knobs"]["warmup_steps"]["A"] == 0.0                 # flat: no bowl
+    assert f["seed_sd"] == pytest.approx(1e-4, rel=1e-6)
+    assert f["lr_width_power"] == pytest.approx(-0.5, abs=1e-6)     # lr* ~ width^-0.5, as made
+    assert len(C.points(quick=True)) == 3
