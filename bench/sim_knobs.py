@@ -145,10 +145,13 @@ class TuneDriver:
         sha = hashlib.sha1(repr((self.s.w.seed, study, number, sorted(params.items()))).encode()).hexdigest()
         desc = ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in sorted(params.items()))
         text = (root.text if root is not None else "The baseline.") + f"\n\nTuned knobs: {desc}."
+        # the trailers Tuner.write gives a tuned commit (origin tune, the study's root as its parent)
+        tr = _trailers(study, self.cfg.sampler, number, params)
+        tr = tr.model_copy(update={"parents": (root.idea_id,) if root is not None else (),
+                                   "epoch": root.epoch if root is not None else 0, "base": base})
         idea = Idea(idea_id=f"{study}-t{number}", commit=sha, title=f"tune {study} #{number}", text=text,
-                    origin="tune", parents=[root.idea_id] if root is not None else [], epoch=root.epoch if root else 0,
                     base_commit=base, branch=f"autoresearch/tune/{study}/{number}", committed_at=len(self.s.ideas),
-                    trailers=_trailers(study, self.cfg.sampler, number, params))
+                    trailers=tr)
         self.s.techs[sha] = self.s.techs.get(base, frozenset())
         self.knobs[sha] = params
         self.s.ideas.append(idea)
