@@ -19,11 +19,17 @@ What runs the daemon's own code, and what does not (and why):
   new idea starts once it is spent (both loops alike), while the confirmation seeds of a pending idea
   still run, as the daemon waits for them before it is settled. GPU-hours used are reported.
 The paper's rule is not the daemon's code: it is written here (`_paper_decision`).
+
+Two options on top (issue 29): `Arm.stop`, an early-stopping rule of bench/sim_stop.py (every trial
+then reports its learning curve at checkpoints, and an idea's first run may stop at one of them), and
+`Arm.ahead`, the refill sized to what the slots consume while a proposal round is written (the fix of
+the slow-proposal row, docs/policies.md). `Arm.tune` adds the knob tuner of bench/sim_knobs.py.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from dataclasses import dataclass
 from enum import Enum
@@ -32,7 +38,8 @@ from types import SimpleNamespace
 import search_world as W
 from search_ideator import Ideator
 from sim_clock import Clock
-from sim_world import TimedWorld
+from sim_stop import Rule, Stopper
+from sim_world import TRIAL_GPU_H, TimedWorld
 
 from autoresearchd import policies
 from autoresearchd.config import LLMCfg, PolicyCfg, Price
@@ -50,6 +57,7 @@ ENV = EnvManifest(name="sim", run="true", metric="val_loss", goal="min", time_bu
                   context="Improve the training recipe of a small language model.")
 SIM = dict(ideas_per_epoch=30, batch=5, max_parents=30)   # the paper's 80/10/100, scaled to the budget
 MAX_STALLS = 10        # proposal rounds in a row with nothing new: the search stops proposing
+POINTS = 10            # learning-curve points per trial, at t = 0.1 .. 1.0 (checkpoints at the first 9)
 BASE = "b" * 40
 
 
@@ -68,6 +76,9 @@ class Arm:
     loop: LoopKind
     judge: JudgeKind
     overrides: tuple = ()            # PolicyCfg overrides, as (name, value) pairs
+    stop: tuple = ()                 # (Rule, its parameter or None): curves, and that stopping rule
+    ahead: bool = False              # size a proposal round to what the slots use while it is written
+    tune: tuple = ()                 # (sim_knobs.TuneMode, its parameter or None[, knob scale]): the tuner
 
     @property
     def name(self) -> str:
@@ -106,6 +117,15 @@ class Search:
         self.stalls = 0
         self.ran: set[frozenset] = set()
         self.m = dict(duplicates_run=0, implement_failed=0, crashed=0, confirm_trials=0, usd=0.0)
+        self.stopper = Stopper(arm.stop[0], arm.stop[1], POINTS) if arm.stop else None
+        self.live: dict[str, dict] = {}          # trials running with a curve (stop arms)
+        self.trajectory: list[tuple[float, float]] = []   # (GPU-h used, true effect of the reported best)
+        self.stops: list[dict] = []              # every stopped idea: its true effect and the t it stopped at
+        self.first_runs: list[float] = []        # true effects of every idea's first run (stop arms)
+        self.tuning = None
+        if arm.tune:
+            from sim_knobs import TuneDriver
+            self.tuning = TuneDriver(self, *arm.tune)
         # Daemon.jobs reads only cfg.policy and cfg.daemon.human_priority from its loop
         self._shim = SimpleNamespace(cfg=SimpleNamespace(policy=cfg, daemon=SimpleNamespace(human_priority=True)))
 
@@ -130,19 +150,62 @@ class Search:
                        purpose=job.purpose, started=self.clock.now, heartbeat=self.clock.now)
             (job.idea.leases if job.idea is not None else self.bleases).append(lz)
             self.m["confirm_trials"] += job.purpose == "confirm"
-            self.clock.start(hours, (job, lz, hours))
+            if self.stopper is None:
+                self.clock.start(hours, (job, lz, hours))
+                continue
+            # the run's whole curve is drawn now (its last point is its value); the rule sees it point
+            # by point, at each checkpoint's time
+            crashed = any(self.rng.random() < self.w.w.crash[t] for t in sorted(techs))
+            curve = self.w.curve(techs, self.rng, POINTS)["value"]
+            key = lz.trial_id
+            self.live[key] = dict(job=job, lz=lz, hours=hours, t0=self.clock.now, curve=curve, crashed=crashed,
+                                  handle=self.clock.start(hours, (job, lz, hours)),
+                                  stoppable=job.idea is not None and job.purpose == "idea")
+            if job.purpose == "idea" and job.idea is not None:
+                self.first_runs.append(self.w.true_effect(techs))
+            self.stopper.begin(key, baseline=job.idea is None)
+            for j in range(1, POINTS):
+                self.clock.later(hours * j / POINTS, (key, j), kind="check")
+
+    def _check(self, key: str, j: int) -> None:
+        st = self.live.get(key)
+        if st is None:
+            return
+        if self.stopper.check(key, j, st["curve"][j - 1], st["stoppable"]):
+            used = st["hours"] * j / POINTS
+            self.clock.stop(st["handle"], st["hours"] - used)
+            del self.live[key]
+            job = st["job"]
+            pick = self.reported()          # was it better than what the search reports right now?
+            self.stops.append({"true": self.true(job.commit), "t": j / POINTS, "saved_h": st["hours"] - used,
+                               "best_then": self.true(pick.commit) if pick is not None else 0.0})
+            why = f"stopped early at t = {j / POINTS:.1f} ({self.stopper.rule.value})"
+            self._finished(job, st["lz"], used, stopped=why)
+
+    def used_h(self) -> float:
+        """GPU-hours used so far: charged, less what the running trials have still to run."""
+        return self.clock.gpu_h - sum(st["t0"] + st["hours"] - self.clock.now for st in self.live.values())
 
     # -- results: Dispatcher._maybe_finish and backfill, mirrored -----------------------------------
-    def _finished(self, job, lz: Lease, hours: float) -> None:
+    def _finished(self, job, lz: Lease, hours: float, stopped: str | None = None) -> None:
         techs = self.techs[job.commit] if job.idea is not None else frozenset()
-        v = self.w.run(techs, self.rng)
-        if v is None:
+        st = self.live.pop(lz.trial_id, None) if self.stopper is not None else None
+        if stopped:
+            v = None
+        elif st is not None:
+            v = None if st["crashed"] else st["curve"][-1]
+            self.stopper.end(lz.trial_id, v)
+        else:
+            v = self.w.run(techs, self.rng)
+        if self.tuning is not None and v is not None:
+            v -= self.tuning.gain(job.commit if job.idea is not None else None)
+        if v is None and not stopped:
             self.m["crashed"] += 1
         lz.state = "done"
         lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, value=v, wall_s=hours * 3600, gpus=1,
                           status=Status.SUCCEEDED if v is not None else Status.FAILED,
                           exit_code=None if v is not None else 1,
-                          error=None if v is not None else "Traceback: RuntimeError: CUDA error")
+                          error=None if v is not None else stopped or "Traceback: RuntimeError: CUDA error")
         idea = job.idea
         if idea is None:
             trials = (self.bnote.trials if self.bnote else []) + [lz.result]
@@ -185,7 +248,9 @@ class Search:
 
     # -- proposals: Daemon._maybe_refill, mirrored -------------------------------------------------------
     def _refill(self) -> None:
-        if self.proposing or self.spent() or self.stalls >= MAX_STALLS:
+        if self.tuning is not None and not self.spent():
+            self.tuning.refill()            # Daemon._maybe_tune, before _maybe_refill as in the tick
+        if self.proposing or self.spent() or self.stalls >= MAX_STALLS or not self.llm_on():
             return
         pop = self.pop()
         if self.bnote is None and pop.max_epoch() >= 0:
@@ -193,6 +258,9 @@ class Search:
         epoch, done = self.policy.cursor(pop)
         if self.arm.loop is LoopKind.ASYNC:
             want = self.clock.free() + self.cfg.queue_buffer - len(pop.queued())
+            if self.arm.ahead:
+                # the fix: also the trials the slots will start while this round is being written
+                want += math.ceil(self.clock.slots * self.latency_h / TRIAL_GPU_H)
             if want <= 0:
                 return
             n = max(want, self.cfg.batch)
@@ -227,6 +295,8 @@ class Search:
                 continue
             techs = frozenset(self.ideator.techs(p.text)) | self.techs.get(p.base_commit or "", frozenset())
             self.techs[commit] = techs
+            if self.tuning is not None:
+                self.tuning.inherit(commit, p.base_commit)
             if not techs or self.w.w.implement_fails(techs, self.rng):
                 self.m["implement_failed"] += 1
                 idea.note = Note(status=Status.IMPLEMENT_FAILED, error="the diff did not apply after 2 revisions")
@@ -247,9 +317,24 @@ class Search:
             for kind, payload in self.clock.advance():
                 if kind == "trial":
                     self._finished(*payload)
+                elif kind == "check":
+                    self._check(*payload)
                 else:
                     self._arrived(payload)
+            if self.stopper is not None or self.tuning is not None:
+                pick = self.reported()
+                best = self.true(pick.commit) if pick is not None else 0.0
+                if not self.trajectory or self.trajectory[-1][1] != best:
+                    self.trajectory.append((round(self.used_h(), 4), best))
         return self._metrics()
+
+    def llm_on(self) -> bool:
+        return self.tuning is None or self.tuning.llm_on
+
+    def true(self, commit: str) -> float:
+        """The true effect of a commit: its techniques', plus its knobs' gain in a world with knobs."""
+        e = self.w.true_effect(self.techs[commit])
+        return e + self.tuning.gain(commit) if self.tuning is not None else e
 
     def reported(self) -> Idea | None:
         """What the search reports as its best: ours, the daemon's `Population.best(confirmed=True)`;
@@ -263,7 +348,7 @@ class Search:
         return top if top is not None and (b is None or top.value < b) else None
 
     def _metrics(self) -> dict:
-        true = {c: self.w.true_effect(t) for c, t in self.techs.items()}
+        true = {c: self.true(c) for c in self.techs}
         ran = [true[i.commit] for i in self.ideas if i.value is not None]
         pick = self.reported()
         best = true[pick.commit] if pick is not None else 0.0
@@ -272,4 +357,14 @@ class Search:
         return {**self.m, "true_best": best, "best_run": best_run, "regret": best_run - best,
                 "no_best": pick is None, "share_of_opt": best / opt if opt else 0.0,
                 "gpu_h": self.clock.gpu_h, "wall_h": self.clock.now, "util": self.clock.utilisation(),
-                "ideas_run": len(ran), "noise_sd": W.NOISE_SD}
+                "ideas_run": len(ran), "noise_sd": W.NOISE_SD, **self._extra()}
+
+    def _extra(self) -> dict:
+        """Stop arms: the stops, the first runs and the trajectory; tune arms: the tuner's counts."""
+        out = {}
+        if self.stopper is not None:
+            out.update(stops=self.stops, first_runs=self.first_runs, trajectory=self.trajectory,
+                       saved_h=sum(x["saved_h"] for x in self.stops))
+        if self.tuning is not None:
+            out.update(trajectory=self.trajectory, **self.tuning.metrics())
+        return out

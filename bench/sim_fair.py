@@ -5,11 +5,14 @@ seeds as paired differences with 95% intervals and selection regret; sweeps of t
     python bench/sim_fair.py --tune   [--seeds 0-19] [--grid 0.5,0.7,0.9] --tuned tuned.json
     python bench/sim_fair.py          [--seeds 1000-1039] --tuned tuned.json      # the hold-out table
     python bench/sim_fair.py --sweep noise|pairs|prior|dups [--seeds 1000-1019] --tuned tuned.json
+    python bench/sim_fair.py --quick       # a smoke run: one seed, 3 GPU-h, 3 slots, ours and the paper's
 
 Arms (`--arms`, comma-separated keys of ARMS): the judge (ours: engine.judge with confirmation
 seeds; the paper's: best single run) crossed with the loop (asynchronous: the daemon's; barrier: the
 paper's), and `ours-prefix`, the default before the confirmation fix of issue 29 (the judge's noise
-estimate as it was, patched in for that arm only; it takes the default's exploit_start, untuned).
+estimate as it was, patched in for that arm only; it takes the default's exploit_start, untuned),
+and `ours-ahead`, the default with its proposal rounds sized to what the slots use while a round is
+written (the slow-proposal fix; the default's exploit_start, untuned).
 bench/sim_fair_tuned.json holds the values `--tune` chose on seeds 0-19 (docs/policies.md). The world, the clock and the arms are
 bench/sim_world.py, bench/sim_clock.py and bench/sim_arms.py.
 
@@ -46,6 +49,7 @@ ARMS = {
     "ours-barrier": Arm(LoopKind.BARRIER, JudgeKind.OURS),
     "paper-async": Arm(LoopKind.ASYNC, JudgeKind.PAPER),
     "ours-prefix": Arm(LoopKind.ASYNC, JudgeKind.OURS),
+    "ours-ahead": Arm(LoopKind.ASYNC, JudgeKind.OURS, ahead=True),
 }
 PREFIX = {"ours-prefix"}
 SWEEPS = {"noise": ("noise_sd", (CALIBRATED_NOISE_SD, 0.01, 0.02)), "pairs": ("n_pairs", (60, 600, 3000)),
@@ -77,27 +81,43 @@ def before_fix(on: bool):
 _SRV = None
 
 
-def one(job: tuple) -> dict:
-    """One search: (arm key, exploit_start, world seed, knobs, budget GPU-h, slots, latency h)."""
+def server():
+    """This process's simulated ideator server (one per worker process)."""
     global _SRV
-    key, es, seed, knobs, budget_h, slots, latency_h = job
     if _SRV is None:
         _SRV = IdeatorServer().__enter__()
+    return _SRV
+
+
+def one(job: tuple) -> dict:
+    """One search: (arm key, exploit_start, world seed, knobs, budget GPU-h, slots, latency h)."""
+    key, es, seed, knobs, budget_h, slots, latency_h = job
     arm = ARMS[key]
-    arm = Arm(arm.loop, arm.judge, arm.overrides + (("exploit_start", es),))
+    arm = Arm(arm.loop, arm.judge, arm.overrides + (("exploit_start", es),), ahead=arm.ahead)
     with applied(knobs), before_fix(key in PREFIX):
-        r = Search(_SRV, TimedWorld(seed, knobs), arm, budget_h, slots, latency_h).go()
+        r = Search(server(), TimedWorld(seed, knobs), arm, budget_h, slots, latency_h).go()
     return {"arm": key, "exploit_start": es, "seed": seed, "knobs": knobs.label(), **r}
 
 
+def _call(arg: tuple) -> dict:
+    fn, job = arg
+    return one(job) if fn is None else fn(server(), job)
+
+
 def run_all(work: list[tuple], jobs: int, log=None) -> list[dict]:
+    return run_all_with(None, work, jobs, log)
+
+
+def run_all_with(fn, work: list[tuple], jobs: int, log=None) -> list[dict]:
+    """Every job through `fn(server, job)` (None: this module's `one(job)`), in `jobs` processes."""
     pool = None
     if jobs > 1:
         import multiprocessing
         pool = multiprocessing.get_context("fork").Pool(jobs)
     out = []
+    work = [(fn, w) for w in work]
     try:
-        for r in (pool.imap(one, work, chunksize=1) if pool else map(one, work)):
+        for r in (pool.imap(_call, work, chunksize=1) if pool else map(_call, work)):
             out.append(r)
             if log is not None:
                 log.write(json.dumps(r) + "\n")
@@ -169,6 +189,7 @@ def sweep(a, base: dict, tuned: dict) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tune", action="store_true", help="grid-tune exploit_start per arm (tuning seeds)")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: seed 1, 3 GPU-h, 3 slots, ours,paper")
     ap.add_argument("--sweep", choices=sorted(SWEEPS), help="the hold-out comparison at each value of a knob")
     ap.add_argument("--seeds", help="world seeds, 'a-b' or 'a,b,c' (default: 0-19 to tune, 1000-1039 else)")
     ap.add_argument("--arms", default="ours,paper,ours-barrier,paper-async,ours-prefix")
@@ -191,6 +212,8 @@ def main(argv=None) -> int:
         print(f"{len(next(iter(res.values())))} world seeds (from {a.from_log})")
         print(arm_table(res, ref="paper") + "\n\n" + contrast_table(res))
         return 0
+    if a.quick:
+        a.seeds, a.budget_h, a.slots, a.arms = "1", 3.0, 3, "ours,paper"
     a.seeds = seeds_arg(a.seeds) if a.seeds else list(TUNING if a.tune else HOLDOUT)
     if not a.tune and set(a.seeds) & set(TUNING) and a.tuned:
         print("note: reporting on tuning seeds", file=sys.stderr)

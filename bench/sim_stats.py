@@ -68,7 +68,9 @@ CONTRASTS = (("ours", "paper", "our default against the paper's rule"),
              ("ours-barrier", "paper", "the judge, in the barrier loop"),
              ("ours", "ours-barrier", "the loop, with our judge"),
              ("paper-async", "paper", "the loop, with the paper's judge"),
-             ("ours", "ours-prefix", "the confirmation fix of issue 29"))
+             ("ours", "ours-prefix", "the confirmation fix of issue 29"),
+             ("ours-ahead", "paper", "the refill sized to the slots, against the paper's rule"),
+             ("ours-ahead", "ours", "the refill sized to the slots (the slow-proposal fix)"))
 
 
 def contrast_table(res: dict[str, list[dict]]) -> str:

@@ -1,0 +1,159 @@
+"""Early stopping measured in the fair simulator (issue 29, section 3): our default search (our judge,
+the asynchronous loop) with each stopping rule of bench/sim_stop.py against the same search running
+every idea to full length, at equal GPU-hours, paired on the frozen hold-out seeds; each rule's one
+parameter tuned alike on the tuning seeds.
+
+    python bench/sim_early.py --tune [--seeds 0-9] --tuned early.json      # choose each rule's parameter
+    python bench/sim_early.py [--seeds 1000-1019] --tuned bench/sim_early_tuned.json   # the hold-out table
+    python bench/sim_early.py --quick                                       # a smoke run (one seed, 3 GPU-h)
+
+Measured per rule, against full length (`none`, which draws the same curves and never stops):
+- **GPU-hours to reach the full-length search's best true effect**: per seed, the GPU-hours used
+  (trials' time actually run) until the rule's reported best reaches the true effect that the
+  full-length search reports at the end of its budget, over the GPU-hours the full-length search took
+  to first report it. Given as the median of the per-seed ratios and the ratio of the means, a seed
+  the rule never reaches within the budget counted at the whole budget (so that ratio is a lower
+  bound), with the share of seeds reached.
+- **Best true effect at equal GPU-hours**: the reported best's true effect at the budget, and its
+  paired difference against full length.
+- **False stops**: stopped ideas whose true effect beats the baseline (what running them to full
+  length would show, without noise), as a share of the stops and of such ideas started; and **lost
+  bests**: stopped ideas better than the search's reported best at the moment they were stopped.
+
+HOLD-OUT SEEDS 1000-1039 ARE FROZEN: nothing is tuned on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sim_arms import Arm, JudgeKind, LoopKind, Search  # noqa: E402
+from sim_fair import HOLDOUT, run_all_with, seeds_arg  # noqa: E402
+from sim_stats import ci95, fmt_ci, fmt_paired, md, paired  # noqa: E402
+from sim_stop import GRID, Rule  # noqa: E402
+from sim_world import Knobs, TimedWorld, applied  # noqa: E402
+
+TUNING = range(0, 10)        # a subset of sim_fair's tuning seeds 0-19, for time
+EXPLOIT_START = 0.7          # ours' exploit_start, tuned in bench/sim_fair_tuned.json
+
+
+def one(srv, job: tuple) -> dict:
+    """One search: (rule, its parameter, world seed, budget GPU-h, slots, latency h)."""
+    rule, param, seed, budget_h, slots, latency_h = job
+    arm = Arm(LoopKind.ASYNC, JudgeKind.OURS, (("exploit_start", EXPLOIT_START),), stop=(Rule(rule), param))
+    with applied(Knobs()):
+        r = Search(srv, TimedWorld(seed), arm, budget_h, slots, latency_h).go()
+    return {"rule": rule, "param": param, "seed": seed, "budget_h": budget_h, **r}
+
+
+def reach_h(traj: list, target: float) -> float | None:
+    """The GPU-hours used when the reported best first reached `target` (None: never)."""
+    return next((h for h, e in traj if e >= target - 1e-12), None)
+
+
+def rule_rows(res: list[dict]) -> list[list[str]]:
+    ref = {r["seed"]: r for r in res if r["rule"] == Rule.NONE.value}
+    rows = []
+    for rule in dict.fromkeys(r["rule"] for r in res):
+        runs = [r for r in res if r["rule"] == rule]
+        ratios, num, den, reached, n = [], 0.0, 0.0, 0, 0
+        for r in runs:
+            f = ref.get(r["seed"])
+            if f is None or f["true_best"] <= 0:
+                continue                  # full length found nothing: no target to reach
+            n += 1
+            fh = reach_h(f["trajectory"], f["true_best"])
+            rh = reach_h(r["trajectory"], f["true_best"])
+            reached += rh is not None
+            rh = r["budget_h"] if rh is None else rh
+            ratios.append(rh / fh)
+            num, den = num + rh, den + fh
+        stops = [s for r in runs for s in r["stops"]]
+        false = sum(s["true"] > 0 for s in stops)
+        winners = sum(x > 0 for r in runs for x in r["first_runs"])
+        lost = sum(s["true"] > s["best_then"] for s in stops)
+        param = runs[0]["param"]
+        rows.append([
+            rule if param is None else f"{rule} ({GRID[Rule(rule)][0]} = {param:g})",
+            fmt_ci([r["true_best"] for r in runs]),
+            "—" if rule == Rule.NONE.value else fmt_paired(paired(runs, list(ref.values()), "true_best")),
+            f"{statistics.median(ratios):.2f}x" if ratios else "—",
+            f"{num / den:.2f}x" if den else "—",
+            f"{reached}/{n}",
+            f"{statistics.fmean(len(r['stops']) for r in runs):.1f}",
+            f"{statistics.fmean(r['saved_h'] for r in runs):.1f}",
+            f"{false}/{len(stops)} ({false / len(stops):.0%})" if stops else "0/0",
+            f"{false}/{winners} ({false / winners:.0%})" if winners else "0/0",
+            f"{lost}/{len(stops)}" if stops else "0/0"])
+    return rows
+
+
+HEAD = ["rule", "true effect of reported best", "minus full length (paired, 95%)",
+        "GPU-h to reach full length's best (median ratio)", "(ratio of means)", "seeds reached",
+        "stops per search", "GPU-h saved per search", "false stops / stops", "false stops / winners started",
+        "lost bests / stops"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tune", action="store_true", help="grid-tune each rule's parameter (tuning seeds)")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: one tuning seed, 3 GPU-h, 3 slots")
+    ap.add_argument("--seeds", help="world seeds, 'a-b' or 'a,b,c' (default: 0-9 to tune, 1000-1039 else)")
+    ap.add_argument("--rules", default="band,asha,median")
+    ap.add_argument("--tuned", help="JSON file of each rule's parameter: written by --tune, read otherwise")
+    ap.add_argument("--budget-h", type=float, default=16.0)
+    ap.add_argument("--slots", type=int, default=4)
+    ap.add_argument("--latency-min", type=float, default=5.0)
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes (at most 2 on a shared machine)")
+    ap.add_argument("--log", help="append one JSON line per finished search to this file")
+    ap.add_argument("--from-log", help="print the table of a --log file")
+    a = ap.parse_args(argv)
+    rules = a.rules.split(",")
+    if a.from_log:
+        res = [json.loads(line) for line in open(a.from_log) if line.strip()]
+        print(md(HEAD, rule_rows(res)))
+        return 0
+    if a.quick:
+        a.seeds, a.budget_h, a.slots = "1", 3.0, 3
+    seeds = seeds_arg(a.seeds) if a.seeds else list(TUNING if a.tune else HOLDOUT)
+    if a.tune and set(seeds) & set(HOLDOUT):
+        ap.error("seeds 1000-1039 are the frozen hold-out: never tune on them")
+    base = (a.budget_h, a.slots, a.latency_min / 60)
+    log = open(a.log, "a") if a.log else None
+    t0 = time.monotonic()
+    print(f"seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}), {a.budget_h:g} GPU-h, {a.slots} slots, "
+          f"{a.latency_min:g} min per proposal round")
+    if a.tune:
+        work = [(r, p, s, *base) for s in seeds for r in rules for p in GRID[Rule(r)][1]]
+        res = run_all_with(one, work, a.jobs, log)
+        chosen, rows = {}, []
+        for r in rules:
+            name, grid = GRID[Rule(r)]
+            means = {p: ci95([x["true_best"] for x in res if x["rule"] == r and x["param"] == p])[0] for p in grid}
+            chosen[r] = max(grid, key=lambda p: means[p])
+            rows.append([r] + [fmt_ci([x["true_best"] for x in res if x["rule"] == r and x["param"] == p])
+                               for p in grid] + [f"{name} = {chosen[r]:g}"])
+        print(md(["rule (true effect of reported best)", "grid value 1", "grid value 2", "grid value 3", "chosen"],
+                 rows))
+        if a.tuned:
+            Path(a.tuned).write_text(json.dumps(chosen, indent=1) + "\n")
+    else:
+        tuned = json.loads(Path(a.tuned).read_text()) if a.tuned else {}
+        params = {r: tuned.get(r, GRID[Rule(r)][1][1]) for r in rules}
+        print("parameter per rule:", params)
+        work = [(r, p, s, *base) for s in seeds for r, p in [(Rule.NONE.value, None), *params.items()]]
+        res = run_all_with(one, work, a.jobs, log)
+        print(md(HEAD, rule_rows(res)))
+    print(f"{time.monotonic() - t0:.0f} s wall, {a.jobs} process(es)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
