@@ -125,9 +125,11 @@ def commit_on(repo: GitRepo, message: str) -> str:
     return repo.commit_tree(repo.tree_of(head), [head], message)
 
 
-def idea_at(commit: str, branch: str | None = None, **kw) -> Idea:
-    return Idea(idea_id="e001-abcd1234", commit=commit, title="t", text="x", origin=kw.pop("origin", "explore"),
-                epoch=kw.pop("epoch", 3), branch=branch, **kw)
+def idea_at(commit: str, branch: str | None = None, origin: str = "explore", epoch: int = 3,
+            trailers: Trailers | None = None) -> Idea:
+    """An idea of the daemon's own: its provenance from its trailers (no note read yet)."""
+    tr = (trailers or Trailers()).model_copy(update={"origin": origin, "epoch": epoch})
+    return Idea(idea_id="e001-abcd1234", commit=commit, title="t", text="x", branch=branch, trailers=tr)
 
 
 def lease(n: int) -> Lease:
