@@ -325,7 +325,6 @@ def test_wandb_keeps_the_title_raw_and_its_html_panel_inert(hostile, tmp_path, m
 
     from autoresearchd.config import WandbCfg, load_config
     from autoresearchd.views.summary import load
-    from autoresearchd.store.lifecycle import Change, Written
     from autoresearchd.views.wandb_mirror import WandbMirror
     cfg, best, failed, branch = hostile
     wdir = tmp_path / "wandb"
@@ -335,7 +334,7 @@ def test_wandb_keeps_the_title_raw_and_its_html_panel_inert(hostile, tmp_path, m
     idea = pop.resolve(best[:12])
     m = WandbMirror(WandbCfg(enabled=True, mode="offline"), research.manifest, repo=research.repo, dir=wdir,
                     background=False)
-    m(Written(Change.RESULT, idea.commit, idea, idea.note))      # as the lifecycle writer tells it
+    m(idea.commit, idea, idea.note)
     assert m.logged == 1 and m.failed == 0
     wait_written(wdir, 1)
     (run,) = runs(wdir)

@@ -45,14 +45,6 @@ WRITERS = {
     "daemon/store/replaypos.py": "the replay position ref: where a replay file stopped, not idea state",
 }
 
-# TEMPORARY: the engine's own writes, migrated onto the lifecycle writer in parallel (the engine branch).
-# The lead empties this at merge; test_the_temporary_allowlist_is_not_stale says when an entry is done.
-ENGINE_NOT_MIGRATED_YET = {
-    "daemon/engine/dispatch.py": "_noted (result notes, archive refs) and the lease writes of dispatch",
-    "daemon/engine/collect.py": "harvest, cancel and backfill notes and leases",
-}
-
-
 def write_calls(path: Path) -> list[tuple[int, str]]:
     """(line, what) of every ref- or note-writing call in one module."""
     out = []
@@ -89,17 +81,15 @@ def test_the_scan_finds_each_kind_of_write(tmp_path):
 
 
 def test_the_lifecycle_writer_is_the_only_writer_of_idea_state():
-    allowed = set(WRITERS) | set(ENGINE_NOT_MIGRATED_YET)
-    outside = {mod: calls for mod, calls in project_writes().items() if mod not in allowed}
+    outside = {mod: calls for mod, calls in project_writes().items() if mod not in WRITERS}
     assert not outside, ("refs or notes written outside the lifecycle writer (daemon/store/lifecycle.py); "
                          f"write through it, or list the module in WRITERS with why: {outside}")
 
 
 def test_the_allowlists_name_modules_that_exist_and_write():
-    """An entry whose module no longer writes is stale: remove it (for ENGINE_NOT_MIGRATED_YET, the
-    lead empties it when the engine writes through the lifecycle writer)."""
+    """An entry whose module no longer writes is stale: remove it."""
     found = project_writes()
-    for mod in list(WRITERS) + list(ENGINE_NOT_MIGRATED_YET):
+    for mod in WRITERS:
         assert (ROOT / mod).is_file(), mod
         assert mod in found, f"{mod} writes nothing any more: take it off the allowlist"
 
@@ -227,6 +217,7 @@ def test_every_change_is_told(repo, life, heard):
     life.rejected(idea_at(c), Note(status=Status.REJECTED))
     life.linked(idea_at(c), Note(status=Status.SUCCEEDED, value=1.0))
     life.cancelled(c, idea_at(c), Note(status=Status.CANCELLED), [])
+    life.stopped(c, idea_at(c), Note(status=Status.STOPPED), [])
     life.backfilled(c, idea_at(c), Note(status=Status.SUCCEEDED, value=1.0, decision="improved"))
     life.leased(c, [lease(0)])
     told = {w.change for w in heard}
