@@ -1,5 +1,7 @@
 """Builds the daemon's parts from a Config: research repo, runner, LLM provider, policy, implementer.
-The one place that knows how the registries fit together."""
+The one place that knows how the registries fit together, and that wires them: every part is given
+what it uses when it is built (the one lifecycle writer with its observers, the lessons store), never
+set on it afterwards."""
 
 from __future__ import annotations
 
@@ -13,9 +15,15 @@ from autoresearchd import runners as runner_registry
 from autoresearchd import defaults
 
 from autoresearchd.config import Config, ConfigError
+from autoresearchd.engine.loop import Daemon
+from autoresearchd.implement.implementer import make_implementer
 from autoresearchd.research import Research, open_research
 from autoresearchd.store import gitrepo
+from autoresearchd.store.lessons import GitLessonsStore
+from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.spend import total
+from autoresearchd.tune.tuner import Tuner
+from autoresearchd.views.wandb_mirror import make_mirror
 
 log = logging.getLogger("autoresearchd")
 
@@ -100,16 +108,16 @@ def make_llm(cfg: Config, research: Research):
     return provider, note
 
 
-def make_policy(cfg: Config):
+def make_policy(cfg: Config, lessons_store=None):
+    """The configured policy; `lessons_store` keeps its lessons scratchpad (store/lessons.py; in
+    memory when None)."""
     try:
-        return policy_registry.get(cfg.policy.name)(cfg.policy)
+        return policy_registry.get(cfg.policy.name)(cfg.policy, lessons_store=lessons_store)
     except KeyError as e:
         raise ConfigError(f"policy.name: {e.args[0]}") from None
 
 
 def build_daemon(cfg: Config, with_llm: bool = True):
-    from autoresearchd.engine.loop import Daemon
-    from autoresearchd.implement.implementer import make_implementer
     research = open_research(cfg, configure_repo=True)
     if research.configured:
         log.info("%s", research.configured)
@@ -117,31 +125,26 @@ def build_daemon(cfg: Config, with_llm: bool = True):
         # a deterministic run gives the same value for every seed: more baseline seeds measure nothing
         cfg.policy.baseline_seeds = 1
     runner = make_runner(cfg, research)
-    from autoresearchd.store.lifecycle import Lifecycle
-    lifecycle = Lifecycle(research.repo)      # the one writer of idea state changes, shared by every part
+    # the one writer of idea state changes, shared by every part and told of every note by itself: the
+    # W&B mirror, given to it here, hears the backfill too
+    mirror = make_mirror(cfg, research)
+    lifecycle = Lifecycle(research.repo, observers=[mirror.written] if mirror is not None else [])
     llm = note = policy = implementer = None
     name, why = llm_registry.resolve_provider_name(cfg.llm, research.manifest.name)
     if name == "none":      # chosen, or `auto` with no key and nothing recorded to replay for this env
         with_llm, note = False, "none (" + (why or "llm.provider = none: running pushed idea branches only") + ")"
     if with_llm:
         llm, note = make_llm(cfg, research)
-        policy = make_policy(cfg)
-        from autoresearchd.engine.lessons import attach
-        attach(policy, research.repo)       # the lessons scratchpad lives in the research repo
+        policy = make_policy(cfg, GitLessonsStore(research.repo))   # the lessons live in the research repo
         try:
-            implementer = make_implementer(research, llm, cfg)
+            implementer = make_implementer(research, llm, cfg, lifecycle)
         except KeyError as e:
             raise ConfigError(f"implementer.kind: {e.args[0]}") from None
-    tuner = None
-    if cfg.tune.enabled:
-        from autoresearchd.tune.tuner import Tuner
-        tuner = Tuner(research, cfg)              # raises a ConfigError naming the extra without Optuna
+    # raises a ConfigError naming the extra without Optuna
+    tuner = Tuner(research, cfg, lifecycle) if cfg.tune.enabled else None
     stopper = None
     if cfg.stopping.enabled:
         from autoresearchd.engine.stopping import Stopper
         stopper = Stopper(cfg.stopping, research.manifest, runner, lifecycle)
-    daemon = Daemon(cfg, research, runner, llm, policy, implementer, llm_note=note, lifecycle=lifecycle,
-                    tuner=tuner, stopper=stopper)
-    from autoresearchd.views.wandb_mirror import attach
-    attach(daemon, cfg)
-    return daemon
+    return Daemon(cfg, research, runner, llm, policy, implementer, llm_note=note, lifecycle=lifecycle,
+                  tuner=tuner, stopper=stopper)

@@ -183,7 +183,7 @@ def cmd_show(args, cfg) -> int:
 
 
 def cmd_queue(args, cfg) -> int:
-    from autoresearchd.engine.human import queue_text
+    from autoresearchd.human import queue_text
     idea_id = queue_text(cfg, args.text, parent=args.parent, title=args.title)
     console.print(f"queued {idea_id}: the daemon will implement it (Origin: human)")
     return 0

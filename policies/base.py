@@ -36,7 +36,9 @@ class Proposal:
 class Policy:
     name: ClassVar[str] = "base"
 
-    def __init__(self, cfg, prompts_dir=None):
+    def __init__(self, cfg, prompts_dir=None, lessons_store=None):
+        # lessons_store: where the lessons scratchpad is kept (policies/lessons.py); a policy that
+        # condenses no lessons ignores it
         self.cfg = cfg
 
     def rng(self, *key) -> random.Random:

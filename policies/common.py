@@ -55,10 +55,11 @@ class LLMPolicy(Policy):
     """Base of the LLM-driven policies. Subclasses implement `plan(population, env, epoch, done)`."""
     shows_lessons = True           # its prompts carry the lessons scratchpad (policy.lessons_every)
 
-    def __init__(self, cfg, prompts_dir=None):
-        super().__init__(cfg, prompts_dir)
+    def __init__(self, cfg, prompts_dir=None, lessons_store=None):
+        super().__init__(cfg, prompts_dir, lessons_store)
         self.prompts = Prompts(prompts_dir, cfg.prompt_token_budget)
-        self.lessons_store = lessons.MemoryStore()     # the daemon attaches one kept in git
+        # the daemon passes one kept in git (store/lessons.py); the simulator keeps them in memory
+        self.lessons_store = lessons_store if lessons_store is not None else lessons.MemoryStore()
         self._index: DuplicateIndex | None = None
         self._novel: DuplicateIndex | None = None      # the novelty gate's looser index
         self._llm = None                               # for the novelty judge

@@ -8,45 +8,27 @@ model forgets every result it is not shown. The scratchpad carries them: each up
 previous lessons and the results finished since, and answers with the new lessons. Which results are
 condensed already is kept with the text, so a restarted daemon neither repeats nor skips any.
 
-Where it is kept is the store's business: `MemoryStore` here, `daemon/engine/lessons.py` keeps it in git
-(a JSON blob under refs/autoresearch/lessons). A failed lessons call keeps the old lessons and the
-search goes on; it is tried again at the next proposal.
+Where it is kept is the store's business, given to the policy when it is built (`lessons_store=`):
+`MemoryStore` here (the default), `daemon/store/lessons.py` keeps it in git (a JSON blob under
+refs/autoresearch/lessons; the daemon's app.make_policy passes it). A failed lessons call keeps the
+old lessons and the search goes on; it is tried again at the next proposal.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
 from autoresearchd import defaults
 from autoresearchd.llm.base import BudgetExhausted, LLMError
+from autoresearchd.store.lessons import Lessons
 
 from .prompting import Listing, history
 
 log = logging.getLogger("autoresearchd")
 
 
-@dataclass
-class Lessons:
-    text: str = ""
-    covered: list[str] = field(default_factory=list)   # idea ids condensed into text, in order
-    updates: int = 0
-    cost_usd: float = 0.0                              # spent on lessons calls so far
-    model: str | None = None
-
-    def to_json(self) -> dict:
-        return {"text": self.text, "covered": self.covered, "updates": self.updates,
-                "cost_usd": round(self.cost_usd, 6), "model": self.model}
-
-    @classmethod
-    def from_json(cls, d: dict) -> Lessons:
-        return cls(text=str(d.get("text") or ""), covered=[str(x) for x in d.get("covered") or []],
-                   updates=int(d.get("updates") or 0), cost_usd=float(d.get("cost_usd") or 0),
-                   model=d.get("model"))
-
-
 class MemoryStore:
-    """Lessons kept in this process only (the simulator; a policy with no store attached)."""
+    """Lessons kept in this process only (the simulator; a policy built without a store)."""
 
     def __init__(self):
         self.lessons = Lessons()

@@ -99,9 +99,9 @@ class Pop:
         return read_population(self.repo, "main")
 
 
-def policy(name="evolutionary", **kw):
+def policy(name="evolutionary", lessons_store=None, **kw):
     cfg = PolicyCfg(**{"ideas_per_epoch": 40, "batch": 10, **kw})
-    return get(name)(cfg)
+    return get(name)(cfg, lessons_store=lessons_store)
 
 
 # -- the schedule -----------------------------------------------------------------------------------

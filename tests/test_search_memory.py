@@ -15,7 +15,7 @@ from test_search_mechanisms import ideas_answer, provider, user_prompt
 from autoresearchd import defaults
 from autoresearchd import llm as llm_registry
 from autoresearchd.config import LLMCfg, Price
-from autoresearchd.engine.lessons import GitLessonsStore
+from autoresearchd.store.lessons import GitLessonsStore
 from autoresearchd.llm.ensemble import build
 from autoresearchd.policies.prompting import Listing
 from autoresearchd.store.ideas import branch_for, format_message
@@ -38,9 +38,7 @@ def test_lessons_are_condensed_every_k_results_kept_in_git_and_shown_in_every_pr
     p.many(4, origin="seed", epoch=0, value=2.95)
     p.add("e000-crash01", "fused dropout", status=Status.FAILED, error="Traceback: CUDA error")
     p.many(2, origin="seed", epoch=0, start=10, value=3.1)
-    store = GitLessonsStore(p.repo)
-    pol = policy(ideas_per_epoch=10, batch=5, lessons_every=5)
-    pol.lessons_store = store
+    pol = policy(ideas_per_epoch=10, batch=5, lessons_every=5, lessons_store=GitLessonsStore(p.repo))
     with FakeLLM() as fake:
         llm = provider(fake)
         fake.script(*[lessons_or_ideas] * 6)
@@ -58,8 +56,7 @@ def test_lessons_are_condensed_every_k_results_kept_in_git_and_shown_in_every_pr
 
     # a restarted daemon (a fresh policy, the same repo) reads the lessons back and does not condense again
     # until K more results are in
-    pol2 = policy(ideas_per_epoch=10, batch=5, lessons_every=5)
-    pol2.lessons_store = GitLessonsStore(p.repo)
+    pol2 = policy(ideas_per_epoch=10, batch=5, lessons_every=5, lessons_store=GitLessonsStore(p.repo))
     for q in out:
         p.add(f"e000-{q.title[:8].lower().replace(' ', '')}", q.title, value=3.05)
     with FakeLLM() as fake:
@@ -80,8 +77,7 @@ def test_lessons_are_condensed_every_k_results_kept_in_git_and_shown_in_every_pr
 def test_a_failed_lessons_call_keeps_the_old_lessons_and_the_search_goes_on(tmp_path):
     p = Pop(tmp_path)
     p.many(5, origin="seed", epoch=0, value=2.95)
-    pol = policy(ideas_per_epoch=10, batch=5, lessons_every=5)
-    pol.lessons_store = GitLessonsStore(p.repo)
+    pol = policy(ideas_per_epoch=10, batch=5, lessons_every=5, lessons_store=GitLessonsStore(p.repo))
     with FakeLLM() as fake:
         from fake_llm import Status as HTTP
         fake.script(HTTP(400, message="bad request"), *[ideas_answer] * 3)
@@ -197,7 +193,6 @@ def test_the_daemon_wires_the_ensemble_and_keeps_lessons_and_the_proposing_model
 
     from autoresearchd.app import build_daemon
     from autoresearchd.config import load_config
-    from autoresearchd.engine.lessons import GitLessonsStore
     from autoresearchd.llm.ensemble import Ensemble
     from autoresearchd.store.population import read_population
     with FakeLLM() as fake:

@@ -14,7 +14,8 @@ import pytest
 from autoresearchd.app import build_daemon
 from autoresearchd.config import WandbCfg, load_config
 from autoresearchd.store.population import read_population
-from autoresearchd.views.wandb_mirror import CONFIG_KEYS, WandbMirror, attach
+from autoresearchd.store.lifecycle import Change, Written
+from autoresearchd.views.wandb_mirror import CONFIG_KEYS, MIRRORED, WandbMirror, make_mirror
 
 from popbuilder import build_population, write_cfg
 
@@ -112,12 +113,18 @@ def test_payload_is_an_allow_list(pop_repo):
     assert not any(v in json.dumps(p) for v in FAKE.values())
 
 
-def test_offline_runs_through_dispatcher_hold_results_and_no_secret(pop_repo, tmp_path):
+def the_mirror(daemon) -> WandbMirror:
+    """The mirror build_daemon gave the daemon's lifecycle writer when it built it (exactly one)."""
+    mirrors = [o.__self__ for o in daemon.lifecycle.observers if isinstance(getattr(o, "__self__", None), WandbMirror)]
+    assert len(mirrors) == 1, daemon.lifecycle.observers
+    return mirrors[0]
+
+
+def test_offline_runs_through_the_lifecycle_writer_hold_results_and_no_secret(pop_repo, tmp_path):
     repo, pop, wdir = pop_repo
     cfg = load_config(write_cfg(tmp_path, repo.path, '[wandb]\nenabled = true\nmode = "offline"\n'))
     daemon = build_daemon(cfg)
-    mirror = attach(daemon, cfg)
-    assert mirror is not None and mirror.written in daemon.lifecycle.observers
+    mirror = the_mirror(daemon)                 # wired by construction: nothing attached afterwards
     picked = [i for i in pop.ideas if i.note is not None and i.branch][:3]
     failed = next(i for i in pop.ideas if i.note is not None and i.value is None and i.branch)
     for i in picked + [failed]:
@@ -154,11 +161,11 @@ def test_offline_runs_through_dispatcher_hold_results_and_no_secret(pop_repo, tm
     mirror.close()
 
 
-def test_attach_does_nothing_when_disabled(pop_repo, tmp_path):
+def test_no_mirror_when_disabled(pop_repo, tmp_path):
     repo, _, _ = pop_repo
     cfg = load_config(write_cfg(tmp_path, repo.path))
     daemon = build_daemon(cfg)
-    assert attach(daemon, cfg) is None and daemon.lifecycle.observers == ()
+    assert make_mirror(cfg, daemon.research) is None and daemon.lifecycle.observers == ()
 
 
 def test_a_backfilled_decision_reaches_wandb(pop_repo, tmp_path):
@@ -169,8 +176,7 @@ def test_a_backfilled_decision_reaches_wandb(pop_repo, tmp_path):
     repo, pop, wdir = pop_repo
     cfg = load_config(write_cfg(tmp_path, repo.path, '[wandb]\nenabled = true\nmode = "offline"\n'))
     daemon = build_daemon(cfg, with_llm=False)
-    mirror = attach(daemon, cfg)
-    assert mirror is not None
+    mirror = the_mirror(daemon)
     early = [i for i in pop.ideas if i.note is not None and i.branch and i.value is not None
              and not pop.stale(i)][:2]
     assert len(early) == 2
@@ -188,3 +194,19 @@ def test_a_backfilled_decision_reaches_wandb(pop_repo, tmp_path):
         got, note = by_name[i.idea_id]["summary"], after.by_commit[i.commit].note
         assert got["delta"] == pytest.approx(note.delta, rel=1e-6) and got.get("decision") == note.decision
     mirror.close()
+
+
+def test_the_mirror_hears_only_the_mirrored_changes(pop_repo):
+    """Every change the writer makes is offered to the mirror; only MIRRORED ones become runs (a failed
+    implementation or a dropped duplicate ran nothing); a change without a note is never one."""
+    repo, pop, wdir = pop_repo
+    from autoresearchd.research import load_manifest
+    m = WandbMirror(WandbCfg(enabled=True, mode="offline"), load_manifest(repo, "refs/heads/main"),
+                    repo=repo, dir=wdir, background=False)
+    sent = []
+    m._log = lambda payload, diff: sent.append(payload["id"])     # count what would be sent, not send it
+    i = next(i for i in pop.ideas if i.note is not None and i.branch)
+    for change in Change:
+        m.written(Written(change, i.commit, i, i.note))
+    m.written(Written(Change.RESULT, i.commit, i, None))
+    assert len(sent) == len(MIRRORED) and set(MIRRORED) < set(Change)

@@ -44,8 +44,8 @@ CHECK_HELPER = "autoresearch-check"
 
 
 class AgentImplementer(Implementer):
-    def __init__(self, research, llm, cfg):
-        super().__init__(research, llm, cfg)
+    def __init__(self, research, llm, cfg, lifecycle=None):
+        super().__init__(research, llm, cfg, lifecycle)
         self.kind = cfg.implementer.kind
         self.cli = agent_cli.get(self.kind)
         self.acfg = cfg.implementer.agent

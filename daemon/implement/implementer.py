@@ -26,10 +26,11 @@ from autoresearchd.registry import Registry
 from autoresearchd.runners.sandbox import SandboxRequest
 from autoresearchd.runners.sandbox import get as get_sandbox
 from autoresearchd.store.gitrepo import GitRepo
-from autoresearchd.store.ideas import branch_for, format_message, make_idea_id, parse_message, prompt_hash
-from autoresearchd.store.ledger import Ledger
+from autoresearchd.store.ideas import branch_for, format_message, parse_message, prompt_hash
+from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.notes import Note, Status
-from autoresearchd.store.refs import IDEAS_PREFIX, IDEA_BRANCHES, PROPOSALS_PREFIX, RECORDS_PREFIX, branch_name
+from autoresearchd.store.proposals import record_proposal
+from autoresearchd.store.refs import PROPOSALS_PREFIX, branch_name
 from autoresearchd.store.trailers import parse_trailers
 from autoresearchd.vocab import Origin
 
@@ -64,42 +65,20 @@ def render_files(repo: GitRepo, commit: str, manifest, max_file_bytes: int = 200
 
 
 class Implementer:
-    def __init__(self, research, llm, cfg):
+    """Writes ideas as code: one diff-writing LLM call with self-revision. Every ref and note it writes
+    goes through `lifecycle` (store/lifecycle.py), given by app.build_daemon; one of its own when None."""
+
+    def __init__(self, research, llm, cfg, lifecycle: Lifecycle | None = None):
         self.research, self.llm, self.cfg = research, llm, cfg
         self.repo: GitRepo = research.repo
-        self.ledger = Ledger(self.repo)
+        self.lifecycle = lifecycle or Lifecycle(self.repo)
 
     # -- proposals -----------------------------------------------------------------------------------
     def record_proposal(self, prop) -> str | None:
-        """Write the proposal to git before spending anything on it. Returns its idea id (None if it
-        already exists). A proposal the policy dropped (a duplicate) becomes a record with a note."""
-        salt = prop.origin + (f"\0duplicate\0{prop.dropped_reason}" if prop.dropped_reason else "")
-        idea_id = make_idea_id(prop.text, prop.epoch, salt)
-        if self._id_taken(idea_id):
-            return None
-        base = prop.base_commit or self.research.baseline_commit
-        # Model is overwritten by the implementer's model; Idea-Model keeps who proposed it (the bandit's)
-        trailers = {"Idea-Id": idea_id, "Origin": prop.origin, "Parents": prop.parents, "Epoch": prop.epoch,
-                    "Model": prop.model, "Idea-Model": prop.model,
-                    "Idea-Cost-USD": f"{prop.cost_usd:.6f}" if prop.cost_usd else None,
-                    "Idea-Tokens": prop.tokens or None, "Prompt-Hash": getattr(prop, "prompt_hash", None),
-                    "Base": base}
-        msg = format_message(prop.title, prop.text, trailers)
-        commit = self.repo.commit_tree(self.repo.tree_of(base), [base], msg)
-        if prop.dropped_reason:
-            dup = getattr(prop, "duplicate_of", None)
-            self.ledger.write_note(commit, Note(status=Status.DUPLICATE, idea_id=idea_id, error=prop.dropped_reason,
-                                                duplicate_of=dup or None, metric=self.research.manifest.metric))
-            self.repo.update_ref(RECORDS_PREFIX + idea_id, commit)
-            return idea_id
-        self.repo.update_ref(PROPOSALS_PREFIX + idea_id, commit)
-        return idea_id
-
-    def _id_taken(self, idea_id: str) -> bool:
-        if any(self.repo.rev_parse(prefix + idea_id) for prefix in (PROPOSALS_PREFIX, RECORDS_PREFIX)):
-            return True
-        tail = "-" + idea_id.split("-")[-1]
-        return any(ref.endswith(tail) for ref in self.repo.refs(IDEA_BRANCHES))
+        """Write the proposal to git before spending anything on it (store/proposals.py). Returns its
+        idea id (None if it already exists)."""
+        return record_proposal(self.repo, self.lifecycle, prop, self.research.baseline_commit,
+                               self.research.manifest.metric)
 
     # -- implementation ------------------------------------------------------------------------------
     def implement(self, idea_id: str) -> str | None:
@@ -187,7 +166,7 @@ class Implementer:
         m = self.research.manifest
         proposed = parse_trailers(trailers)        # typed: a malformed number is absent, not a crash
         idea_cost, idea_tokens = proposed.idea_cost_usd or 0.0, proposed.idea_tokens or 0
-        blob = self.ledger.store_log(f"{idea_id}-implement",
+        blob = self.lifecycle.store_log(f"{idea_id}-implement",
                                      json.dumps(transcript, indent=1).encode())
         trailers.update({"Model": model or trailers.get("Model"), "Attempts": attempts,
                          "Tokens": tokens + idea_tokens, "Implement-Cost-USD": f"{cost:.6f}",
@@ -195,18 +174,13 @@ class Implementer:
         if tree is not None:
             commit = self.repo.commit_tree(tree, [base], format_message(title, body, trailers))
             branch = branch_for(idea_id, title, trailers.get("Origin", Origin.SEED))
-            # the mark first: it is what makes the population believe this commit's trailers
-            self.repo.update_ref(IDEAS_PREFIX + idea_id, commit)
-            self.repo.update_ref(branch, commit)
-            self.repo.delete_ref(PROPOSALS_PREFIX + idea_id)
+            self.lifecycle.implemented(idea_id, commit, branch)     # the mark, the branch; the proposal goes
             log.info("implemented %s in %d attempt(s): %s", idea_id, attempts, branch_name(branch))
             return branch
         record = self.repo.commit_tree(self.repo.tree_of(base), [base], format_message(title, body, trailers))
-        self.ledger.write_note(record, Note(status=status, idea_id=idea_id, metric=m.metric, error=error,
-                                            log=blob, tokens=tokens + idea_tokens, cost_usd=cost + idea_cost,
-                                            cost={"ideation": idea_cost, "implementation": cost}))
-        self.repo.update_ref(RECORDS_PREFIX + idea_id, record)
-        self.repo.delete_ref(PROPOSALS_PREFIX + idea_id)
+        self.lifecycle.failed(idea_id, record, Note(status=status, idea_id=idea_id, metric=m.metric, error=error,
+                                                    log=blob, tokens=tokens + idea_tokens, cost_usd=cost + idea_cost,
+                                                    cost={"ideation": idea_cost, "implementation": cost}))
         log.info("could not implement %s after %d attempt(s): %s", idea_id, attempts, (error or "")[:200])
         return None
 
@@ -333,6 +307,7 @@ _REGISTRY = Registry("implementer", "implementers", {
 names, get = _REGISTRY.names, _REGISTRY.get
 
 
-def make_implementer(research, llm, cfg) -> Implementer:
-    """The implementer that `implementer.kind` names (KeyError lists the valid kinds)."""
-    return get(cfg.implementer.kind)(research, llm, cfg)
+def make_implementer(research, llm, cfg, lifecycle: Lifecycle | None = None) -> Implementer:
+    """The implementer that `implementer.kind` names (KeyError lists the valid kinds), writing through
+    `lifecycle`."""
+    return get(cfg.implementer.kind)(research, llm, cfg, lifecycle)

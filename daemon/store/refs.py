@@ -25,7 +25,7 @@ LOGS_PREFIX = DAEMON_PREFIX + "logs/"              # run logs, anchored so gc ne
 # a measured commit (and its result) out of the population, nor leaves a child's Parents dangling
 ARCHIVE_PREFIX = DAEMON_PREFIX + "archive/"
 REPLAY_REF = DAEMON_PREFIX + "replay"              # how far a replay file was served (replaypos.py)
-LESSONS_REF = DAEMON_PREFIX + "lessons"            # the lessons scratchpad, a JSON blob (engine/lessons.py)
+LESSONS_REF = DAEMON_PREFIX + "lessons"            # the lessons scratchpad, a JSON blob (store/lessons.py)
 
 
 def branch_ref(name: str) -> str:

@@ -2,6 +2,10 @@
 as a JSON blob under refs/autoresearch/replay. A restarted daemon resumes after them instead of
 replaying the whole file again (which used up slots on duplicates). The position belongs to one
 file: a different or edited replay file starts from its beginning.
+
+Not idea state: the replay ref is where the LLM replay stopped, so it has its own writer here rather
+than going through the lifecycle writer (store/lifecycle.py), which owns the idea, proposal, record and
+archive refs and the result and lease notes.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ from autoresearchd.store.gitrepo import GitError, GitRepo
 from autoresearchd.store.refs import REPLAY_REF
 
 log = logging.getLogger("autoresearchd")
-
 
 
 def file_digest(path: Path) -> str:

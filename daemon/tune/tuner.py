@@ -26,6 +26,7 @@ from typing import Any
 from autoresearchd.config import ConfigError
 from autoresearchd.manifest import EnvManifest, KnobType
 from autoresearchd.store.ideas import Idea, format_message
+from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.lifecycle import tune_fields as note_fields  # noqa: F401 - the tuner's readers
 from autoresearchd.store import ranking
 from autoresearchd.store.notes import Origin, Status
@@ -116,10 +117,12 @@ def rebuild(pop, manifest: EnvManifest, study: str, sampler: str, seed: int, sta
 
 
 class Tuner:
-    """Writes tuned commits for the studies worth tuning. One writer: the daemon's tick calls it."""
+    """Writes tuned commits for the studies worth tuning. One writer: the daemon's tick calls it. Their
+    marks and branches go through `lifecycle` (store/lifecycle.py), given by app.build_daemon."""
 
-    def __init__(self, research, cfg):
+    def __init__(self, research, cfg, lifecycle: Lifecycle | None = None):
         self.research, self.cfg, self.repo = research, cfg, research.repo
+        self.lifecycle = lifecycle or Lifecycle(self.repo)
         self._lock = threading.Lock()           # the tick and the proposing worker both write trials
         self.router = Router(self)
         require_optuna()
@@ -210,8 +213,7 @@ class Tuner:
         tr = tr.model_copy(update={"parents": (root.idea_id,) if root is not None else (),
                                    "epoch": root.epoch if root is not None else 0, "base": base, **(extra or {})})
         commit = self.repo.commit_tree(tree, [base], format_message(title, body, tr))
-        self.repo.update_ref(IDEAS_PREFIX + idea_id, commit)    # the mark first: it makes the trailers count
-        self.repo.update_ref(branch, commit)
+        self.lifecycle.tuned(idea_id, commit, branch)    # the mark first: it makes the trailers count
         log.info("tuned trial %s: %s", idea_id, shown)
         return branch
 

@@ -1,5 +1,7 @@
 """Mirror finished trials to Weights & Biases: one W&B run per result note (an observer of
-the lifecycle writer, store/lifecycle.py: results, linked, rejected and backfilled notes).
+the lifecycle writer, store/lifecycle.py: results, linked, rejected and backfilled notes). app.build_daemon
+builds it (`make_mirror`) before the writer and gives the writer `mirror.written` as an observer, so
+no write path can skip it; a backfilled decision updates the run of the same note (`resume="allow"`).
 
 Runs are grouped by epoch (`group`), typed by origin (`job_type`) and tagged with origin, status and
 decision. The config is built from an explicit allow-list (idea id, title, origin, parents, epoch,
@@ -13,13 +15,14 @@ turn each of them off (x_disable_meta, x_disable_machine_info, x_disable_stats, 
 disable_git, save_code, x_save_requirements, console="off", a fixed program name).
 
 W&B calls run on one background thread, so a slow or offline W&B never holds up a reconcile;
-`flush()` waits for the queue, and `attach()` registers `close()` at exit.
+`flush()` waits for the queue, and `make_mirror()` registers `close()` at exit.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+import os
 import queue
 import re
 import threading
@@ -27,6 +30,7 @@ from pathlib import Path
 
 from autoresearchd import defaults
 from autoresearchd.store.diffbase import diff_base
+from autoresearchd.store.gitrepo import state_dir
 from autoresearchd.store.lifecycle import Change
 from autoresearchd.store.notes import Origin, Status, delta_kind, mean_delta
 from autoresearchd.store.refs import branch_name
@@ -162,6 +166,7 @@ class WandbMirror:
             import wandb
             run = wandb.init(project=self.cfg.project, entity=self.cfg.entity, mode=self.cfg.mode,
                              dir=str(self.dir) if self.dir else None, name=p["name"], id=p["id"],
+                             resume="allow",      # the same note again (backfilled): its run is updated
                              group=p["group"], job_type=p["job_type"], tags=p["tags"], config=p["config"],
                              settings=wandb_settings(), reinit="create_new")
             try:
@@ -190,25 +195,20 @@ class WandbMirror:
             self._thread.join(timeout)
 
 
-def attach(daemon, cfg) -> WandbMirror | None:
-    """Add a mirror to the daemon's lifecycle observers when [wandb] enabled = true. W&B files go to the
-    state dir (inside the research repo's git dir) unless WANDB_DIR says otherwise."""
-    import os
+def make_mirror(cfg, research) -> WandbMirror | None:
+    """The mirror when [wandb] enabled = true (and wandb is installed), for app.build_daemon to give the
+    lifecycle writer as an observer (`mirror.written`) when it builds it; None otherwise. W&B files go
+    to the state dir (inside the research repo's git dir) unless WANDB_DIR says otherwise."""
     if not cfg.wandb.enabled or cfg.wandb.mode == "disabled":
         return None
-    for cb in daemon.lifecycle.observers:     # idempotent: build_daemon attaches it already
-        if isinstance(getattr(cb, "__self__", None), WandbMirror):
-            return cb.__self__
     try:
-        import wandb  # noqa: F401
+        import wandb  # noqa: F401 - optional: only with [wandb] enabled
     except ImportError:
         log.warning("[wandb] enabled = true but wandb is not installed (pip install wandb); not mirroring")
         return None
-    from autoresearchd.store.gitrepo import state_dir
-    wdir = os.environ.get("WANDB_DIR") or str(state_dir(daemon.repo))
-    mirror = WandbMirror(cfg.wandb, daemon.research.manifest, repo=daemon.repo, dir=wdir,
-                         baseline_ref=daemon.research.baseline_ref)
-    daemon.lifecycle.observe(mirror.written)
+    wdir = os.environ.get("WANDB_DIR") or str(state_dir(research.repo))
+    mirror = WandbMirror(cfg.wandb, research.manifest, repo=research.repo, dir=wdir,
+                         baseline_ref=research.baseline_ref)
     atexit.register(mirror.close)
     log.info("mirroring results to W&B project %s (%s mode)", cfg.wandb.project, cfg.wandb.mode)
     return mirror

@@ -1,17 +1,25 @@
-"""Ideas from people. A pushed `idea/*` branch needs nothing here: the reconcile finds it, validates
-it on arrival (merge-base, frozen files, sizes) and runs it with Origin human. `queue_text` records
-an idea given in words as a proposal, so the implementer writes it exactly like an LLM idea (in
-replay mode only when the replay file records it: there is no model to write anything else).
+"""Ideas from people: the `queue` command. A pushed `idea/*` branch needs nothing here: the reconcile
+finds it, validates it on arrival (merge-base, frozen files, sizes) and runs it with Origin human.
+
+To queue is to record a proposal: `queue_text` checks an idea given in words (its parent, and in replay
+mode that the replay file records it: there is no model to write anything else) and records it with
+store/proposals.py, the same function the daemon records an LLM's proposal with, so the implementer
+writes it exactly like an LLM idea. The proposal ref goes through the lifecycle writer
+(store/lifecycle.py). A command, so it lives at the top beside cli.py and app.py, not in engine/.
 """
 
 from __future__ import annotations
 
-from autoresearchd.policies.base import Proposal
-
+from autoresearchd.app import default_replay_file
 from autoresearchd.config import ConfigError
-from autoresearchd.implement.implementer import Implementer
+from autoresearchd.llm import resolve_provider_name
+from autoresearchd.llm.base import LLMError
+from autoresearchd.llm.replay import ReplayProvider, title_of
+from autoresearchd.policies.base import Proposal
 from autoresearchd.research import open_research
+from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.population import read_population
+from autoresearchd.store.proposals import record_proposal
 from autoresearchd.vocab import Origin
 
 
@@ -30,7 +38,8 @@ def queue_text(cfg, text: str, parent: str | None = None, title: str | None = No
     title = replay_title(cfg, research, text, title) or title or text.splitlines()[0][:100]
     prop = Proposal(title=title, text=text, origin=Origin.HUMAN, epoch=max(pop.max_epoch(), 0), parents=parents,
                     base_commit=base)
-    idea_id = Implementer(research, None, cfg).record_proposal(prop)
+    idea_id = record_proposal(research.repo, Lifecycle(research.repo), prop, research.baseline_commit,
+                              research.manifest.metric)
     if idea_id is None:
         raise ConfigError("queue: this exact idea is already queued or recorded")
     return idea_id
@@ -40,11 +49,6 @@ def replay_title(cfg, research, text: str, title: str | None) -> str | None:
     """In replay mode the implementer can only serve recorded diffs: an idea in words is queued only
     when the replay file holds a matching record (then under that record's title, so it is found);
     otherwise the command says so at once instead of ending in implement_failed later."""
-    from autoresearchd.llm import resolve_provider_name
-
-    from autoresearchd.app import default_replay_file
-    from autoresearchd.llm.base import LLMError
-    from autoresearchd.llm.replay import ReplayProvider, title_of
     if resolve_provider_name(cfg.llm, research.manifest.name)[0] != "replay":
         return None
     # why replay: chosen in the config, or the fallback of `auto` without a key

@@ -1,0 +1,265 @@
+"""The lifecycle writer (daemon/store/lifecycle.py) is the only writer of idea state, and it writes what
+each of its methods says, against a real git repository.
+
+1. The project's code (daemon/, policies/, runners/) is read as ASTs: a call that moves a ref or writes
+   a note (update_ref, delete_ref, write_note, write_leases, note_write, note_remove, or a `.git(...)`
+   call of a ref- or notes-writing subcommand) may stand only in the modules listed in WRITERS, each
+   with why. The benchmarks and tests fabricate populations directly and are not scanned.
+2. Every method writes its refs and notes, and tells the observers; an observer that raises stops
+   neither the write nor the other observers.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from conftest import git
+
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.ideas import Idea
+from autoresearchd.store.ledger import Ledger
+from autoresearchd.store.lifecycle import NOTED, Change, Lifecycle, Written
+from autoresearchd.store.notes import Lease, Note, Status
+from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, LOGS_PREFIX, NOTES_REF,
+                                      PROPOSALS_PREFIX, RECORDS_PREFIX)
+from autoresearchd.store.trailers import Trailers
+
+ROOT = Path(__file__).resolve().parent.parent
+SCANNED = ("daemon", "policies", "runners")
+
+# the calls that move a ref or write a note
+WRITE_CALLS = {"update_ref", "delete_ref", "write_note", "write_leases", "note_write", "note_remove"}
+# git subcommands that move refs or write notes, run through a repo's `.git(...)`
+WRITE_SUBCOMMANDS = {"update-ref", "notes", "branch", "tag", "push", "fetch", "reset"}
+
+# module -> why it may write refs or notes itself
+WRITERS = {
+    "daemon/store/lifecycle.py": "the lifecycle writer: every idea, proposal, record and archive ref, "
+                                 "every result and lease note",
+    "daemon/store/ledger.py": "the note and lease I/O the lifecycle writer calls (and log blobs' anchors)",
+    "daemon/store/gitrepo.py": "the repo handle: defines update_ref/delete_ref (compare-and-swap)",
+    "daemon/store/gitnotes.py": "notes I/O: defines note_write/note_remove and the batched notes commit",
+    "daemon/store/lessons.py": "the lessons ref: the policies' memory, not idea state",
+    "daemon/store/replaypos.py": "the replay position ref: where a replay file stopped, not idea state",
+}
+
+def write_calls(path: Path) -> list[tuple[int, str]]:
+    """(line, what) of every ref- or note-writing call in one module."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+        if name in WRITE_CALLS:
+            out.append((node.lineno, name))
+        elif name == "git" and node.args and isinstance(node.args[0], ast.Constant) \
+                and node.args[0].value in WRITE_SUBCOMMANDS:
+            out.append((node.lineno, f"git {node.args[0].value}"))
+    return out
+
+
+def project_writes() -> dict[str, list[tuple[int, str]]]:
+    found = {}
+    for top in SCANNED:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if calls := write_calls(path):
+                found[path.relative_to(ROOT).as_posix()] = calls
+    return found
+
+
+def test_the_scan_finds_each_kind_of_write(tmp_path):
+    """The scanner itself: each call it must catch is caught, and reads are not."""
+    src = tmp_path / "m.py"
+    src.write_text("\n".join(f"repo.{n}('x', 'y')" for n in sorted(WRITE_CALLS)) + "\n"
+                   + "\n".join(f"repo.git({s!r}, 'x')" for s in sorted(WRITE_SUBCOMMANDS)) + "\n"
+                   + "update_ref('x', 'y')\nrepo.git('rev-parse', 'HEAD')\nrepo.read_blob('x')\n")
+    got = {what for _, what in write_calls(src)}
+    assert got == WRITE_CALLS | {f"git {s}" for s in WRITE_SUBCOMMANDS}
+
+
+def test_the_lifecycle_writer_is_the_only_writer_of_idea_state():
+    outside = {mod: calls for mod, calls in project_writes().items() if mod not in WRITERS}
+    assert not outside, ("refs or notes written outside the lifecycle writer (daemon/store/lifecycle.py); "
+                         f"write through it, or list the module in WRITERS with why: {outside}")
+
+
+def test_the_allowlists_name_modules_that_exist_and_write():
+    """An entry whose module no longer writes is stale: remove it."""
+    found = project_writes()
+    for mod in WRITERS:
+        assert (ROOT / mod).is_file(), mod
+        assert mod in found, f"{mod} writes nothing any more: take it off the allowlist"
+
+
+# -- behaviour, with real git --------------------------------------------------------------------------
+@pytest.fixture
+def repo(make_repo) -> GitRepo:
+    return GitRepo(make_repo({"train.py": "x = 1\n"}))
+
+
+@pytest.fixture
+def heard() -> list[Written]:
+    return []
+
+
+@pytest.fixture
+def life(repo, heard) -> Lifecycle:
+    return Lifecycle(repo, observers=[heard.append])
+
+
+def commit_on(repo: GitRepo, message: str) -> str:
+    head = repo.rev_parse("refs/heads/main")
+    return repo.commit_tree(repo.tree_of(head), [head], message)
+
+
+def idea_at(commit: str, branch: str | None = None, origin: str = "explore", epoch: int = 3,
+            trailers: Trailers | None = None) -> Idea:
+    """An idea of the daemon's own: its provenance from its trailers (no note read yet)."""
+    tr = (trailers or Trailers()).model_copy(update={"origin": origin, "epoch": epoch})
+    return Idea(idea_id="e001-abcd1234", commit=commit, title="t", text="x", branch=branch, trailers=tr)
+
+
+def lease(n: int) -> Lease:
+    return Lease(trial_id=f"t{n}", seed=n, runner="local", host="h", slot="h:0")
+
+
+def test_proposals_and_implementations(repo, life, heard):
+    prop = commit_on(repo, "proposal")
+    life.propose("e001-abcd1234", prop)
+    assert repo.rev_parse(PROPOSALS_PREFIX + "e001-abcd1234") == prop
+
+    done = commit_on(repo, "implemented")
+    branch = IDEA_BRANCHES + "e001/faster-abcd1234"
+    life.implemented("e001-abcd1234", done, branch)
+    assert repo.rev_parse(IDEAS_PREFIX + "e001-abcd1234") == done and repo.rev_parse(branch) == done
+    assert repo.rev_parse(PROPOSALS_PREFIX + "e001-abcd1234") is None       # the proposal went
+
+    life.propose("e001-fail0001", prop)
+    note = Note(status=Status.IMPLEMENT_FAILED, idea_id="e001-fail0001", error="no diff")
+    life.failed("e001-fail0001", prop, note)
+    assert repo.rev_parse(RECORDS_PREFIX + "e001-fail0001") == prop
+    assert repo.rev_parse(PROPOSALS_PREFIX + "e001-fail0001") is None
+    assert life.ledger.note(prop).status == Status.IMPLEMENT_FAILED
+
+    dup = commit_on(repo, "duplicate")
+    life.dropped("e001-dup00001", dup, Note(status=Status.DUPLICATE, idea_id="e001-dup00001", error="same"))
+    assert repo.rev_parse(RECORDS_PREFIX + "e001-dup00001") == dup
+    assert life.ledger.note(dup).status == Status.DUPLICATE
+
+    tuned = commit_on(repo, "tuned")
+    life.tuned("base-t1", tuned, IDEA_BRANCHES + "tune/base/1")
+    assert repo.rev_parse(IDEAS_PREFIX + "base-t1") == tuned == repo.rev_parse(IDEA_BRANCHES + "tune/base/1")
+
+    assert [(w.change, w.commit) for w in heard] == [
+        (Change.PROPOSED, prop), (Change.IMPLEMENTED, done), (Change.PROPOSED, prop), (Change.FAILED, prop),
+        (Change.DROPPED, dup), (Change.TUNED, tuned)]
+    assert heard[0].ref == PROPOSALS_PREFIX + "e001-abcd1234" and heard[1].ref == branch
+    assert heard[3].note.status == Status.IMPLEMENT_FAILED and heard[4].note.error == "same"
+
+
+def test_results_leases_and_logs(repo, life, heard):
+    c = commit_on(repo, "idea")
+    idea = idea_at(c, IDEA_BRANCHES + "e001/faster-abcd1234")
+    life.leased(c, [lease(0), lease(1)])
+    assert [lz.trial_id for lz in life.ledger.leases(c)] == ["t0", "t1"]
+    life.leased(c, [])
+    assert life.ledger.leases(c) == []                                   # an empty list removes the note
+
+    blob = life.store_log("e001-abcd1234-implement", b"transcript")
+    assert repo.rev_parse(LOGS_PREFIX + "e001-abcd1234-implement") == blob and repo.read_blob(blob) == b"transcript"
+
+    life.leased(c, [lease(0), lease(1)])
+    written = life.result(c, idea, Note(status=Status.SUCCEEDED, metric="val_loss", value=3.1), kept=[lease(1)])
+    on_disk = Ledger(repo).note(c)
+    # provenance is the daemon's record of the idea, not the note's; a runnable idea is archived
+    assert on_disk.value == 3.1 and (on_disk.origin, on_disk.epoch) == ("explore", 3) == (written.origin, written.epoch)
+    assert repo.rev_parse(ARCHIVE_PREFIX + c) == c
+    assert [lz.trial_id for lz in life.ledger.leases(c)] == ["t1"]
+
+    life.result(c, idea, Note(status=Status.SUCCEEDED, metric="val_loss", value=3.0))     # kept=None: leases stay
+    assert [lz.trial_id for lz in life.ledger.leases(c)] == ["t1"]
+
+    life.cancelled(c, idea, Note(status=Status.CANCELLED, metric="val_loss"), kept=[])
+    assert Ledger(repo).note(c).status == Status.CANCELLED and life.ledger.leases(c) == []
+
+    r = commit_on(repo, "rejected")
+    life.rejected(idea_at(r, IDEA_BRANCHES + "e001/bad-abcd1234"), Note(status=Status.REJECTED, error="frozen"))
+    assert Ledger(repo).note(r).status == Status.REJECTED and repo.rev_parse(ARCHIVE_PREFIX + r) == r
+
+    t = commit_on(repo, "twin")
+    life.linked(idea_at(t), Note(status=Status.SUCCEEDED, metric="val_loss", value=3.1))
+    assert Ledger(repo).note(t).value == 3.1
+    assert repo.rev_parse(ARCHIVE_PREFIX + t) is None                   # no idea branch: nothing to keep
+
+    # a backfill fills the decision in; the note keeps the provenance it had
+    n = Note(status=Status.SUCCEEDED, metric="val_loss", value=3.1, origin="seed", epoch=0, decision="improved")
+    life.backfilled(c, idea_at(c, origin="explore", epoch=7), n)
+    back = Ledger(repo).note(c)
+    assert back.decision == "improved" and (back.origin, back.epoch) == ("seed", 0)
+
+    assert [w.change for w in heard] == [Change.RESULT, Change.RESULT, Change.CANCELLED, Change.REJECTED,
+                                         Change.LINKED, Change.BACKFILLED]
+    assert all(w.note is not None and w.change in NOTED for w in heard)
+
+
+def test_every_change_is_told(repo, life, heard):
+    """Each Change member is made by a method, and every method tells the observers."""
+    p, c = commit_on(repo, "p"), commit_on(repo, "c")
+    life.propose("e001-aaaa0001", p)
+    life.dropped("e001-aaaa0002", p, Note(status=Status.DUPLICATE))
+    life.implemented("e001-aaaa0001", c, IDEA_BRANCHES + "e001/a-aaaa0001")
+    life.failed("e001-aaaa0003", p, Note(status=Status.IMPLEMENT_FAILED))
+    life.tuned("b-t1", c, IDEA_BRANCHES + "tune/b/1")
+    life.result(c, idea_at(c), Note(status=Status.SUCCEEDED, value=1.0))
+    life.rejected(idea_at(c), Note(status=Status.REJECTED))
+    life.linked(idea_at(c), Note(status=Status.SUCCEEDED, value=1.0))
+    life.cancelled(c, idea_at(c), Note(status=Status.CANCELLED), [])
+    life.stopped(c, idea_at(c), Note(status=Status.STOPPED), [])
+    life.backfilled(c, idea_at(c), Note(status=Status.SUCCEEDED, value=1.0, decision="improved"))
+    life.leased(c, [lease(0)])
+    told = {w.change for w in heard}
+    assert set(Change) - {Change.LEASED} <= told, set(Change) - told
+    # leases are the dispatcher's bookkeeping: written through the writer (observers may or may not hear)
+    assert [lz.trial_id for lz in life.ledger.leases(c)] == ["t0"]
+
+
+def test_an_observer_that_raises_stops_neither_the_write_nor_the_others(repo, heard):
+    def broken(event):
+        raise RuntimeError("observer down")
+    life = Lifecycle(repo, observers=[broken, heard.append])
+    c = commit_on(repo, "idea")
+    life.result(c, idea_at(c), Note(status=Status.SUCCEEDED, metric="val_loss", value=3.1))
+    life.propose("e001-abcd1234", c)
+    assert Ledger(repo).note(c).value == 3.1 and repo.rev_parse(PROPOSALS_PREFIX + "e001-abcd1234") == c
+    assert [w.change for w in heard] == [Change.RESULT, Change.PROPOSED]
+
+
+def test_observers_are_given_at_construction_or_added_once(repo, heard):
+    life = Lifecycle(repo)
+    life.observe(heard.append)
+    life.observe(heard.append)
+    assert life.observers == (heard.append,)
+    life.propose("e001-abcd1234", commit_on(repo, "p"))
+    assert len(heard) == 1
+
+
+def test_a_batch_is_one_notes_commit(repo, life):
+    cs = [commit_on(repo, f"idea {k}") for k in range(3)]
+    before = git(repo.path, "rev-list", "--count", NOTES_REF, check=False).strip() or "0"
+    with life.batch():
+        for k, c in enumerate(cs):
+            life.result(c, idea_at(c), Note(status=Status.SUCCEEDED, metric="val_loss", value=float(k)))
+    after = git(repo.path, "rev-list", "--count", NOTES_REF).strip()
+    assert int(after) == int(before) + 1
+    assert [Ledger(repo).note(c).value for c in cs] == [0.0, 1.0, 2.0]
+
+
+def test_trailers_of_a_tuned_idea_go_into_its_note(repo, life):
+    c = commit_on(repo, "tuned")
+    tr = Trailers.model_validate({"Idea-Id": "base-t2", "Tune-Study": "base", "Tune-Sampler": "tpe",
+                                  "Tune-Trial": 2, "Knobs": '{"x": 0.5}'})
+    life.result(c, idea_at(c, trailers=tr), Note(status=Status.SUCCEEDED, metric="val_loss", value=1.0))
+    assert Ledger(repo).note(c).tune == {"study": "base", "sampler": "tpe", "trial": 2, "knobs": {"x": 0.5}}
