@@ -38,9 +38,10 @@ from autoresearchd.views.safe import html_text
 
 log = logging.getLogger("autoresearchd")
 
-# the lifecycle changes mirrored: each writes an idea's (or the baseline's) result note; dropped and
-# failed proposals are records, not runs, and a cancelled old baseline's seeds were never a result
-MIRRORED = (Change.RESULT, Change.LINKED, Change.REJECTED, Change.BACKFILLED)
+# the lifecycle changes mirrored: each writes an idea's (or the baseline's) result note, a stopped idea's
+# partial run included (every failure is data); dropped and failed proposals are records, not runs, and
+# a cancelled old baseline's seeds were never a result
+MIRRORED = (Change.RESULT, Change.LINKED, Change.REJECTED, Change.BACKFILLED, Change.STOPPED)
 
 CONFIG_KEYS = ("idea_id", "title", "origin", "parents", "epoch", "seeds", "host", "accelerator", "metric", "goal",
                "model", "branch", "commit")
