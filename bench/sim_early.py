@@ -35,8 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sim_arms import Arm, JudgeKind, LoopKind, Search  # noqa: E402
-from sim_fair import HOLDOUT, run_all_with, seeds_arg  # noqa: E402
-from sim_stats import ci95, fmt_ci, fmt_paired, md, paired  # noqa: E402
+from sim_fair import run_all_with, search_seeds  # noqa: E402
+from sim_stats import ci95, fmt_ci, fmt_paired, md, paired, search_args  # noqa: E402
 from sim_stop import GRID, Rule  # noqa: E402
 from sim_world import Knobs, TimedWorld, applied  # noqa: E402
 
@@ -103,28 +103,16 @@ HEAD = ["rule", "true effect of reported best", "minus full length (paired, 95%)
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tune", action="store_true", help="grid-tune each rule's parameter (tuning seeds)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: one tuning seed, 3 GPU-h, 3 slots")
-    ap.add_argument("--seeds", help="world seeds, 'a-b' or 'a,b,c' (default: 0-9 to tune, 1000-1039 else)")
+    search_args(ap, "each rule's parameter")
     ap.add_argument("--rules", default="band,asha,median")
-    ap.add_argument("--tuned", help="JSON file of each rule's parameter: written by --tune, read otherwise")
-    ap.add_argument("--budget-h", type=float, default=16.0)
-    ap.add_argument("--slots", type=int, default=4)
-    ap.add_argument("--latency-min", type=float, default=5.0)
-    ap.add_argument("--jobs", type=int, default=1, help="worker processes (at most 2 on a shared machine)")
-    ap.add_argument("--log", help="append one JSON line per finished search to this file")
-    ap.add_argument("--from-log", help="print the table of a --log file")
     a = ap.parse_args(argv)
     rules = a.rules.split(",")
     if a.from_log:
         res = [json.loads(line) for line in open(a.from_log) if line.strip()]
         print(md(HEAD, rule_rows(res)))
         return 0
-    if a.quick:
-        a.seeds, a.budget_h, a.slots = "1", 3.0, 3
-    seeds = seeds_arg(a.seeds) if a.seeds else list(TUNING if a.tune else HOLDOUT)
-    if a.tune and set(seeds) & set(HOLDOUT):
-        ap.error("seeds 1000-1039 are the frozen hold-out: never tune on them")
+    seeds = search_seeds(ap, a, TUNING)
     base = (a.budget_h, a.slots, a.latency_min / 60)
     log = open(a.log, "a") if a.log else None
     t0 = time.monotonic()

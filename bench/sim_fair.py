@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from search_ideator import IdeatorServer  # noqa: E402
 from sim_arms import Arm, JudgeKind, LoopKind, Search  # noqa: E402
-from sim_stats import arm_table, ci95, contrast_table, fmt_ci, fmt_paired, md, paired  # noqa: E402
+from sim_stats import arm_table, ci95, contrast_table, fmt_ci, fmt_paired, md, paired, search_args  # noqa: E402
 from sim_world import CALIBRATED_NOISE_SD, Knobs, TimedWorld, applied  # noqa: E402
 
 from autoresearchd.engine import judge  # noqa: E402
@@ -133,6 +133,18 @@ def seeds_arg(s: str) -> list[int]:
     return list(range(int(a), int(b) + 1)) if b else [int(x) for x in s.split(",")]
 
 
+def search_seeds(ap, a, tuning) -> list[int]:
+    """The world seeds a search script runs (sim_early, sim_hybrid): --seeds, else the tuning seeds to
+    tune and the hold-out to measure; --quick is one seed at 3 GPU-h on 3 slots. Tuning on a hold-out
+    seed is refused."""
+    if a.quick:
+        a.seeds, a.budget_h, a.slots = "1", 3.0, 3
+    seeds = seeds_arg(a.seeds) if a.seeds else list(tuning if a.tune else HOLDOUT)
+    if a.tune and set(seeds) & set(HOLDOUT):
+        ap.error("seeds 1000-1039 are the frozen hold-out: never tune on them")
+    return seeds
+
+
 def tune(a, base: dict) -> dict:
     keys = a.arms.split(",")
     grid = [float(x) for x in a.grid.split(",")]
@@ -188,20 +200,11 @@ def sweep(a, base: dict, tuned: dict) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tune", action="store_true", help="grid-tune exploit_start per arm (tuning seeds)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: seed 1, 3 GPU-h, 3 slots, ours,paper")
+    search_args(ap, "each arm's exploit_start", "0-19 to tune, 1000-1039 else")
     ap.add_argument("--sweep", choices=sorted(SWEEPS), help="the hold-out comparison at each value of a knob")
-    ap.add_argument("--seeds", help="world seeds, 'a-b' or 'a,b,c' (default: 0-19 to tune, 1000-1039 else)")
     ap.add_argument("--arms", default="ours,paper,ours-barrier,paper-async,ours-prefix")
     ap.add_argument("--grid", default=",".join(map(str, GRID)))
-    ap.add_argument("--tuned", help="JSON file of each arm's exploit_start: written by --tune, read otherwise")
-    ap.add_argument("--budget-h", type=float, default=16.0, help="GPU-hours per search (default 16: ~96 trials)")
-    ap.add_argument("--slots", type=int, default=4, help="GPUs running trials at once (default 4)")
-    ap.add_argument("--latency-min", type=float, default=5.0,
-                    help="wall minutes of one proposal round, LLM and implementation (default 5)")
-    ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
-    ap.add_argument("--log", help="append one JSON line per finished search to this file")
-    ap.add_argument("--from-log", help="print the tables of a --log file (a hold-out run or a sweep)")
     a = ap.parse_args(argv)
     if a.from_log:
         rows = [json.loads(line) for line in open(a.from_log) if line.strip()]

@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sim_arms import Arm, JudgeKind, LoopKind, Search  # noqa: E402
 from sim_early import EXPLOIT_START, TUNING  # noqa: E402
-from sim_fair import HOLDOUT, run_all_with, seeds_arg  # noqa: E402
+from sim_fair import run_all_with, search_seeds  # noqa: E402
 from sim_knobs import GRID, TuneMode  # noqa: E402
-from sim_stats import ci95, fmt_ci, fmt_paired, md, paired  # noqa: E402
+from sim_stats import ci95, fmt_ci, fmt_paired, md, paired, search_args  # noqa: E402
 from sim_world import Knobs, TimedWorld, applied  # noqa: E402
 
 CONTRASTS = (("hybrid", "llm"), ("hybrid", "tuner"), ("tuner", "llm"))
@@ -73,27 +73,15 @@ def tables(res: list[dict]) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tune", action="store_true", help="grid-tune the tuner's and the hybrid's parameter")
     ap.add_argument("--quick", action="store_true", help="a smoke run: one tuning seed, 3 GPU-h, 3 slots")
-    ap.add_argument("--seeds", help="world seeds, 'a-b' or 'a,b,c' (default: 0-9 to tune, 1000-1039 else)")
-    ap.add_argument("--tuned", help="JSON file of each arm's parameter: written by --tune, read otherwise")
-    ap.add_argument("--budget-h", type=float, default=16.0)
-    ap.add_argument("--slots", type=int, default=4)
-    ap.add_argument("--latency-min", type=float, default=5.0)
+    search_args(ap, "the tuner's and the hybrid's parameter")
     ap.add_argument("--knob-scale", type=float, default=1.0,
                     help="scale the knob surface's amplitudes (sensitivity: how much the knobs matter)")
-    ap.add_argument("--jobs", type=int, default=1, help="worker processes (at most 2 on a shared machine)")
-    ap.add_argument("--log", help="append one JSON line per finished search to this file")
-    ap.add_argument("--from-log", help="print the tables of a --log file")
     a = ap.parse_args(argv)
     if a.from_log:
         print(tables([json.loads(line) for line in open(a.from_log) if line.strip()]))
         return 0
-    if a.quick:
-        a.seeds, a.budget_h, a.slots = "1", 3.0, 3
-    seeds = seeds_arg(a.seeds) if a.seeds else list(TUNING if a.tune else HOLDOUT)
-    if a.tune and set(seeds) & set(HOLDOUT):
-        ap.error("seeds 1000-1039 are the frozen hold-out: never tune on them")
+    seeds = search_seeds(ap, a, TUNING)
     base = (a.budget_h, a.slots, a.latency_min / 60, a.knob_scale)
     log = open(a.log, "a") if a.log else None
     t0 = time.monotonic()

@@ -84,3 +84,19 @@ def contrast_table(res: dict[str, list[dict]]) -> str:
                                                                ("wall_h", "{:+.2f}"))])
     return md(["paired difference", "isolates", "true effect of reported best", "selection regret",
                "wall-clock h"], rows)
+
+
+def search_args(ap, tuned: str, seeds_default: str = "0-9 to tune, 1000-1039 else") -> None:
+    """The options every simulator search script shares (sim_fair, sim_early, sim_hybrid): which world
+    seeds, the tuned parameters' file, the GPU-hour budget, the slots, the proposal latency, worker
+    processes, and the JSON-lines log (written by a run, read back by --from-log)."""
+    ap.add_argument("--tune", action="store_true", help=f"grid-tune {tuned} (tuning seeds)")
+    ap.add_argument("--seeds", help=f"world seeds, 'a-b' or 'a,b,c' (default: {seeds_default})")
+    ap.add_argument("--tuned", help=f"JSON file of {tuned}: written by --tune, read otherwise")
+    ap.add_argument("--budget-h", type=float, default=16.0, help="GPU-hours per search (default 16: ~96 trials)")
+    ap.add_argument("--slots", type=int, default=4, help="GPUs running trials at once (default 4)")
+    ap.add_argument("--latency-min", type=float, default=5.0,
+                    help="wall minutes of one proposal round, LLM and implementation (default 5)")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes (at most 2 on a shared machine)")
+    ap.add_argument("--log", help="append one JSON line per finished search to this file")
+    ap.add_argument("--from-log", help="print the tables of a --log file")

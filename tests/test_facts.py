@@ -155,6 +155,16 @@ def world(request, tmp_path):
     return goal, repo, sha, cfg, research, read_population(repo, MAIN)
 
 
+
+def stop_condition(cfg, pop) -> str | None:
+    """The real daemon's stop condition on this population (built from the config, then shut down)."""
+    d = build_daemon(cfg, with_llm=False)
+    try:
+        return d.stop_condition(pop)
+    finally:
+        d._pool.shutdown()
+        d.dispatcher._pool.shutdown()
+
 def test_every_reader_derives_the_same_idea_facts(world):
     goal, repo, sha, cfg, research, pop = world
     n, f, r = pop.by_commit[sha["N"]], pop.by_commit[sha["F"]], pop.by_commit[sha["R"]]
@@ -211,12 +221,7 @@ def test_every_reader_counts_the_same_spend(world, tmp_path):
     gpu_h = (BASELINE_GPU_S + SEED_GPU_S * (sum(len(x[6]) for x in OWN) + 1 + 1)) / 3600    # + N's + F's
     assert s["spend"]["gpu_hours"] == pytest.approx(gpu_h) and t["gpu_s"] / 3600 == pytest.approx(gpu_h)
     cfg.daemon.max_gpu_hours = 0.0
-    d = build_daemon(cfg, with_llm=False)
-    try:
-        assert d.stop_condition(pop) == f"GPU-hour budget reached ({gpu_h:.2f} h)"
-    finally:
-        d._pool.shutdown()
-        d.dispatcher._pool.shutdown()
+    assert stop_condition(cfg, pop) == f"GPU-hour budget reached ({gpu_h:.2f} h)"
 
 
 def test_every_reader_names_the_same_best(world):
@@ -244,12 +249,7 @@ def test_every_reader_names_the_same_best(world):
     assert greedy_base(pop, env) is by["C"]
     # the loop's target stop names it too
     cfg.daemon.target = better_by(goal, 0.1)
-    d = build_daemon(cfg, with_llm=False)
-    try:
-        assert d.stop_condition(pop) == f"target {cfg.daemon.target} reached by {by['C'].idea_id}"
-    finally:
-        d._pool.shutdown()
-        d.dispatcher._pool.shutdown()
+    assert stop_condition(cfg, pop) == f"target {cfg.daemon.target} reached by {by['C'].idea_id}"
 
 
 def test_the_tuner_tunes_the_same_best(world):

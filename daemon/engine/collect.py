@@ -12,15 +12,13 @@ import logging
 import time
 
 from autoresearchd import defaults
-from autoresearchd.engine.harness import Harness
 from autoresearchd.engine.judge import build_note, fill_baseline, flag_identical, seed_warning
 from autoresearchd.engine.plan import baseline_complete, seeds_needed
-from autoresearchd.engine.recovery import Recovery, poll_states
-from autoresearchd.engine.slots import SlotTable
+from autoresearchd.engine.recovery import poll_states
+from autoresearchd.engine.shared import Part, Shared
 from autoresearchd.runners.base import PollState
 from autoresearchd.runners.progress import dumps as curve_blob
 from autoresearchd.store.ideas import Idea
-from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.notes import Lease, Note, Status, Trial
 from autoresearchd.store.population import Population
 from autoresearchd.store.trust import suspicion
@@ -31,17 +29,12 @@ log = logging.getLogger("autoresearchd")
 KEPT = POLLED        # lease states that outlive their commit's result note (live or stale trials)
 
 
-class Collector:
+class Collector(Part):
     """Harvest, outcomes, finishing a unit (its result note), and backfill. Its own state: the trial
     directories to remove after this harvest, and the baseline (with its leases) last harvested."""
 
-    def __init__(self, cfg, research, runner, slots: SlotTable, recovery: Recovery, lifecycle: Lifecycle,
-                 pool, harness: Harness):
-        self.cfg, self.research, self.runner = cfg, research, runner
-        self.repo = research.repo
-        self.slots, self.recovery, self.lifecycle, self.harness = slots, recovery, lifecycle, harness
-        self.ledger = lifecycle.ledger           # reads only: every write goes through the lifecycle
-        self._pool = pool                        # clean-ups run here, off the tick's path
+    def __init__(self, shared: Shared):
+        super().__init__(shared)                 # clean-ups run on its pool, off the tick's path
         self._cleanups: list[dict] = []          # handles whose notes are written: remove their dirs
         self._last_baseline: tuple[str | None, list] = (None, [])   # the baseline and its leases, last harvest
 

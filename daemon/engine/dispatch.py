@@ -13,13 +13,10 @@ import logging
 import time
 
 from autoresearchd.engine.arrivals import Gate
-from autoresearchd.engine.harness import Harness
 from autoresearchd.engine.judge import fill_baseline
 from autoresearchd.engine.plan import Job
-from autoresearchd.engine.recovery import Recovery
-from autoresearchd.engine.slots import SlotTable
+from autoresearchd.engine.shared import Part, Shared
 from autoresearchd.store.ideas import Idea
-from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.notes import Lease
 from autoresearchd.store.population import Population
 from autoresearchd.store.refs import IDEA_BRANCHES
@@ -28,15 +25,10 @@ from autoresearchd.vocab import MEASURED, LeaseState, Purpose
 log = logging.getLogger("autoresearchd")
 
 
-class Dispatcher:
-    def __init__(self, cfg, research, runner, slots: SlotTable, recovery: Recovery, lifecycle: Lifecycle,
-                 pool, harness: Harness):
-        self.cfg, self.research, self.runner = cfg, research, runner
-        self.repo = research.repo
-        self.slots, self.recovery, self.lifecycle, self.harness = slots, recovery, lifecycle, harness
-        self.ledger = lifecycle.ledger           # reads only: every write goes through the lifecycle
-        self.gate = Gate(cfg, research, lifecycle)   # validation, cached per commit
-        self._pool = pool                        # submits run here, hosts at once
+class Dispatcher(Part):
+    def __init__(self, shared: Shared):
+        super().__init__(shared)                 # submits run on its pool, hosts at once
+        self.gate = Gate(shared.cfg, shared.research, shared.lifecycle)   # validation, cached per commit
 
     def free_slots(self):
         """Slots that can take a trial now (degraded hosts whose back-off ran out are probed first)."""

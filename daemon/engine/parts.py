@@ -15,6 +15,7 @@ from autoresearchd.engine.dispatch import Dispatcher
 from autoresearchd.engine.harness import Harness
 from autoresearchd.engine.health import HostHealth
 from autoresearchd.engine.recovery import Recovery
+from autoresearchd.engine.shared import Shared
 from autoresearchd.engine.slots import SlotTable
 from autoresearchd.store.lifecycle import Lifecycle
 
@@ -36,6 +37,5 @@ def build_engine(cfg, research, runner, lifecycle: Lifecycle, wake=None) -> Engi
     pool = ThreadPoolExecutor(defaults.ENGINE_POOL_THREADS, thread_name_prefix="dispatch")   # submits, clean-ups, probes
     harness = Harness(research)
     recovery = Recovery(cfg, runner, slots, health, pool, wake)
-    return Engine(slots, recovery,
-                  Collector(cfg, research, runner, slots, recovery, lifecycle, pool, harness),
-                  Dispatcher(cfg, research, runner, slots, recovery, lifecycle, pool, harness))
+    shared = Shared(cfg, research, runner, slots, recovery, lifecycle, pool, harness)
+    return Engine(slots, recovery, Collector(shared), Dispatcher(shared))
