@@ -338,3 +338,8 @@ STOPPING_GRID = 20
 compare values at the same integer step."""
 STOPPING_MAX_PEERS = 200
 """The most recent peer curves (finished trials of the current baseline) the pruners read."""
+IDEA_KNOBS_MAX = 16
+"""The most knobs one idea commit may declare in its `.autoresearch-knobs.toml` (daemon/tune/knobs.py):
+a declaration is data from a commit anyone may have pushed, and each knob widens the tuner's space."""
+IDEA_KNOBS_FILE_BYTES = 16 * 1024
+"""The largest `.autoresearch-knobs.toml` read (bytes): a larger one is refused, not parsed."""

@@ -300,11 +300,11 @@ def load_manifest(repo: GitRepo, rev: str, cfg: Config | None = None) -> EnvMani
         m = parse_manifest(text.decode(), f"{repo.path.name}:{MANIFEST_FILE}")
     except ManifestError as e:
         raise ConfigError(str(e)) from None
-    if m.knobs:     # the baseline's own knobs file: ideas are gated on theirs, the baseline here
-        from autoresearchd.tune.knobs import file_error
-        why = file_error(repo, rev, m)
-        if why:
-            raise ConfigError(f"{repo.path.name} at {rev}: {why}")
+    # the baseline's own knobs files (declaration, values): ideas are gated on theirs, the baseline here
+    from autoresearchd.tune.knobs import file_error
+    why = file_error(repo, rev, m)
+    if why:
+        raise ConfigError(f"{repo.path.name} at {rev}: {why}")
     return m
 
 

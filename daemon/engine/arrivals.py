@@ -38,7 +38,7 @@ class Gate:
                                 max_file_bytes=self.cfg.implementer.max_file_bytes,
                                 max_diff_bytes=self.cfg.implementer.max_diff_bytes)
             why = check_tree_change(self.repo, mb, idea.commit, rules)
-            if why is None and self.research.manifest.knobs:
+            if why is None:     # the knobs it declares and the values it sets (daemon/tune/knobs.py)
                 from autoresearchd.tune.knobs import file_error
                 why = file_error(self.repo, idea.commit, self.research.manifest)
         self._why[idea.commit] = why

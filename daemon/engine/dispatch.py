@@ -143,7 +143,8 @@ class Dispatcher(Part):
         m = self.research.manifest
         spec = TrialSpec(job.trial_id, job.commit, job.seed, m, self.repo.archive(job.commit, exclude=m.heldout()),
                          tar, [f for f in frozen if f not in m.heldout()], job.purpose, self.research.prepare_key())
-        if m.knobs:       # a tuned commit's values (its knobs file, validated by the gate before dispatch)
-            from autoresearchd.tune.knobs import commit_values, knob_env
-            spec.knobs = knob_env(m, commit_values(self.repo, job.commit, m))
+        # a tuned commit's values (its knobs file, checked against the manifest's knobs and the ones its
+        # idea declares; the gate validated both before dispatch)
+        from autoresearchd.tune.knobs import commit_env
+        spec.knobs = commit_env(self.repo, job.commit, m)
         return self.runner.submit(spec, slot)

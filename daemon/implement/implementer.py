@@ -196,7 +196,12 @@ class Implementer:
         return prepare_here(m, root, self.research.prepare_key(), harness)
 
     def _check(self, tree: str, changed: list[str]) -> str | None:
-        """Pre-GPU checks: compile the changed Python files, then the env's quick `check`."""
+        """Pre-GPU checks: the knobs the idea declares, compile the changed Python files, then the env's
+        quick `check`."""
+        from autoresearchd.tune.knobs import file_error
+        why = file_error(self.repo, tree, self.research.manifest)    # a bad declaration goes back to the model
+        if why:
+            return why
         py = [p for p in changed if p.endswith(".py")]
         for path, data in (self.repo.read_files(tree, py) if py else {}).items():
             try:

@@ -1,5 +1,6 @@
-"""The knob tuner: Optuna's samplers (TPE by default, CMA-ES selectable) on the manifest's knobs of a
-promising idea (or of the baseline), each suggestion written as a tuned commit.
+"""The knob tuner: Optuna's samplers (TPE by default, CMA-ES selectable) on the knobs of a promising
+idea (or of the baseline), each suggestion written as a tuned commit. A study's knobs are the
+manifest's plus the ones the tuned idea's tree declares (knobs.commit_manifest).
 
 A tuned commit is the tuned idea's code plus a knobs file (knobs.py) and nothing else, on
 `idea/tune/<study>/<n>`, marked as the daemon's own; its trailers name the study, the sampler and the
@@ -9,7 +10,8 @@ dispatched, judged against the baseline and, when it looks like a new best, conf
 Nothing lives only in memory: before each suggestion the study is rebuilt from git, every tuned commit
 of it added with `study.add_trial(create_trial(...))`: COMPLETE with its note's value, FAIL when its
 note says it failed (an `over_budget` point too: knob values that cost more compute than the cap are
-infeasible, not good), RUNNING while it has no note yet (TPE's constant liar then steers away from it).
+infeasible, not good), PRUNED when early stopping stopped it (its curve's last point is the trial's
+intermediate value), RUNNING while it has no note yet (TPE's constant liar then steers away from it).
 The sampler is seeded with the study's seed plus its number of trials, so a restarted daemon suggests
 exactly what the stopped one would have.
 """
@@ -31,7 +33,7 @@ from autoresearchd.store.lifecycle import tune_fields as note_fields  # noqa: F4
 from autoresearchd.store import ranking
 from autoresearchd.store.notes import Origin, Status
 from autoresearchd.store.refs import IDEA_BRANCHES, IDEAS_PREFIX
-from autoresearchd.tune.knobs import KNOBS_FILE, commit_values, values_file
+from autoresearchd.tune.knobs import KNOBS_FILE, KnobFileError, commit_manifest, commit_values, values_file
 
 log = logging.getLogger("autoresearchd")
 
@@ -105,13 +107,22 @@ def rebuild(pop, manifest: EnvManifest, study: str, sampler: str, seed: int, sta
         if set(params) != set(dists) or any(manifest.knob(k).check(v) for k, v in params.items()):
             continue        # knobs declared since (or ranges moved): not a point of this space
         n = i.note
+        inter: dict[int, float] = {}
         if n is None:
             state, value = TrialState.RUNNING, None
         elif n.status == Status.SUCCEEDED and n.value is not None and not pop.stale(i):
             state, value = TrialState.COMPLETE, float(n.value)
+        elif n.status == Status.STOPPED:
+            # stopped by its learning curve (engine/stopping.py): a pruned trial, as Optuna's own pruners
+            # leave one, its last reported point at the step (per cent of the run) it stopped
+            state, value = TrialState.PRUNED, None
+            ev = n.stopped or {}
+            if isinstance(ev.get("t"), (int, float)) and isinstance(ev.get("value"), (int, float)):
+                inter = {int(round(float(ev["t"]) * 100)): float(ev["value"])}
         else:
             state, value = TrialState.FAIL, None
         s.add_trial(create_trial(state=state, value=value, params=params, distributions=dists,
+                                 intermediate_values=inter,
                                  user_attrs={"commit": i.commit, "trial": i.trailers.tune_trial}))
     return s
 
@@ -127,15 +138,25 @@ class Tuner:
         self.router = Router(self)
         require_optuna()
         if not research.manifest.knobs:
-            log.warning("[tune] is enabled but the manifest declares no [[env.knobs]]: nothing to tune")
+            log.warning("[tune] is enabled but the manifest declares no [[env.knobs]]: only ideas that declare "
+                        "knobs of their own (.autoresearch-knobs.toml) are tuned")
 
     @property
     def t(self):
         return self.cfg.tune
 
+    def knobs_of(self, commit: str) -> EnvManifest:
+        """The manifest with the knobs `commit` declares (the manifest alone if its declaration is
+        invalid: the gate refused such a commit already)."""
+        try:
+            return commit_manifest(self.repo, commit, self.research.manifest)
+        except KnobFileError:
+            return self.research.manifest
+
     def targets(self, pop) -> list[tuple[str, str, Idea | None]]:
         """(study, commit to tune, its idea) for the best confirmed ideas, best first (a tuned winner
-        continues its own study); the baseline when no idea is confirmed yet."""
+        continues its own study); the baseline when no idea is confirmed yet. A study needs knobs: the
+        manifest's or the tuned idea's own."""
         m = self.research.manifest
         out: list[tuple[str, str, Idea | None]] = []
         ranked = ranking.ranked((i for i in pop.comparable() if i.confirmed), m.goal)   # the one order of "best"
@@ -147,11 +168,12 @@ class Tuner:
                     continue
             key = root.idea_id if root is not None else BASELINE_STUDY
             commit = root.commit if root is not None else pop.baseline_commit
-            if key not in {o[0] for o in out} and commit:
+            if key not in {o[0] for o in out} and commit and self.knobs_of(commit).knobs:
                 out.append((key, commit, root))
             if len(out) >= self.t.studies:
                 break
-        if not out and pop.baseline_commit and pop.baseline_value is not None:
+        if not out and pop.baseline_commit and pop.baseline_value is not None \
+                and self.knobs_of(pop.baseline_commit).knobs:
             out.append((BASELINE_STUDY, pop.baseline_commit, None))
         return out
 
@@ -161,11 +183,11 @@ class Tuner:
 
     def propose(self, pop, n: int) -> list[str]:
         """Write up to n tuned commits; returns their branch refs."""
-        m = self.research.manifest
-        if n <= 0 or not m.knobs:
+        if n <= 0:
             return []
         out = []
         for study, commit, root in self.targets(pop):
+            m = self.knobs_of(commit)           # the manifest's knobs and the ones this idea declares
             members = study_members(pop, study)
             open_ = sum(1 for i in members if i.note is None)
             while len(out) < n and len(members) < self.t.trials_per_study and open_ < self.t.parallel:
@@ -197,13 +219,12 @@ class Tuner:
               extra: dict[str, Any] | None = None) -> str | None:
         """The tuned commit: `base`'s tree with the knobs file set, on idea/tune/<study>/<number>.
         `extra`: trailer fields (a routed LLM idea keeps its origin, epoch, parents and spend)."""
-        m = self.research.manifest
         sampler = sampler or self.t.sampler
         idea_id = f"{study}-t{number}"
         branch = f"{IDEA_BRANCHES}tune/{study}/{number}"
         if self.repo.rev_parse(IDEAS_PREFIX + idea_id):
             return None                          # written already (a concurrent tick): nothing twice
-        values = {**commit_values(self.repo, base, m), **params}
+        values = {**commit_values(self.repo, base, self.research.manifest), **params}
         tree = self.repo.tree_with_files(base, {KNOBS_FILE: values_file(values)})
         shown = ", ".join(f"{k}={_fmt(v)}" for k, v in params.items())
         title = title or f"tune {study} #{number}: {shown}"
@@ -269,17 +290,17 @@ class Router:
     def route(self, pop, prop) -> str | None:
         """The branch written for `prop`, or None when it is not a knobs-only idea."""
         t = self.tuner
-        m = t.research.manifest
+        base = prop.base_commit or pop.baseline_commit
+        m = t.knobs_of(base)                          # the base idea's own knobs may be set too
         values = knobs_only(prop.text, m)
         if values is None:
             return None
-        base = prop.base_commit or pop.baseline_commit
         on = pop.by_commit.get(base)
         if on is not None and on.trailers.tune_study:
             study = on.trailers.tune_study            # a tuned parent: the same study, from its values
         else:
             study = on.idea_id if on is not None else BASELINE_STUDY
-        values = {**commit_values(t.repo, base, m), **values}
+        values = {**commit_values(t.repo, base, t.research.manifest), **values}
         extra = {"origin": prop.origin, "epoch": prop.epoch, "parents": tuple(prop.parents), "model": prop.model,
                  "idea_model": prop.model, "idea_cost_usd": prop.cost_usd or None, "cost_usd": prop.cost_usd or None,
                  "idea_tokens": prop.tokens or None, "tokens": prop.tokens or None,
