@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from autoresearchd import adopt_commands as docs
+from autoresearchd.adopt_knobs import guesses as knob_guesses, manifest_lines as knob_lines
 from autoresearchd.config import ConfigError
 from autoresearchd.manifest import MANIFEST_FILE
 from autoresearchd.store.gitrepo import GitError, GitRepo
@@ -268,6 +269,7 @@ def render_manifest(f: Findings) -> str:
         "train only on the training split" + (f", keep {EXPORT_FILE} able to rebuild and export the model"
                                               if f.needs_evaluator else "") + ").",
         "\"\"\"",
+        *knob_lines(knob_guesses(f.root, f.train)),     # last: a table header captures the keys below it
     ]
     return "\n".join(lines) + "\n"
 
@@ -356,6 +358,8 @@ def report_lines(f: Findings) -> list[str]:
         out.append(f"prepare: {f.prepare}   ({f.prepare_why})")
     for s in f.seeds:
         out.append(f"literal seed (honour $AUTORESEARCH_SEED instead): {s}")
+    if gs := knob_guesses(f.root, f.train):
+        out.append(f"knobs a tuner could set (commented in {MANIFEST_FILE}): {', '.join(g.name for g in gs)}")
     for u in f.unsure:
         out.append(f"not sure: {u}")
     return out
