@@ -7,6 +7,7 @@ out of `.autoresearch.toml`'s `[env]` table.
 from __future__ import annotations
 
 import fnmatch
+import math
 import re
 import tomllib
 from enum import Enum
@@ -20,6 +21,10 @@ from autoresearchd.goal import better
 MANIFEST_FILE = ".autoresearch.toml"
 KNOB_ENV_PREFIX = "AUTORESEARCH_KNOB_"         # a knob `lr` reaches the run as AUTORESEARCH_KNOB_LR
 _KNOB_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+# a categorical choice is a variable's value: printable ASCII, no control character (a NUL or a newline
+# would not survive the trial's environment), and short; an idea's declaration may hold one (tune/knobs.py)
+_KNOB_CHOICE = re.compile(r"^[\x20-\x7e]{1,64}$")
+KNOB_MAX_CHOICES = 64
 
 
 class KnobType(str, Enum):
@@ -50,7 +55,14 @@ class Knob(BaseModel):
         n = self.name
         if not _KNOB_NAME.match(n):
             raise ValueError(f"knob name {n!r}: lower-case letters, digits and _, starting with a letter")
+        if any(isinstance(v, float) and not math.isfinite(v) for v in (self.low, self.high, self.step, self.baseline,
+                                                                      *self.choices)):
+            raise ValueError(f"knob {n}: low, high, step, baseline and choices must be finite numbers")
         if self.type == KnobType.CATEGORICAL:
+            if len(self.choices) > KNOB_MAX_CHOICES or any(isinstance(c, str) and not _KNOB_CHOICE.match(c)
+                                                           for c in self.choices):
+                raise ValueError(f"knob {n}: at most {KNOB_MAX_CHOICES} choices, each text of 1 to 64 printable "
+                                 "ASCII characters or a number")
             if len(self.choices) < 2 or self.low is not None or self.high is not None or self.log:
                 raise ValueError(f"knob {n}: a categorical knob has `choices` (two or more) and no low/high/log")
             if self.baseline not in self.choices:

@@ -173,6 +173,12 @@ INVALID = [
      f"more than the {defaults.IDEA_KNOBS_MAX}"),
     ("# " + "x" * defaults.IDEA_KNOBS_FILE_BYTES + "\n", f"more than the {defaults.IDEA_KNOBS_FILE_BYTES}"),
     (b"\xff\xfe".decode("latin-1"), "not valid TOML"),
+    ('[[knobs]]\nname = "y"\nlow = 0.0\nhigh = inf\nbaseline = 0.5\n', "must be finite numbers"),
+    ('[[knobs]]\nname = "y"\ntype = "categorical"\nchoices = ["a", "b\\u0000c"]\nbaseline = "a"\n',
+     "printable ASCII"),
+    ('[[knobs]]\nname = "y"\ntype = "categorical"\nchoices = ["a", "b\\nc"]\nbaseline = "a"\n', "printable ASCII"),
+    ('[[knobs]]\nname = "y"\ntype = "categorical"\nchoices = [%s]\nbaseline = 0\n' % ", ".join(map(str, range(65))),
+     "at most 64 choices"),
 ]
 
 
