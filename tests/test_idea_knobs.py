@@ -94,6 +94,10 @@ def test_a_pushed_commit_declares_a_knob_and_the_tuner_tunes_it(tmp_path, make_r
     assert len(tuned) == 3
     # the manifest declares no knob: the baseline has no study of its own
     assert not tuned_of(pop, "baseline")
+    # the LLM's prompt shows that study, though the manifest declares no knob
+    from autoresearchd.tune.surface import prompt_block
+    block = prompt_block(pop, parse_manifest(NO_KNOBS))
+    assert block.startswith("## Tuned knobs") and f"- {idea.idea_id}: 3 tuned runs, best " in block, block
 
 
 class LLM:

@@ -70,20 +70,24 @@ def _fmt(v) -> str:
 
 
 def prompt_block(pop, m: EnvManifest) -> str:
-    """The prompt's tuning section: the knobs, how to ask for a knobs-only run, and what tuning found."""
-    if not m.knobs:
+    """The prompt's tuning section: the knobs, how to ask for a knobs-only run, and what tuning found
+    (the studies of ideas that declare knobs of their own too, with a manifest that declares none)."""
+    found = studies(pop, m)[:MAX_STUDIES_SHOWN]
+    if not m.knobs and not found:
         return ""
     def rng(k):
         if k.type == KnobType.CATEGORICAL:
             return f"{k.name} in {list(k.choices)} (baseline {k.baseline})"
         return f"{k.name} in [{k.low:g}, {k.high:g}]{' log' if k.log else ''} (baseline {k.baseline})"
-    lines = ["## Tuned knobs", "",
-             "A tuner sets these numbers; the code reads them from AUTORESEARCH_KNOB_<NAME>: "
-             + "; ".join(rng(k) for k in m.knobs) + ".",
-             "An experiment that only changes knob values needs no code: write its [Code Changes] as the one "
-             "line `Knobs: name=value, name=value` and it runs at once, without an implementation. "
-             "Spend code ideas on what a tuner cannot find."]
-    found = studies(pop, m)[:MAX_STUDIES_SHOWN]
+    lines = ["## Tuned knobs", ""]
+    if m.knobs:
+        lines += ["A tuner sets these numbers; the code reads them from AUTORESEARCH_KNOB_<NAME>: "
+                  + "; ".join(rng(k) for k in m.knobs) + ".",
+                  "An experiment that only changes knob values needs no code: write its [Code Changes] as the one "
+                  "line `Knobs: name=value, name=value` and it runs at once, without an implementation. "
+                  "Spend code ideas on what a tuner cannot find."]
+    else:
+        lines += ["A tuner sets the numbers that ideas declared as knobs of their own (AUTORESEARCH_KNOB_<NAME>)."]
     if found:
         lines += ["", "What tuning measured so far (best value per third of each knob's range):"]
         for s in found:
