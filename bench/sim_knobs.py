@@ -100,7 +100,9 @@ class TuneDriver:
             over = dict(floor=float(param if param is not None else GRID[self.mode][1][1]))
         self.cfg = TuneCfg(enabled=True, seed=search.w.seed, **over)
         self.manifest = EnvManifest(**{**search_env().model_dump(), "knobs": [k.model_dump() for k in KNOBS]})
-        self._tuner = SimpleNamespace(research=SimpleNamespace(manifest=self.manifest), t=self.cfg)
+        # knobs_of: the simulated ideas declare no knobs of their own (no .autoresearch-knobs.toml)
+        self._tuner = SimpleNamespace(research=SimpleNamespace(manifest=self.manifest), t=self.cfg,
+                                      knobs_of=lambda commit: self.manifest)
         self.llm_on = self.mode is not TuneMode.TUNER
         self.tuned = 0
         self.shares: list[float] = []
