@@ -136,6 +136,8 @@ class Tuner:
         self.lifecycle = lifecycle or Lifecycle(self.repo)
         self._lock = threading.Lock()           # the tick and the proposing worker both write trials
         self.router = Router(self)
+        # commit -> (the manifest it was read against, that manifest with the knobs the commit declares)
+        self._knobs: dict[str, tuple[EnvManifest, EnvManifest]] = {}
         require_optuna()
         if not research.manifest.knobs:
             log.warning("[tune] is enabled but the manifest declares no [[env.knobs]]: only ideas that declare "
@@ -148,10 +150,15 @@ class Tuner:
     def knobs_of(self, commit: str) -> EnvManifest:
         """The manifest with the knobs `commit` declares (the manifest alone if its declaration is
         invalid: the gate refused such a commit already)."""
-        try:
-            return commit_manifest(self.repo, commit, self.research.manifest)
-        except KnobFileError:
-            return self.research.manifest
+        base = self.research.manifest
+        got = self._knobs.get(commit)
+        if got is None or got[0] is not base:     # a commit never changes; a reloaded manifest may
+            try:
+                got = (base, commit_manifest(self.repo, commit, base))
+            except KnobFileError:
+                got = (base, base)
+            self._knobs[commit] = got
+        return got[1]
 
     def targets(self, pop) -> list[tuple[str, str, Idea | None]]:
         """(study, commit to tune, its idea) for the best confirmed ideas, best first (a tuned winner
