@@ -16,24 +16,25 @@ from conftest import git
 from autoresearchd.adopt import plan, report_lines
 from autoresearchd.manifest import MANIFEST_FILE, parse_manifest
 
-TRAIN = """import argparse
-p = argparse.ArgumentParser()
-p.add_argument("--lr", type=float, default=3e-4)
-p.add_argument("--weight-decay", type=float, default=0.1)
-p.add_argument("--dropout", type=float, default=0.2)
-p.add_argument("--grad_clip", type=float, default=2.0)
-p.add_argument("--label_smoothing", type=float, default=0.0)
-p.add_argument("--warmup_frac", type=float, default=1)
-p.add_argument("--n_embd", type=int, default=128)
-p.add_argument("--act", choices=["gelu", "relu"], default="gelu")
-p.add_argument("--seed", type=int, default=1337)
-p.add_argument("--max_iters", type=int, default=1000)
-p.add_argument("--eval_interval", type=int, default=100)
-p.add_argument("--compile", action="store_true")
-p.add_argument("--flag", type=bool, default=False)
-p.add_argument("--shift", type=float, default=-1.0)
-p.add_argument("--name", default="run")
-args = p.parse_args()
+# the training script's options, one add_argument call each (written out below)
+OPTIONS = [
+    '"--lr", type=float, default=3e-4',
+    '"--weight-decay", type=float, default=0.1',
+    '"--dropout", type=float, default=0.2',
+    '"--grad_clip", type=float, default=2.0',
+    '"--label_smoothing", type=float, default=0.0',
+    '"--warmup_frac", type=float, default=1',
+    '"--n_embd", type=int, default=128',
+    '"--act", choices=["gelu", "relu"], default="gelu"',
+    '"--seed", type=int, default=1337',
+    '"--max_iters", type=int, default=1000',
+    '"--eval_interval", type=int, default=100',
+    '"--compile", action="store_true"',
+    '"--flag", type=bool, default=False',
+    '"--shift", type=float, default=-1.0',
+    '"--name", default="run"',
+]
+TRAIN = "import argparse\np = argparse.ArgumentParser()\n" + "".join(f"p.add_argument({o})\n" for o in OPTIONS) + """args = p.parse_args()
 print("---")
 print(f"val_loss: {args.lr}")
 """
