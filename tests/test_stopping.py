@@ -362,3 +362,26 @@ def test_slurm_runner_stops_a_losing_idea(curve_env, tmp_path, monkeypatch, slur
     check_stopped(pop, bad, marker, full_s=12)
     assert not any(lz for i in pop.ideas for lz in i.leases)
     slurm_cluster.wait_idle(30)                 # scancel ended the job: the cluster has nothing left
+
+
+# A run whose curve (its training loss) is far above the band to its very end, t = 1, and whose final
+# step (a held-out evaluation, a last checkpoint) then takes a while: at t = 1 nothing is left to save,
+# so the metric of record, not the curve, decides. Here the evaluation is good (a regulariser: worse
+# training loss, better held-out score).
+LATE_CURVE_RUN = """import json, os, time
+with open(os.environ["AUTORESEARCH_PROGRESS"], "a") as p:
+    p.write("".join(json.dumps({"step": s, "t": s / 10, "score": 4.0 - s / 10}) + "\\n" for s in range(1, 11)))
+time.sleep(3)
+with open("out.txt", "w") as f:
+    f.write("0.5")
+"""
+
+
+def test_a_curve_that_reached_its_end_is_not_stopped(curve_env, tmp_path):
+    cfg = cfg_for(tmp_path, curve_env)
+    run_until_settled(cfg, timeout=120)          # the baseline's two seeds: the reference band
+    late = branch_idea(curve_env, "d/late", "Regularise", {"run.py": LATE_CURVE_RUN})
+    pop = run_until_settled(cfg, timeout=180)
+    note = pop.by_commit[late].note
+    assert note.status == Status.SUCCEEDED and not note.stopped, (note.status, note.stopped)
+    assert note.value == pytest.approx(0.5) and note.decision in ("promoted", "improved")

@@ -16,7 +16,8 @@ along, at its latest t, with:
    SuccessiveHalvingPruner or HyperbandPruner on a grid of t; the pruner must say prune as well.
    With fewer than `min_peers` peer curves the band decides alone.
 
-Nothing is stopped before `min_t`. A stopped idea's running trials are cancelled through the runner
+Nothing is stopped before `min_t`, nor once its curve reached t = 1 (training over: nothing is left
+to save, and the evaluation decides). A stopped idea's running trials are cancelled through the runner
 (the slot is free at the next pass of the same tick) and it gets a note with status `stopped`
 (store/lifecycle.py `stopped`) holding the evidence: its curve (a blob, as a log), the reference
 band at its t, the margin, the t it stopped at and the compute saved (the baseline's mean trial
@@ -148,7 +149,9 @@ class Stopper:
         wrote = False
         for idea, lz, pts in by_idea.values():
             t = pts[-1][0]
-            if t < self.cfg.min_t or self._seen.get(lz.trial_id) == t:
+            # at t = 1 training is over: nothing is left to save, and the metric of record (its
+            # evaluation, moments away) decides, not the run's own curve
+            if t < self.cfg.min_t or t >= 1.0 - 1e-9 or self._seen.get(lz.trial_id) == t:
                 continue
             self._seen[lz.trial_id] = t
             if peers is None:
