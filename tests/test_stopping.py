@@ -385,3 +385,24 @@ def test_a_curve_that_reached_its_end_is_not_stopped(curve_env, tmp_path):
     note = pop.by_commit[late].note
     assert note.status == Status.SUCCEEDED and not note.stopped, (note.status, note.stopped)
     assert note.value == pytest.approx(0.5) and note.decision in ("promoted", "improved")
+
+
+def test_a_stopped_idea_s_gpu_time_counts_in_the_spend(make_repo, tmp_path):
+    """A stopped trial held its GPU until it was cancelled: its note carries its compute like any note
+    (docs/notes.md "Compute fields": wall_s and gpu_s the sums over trials, wall x GPUs where no GPU
+    seconds were measured), so `status`'s GPU-hours and `daemon.max_gpu_hours` count it. A GPU env on
+    the local runner; without nvidia-smi a trial's GPU seconds are its wall time x GPUs."""
+    from autoresearchd.store.spend import compute_s, gpu_hours
+    repo = make_repo({".autoresearch.toml": TOY_MANIFEST + "gpus = 1\n", "run.py": curve_run(1.0),
+                      "evaluate.py": TOY_EVAL}, "research")
+    cfg = cfg_for(tmp_path, repo, runner='kind = "local"\ngpus = [0]')
+    run_until_settled(cfg, timeout=120)
+    bad = branch_idea(repo, "a/bad", "Worse", {"run.py": curve_run(3.0, steps=40, sleep=0.3)})
+    pop = run_until_settled(cfg, timeout=180)
+    note = pop.by_commit[bad].note
+    assert note.status == Status.STOPPED and note.stopped["saved_unit"] == "gpu"
+    (tr,) = note.trials
+    assert tr.wall_s > 1 and note.wall_s == pytest.approx(tr.wall_s)
+    assert note.gpu_s == pytest.approx(tr.wall_s) and compute_s(note, 1) == pytest.approx(tr.wall_s)
+    others = sum(compute_s(i.note, 1) for i in pop.ideas if i.note is not None and i.commit != bad)
+    assert gpu_hours(pop, 1) == pytest.approx((others + compute_s(pop.baseline_note, 1) + tr.wall_s) / 3600)

@@ -33,6 +33,7 @@ import statistics
 import time
 
 from autoresearchd import defaults
+from autoresearchd.engine.judge import _total
 from autoresearchd.runners import progress
 from autoresearchd.store.notes import Note, Status, Trial
 from autoresearchd.store.population import Population
@@ -236,7 +237,10 @@ class Stopper:
                f"({evidence['k']:g} x spread)" + (f" and {evidence['pruner']} pruned it" if evidence["pruner"] else ""))
         note = Note(status=Status.STOPPED, idea_id=idea.idea_id, metric=m.metric, goal=m.goal,
                     baseline=pop.baseline_value, baseline_commit=pop.baseline_commit, error=why,
-                    host=lead.host, trials=trials, stopped=evidence, seeds=[t.seed for t in trials])
+                    host=lead.host, trials=trials, stopped=evidence, seeds=[t.seed for t in trials],
+                    # what the trials held until they were cancelled counts like any note's compute (the
+                    # spend rule, max_gpu_hours): docs/notes.md "Compute fields"
+                    wall_s=_total(trials, "wall_s"), cpu_s=_total(trials, "cpu_s"), gpu_s=_total(trials, "gpu_s"))
         log.info("%s: %s", idea.idea_id, why)
         self.lifecycle.stopped(idea.commit, idea, note, [lz for lz in idea.leases if lz.state == LeaseState.STALE])
         try:
