@@ -406,3 +406,35 @@ def test_a_stopped_idea_s_gpu_time_counts_in_the_spend(make_repo, tmp_path):
     assert note.gpu_s == pytest.approx(tr.wall_s) and compute_s(note, 1) == pytest.approx(tr.wall_s)
     others = sum(compute_s(i.note, 1) for i in pop.ideas if i.note is not None and i.commit != bad)
     assert gpu_hours(pop, 1) == pytest.approx((others + compute_s(pop.baseline_note, 1) + tr.wall_s) / 3600)
+
+
+def test_the_curve_cache_holds_only_the_peers_and_the_band(tmp_path, monkeypatch):
+    """The stopper caches curve blobs it reads; it keeps the newest STOPPING_MAX_PEERS peers' and the
+    baseline's only, so a daemon's memory does not grow with every trial it ever measured (a real
+    population in git, every measured note with a curve blob)."""
+    from autoresearchd import defaults
+    from autoresearchd.config import StoppingCfg
+    from autoresearchd.engine.stopping import Stopper
+    from autoresearchd.store.lifecycle import Lifecycle
+    from autoresearchd.store.population import read_population
+    from autoresearchd.research import load_manifest
+    from popbuilder import build_population
+    monkeypatch.setattr(defaults, "STOPPING_MAX_PEERS", 10)
+    repo = build_population(tmp_path / "research", 60)
+    lc = Lifecycle(repo)
+    pop = read_population(repo, "refs/heads/main")
+    with lc.batch():
+        for k, (commit, note) in enumerate([(pop.baseline_commit, pop.baseline_note)] +
+                                           [(i.commit, i.note) for i in pop.ideas if i.note is not None]):
+            n = note.model_copy(deep=True)
+            for j, tr in enumerate(n.trials):
+                tr.curve = lc.store_log(f"c{k}-{j}.curve", progress.dumps(line(3.0 + k / 100 + j / 1000)))
+            lc.ledger.write_note(commit, n)
+    pop = read_population(repo, "refs/heads/main")
+    measured = [i for i in pop.ideas if i.note is not None and not pop.stale(i) and i.note.trials]
+    assert len(measured) > 20
+    stopper = Stopper(StoppingCfg(enabled=True), load_manifest(repo, "refs/heads/main"), None, lc)
+    peers = stopper._peers(pop)
+    assert len(peers) == 10
+    band_seeds = len(pop.baseline_note.trials)
+    assert len(stopper._blobs) <= 10 + band_seeds, len(stopper._blobs)

@@ -198,8 +198,18 @@ class Stopper:
         notes += [(i.note.finished_at or 0, i.note) for i in pop.ideas if i.note is not None and not pop.stale(i)
                   and (i.note.status in MEASURED or i.note.status == Status.STOPPED)]
         notes.sort(key=lambda x: x[0])
-        curves = [c for _, n in notes for tr in n.trials if (c := self.curve(tr.curve))]
-        return curves[-defaults.STOPPING_MAX_PEERS:]
+        # the newest STOPPING_MAX_PEERS curves, read newest first; only they and the baseline's stay
+        # cached (every curve ever read stayed: up to 200 points per finished trial, for the daemon's life)
+        curves: list[Curve] = []
+        keep = {t.curve for t in (pop.baseline_note.trials if pop.baseline_note else []) if t.curve}
+        for tr in (tr for _, n in reversed(notes) for tr in reversed(n.trials)):
+            if len(curves) >= defaults.STOPPING_MAX_PEERS:
+                break
+            if c := self.curve(tr.curve):
+                curves.append(c)
+                keep.add(tr.curve)
+        self._blobs = {k: v for k, v in self._blobs.items() if k in keep}
+        return curves[::-1]
 
     def saved_per_trial(self, pop: Population) -> tuple[float | None, str]:
         """The baseline's mean compute per trial: GPU seconds with GPUs, else CPU seconds."""
