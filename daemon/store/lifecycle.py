@@ -110,7 +110,9 @@ class Lifecycle:
             except Exception:  # noqa: BLE001 - an observer must never stop the loop
                 log.exception("observer of %s failed", event.change)
 
-    def _note(self, change: Change, commit: str, idea, note: Note) -> Note:
+    def _note(self, change: Change, commit: str, idea, note: Note, kept: list[Lease] | None = None) -> Note:
+        """The note, the archive ref, the leases still kept (None: left as they are), then the observers:
+        told of the whole change, never of a note whose finished trials still look leased."""
         if note.model_config.get("frozen"):
             note = note.model_copy()        # a population's note is shared (store/frozen.py): write a copy
         if idea is not None and change != Change.BACKFILLED:
@@ -121,6 +123,8 @@ class Lifecycle:
         self.ledger.write_note(commit, note)
         if idea is not None and idea.branch and idea.branch.startswith(IDEA_BRANCHES):
             self.archive(commit)            # survives a force-push or deletion of the branch
+        if kept is not None:
+            self.ledger.write_leases(commit, kept)
         self._tell(Written(change, commit, idea, note))
         return note
 
@@ -170,10 +174,7 @@ class Lifecycle:
 
     def result(self, commit: str, idea, note: Note, kept: list[Lease] | None = None) -> Note:
         """A result note from measured trials; then the leases still kept (None: left as they are)."""
-        written = self._note(Change.RESULT, commit, idea, note)
-        if kept is not None:
-            self.ledger.write_leases(commit, kept)
-        return written
+        return self._note(Change.RESULT, commit, idea, note, kept)
 
     def rejected(self, idea, note: Note) -> Note:
         return self._note(Change.REJECTED, idea.commit, idea, note)
@@ -182,16 +183,12 @@ class Lifecycle:
         return self._note(Change.LINKED, idea.commit, idea, note)
 
     def cancelled(self, commit: str, idea, note: Note, kept: list[Lease]) -> Note:
-        written = self._note(Change.CANCELLED, commit, idea, note)
-        self.ledger.write_leases(commit, kept)
-        return written
+        return self._note(Change.CANCELLED, commit, idea, note, kept)
 
     def stopped(self, commit: str, idea, note: Note, kept: list[Lease]) -> Note:
         """An idea stopped early by its curve (its trials already cancelled): the `stopped` note with
         the evidence, then the leases still kept (engine/stopping.py)."""
-        written = self._note(Change.STOPPED, commit, idea, note)
-        self.ledger.write_leases(commit, kept)
-        return written
+        return self._note(Change.STOPPED, commit, idea, note, kept)
 
     def backfilled(self, commit: str, idea, note: Note) -> Note:
         """The note's baseline, delta and decision filled in after the fact (provenance unchanged)."""
