@@ -3,9 +3,10 @@ and a one-shot job for every event that wants a tick now.
 
 Every event (a push seen by the watcher, a finished trial, a finished implementation or proposal
 round, a host whose probe passed) calls `poke`, which schedules the one-shot `wake` job to run at
-once. Up to two wake runs exist at a time, one in a pass and one waiting on the tick lock: a poke
-during a pass is served by the waiting run, whose pass starts after the poke (so no event is lost),
-and further pokes meanwhile are absorbed by it (docs/architecture.md, "Waking the loop").
+once. Up to three wake runs exist at a time: one waiting on the tick lock, one in a pass, and one
+that finished its pass but is still counted. A poke during a pass is served by the waiting run,
+whose pass starts after the poke (so no event is lost), and further pokes meanwhile are absorbed by
+it (docs/architecture.md, "Waking the loop").
 
 One tick: read refs and notes; poll the runner and write notes for finished trials; dispatch
 queued work into free slots; ask the policy for more ideas when the queue runs low. Killing the
@@ -277,12 +278,14 @@ class Daemon:
     # -- running ------------------------------------------------------------------------------------
     def poke(self) -> None:
         """An event (new idea, finished trial or implementation, watcher, a host back) wants a tick now:
-        the one-shot `wake` job, at once. At most two runs of it exist (one in a pass, one waiting on
-        the tick lock, whose pass begins after this poke); a third is skipped as already served."""
+        the one-shot `wake` job, at once. At most three runs of it exist: one waiting on the tick lock
+        (its pass begins after this poke, so a further poke is skipped as already served), one in a
+        pass, and one that has finished its pass but is still counted by apscheduler (the count drops
+        only after the run returns: with two, a poke in that gap was skipped while no run waited)."""
         if not self.scheduler.running or self._stopping.is_set():
             return
         try:
-            self.scheduler.add_job(self._safe_tick, id="wake", replace_existing=True, max_instances=2)
+            self.scheduler.add_job(self._safe_tick, id="wake", replace_existing=True, max_instances=3)
         except Exception:  # noqa: BLE001 - shutting down: the interval tick was the safety net anyway
             pass
 
