@@ -257,6 +257,10 @@ def test_the_tuner_tunes_the_same_best(world):
     from autoresearchd.tune.tuner import Tuner
     goal, repo, sha, cfg, research, pop = world
     cfg.tune.studies = 2
+    # a study needs knobs (the manifest's or the idea's own): the env declares one, as a knobbed env does
+    from autoresearchd.manifest import Knob
+    research.manifest = research.manifest.model_copy(
+        update={"knobs": [Knob(name="x", low=-2.0, high=2.0, baseline=1.5)]})
     assert [idea.commit for _, _, idea in Tuner(research, cfg).targets(pop)] == [sha["C"], sha["P"]]
 
 
