@@ -1,26 +1,29 @@
 """Loads and validates `.autoresearch.toml` (pydantic), applies environment overrides, and turns
 every mistake into one line that names the key, with a did-you-mean suggestion.
 
-Lookup: `--config PATH`, else walk up from the current directory. Environment variables override
-the file: `AUTORESEARCHD_<SECTION>__<KEY>=value` (for example `AUTORESEARCHD_LLM__PROVIDER=openai`).
-Secrets never live here: a key that looks like one is refused, and API keys are read from the
-environment by the providers alone.
+Lookup: `--config PATH`, else walk up from the current directory. pydantic-settings reads both
+sources (`Config.settings_customise_sources`): environment variables
+`AUTORESEARCHD_<SECTION>__<KEY>=value` (for example `AUTORESEARCHD_LLM__PROVIDER=openai`) over the
+TOML file over the defaults. Secrets never live here: a key that looks like one is refused, and API
+keys are read from the environment by the providers alone.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import tomllib
+from collections.abc import Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_settings import EnvSettingsSource
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 from pydantic_settings.exceptions import SettingsError
 
 from autoresearchd import defaults
+from autoresearchd.keyerrors import format_validation_error, suggest
 from autoresearchd.manifest import EnvManifest
 
 
@@ -234,7 +237,11 @@ class WandbCfg(_Strict):
     mode: Literal["online", "offline", "disabled"] = "offline"
 
 
-class Config(_Strict):
+class Config(BaseSettings):
+    """The whole config. Built by `load_config`, it reads the environment over the file over the
+    defaults; built in code (`Config(...)`), it holds its arguments over the defaults and reads nothing."""
+    model_config = SettingsConfigDict(extra="forbid", validate_assignment=True, env_prefix=ENV_PREFIX,
+                                      env_nested_delimiter="__", case_sensitive=False)
     daemon: DaemonCfg = Field(default_factory=DaemonCfg)
     research: ResearchCfg = Field(default_factory=ResearchCfg)
     llm: LLMCfg = Field(default_factory=LLMCfg)
@@ -253,6 +260,23 @@ class Config(_Strict):
         q = Path(os.path.expanduser(p))
         return q if q.is_absolute() else (base / q).resolve()
 
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings):
+        """First wins: init arguments, then the variables, then the file (pydantic-settings merges
+        tables key by key). The hook is a classmethod, so `load_config` hands it the file and the
+        environment it chose through `_LOADING`; outside `load_config` only the arguments count."""
+        loading = _LOADING.get()
+        if loading is None:
+            return (init_settings,)
+        path, environ = loading
+        return (init_settings, _EnvSource(settings_cls, environ)) + \
+            ((_TomlSource(settings_cls, path),) if path is not None else ())
+
+
+# (config file or None, environment) of the `load_config` call in progress, for the sources hook
+_LOADING: ContextVar[tuple[Path | None, Mapping[str, str]] | None] = ContextVar("config_loading", default=None)
+
 
 _SECRET_WORDS = ("api_key", "apikey", "secret", "password", "token")
 
@@ -268,62 +292,46 @@ def _check_no_secrets(data: Any, where: str = "") -> None:
             _check_no_secrets(v, key)
 
 
-def _suggest(model: type[BaseModel], loc: tuple) -> str:
-    """did-you-mean for the last key of an error location."""
-    m: Any = model
-    for part in loc[:-1]:
-        if isinstance(part, int):
-            continue
-        f = getattr(m, "model_fields", {}).get(part)
-        if f is None:
-            return ""
-        ann = f.annotation
-        for cand in (ann, *getattr(ann, "__args__", ())):
-            if isinstance(cand, type) and issubclass(cand, BaseModel):
-                m = cand
-                break
-            inner = getattr(cand, "__args__", ())
-            if inner and isinstance(inner[0], type) and issubclass(inner[0], BaseModel):
-                m = inner[0]
-                break
-    names = list(getattr(m, "model_fields", {}))
-    close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+class _TomlSource(TomlConfigSettingsSource):
+    """The config file, read by pydantic-settings; invalid TOML or a key that looks like a secret is
+    refused here, naming the file, before anything is validated."""
 
-
-def format_validation_error(e: ValidationError, model: type[BaseModel], source: str) -> str:
-    err = e.errors()[0]
-    loc = tuple(err["loc"])
-    key = ".".join(str(x) for x in loc)
-    if err["type"] == "extra_forbidden":
-        return f"{source}: unknown key '{key}'{_suggest(model, loc)}"
-    got = err.get("input")
-    got_s = f" (got {got!r})" if not isinstance(got, (dict, list)) else ""
-    return f"{source}: {key}: {err['msg']}{got_s}"
+    def _read_file(self, file_path: Path) -> dict[str, Any]:
+        try:
+            data = super()._read_file(file_path)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{file_path}: invalid TOML: {e}") from None
+        _check_no_secrets(data)
+        return data
 
 
 class _EnvSource(EnvSettingsSource):
     """`AUTORESEARCHD_<SECTION>__<KEY>` variables as a nested dict, read by pydantic-settings against
     Config's own fields, so a list or a table (hosts, prices, ensemble) arrives decoded from JSON.
+    Only names with the `__` separator count: a whole section is never replaced by one variable.
     `environ` stands in for os.environ (tests pass a dict)."""
 
-    def __init__(self, environ: dict[str, str]):
-        self._environ = environ
-        super().__init__(Config, case_sensitive=False, env_prefix=ENV_PREFIX, env_nested_delimiter="__")
+    def __init__(self, settings_cls, environ: Mapping[str, str]):
+        self._ours = {k: environ[k] for k in _override_names(environ)}
+        super().__init__(settings_cls)      # prefix, `__` and case from Config.model_config
 
     def _load_env_vars(self) -> dict[str, str]:
-        return {k.lower(): v for k, v in self._environ.items()}
+        return {k.lower(): v for k, v in self._ours.items()}
 
-
-def _merge(into: dict, over: dict, where: str = "") -> None:
-    for k, v in over.items():
-        key = f"{where}.{k}" if where else k
-        if isinstance(v, dict) and isinstance(into.get(k), dict):
-            _merge(into[k], v, key)
-        elif isinstance(v, dict) and k in into:
-            raise ConfigError(f"environment override {key}: {k} is not a table in the config file")
-        else:
-            into[k] = v
+    def __call__(self) -> dict[str, Any]:
+        # pydantic-settings skips a variable that names no field; a typo in the section must still fail
+        for name in sorted(self._ours):
+            section = name[len(ENV_PREFIX):].split("__")[0].lower()
+            if section not in Config.model_fields or section == "path":
+                raise ConfigError(f"environment: unknown key '{section}' (from {name})"
+                                  f"{suggest(Config, (section,)) if section != 'path' else ''}")
+        try:
+            return super().__call__()
+        except SettingsError:
+            # pydantic-settings names the section only; say which variables could not be read as JSON
+            bad = [n for n, v in sorted(self._ours.items()) if v.lstrip().startswith(("[", "{")) and not _is_json(v)]
+            raise ConfigError(f"environment override {', '.join(bad) or '(' + ', '.join(sorted(self._ours)) + ')'}: "
+                              "a list or table must be written as JSON, e.g. '[{\"name\": \"gpu1\"}]'") from None
 
 
 def _is_json(text: str) -> bool:
@@ -337,28 +345,6 @@ def _is_json(text: str) -> bool:
 def _override_names(environ: dict) -> list[str]:
     """The variables that override the file: `AUTORESEARCHD_<SECTION>__<KEY>`, sorted."""
     return sorted(k for k in environ if k.upper().startswith(ENV_PREFIX) and "__" in k)
-
-
-def env_overrides(data: dict, environ: dict | None = None) -> dict:
-    """Apply `AUTORESEARCHD_<SECTION>__<KEY>=value` over the file's data (in place). Only names with
-    the `__` separator count: a whole section is never replaced by one variable."""
-    environ = os.environ if environ is None else environ
-    ours = {k: environ[k] for k in _override_names(environ)}
-    # pydantic-settings skips a variable that names no field; a typo in the section must still fail
-    for name in sorted(ours):
-        section = name[len(ENV_PREFIX):].split("__")[0].lower()
-        if section not in Config.model_fields:
-            raise ConfigError(f"environment: unknown key '{section}' (from {name})"
-                              f"{_suggest(Config, (section,))}")
-    try:
-        over = _EnvSource(ours)()
-    except SettingsError:
-        # pydantic-settings names the section only; say which variables could not be read as JSON
-        bad = [n for n, v in sorted(ours.items()) if v.lstrip().startswith(("[", "{")) and not _is_json(v)]
-        raise ConfigError(f"environment override {', '.join(bad) or '(' + ', '.join(sorted(ours)) + ')'}: "
-                          "a list or table must be written as JSON, e.g. '[{\"name\": \"gpu1\"}]'") from None
-    _merge(data, over)
-    return data
 
 
 def _env_var_at(loc: tuple, environ: dict) -> str | None:
@@ -391,20 +377,16 @@ def load_config(path: str | os.PathLike | None = None, *, environ: dict | None =
         if p is None and not allow_missing:
             raise ConfigError(f"no {defaults.CONFIG_NAME} found in {Path.cwd()} or its parents; "
                               f"pass --config PATH or run `autoresearchd init`")
-    data: dict = {}
-    if p is not None:
-        try:
-            data = tomllib.loads(p.read_text())
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"{p}: invalid TOML: {e}") from None
-    _check_no_secrets(data)
-    env_overrides(data, environ)
+    environ = os.environ if environ is None else environ
+    token = _LOADING.set((p, environ))
     try:
-        cfg = Config.model_validate(data)
+        cfg = Config()
     except ValidationError as e:
-        var = _env_var_at(tuple(e.errors()[0]["loc"]), os.environ if environ is None else environ)
+        var = _env_var_at(tuple(e.errors()[0]["loc"]), environ)
         # a bad value that came from a variable is blamed on it, not on a file that does not hold it
         raise ConfigError(format_validation_error(e, Config, f"environment ({var})" if var
                                                   else str(p or "environment"))) from None
+    finally:
+        _LOADING.reset(token)
     cfg.path = p.resolve() if p else None
     return cfg

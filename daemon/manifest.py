@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from autoresearchd import defaults
 from autoresearchd.goal import better
+from autoresearchd.keyerrors import format_validation_error
 
 MANIFEST_FILE = ".autoresearch.toml"
 KNOB_ENV_PREFIX = "AUTORESEARCH_KNOB_"         # a knob `lr` reaches the run as AUTORESEARCH_KNOB_LR
@@ -238,5 +239,4 @@ def parse_manifest(text: str, source: str = MANIFEST_FILE) -> EnvManifest:
     try:
         return EnvManifest.model_validate(data["env"])
     except ValidationError as e:
-        from autoresearchd.config import format_validation_error
         raise ManifestError(format_validation_error(e, EnvManifest, source + " [env]")) from None
