@@ -24,6 +24,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autoresearchd.runners.local import local_gpu_count
+from autoresearchd.store.gitrepo import GitError, GitRepo
+
 README_NAMES = ("README.md", "README.rst", "README.txt", "README", "readme.md", "Readme.md")
 CONFIG_DIRS = ("config", "configs", "conf", "cfg")
 CONFIG_EXTS = (".py", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini")
@@ -178,7 +181,6 @@ def host_gpus() -> int:
     """CUDA devices visible here: none when CUDA_VISIBLE_DEVICES hides them all."""
     if os.environ.get("CUDA_VISIBLE_DEVICES", "x").strip() in ("", "-1"):
         return 0
-    from autoresearchd.validate import local_gpu_count
     return local_gpu_count()
 
 
@@ -295,7 +297,6 @@ def user_python() -> tuple[str | None, str | None]:
 
 def branch(root: Path) -> str:
     """The branch checked out in the repo adopt reads: the baseline."""
-    from autoresearchd.store.gitrepo import GitError, GitRepo
     try:
         return GitRepo(root).git("symbolic-ref", "-q", "--short", "HEAD", check=False).strip() or "main"
     except GitError:

@@ -6,60 +6,33 @@ set on it afterwards."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from autoresearchd import llm as llm_registry
 from autoresearchd import policies as policy_registry
-from autoresearchd import runners as runner_registry
-
-from autoresearchd import defaults
 
 from autoresearchd.config import Config, ConfigError
 from autoresearchd.engine.loop import Daemon
+from autoresearchd.engine.stopping import Stopper
 from autoresearchd.implement.implementer import make_implementer
+from autoresearchd.llm.ensemble import build
+from autoresearchd.parts import make_runner
 from autoresearchd.research import Research, open_research
 from autoresearchd.store import gitrepo
 from autoresearchd.store.lessons import GitLessonsStore
 from autoresearchd.store.lifecycle import Lifecycle
+from autoresearchd.store.population import read_population
+from autoresearchd.store.replaypos import load_position, saver
 from autoresearchd.store.spend import total
 from autoresearchd.tune.tuner import Tuner
+from autoresearchd.validate import unpriced_message
 from autoresearchd.views.wandb_mirror import make_mirror
 
 log = logging.getLogger("autoresearchd")
 
 
-def make_runner(cfg: Config, research: Research | None, *, manifest=None, local_dir: Path | None = None):
-    """The configured runner for the research's env (or for `manifest`, with local trials under
-    `local_dir`: how `doctor --run` runs a baseline without a research repo's state dir)."""
-    try:
-        cls = runner_registry.get(cfg.runner.kind)
-    except KeyError as e:
-        raise ConfigError(f"runner.kind: {e.args[0]}") from None
-    manifest = manifest or research.manifest
-    if cfg.runner.kind == "local":
-        # outside the research repo: a trial must never reach its .git (hooks, notes) or work tree
-        runner = cls(cfg.runner, manifest, local_dir or defaults.local_trial_root(str(research.repo.path)))
-    else:
-        runner = cls(cfg.runner, manifest)
-    # only the README's config-less demo may fall back to no sandbox (flagged) where bwrap is missing;
-    # everyone else gets an error until they install it or choose runner.sandbox = "none"
-    runner.sandbox_fallback = cfg.runner.sandbox is None and cfg.path is None
-    return runner
-
-
-def default_replay_file(cfg: Config, research: Research) -> Path | None:
-    """The packaged replay file for the env (e.g. envs/replays/tinygpt.jsonl), if there is one."""
-    if cfg.llm.replay_file:
-        return cfg.resolve(cfg.llm.replay_file)
-    from importlib import resources
-    p = Path(str(resources.files("autoresearchd.envs"))) / "replays" / f"{research.manifest.name}.jsonl"
-    return p if p.is_file() else None
-
-
 def restore_spend(provider, research: Research) -> None:
     """The budget counts what earlier runs of the daemon already spent (store/spend.py: the notes, then
     the daemon's own trailers)."""
-    from autoresearchd.store.population import read_population
     pop = read_population(research.repo, research.baseline_ref)
     spent = total(pop.ideas)                # the one spend rule (store/spend.py), as `status` sums it
     provider.budget.usd += spent.usd
@@ -78,12 +51,11 @@ def make_llm(cfg: Config, research: Research):
         raise ConfigError("llm.ensemble: the main provider resolved to replay; an ensemble needs a live "
                           "provider (set llm.provider and its key)")
     if name == "replay":
-        path = default_replay_file(cfg, research)
+        path = llm_registry.default_replay_file(cfg, research.manifest.name)
         if path is None:
             raise ConfigError("llm: no API key is set and no replay file is configured (llm.replay_file); "
                               "set ANTHROPIC_API_KEY or OPENAI_API_KEY, or point llm.replay_file at a JSONL file")
         provider = cls(cfg.llm, path=str(path))
-        from autoresearchd.store.replaypos import load_position, saver
         done = load_position(research.repo, path)
         provider.resume(done)
         provider.on_served = saver(research.repo, path)
@@ -95,10 +67,8 @@ def make_llm(cfg: Config, research: Research):
         models = [provider.model] + [m.model for m in cfg.llm.ensemble]
         unpriced = next((m for m in models if m not in cfg.llm.prices), None)
         if cfg.llm.budget_usd is not None and unpriced is not None:
-            from autoresearchd.validate import unpriced_message    # an unpriced model would never trip the budget
-            raise ConfigError(unpriced_message(unpriced))
+            raise ConfigError(unpriced_message(unpriced))    # an unpriced model would never trip the budget
         if cfg.llm.ensemble:
-            from autoresearchd.llm.ensemble import build
             try:
                 provider = build(cfg.llm, provider, llm_registry.get)
             except llm_registry.LLMError as e:    # a member without its key: one line, exit 2
@@ -144,7 +114,6 @@ def build_daemon(cfg: Config, with_llm: bool = True):
     tuner = Tuner(research, cfg, lifecycle) if cfg.tune.enabled else None
     stopper = None
     if cfg.stopping.enabled:
-        from autoresearchd.engine.stopping import Stopper
         stopper = Stopper(cfg.stopping, research.manifest, runner, lifecycle)
     return Daemon(cfg, research, runner, llm, policy, implementer, llm_note=note, lifecycle=lifecycle,
                   tuner=tuner, stopper=stopper)

@@ -12,12 +12,29 @@ import os
 import signal
 import sys
 import time
+import traceback
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from rich.live import Live
 from rich.logging import RichHandler
 
+from autoresearchd import adopt, defaults
+from autoresearchd.app import build_daemon
 from autoresearchd.config import ConfigError, load_config
+from autoresearchd.human import queue_text
+from autoresearchd.engine.loop import hold_daemon_lock
+from autoresearchd.research import (configure, consent_message, create_from_template, is_repo, open_research,
+                                    research_path, template_path)
+from autoresearchd.store.gitrepo import GitRepo, state_dir
+from autoresearchd.validate import require_valid
+from autoresearchd.views.doctor import doctor
+from autoresearchd.views.export import export
+from autoresearchd.views.observe import ideas_table, show, status
+from autoresearchd.views.progress import render_progress
+from autoresearchd.views.report import write_report
 from autoresearchd.views.safe import SafeConsole, SafeFormatter, one_line, visible
+from autoresearchd.views.serve import serve
 
 # every view prints through these: text from an idea is shown, never obeyed (views/safe.py)
 console = SafeConsole(stderr=False)
@@ -42,8 +59,6 @@ def _setup_logging(level: str, logfile: Path | None = None) -> None:
 
 
 def cmd_init(args, cfg) -> int:
-    from autoresearchd.research import configure, consent_message, create_from_template, research_path, template_path
-    from autoresearchd.store.gitrepo import GitRepo
     dest = Path(args.dir).resolve() if args.dir else research_path(cfg)[0]
     if (dest / ".git").exists():
         repo = GitRepo(dest)
@@ -65,18 +80,12 @@ def _refuse_second_daemon(cfg) -> None:
     """Before building anything (recovery reads and writes leases) and before --detach forks: a
     daemon already running on this repo makes `start` exit 2 naming it. The daemon itself holds
     the lock (loop.hold_daemon_lock); this only probes it."""
-    from autoresearchd.engine.loop import hold_daemon_lock
-    from autoresearchd.research import is_repo, research_path
-    from autoresearchd.store.gitrepo import GitRepo, state_dir
     path, _ = research_path(cfg)
     if is_repo(path):
         os.close(hold_daemon_lock(state_dir(GitRepo(path)), path))
 
 
 def cmd_start(args, cfg) -> int:
-    from autoresearchd.app import build_daemon
-    from autoresearchd.store.gitrepo import state_dir
-    from autoresearchd.validate import require_valid
     if args.max_ideas is not None:
         cfg.daemon.max_ideas = args.max_ideas
     warnings = require_valid(cfg)        # the same checks as `doctor`, before anything is created
@@ -124,9 +133,6 @@ def cmd_start(args, cfg) -> int:
             return any(i.note is not None for i in pop.ideas) or pop.baseline_note is not None
     live = progress = None
     if not args.detach and console.is_terminal:
-        from rich.live import Live
-
-        from autoresearchd.views.progress import render_progress
         live = Live(console=console, refresh_per_second=1, transient=True)
         live.start()
 
@@ -142,8 +148,6 @@ def cmd_start(args, cfg) -> int:
 
 
 def cmd_stop(args, cfg) -> int:
-    from autoresearchd.research import open_research
-    from autoresearchd.store.gitrepo import state_dir
     research = open_research(cfg, create=False)
     pidfile = state_dir(research.repo) / "daemon.pid"
     if not pidfile.is_file():
@@ -167,31 +171,25 @@ def cmd_stop(args, cfg) -> int:
 
 
 def cmd_status(args, cfg) -> int:
-    from autoresearchd.views.observe import status
     return status(cfg, console, as_json=args.json)
 
 
 def cmd_ideas(args, cfg) -> int:
-    from autoresearchd.views.observe import ideas_table
     return ideas_table(cfg, console, status=args.status, origin=args.origin, epoch=args.epoch,
                        as_json=args.json, limit=args.limit)
 
 
 def cmd_show(args, cfg) -> int:
-    from autoresearchd.views.observe import show
     return show(cfg, console, args.idea, diff=args.diff, full_log=args.log)
 
 
 def cmd_queue(args, cfg) -> int:
-    from autoresearchd.human import queue_text
     idea_id = queue_text(cfg, args.text, parent=args.parent, title=args.title)
     console.print(f"queued {idea_id}: the daemon will implement it (Origin: human)")
     return 0
 
 
 def cmd_adopt(args, cfg) -> int:
-    from autoresearchd import adopt
-    from autoresearchd.store.gitrepo import GitRepo
     root = Path(args.dir or ".").resolve()
     if not root.is_dir() or (found := GitRepo.discover(root)) is None or found.path != root:
         raise ConfigError(f"{root} is not the top of a git repo; adopt works on a repo's root (git init first)")
@@ -227,36 +225,31 @@ def _ask_command(f) -> int | None:
 
 
 def cmd_doctor(args, cfg) -> int:
-    from autoresearchd.views.doctor import doctor
     return doctor(cfg, console, run=args.run, budget_s=args.budget_s)
 
 
 def cmd_report(args, cfg) -> int:
     try:
-        import matplotlib  # noqa: F401 - only to name the missing extra in one line
+        import matplotlib  # noqa: F401  # lazy: the [report] extra; only to name it in one line when missing
     except ImportError:
         raise ConfigError("report needs matplotlib: pip install 'autoresearchd[report]' "
                           "(or pip install matplotlib)") from None
-    from autoresearchd.views.report import write_report
     path = write_report(cfg, Path(args.out))
     console.print(f"wrote {path}")
     return 0
 
 
 def cmd_export(args, cfg) -> int:
-    from autoresearchd.views.export import export
     n = export(cfg, Path(args.out), fmt=args.format)
     console.print(f"exported {n} ideas to {args.out}")
     return 0
 
 
 def cmd_serve(args, cfg) -> int:
-    from autoresearchd.views.serve import serve
     return serve(cfg, host=args.host, port=args.port, token=args.token, token_file=args.token_file)
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
     try:
         return version("autoresearchd")
     except PackageNotFoundError:
@@ -315,7 +308,6 @@ def parser() -> argparse.ArgumentParser:
     s = _command(sub, "export", help="export the population as trajectories")
     s.add_argument("--out", default="trajectories.jsonl", help="output file (default: trajectories.jsonl)")
     s.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl", help="file format (default: jsonl)")
-    from autoresearchd import defaults
     s = _command(sub, "serve", help="a live, read-only web dashboard of the search")
     s.add_argument("--host", default=defaults.SERVE_HOST, help="address to bind (anything but loopback needs a token)")
     s.add_argument("--port", type=int, default=defaults.SERVE_PORT, help="0 picks a free port")
@@ -332,7 +324,6 @@ COMMANDS = {"init": cmd_init, "start": cmd_start, "stop": cmd_stop, "status": cm
 
 def _traceback_shown(tp, value, tb) -> None:
     """An uncaught exception's traceback, made visible: its message may quote a title or a log."""
-    import traceback
     sys.stderr.write(visible("".join(traceback.format_exception(tp, value, tb))))
 
 

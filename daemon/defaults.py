@@ -1,6 +1,9 @@
 """Every default value of the daemon, in one place (rq style). Config models read from here.
 Ref names are not defaults (nothing configures them): they live in store/refs.py."""
 
+import hashlib
+import os
+
 STATE_DIR = ".autoresearch"                    # inside the research repo's git dir
 CONFIG_NAME = ".autoresearch.toml"
 NOTE_SCHEMA = 1
@@ -224,8 +227,6 @@ SANDBOX_PASS_ENV = ("LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM_THREADS", "TZ")
 def local_trial_root(repo_path: str) -> str:
     """Default trial root of the local runner: outside the research repo (its .git and work tree),
     under ~/.cache, one folder per research repo."""
-    import hashlib
-    import os
     name = os.path.basename(os.path.abspath(repo_path).rstrip("/")) or "repo"
     tag = hashlib.sha256(os.path.abspath(repo_path).encode()).hexdigest()[:10]
     return os.path.join(os.path.expanduser(LOCAL_TRIAL_ROOT), f"{name}-{tag}")

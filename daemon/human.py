@@ -10,9 +10,8 @@ writes it exactly like an LLM idea. The proposal ref goes through the lifecycle 
 
 from __future__ import annotations
 
-from autoresearchd.app import default_replay_file
 from autoresearchd.config import ConfigError
-from autoresearchd.llm import resolve_provider_name
+from autoresearchd.llm import default_replay_file, resolve_provider_name
 from autoresearchd.llm.base import LLMError
 from autoresearchd.llm.replay import ReplayProvider, title_of
 from autoresearchd.policies.base import Proposal
@@ -53,7 +52,7 @@ def replay_title(cfg, research, text: str, title: str | None) -> str | None:
         return None
     # why replay: chosen in the config, or the fallback of `auto` without a key
     mode = "replay mode (llm.provider = \"replay\")" if cfg.llm.provider == "replay" else "replay mode (no API key)"
-    path = default_replay_file(cfg, research)
+    path = default_replay_file(cfg, research.manifest.name)
     if path is None:
         raise ConfigError(f"queue: {mode} has no replay file, so nothing can implement "
                           "an idea in words; set ANTHROPIC_API_KEY or OPENAI_API_KEY, or push a branch")

@@ -16,6 +16,11 @@ from autoresearchd.config import Config, ConfigError
 from autoresearchd.manifest import MANIFEST_FILE, EnvManifest, ManifestError, parse_manifest
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.refs import DAEMON_GROUPS, DAEMON_PREFIX, IDEA_BRANCHES, NOTES_REF, branch_ref
+from autoresearchd.envs import template_dir
+from autoresearchd.runners.prepare import prepare_key
+from autoresearchd.manifest import match_globs
+from autoresearchd.tune.knobs import file_error
+from autoresearchd.adopt import EVAL_FILE, EXPORT_FILE
 
 # Every hook the daemon installs first re-executes itself with an empty environment (PATH and the
 # git dir only): a push or a ref update may come from a process that holds secrets.
@@ -174,7 +179,6 @@ def template_path(cfg: Config, name: str) -> Path:
     p = cfg.resolve(name)
     if (p / MANIFEST_FILE).is_file():
         return p
-    from autoresearchd.envs import template_dir
     try:
         return template_dir(Path(name).name)
     except KeyError as e:
@@ -270,7 +274,6 @@ class Research:
         """The cache key of the manifest's prepare step (empty when there is none), from the baseline."""
         if not self.manifest.prepare:
             return ""
-        from autoresearchd.runners.prepare import prepare_key
         base = self.baseline_commit
         if base not in self._prepare_keys:        # one ls-tree per baseline, not one per dispatch
             files = [f for f in self.frozen_files(base) if _match_any(f, self.manifest.prepare_inputs)]
@@ -280,7 +283,6 @@ class Research:
 
 
 def _match_any(path: str, globs: list[str]) -> bool:
-    from autoresearchd.manifest import match_globs
     return match_globs(path, globs)
 
 
@@ -301,7 +303,6 @@ def load_manifest(repo: GitRepo, rev: str, cfg: Config | None = None) -> EnvMani
     except ManifestError as e:
         raise ConfigError(str(e)) from None
     # the baseline's own knobs files (declaration, values): ideas are gated on theirs, the baseline here
-    from autoresearchd.tune.knobs import file_error
     why = file_error(repo, rev, m)
     if why:
         raise ConfigError(f"{repo.path.name} at {rev}: {why}")
@@ -311,8 +312,6 @@ def load_manifest(repo: GitRepo, rev: str, cfg: Config | None = None) -> EnvMani
 def _uncommitted(repo: GitRepo, rev: str) -> str:
     """The manifest is on disk (adopt wrote it) but not in the baseline commit: say so, and how to
     commit it with the files adopt wrote beside it that are not committed either."""
-    import shlex
-    from autoresearchd.adopt import EVAL_FILE, EXPORT_FILE
     branch = rev.removeprefix("refs/heads/")
     files = [MANIFEST_FILE] + [f for f in (EVAL_FILE, EXPORT_FILE, ".gitignore") if (repo.path / f).is_file()
                                and repo.read_blob(f"{rev}:{f}") != (repo.path / f).read_bytes()]

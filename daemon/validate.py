@@ -10,16 +10,24 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from autoresearchd import defaults
+from autoresearchd import llm as llm_registry
+from autoresearchd import policies as policy_registry
+from autoresearchd import runners as runner_registry
 from autoresearchd.config import Config, ConfigError
-from autoresearchd.manifest import MANIFEST_FILE, EnvManifest
+from autoresearchd.implement import agent_cli, implementer
+from autoresearchd.manifest import MANIFEST_FILE, EnvManifest, ManifestError, match_globs, parse_manifest
+from autoresearchd.parts import make_runner
+from autoresearchd.research import is_repo, load_manifest, research_path, template_path
+from autoresearchd.runners.local import local_gpu_count
+from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.refs import branch_name, branch_ref
+from autoresearchd.vocab import Level
 
-ERROR, WARN, OK = "error", "warn", "ok"
+ERROR, WARN, OK = Level.ERROR, Level.WARN, Level.OK
 
 
 @dataclass
@@ -47,8 +55,6 @@ def _registry_name(what: str, names: list[str], name: str) -> Finding | None:
 def env_source(cfg: Config) -> EnvSource:
     """The manifest and file list `start` would use, read without creating or configuring anything.
     Raises ConfigError naming the exact key at fault."""
-    from autoresearchd.research import is_repo, load_manifest, research_path, template_path
-    from autoresearchd.store.gitrepo import GitRepo
     path, _ = research_path(cfg)        # the repo `start` would use (init DIR's repo is DIR itself)
     if is_repo(path):
         repo = GitRepo(path)
@@ -76,7 +82,6 @@ def env_source(cfg: Config) -> EnvSource:
         raise ConfigError(f"research.env: the env template {p} {why}; give a directory holding an "
                           f"environment (docs/environment.md) or a packaged env name (tinygpt, nanogpt, grpo)")
     root = template_path(cfg, name)
-    from autoresearchd.manifest import ManifestError, parse_manifest
     try:
         manifest = cfg.env or parse_manifest((root / MANIFEST_FILE).read_text(), f"{root.name}/{MANIFEST_FILE}")
     except ManifestError as e:
@@ -138,24 +143,10 @@ def manifest_findings(src: EnvSource, cfg: Config) -> list[Finding]:
 
 
 def _glob_hits(glob: str, path: str) -> bool:
-    from autoresearchd.manifest import match_globs
     return match_globs(path, [glob])
 
 
-def local_gpu_count() -> int:
-    """GPUs visible on this machine (nvidia-smi, else /dev/nvidiaN)."""
-    import subprocess
-    if shutil.which("nvidia-smi"):
-        try:
-            p = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
-            return sum(1 for ln in p.stdout.splitlines() if ln.startswith("GPU "))
-        except (OSError, subprocess.SubprocessError):
-            return 0
-    return sum(1 for p in Path("/dev").glob("nvidia[0-9]*"))
-
-
 def runner_findings(cfg: Config, m: EnvManifest | None) -> list[Finding]:
-    from autoresearchd import runners as runner_registry
     r = cfg.runner
     bad = _registry_name("runner.kind", runner_registry.names(), r.kind)
     if bad:
@@ -196,7 +187,6 @@ def runner_findings(cfg: Config, m: EnvManifest | None) -> list[Finding]:
 def _construct(cfg: Config, m: EnvManifest | None) -> list[Finding]:
     """Build the runner without connecting: host entries it cannot use (an ssh alias with no ssh
     config, duplicate names) are refused here rather than as a traceback at start."""
-    from autoresearchd.app import make_runner
     try:
         make_runner(cfg, None, manifest=m or EnvManifest(run="true", metric="m")).close()
     except (ValueError, ConfigError) as e:
@@ -205,8 +195,6 @@ def _construct(cfg: Config, m: EnvManifest | None) -> list[Finding]:
 
 
 def llm_findings(cfg: Config, src: EnvSource | None) -> list[Finding]:
-    from autoresearchd import llm as llm_registry
-    from autoresearchd import policies as policy_registry
     out = []
     bad = _registry_name("policy.name", policy_registry.names(), cfg.policy.name)
     if bad:
@@ -266,8 +254,6 @@ def _provider_findings(cfg: Config, src: EnvSource | None, name: str) -> list[Fi
 def _implementer_findings(cfg: Config) -> list[Finding]:
     """implementer.kind names a known implementer; a coding agent's CLI is installed, and its
     sessions can be priced (docs/llm.md, "Coding agents")."""
-    from autoresearchd.implement import agent_cli
-    from autoresearchd.implement import implementer
     kind, a = cfg.implementer.kind, cfg.implementer.agent
     bad = _registry_name("implementer.kind", implementer.names(), kind)
     if bad or kind == "diff":
@@ -295,8 +281,7 @@ def default_model(provider: str) -> str:
 
 
 def _packaged_replay(env_name: str) -> bool:
-    from autoresearchd.llm import packaged_replay
-    return packaged_replay(env_name) is not None
+    return llm_registry.packaged_replay(env_name) is not None
 
 
 def findings(cfg: Config) -> tuple[list[Finding], EnvSource | None]:

@@ -111,3 +111,11 @@ def known(enum: type[Enum], value):
         return enum._value2member_map_.get(value, value)
     except TypeError:           # unhashable: not a word at all, kept for the caller to judge
         return value
+
+
+class Level(str, Enum):
+    """How a finding of the checks counts (validate.py for `start` and `doctor`, runners/interp.py for
+    a host's interpreter): an error stops `start`, a warning is printed, ok is a passed check."""
+    ERROR = "error"
+    WARN = "warn"
+    OK = "ok"

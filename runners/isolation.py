@@ -14,11 +14,15 @@ import logging
 import shlex
 from dataclasses import dataclass, field
 
+from autoresearchd import defaults
 from autoresearchd.manifest import EnvManifest
+from autoresearchd.vocab import Level
 
 from . import interp
 from . import sandbox as sandboxes
 from .protocol import Shell
+
+ERROR, WARN, OK = Level.ERROR, Level.WARN, Level.OK      # sandbox_check's findings, as validate's
 
 log = logging.getLogger("autoresearchd")
 
@@ -117,3 +121,74 @@ def model_prefix(hs: HostSandbox, tdir: str, m: EnvManifest, ro: list[str]) -> l
                                    readonly=ro + [f"{tdir}/model", f"{tdir}/artifacts", f"{tdir}/io/cur/in"],
                                    network=False, gpus=m.gpus)
     return hs.sandbox.prefix(req)
+
+
+def sandbox_check(runner, host: str, manifest) -> list[tuple[str, str, str]]:
+    """(level, what, hint) findings of the interpreter check on `host`: the resolved interpreters run
+    inside the trial's sandbox, with the trial's PATH, must be the same ones, see every `sys.path`
+    entry they see outside, import torch where they do outside, and each step's first command must
+    resolve there. Levels are vocab.Level's, as validate's findings."""
+    q = shlex.quote
+    hs = runner.host_sandbox(host)
+    py: interp.Python | None = getattr(hs, "python", None)
+    if py is not None and py.error():
+        return [(ERROR, f"interpreter on {host}: {py.error()}", "docs/hosts.md, \"Interpreters\"")]
+    outside = py.ok if py else []
+    d = f"{runner.work_root(host).rstrip('/')}/.interp-check"
+    bound = hs.env_dirs + list(getattr(runner.cfg, "sandbox_binds", [])) + list(defaults.SANDBOX_SYSTEM_DIRS)
+    req = sandboxes.SandboxRequest(argv=[], cwd=d, writable=[d], readonly=bound, gpus=manifest.gpus)
+    words = interp.first_words(manifest.setup, manifest.run, manifest.evaluate)
+    torch, seen = [], set()
+    for i in outside:                  # once per interpreter (python and python3 are mostly one)
+        if i.info.get("torch") and i.info.get("real") not in seen:
+            torch.append(i.name)
+            seen.add(i.info.get("real"))
+    script = interp.inside_script([i.name for i in outside], torch, words)
+    path = runner.trial_path(host)
+    qp = '"$PATH"'.join(q(p) for p in path.split("$PATH"))
+    # the trial's environment (trial.sh's base_env): the host variables it passes, when set
+    passed = " ".join(q(v) for v in defaults.SANDBOX_PASS_ENV)
+    cmd = (f"mkdir -p {q(d)} && export PATH={qp} && a=() && for v in {passed}; do "
+           '[ -n "${!v+x}" ] && a+=("$v=${!v}"); done; ' + " ".join(q(a) for a in hs.sandbox.prefix(req)) +
+           f' env -i PATH="$PATH" HOME={q(d)} LANG=C.UTF-8 "${{a[@]}}" bash -c {q(script)}; rc=$?; rm -rf {q(d)}; exit $rc')
+    rc, out, err = runner.shell_for(host).run(f"exec bash -c {q(cmd)}", timeout=120)
+    lines = out.decode(errors="replace").splitlines()
+    if rc != 0:
+        return [(ERROR, f"interpreter check on {host}: the sandbox exited {rc}: "
+                        f"{err.decode(errors='replace').strip()[-300:] or '(no output)'}", "")]
+    inside = {i.name: i for i in interp.parse(lines).found}
+    res: list[tuple[str, str, str]] = []
+    fix = "docs/operations.md, \"Exit 127\""
+    for i in outside:
+        j = inside.get(i.name)
+        if j is None:
+            res.append((ERROR, f"`{i.name}` is not found inside the sandbox on {host} (outside: {i.executable})", fix))
+            continue
+        if not j.info:
+            res.append((ERROR, f"`{i.name}` inside the sandbox on {host} ({j.command}) does not start: "
+                               f"{j.error.replace(chr(31), ' ').strip()[-300:]}", fix))
+            continue
+        if j.executable != i.executable:
+            res.append((ERROR, f"`{i.name}` inside the sandbox on {host} is {j.executable}, outside {i.executable}", fix))
+        # absent inside, or there only as an empty parent of narrower binds (as $HOME may be)
+        seen = set(j.info.get("dirs", []))
+        lost = [p for p in i.info.get("path", []) if p in i.info.get("dirs", []) and (p not in seen or not any(
+                p == b or p.startswith(b.rstrip("/") + "/") for b in bound))]
+        if lost:
+            res.append((ERROR, f"`{i.name}` inside the sandbox on {host} cannot see {', '.join(lost)} (on its "
+                               f"sys.path outside)", "add them to runner.sandbox_binds (docs/hosts.md, \"Interpreters\")"))
+    for ln in lines:
+        if ln.startswith("torch ") and not ln.endswith(" ok"):
+            _, n, why = (ln.split(" ", 2) + [""])[:3]
+            res.append((ERROR, f"`{n}` imports torch outside the sandbox on {host} but not inside: {why.strip()[-300:]}",
+                        "bind what it loads from outside its env (a CUDA install under /opt, say) with "
+                        "runner.sandbox_binds (docs/hosts.md, \"Interpreters\")"))
+        elif ln.startswith("nocmd "):
+            w = ln[6:]
+            res.append((WARN if manifest.setup and w not in [i.name for i in outside] else ERROR,
+                        f"`{w}` (a step's first command) is not found inside the sandbox on {host}; trials would exit 127", fix))
+    if not res:
+        what = "; ".join(f"{i.name} = {i.executable}" + (f" (via {i.command})" if i.shim else "") for i in outside)
+        res.append((OK, f"interpreter inside the sandbox on {host}: {what or 'no python needed'}"
+                        + (f"; {', '.join(words)} found" if words else ""), ""))
+    return res

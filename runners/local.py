@@ -7,6 +7,7 @@ CUDA_VISIBLE_DEVICES); a CPU-only machine gets `runner.slots` CPU slots.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,17 @@ from typing import ClassVar
 from autoresearchd.manifest import EnvManifest
 
 from .base import ShellRunner, Slot, scrubbed_env
+
+
+def local_gpu_count() -> int:
+    """GPUs visible on this machine (nvidia-smi, else /dev/nvidiaN)."""
+    if shutil.which("nvidia-smi"):
+        try:
+            p = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+            return sum(1 for ln in p.stdout.splitlines() if ln.startswith("GPU "))
+        except (OSError, subprocess.SubprocessError):
+            return 0
+    return sum(1 for p in Path("/dev").glob("nvidia[0-9]*"))
 
 
 class LocalShell:

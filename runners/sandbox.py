@@ -28,6 +28,8 @@ from typing import ClassVar
 
 from autoresearchd import defaults
 
+from . import interp
+
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; RHEL: dnf install bubblewrap)"
 
 
@@ -71,7 +73,6 @@ def env_dirs(path: str | None) -> list[str]:
     """The Python environment and tools behind a PATH on this machine, to bind read-only so that
     `python` inside finds the same packages (a venv, its base interpreter, ~/.local, conda), with
     what PATH's python reports it needs (runners/interp.py: its prefixes and sys.path)."""
-    from . import interp
     home = os.path.expanduser("~")
     p = subprocess.run(["bash", "-c", f"({ENV_DIRS_SCRIPT})\n{interp.probe_script(None)}"], capture_output=True,
                        text=True, env={"PATH": path or os.environ.get("PATH", ""), "HOME": home}, timeout=60)

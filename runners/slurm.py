@@ -42,6 +42,7 @@ from autoresearchd.manifest import EnvManifest
 from .base import (PROBE, SECRET_NAME, HostUnreachable, PollState, Shell, ShellRunner, Slot, TrialOutcome,
                    TrialSpec)
 from .local import LocalShell
+from .ssh import SSHShell
 
 QUEUED = {"PENDING", "CONFIGURING", "SUSPENDED", "RESIZING", "REQUEUE_HOLD", "REQUEUE_FED",
           "RESV_DEL_HOLD", "STOPPED", "POWER_UP_NODE"}
@@ -216,7 +217,6 @@ class SlurmRunner(ShellRunner):
         if self._shell is None:
             inner: Shell
             if self.scfg.login:
-                from autoresearchd.runners.ssh import SSHShell   # paramiko loads only when needed
                 inner = SSHShell(next(h for h in self.cfg.hosts if h.name == self.scfg.login))
             else:
                 inner = LocalShell()

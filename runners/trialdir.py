@@ -16,7 +16,8 @@ from autoresearchd import defaults
 from autoresearchd.scrub import SECRET_NAME, scrubbed_env  # noqa: F401  (runners.base re-exports both)
 
 from .isolation import TrialSandbox
-from .prepare import prepare_key
+from .limits import limits_script
+from .prepare import prepare_key, prepare_script
 from .protocol import Slot, TrialSpec
 
 
@@ -144,8 +145,6 @@ def bundle(spec: TrialSpec, env_text: str) -> bytes:
                     if m.islnk():        # hard links name a member of the same archive
                         m.linkname = f"{prefix}/{m.linkname}"
                     out.addfile(m, src.extractfile(m) if m.isreg() else None)
-        from .prepare import prepare_script
-        from .limits import limits_script
         for name, data, mode in (("trial.sh", trial_script(), 0o755), ("prepare.sh", prepare_script(), 0o755),
                                  ("limits.sh", limits_script(), 0o644),
                                  ("trial.env", env_text.encode(), 0o644), ("eval.tar", spec.eval_tar or b"", 0o644)):

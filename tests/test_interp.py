@@ -369,7 +369,7 @@ def test_the_machines_own_pyenv_shim(tmp_path):
 def test_interpreter_check_names_a_missing_command_and_an_unbound_sys_path_entry(layouts, tmp_path):
     """What doctor --run reports per host: a step's first command that does not resolve inside, and a
     sys.path entry that is never bound ($HOME itself, named by a .pth)."""
-    from autoresearchd.runners.interp import sandbox_check
+    from autoresearchd.runners.isolation import sandbox_check
     root, _ = layouts
     py = _venv(root / "base" / "bin" / "python3", root / f"home-pth-{uuid.uuid4().hex[:6]}", "homepth")
     site = next((py.parent.parent / "lib").glob("python3*/site-packages"))

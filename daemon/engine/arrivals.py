@@ -12,6 +12,8 @@ from autoresearchd.store.ideas import Idea
 from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.notes import Note, Status
 from autoresearchd.store.refs import branch_name
+from autoresearchd.implement.safety import SafetyRules, check_tree_change
+from autoresearchd.tune.knobs import file_error
 
 log = logging.getLogger("autoresearchd")
 
@@ -33,13 +35,11 @@ class Gate:
             why = "the branch shares no history with the baseline (no merge-base); rebase it onto " + \
                   branch_name(self.research.baseline_ref)
         else:
-            from autoresearchd.implement.safety import SafetyRules, check_tree_change
             rules = SafetyRules(is_frozen=self.research.manifest.is_frozen,
                                 max_file_bytes=self.cfg.implementer.max_file_bytes,
                                 max_diff_bytes=self.cfg.implementer.max_diff_bytes)
             why = check_tree_change(self.repo, mb, idea.commit, rules)
             if why is None:     # the knobs it declares and the values it sets (daemon/tune/knobs.py)
-                from autoresearchd.tune.knobs import file_error
                 why = file_error(self.repo, idea.commit, self.research.manifest)
         self._why[idea.commit] = why
         return why

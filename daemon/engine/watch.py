@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import logging
 
+from watchdog.events import FileSystemEventHandler
+from watchdog.observers import Observer
+
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.refs import IDEA_BRANCHES
 
@@ -20,12 +23,6 @@ def _relevant(path: str) -> bool:
 
 def start_watcher(repo: GitRepo, poke):
     """Start an observer; returns it (call .stop()), or None if watchdog cannot watch here."""
-    try:
-        from watchdog.events import FileSystemEventHandler
-        from watchdog.observers import Observer
-    except ImportError:  # pragma: no cover - watchdog is a core dependency
-        return None
-
     class Handler(FileSystemEventHandler):
         def on_any_event(self, event):
             if event.event_type in ("opened", "closed_no_write"):   # git reading refs, e.g. our own tick

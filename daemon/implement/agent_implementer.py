@@ -37,6 +37,9 @@ from autoresearchd.implement.implementer import Implementer, prompt_template
 from autoresearchd.store.gitrepo import GitError
 from autoresearchd.store.ideas import prompt_hash
 from autoresearchd.store.notes import Status
+from autoresearchd.llm import Completion
+from autoresearchd.runners import sandbox
+from autoresearchd.implement.safety import check_tree_change
 
 log = logging.getLogger("autoresearchd")
 
@@ -71,7 +74,6 @@ class AgentImplementer(Implementer):
     def _record_spend(self, usage: Usage, usd: float) -> None:
         if self.llm is None:
             return
-        from autoresearchd.llm import Completion
         self.llm.budget.record(Completion(text="", model=usage.model or self.kind, input_tokens=usage.input_tokens,
                                           output_tokens=usage.output_tokens, cost_usd=usd), "implement")
 
@@ -118,7 +120,6 @@ class AgentImplementer(Implementer):
 
     def _sandboxed_argv(self, argv, wt: Path, root: Path, env: dict, home: str,
                         extra_ro: list[str]) -> tuple[list[str] | None, str | None]:
-        from autoresearchd.runners import sandbox
         try:
             box = sandbox.get(self.acfg.sandbox)
         except KeyError as e:
@@ -198,7 +199,6 @@ class AgentImplementer(Implementer):
 
     def _gate(self, base: str, wt: Path, hidden: list[str], key: str | None, entry: dict):
         """The worktree's tree through the same gates as an LLM diff's tree."""
-        from autoresearchd.implement.safety import check_tree_change
         try:
             tree = self.repo.tree_from_dir(base, wt, keep=hidden, max_file_bytes=self.cfg.implementer.max_file_bytes)
         except ValueError as e:

@@ -9,6 +9,7 @@ Proposals are written to git before any implementation starts, so a crash loses 
 
 from __future__ import annotations
 
+import fnmatch
 import io
 import json
 import logging
@@ -32,6 +33,14 @@ from autoresearchd.store.notes import Note, Status
 from autoresearchd.store.proposals import record_proposal
 from autoresearchd.store.refs import PROPOSALS_PREFIX, branch_name
 from autoresearchd.store.trailers import parse_trailers
+from autoresearchd.implement.patching import apply_diff, extract_diff
+from autoresearchd.llm import BudgetExhausted, LLMError
+from autoresearchd.implement.safety import SafetyRules
+from autoresearchd.scrub import scrubbed_env
+from autoresearchd.runners.prepare import prepare_key, prepared_dir, run_prepare_local
+from autoresearchd.runners import sandbox as sandboxes
+from autoresearchd.runners.isolation import resolve
+from autoresearchd.runners.local import LocalShell
 from autoresearchd.vocab import Origin
 
 log = logging.getLogger("autoresearchd")
@@ -43,7 +52,6 @@ def prompt_template(name: str) -> str:
 
 def render_files(repo: GitRepo, commit: str, manifest, max_file_bytes: int = 200_000) -> str:
     """The editable view of the code: sorted paths, numbered lines, hidden files stubbed."""
-    import fnmatch
     files = repo.read_files(commit)
     out = []
     for path in sorted(files):
@@ -83,8 +91,6 @@ class Implementer:
     # -- implementation ------------------------------------------------------------------------------
     def implement(self, idea_id: str) -> str | None:
         """Implement a recorded proposal. Returns the branch ref on success, None on failure."""
-        from autoresearchd.implement.patching import apply_diff, extract_diff
-        from autoresearchd.llm import BudgetExhausted, LLMError
         loaded = self._load(idea_id)
         if loaded is None:
             return None
@@ -153,7 +159,6 @@ class Implementer:
         return title, body, trailers, base
 
     def _rules(self):
-        from autoresearchd.implement.safety import SafetyRules
         return SafetyRules(is_frozen=self.research.manifest.is_frozen,
                            max_file_bytes=self.cfg.implementer.max_file_bytes,
                            max_diff_bytes=self.cfg.implementer.max_diff_bytes)
@@ -237,8 +242,6 @@ def _daemon_path() -> str:
 def prepare_here(manifest, root: Path, key: str, src_tar: bytes | None) -> tuple[str | None, str]:
     """Run (or reuse) the prepare step on this machine under `root`, from the files in `src_tar`
     (the baseline's frozen files). Returns ($AUTORESEARCH_PREPARED, "") or (None, why it failed)."""
-    from autoresearchd.scrub import scrubbed_env  # prepare runs with the trials' environment
-    from autoresearchd.runners.prepare import prepared_dir, run_prepare_local
     env = dict(scrubbed_env(), PATH=_daemon_path(),
                **manifest.data)
     with tempfile.TemporaryDirectory(prefix="ard-prep-") as src:
@@ -254,9 +257,6 @@ def prepare_here(manifest, root: Path, key: str, src_tar: bytes | None) -> tuple
 def check_sandbox(cfg):
     """The sandbox the check runs in on this machine: the runner's kind, with the same rule when it
     is missing (an error, or for the config-less demo a flagged fallback). Raises RuntimeError."""
-    from autoresearchd.runners import sandbox as sandboxes
-    from autoresearchd.runners.isolation import resolve
-    from autoresearchd.runners.local import LocalShell
     rc = cfg.runner
     kind = rc.sandbox or defaults.SANDBOX
     if kind == "none":
@@ -276,14 +276,12 @@ def run_check(manifest, code_tar: bytes, timeout_s: float, prepared: str | None 
         return None
     with tempfile.TemporaryDirectory(prefix="ard-check-") as d:
         if manifest.prepare and prepared is None:
-            from autoresearchd.runners.prepare import prepare_key
             prepared, why = prepare_here(manifest, Path(d) / "prep", prepare_key(manifest, []), code_tar)
             if prepared is None:
                 return why
         code = Path(d) / "code"
         code.mkdir()
         tarfile.open(fileobj=io.BytesIO(code_tar)).extractall(code, filter="data")
-        from autoresearchd.scrub import scrubbed_env  # the check runs untrusted code too
         env = dict(scrubbed_env(), AUTORESEARCH_CHECK="1", AUTORESEARCH_SEED="0",
                    PATH=_daemon_path(),
                    **manifest.data, **({"AUTORESEARCH_PREPARED": prepared} if prepared else {}))

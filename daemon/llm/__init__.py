@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from importlib import resources
+from pathlib import Path
 
 from autoresearchd.registry import Registry
 
@@ -18,10 +20,16 @@ names, get, register = _REGISTRY.names, _REGISTRY.get, _REGISTRY.register
 
 def packaged_replay(env_name: str):
     """The replay file packaged for an env (envs/replays/<name>.jsonl), or None."""
-    from importlib import resources
-    from pathlib import Path
     p = Path(str(resources.files("autoresearchd.envs"))) / "replays" / f"{env_name}.jsonl"
     return p if p.is_file() else None
+
+
+def default_replay_file(cfg, env_name: str) -> Path | None:
+    """The replay file of a config (`cfg`: the whole Config): llm.replay_file resolved against the
+    config file's directory, else the one packaged for the env, or None."""
+    if cfg.llm.replay_file:
+        return cfg.resolve(cfg.llm.replay_file)
+    return packaged_replay(env_name)
 
 
 def resolve_provider_name(cfg, env_name: str | None = None) -> tuple[str, str | None]:

@@ -22,6 +22,7 @@ import json
 import logging
 import re
 import threading
+from dataclasses import replace
 from enum import Enum
 from typing import Any
 
@@ -34,6 +35,7 @@ from autoresearchd.store import ranking
 from autoresearchd.store.notes import Origin, Status
 from autoresearchd.store.refs import IDEA_BRANCHES, IDEAS_PREFIX
 from autoresearchd.tune.knobs import KNOBS_FILE, KnobFileError, commit_manifest, commit_values, values_file
+from autoresearchd.store.trailers import Trailers
 
 log = logging.getLogger("autoresearchd")
 
@@ -48,7 +50,7 @@ class Sampler(str, Enum):
 def require_optuna():
     """Optuna, or a ConfigError that says how to install it."""
     try:
-        import optuna
+        import optuna       # lazy: the [tune] extra, loaded only with [tune] enabled
     except ImportError:
         raise ConfigError("[tune] enabled needs Optuna, which is not installed: "
                           "pip install 'autoresearchd[tune]' (or set [tune] enabled = false)") from None
@@ -57,7 +59,7 @@ def require_optuna():
 
 
 def distributions(manifest: EnvManifest) -> dict[str, Any]:
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution  # lazy: [tune]
     out = {}
     for k in manifest.knobs:
         if k.type == KnobType.CATEGORICAL:
@@ -97,7 +99,7 @@ def _params(idea: Idea) -> dict[str, Any]:
 def rebuild(pop, manifest: EnvManifest, study: str, sampler: str, seed: int, startup: int = 5):
     """The study as git holds it: every tuned commit of it, with its note's value or state."""
     optuna = require_optuna()
-    from optuna.trial import TrialState, create_trial
+    from optuna.trial import TrialState, create_trial     # lazy: the [tune] extra
     dists = distributions(manifest)
     members = study_members(pop, study)
     s = optuna.create_study(direction="minimize" if manifest.goal == "min" else "maximize",
@@ -325,7 +327,6 @@ def _fmt(v) -> str:
 
 
 def _trailers(study: str, sampler: str, number: int, params: dict[str, Any]):
-    from autoresearchd.store.trailers import Trailers
     return Trailers.model_validate({"Idea-Id": f"{study}-t{number}", "Origin": Origin.TUNE, "Tune-Study": study,
                                     "Tune-Sampler": sampler, "Tune-Trial": number,
                                     "Knobs": json.dumps(params, sort_keys=True)})
@@ -333,5 +334,4 @@ def _trailers(study: str, sampler: str, number: int, params: dict[str, Any]):
 
 def _with(pop, idea: Idea):
     """The population with one more (unwritten-to-git-view) pending tuned idea, for the next ask."""
-    from dataclasses import replace
     return replace(pop, ideas=pop.ideas + [idea], by_id={}, by_commit={})

@@ -22,10 +22,17 @@ from pathlib import Path
 from rich.markup import escape
 
 from autoresearchd import defaults
+from autoresearchd.implement import agent_cli
+from autoresearchd.implement.implementer import check_sandbox, run_check
+from autoresearchd.parts import make_runner
+from autoresearchd.runners import sandbox
+from autoresearchd.runners.base import TrialSpec
+from autoresearchd.runners.isolation import sandbox_check
+from autoresearchd.runners.protocol import PollState
+from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.refs import branch_ref
 from autoresearchd.validate import ERROR, OK, WARN, EnvSource, findings
 from autoresearchd.views.safe import UNTRUSTED, untrusted_lines
-
 
 
 class _Printer:
@@ -116,8 +123,6 @@ def _llm(cfg, line) -> None:
 
 def _agent(cfg, line) -> None:
     """A coding-agent implementer: its CLI's version, its sandbox and where its login comes from."""
-    from autoresearchd.implement import agent_cli
-    from autoresearchd.runners import sandbox
     try:
         cli = agent_cli.get(cfg.implementer.kind)
     except KeyError:
@@ -143,7 +148,6 @@ def _agent(cfg, line) -> None:
 
 
 def _runner(cfg, src: EnvSource, work_dir: Path | None):
-    from autoresearchd.app import make_runner
     return make_runner(cfg, None, manifest=src.manifest, local_dir=work_dir)
 
 
@@ -152,7 +156,6 @@ def _tars(cfg, src: EnvSource) -> tuple[bytes, bytes | None, list[str], str]:
     """(code tar, frozen-harness tar, frozen paths, commit label) of the baseline, read-only."""
     m = src.manifest
     if src.root is None:              # an existing research repo: the baseline commit
-        from autoresearchd.store.gitrepo import GitRepo
         repo = GitRepo(cfg.resolve(cfg.research.repo))
         branch = cfg.research.baseline or m.baseline
         commit = repo.rev_parse(branch_ref(branch))
@@ -176,10 +179,7 @@ def _tail(text: str) -> str:
 
 
 def _run_baseline(cfg, src: EnvSource, line, console, budget_s: int | None) -> None:
-    from autoresearchd.runners.base import TrialSpec
-    from autoresearchd.runners.protocol import PollState
 
-    from autoresearchd.implement.implementer import check_sandbox, run_check
     m = src.manifest
     if budget_s:
         m = m.model_copy(update={"time_budget_s": int(budget_s)})
@@ -233,7 +233,6 @@ def _interpreters(runner, hosts: list[str], m, line) -> bool:
     """Every host, before the first trial: its resolved python runs inside the trial's sandbox, sees
     what it sees outside (and torch where it has it), and each step's first command is found there
     (runners/interp.py). False when a host fails."""
-    from autoresearchd.runners.interp import sandbox_check
     ok = True
     for host in hosts:
         try:

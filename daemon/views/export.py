@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from autoresearchd.config import ConfigError
 from autoresearchd.store.diffbase import diff_base, is_pushed
 from autoresearchd.store.refs import branch_name
 from autoresearchd.views.summary import idea_tokens, idea_usd, load
@@ -92,11 +93,10 @@ def export(cfg, out_path, fmt: str = "jsonl") -> int:
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "parquet":
-        try:
+        try:    # lazy: pyarrow is optional, needed by --format parquet alone
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
-            from autoresearchd.config import ConfigError
             raise ConfigError("export --format parquet needs pyarrow (pip install pyarrow); "
                               "--format jsonl needs nothing") from None
         for r in recs:

@@ -26,6 +26,8 @@ from autoresearchd.views.safe import UNTRUSTED, one_line, untrusted_lines
 from autoresearchd.views.summary import idea_tokens, idea_usd, leaderboard, load, summary
 from autoresearchd.views.versus import (DELTA_LEGEND, baseline_running, baseline_tag, decision_text, delta_short,
                                         delta_text)
+from autoresearchd.views.progress import trials_table
+from autoresearchd.implement.agent_cli import steps
 
 
 def _fmt(v: float | None, nd: int = 4) -> str:
@@ -147,7 +149,6 @@ def _stale(console, s: dict) -> None:
 
 def _running(console, s: dict, alive: bool) -> None:
     """The trials git records as running: after a stop, detached trials run on and are listed here."""
-    from autoresearchd.views.progress import trials_table
     trials = s["running_trials"]
     if not trials:
         return
@@ -329,7 +330,6 @@ def _attempts(console, repo, sha: str | None) -> None:
         if rest:                       # the check's or the agent's output: untrusted, behind a gutter
             _plain(console, untrusted_lines(rest, indent="    "))
         if a.get("events"):
-            from autoresearchd.implement.agent_cli import steps
             for s in steps(a["events"]):
                 _plain(console, f"    {s}")
 

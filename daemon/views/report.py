@@ -16,10 +16,7 @@ from __future__ import annotations
 import random
 import time
 from pathlib import Path
-
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from typing import TYPE_CHECKING
 
 from autoresearchd import defaults
 from autoresearchd.views.curves import series
@@ -28,11 +25,20 @@ from autoresearchd.views.summary import compute_unit, leaderboard, load, summary
 from autoresearchd.views.versus import DELTA_LEGEND, delta_short
 from autoresearchd.vocab import BEST_DECISIONS, Origin
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 ORIGIN_COLORS = {Origin.SEED: "#7f7f7f", Origin.EXPLOIT: "#d62728", Origin.EXPLORE: "#1f77b4", Origin.HUMAN: "#2ca02c",
                  Origin.GREEDY: "#ff7f0e", Origin.BEST_OF_N: "#9467bd"}
 
 
+def _figure(**kw) -> Figure:
+    from matplotlib.figure import Figure     # lazy: the [report] extra; the CLI starts without it
+    return Figure(**kw)
+
+
 def _save(fig: Figure, path: Path) -> str:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg    # lazy: the [report] extra
     FigureCanvasAgg(fig)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -51,6 +57,7 @@ def _baseline(ax, pop, label=True) -> None:
 def _epochs(ax) -> None:
     """Epochs (and idea counts) are whole numbers: no 0.5 ticks. min_n_ticks=1: with one epoch the
     axis spans less than 1, where the default (2 ticks) falls back to -0.045, -0.030, ..."""
+    from matplotlib.ticker import MaxNLocator     # lazy: the [report] extra
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     lo, hi = ax.get_xlim()          # called after plotting: the data's limits
     if hi - lo < 1:                 # one epoch, jittered: the view may hold no whole number at all
@@ -79,7 +86,7 @@ def _step(ax, xs, ys, **kw) -> None:
 
 
 def plot_best(pop, s: dict, metric: str, gpus: int = 1) -> Figure:
-    fig = Figure(figsize=(11, 4.2))
+    fig = _figure(figsize=(11, 4.2))
     ax1, ax2 = fig.subplots(1, 2)
     e = s["by_epoch"]
     ax1.plot(e["epoch"], e["raw"], "o-", color="#aaaaaa", label="best (any, incl. unconfirmed)")
@@ -107,7 +114,7 @@ def _legend(ax, **kw) -> None:
 
 
 def plot_scatter(pop, metric: str) -> Figure:
-    fig = Figure(figsize=(11, 4.5))
+    fig = _figure(figsize=(11, 4.5))
     ax = fig.subplots()
     rng = random.Random(0)  # fixed jitter: the same population draws the same picture
     by_origin: dict[str, tuple[list, list]] = {}
@@ -133,7 +140,7 @@ def plot_scatter(pop, metric: str) -> Figure:
 
 
 def plot_execution(s: dict) -> Figure:
-    fig = Figure(figsize=(7, 3.6))
+    fig = _figure(figsize=(7, 3.6))
     ax = fig.subplots()
     e = s["by_epoch"]
     rates = [r if r is not None else 0 for r in e["rate"]]
@@ -153,7 +160,7 @@ def plot_execution(s: dict) -> Figure:
 def plot_cost(pop, s: dict, metric: str, gpus: int = 1) -> Figure:
     """Four panels, one unit each (no twin axes, whose two scales suggest a relation that is not
     there): cumulative LLM USD and compute, then each per unit of confirmed improvement."""
-    fig = Figure(figsize=(11, 6.4))
+    fig = _figure(figsize=(11, 6.4))
     (a_usd, a_cpu), (u_usd, u_cpu) = fig.subplots(2, 2, sharex=True)
     t = s["by_time"]
     unit = compute_unit(gpus)

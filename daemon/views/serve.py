@@ -159,6 +159,7 @@ def _web_dir() -> Path:
 
 
 def build_app(cfg, token: str | None = None, loopback_only_hosts: bool = True):
+    # lazy: starlette is the [serve] extra; the rest of the CLI runs without it
     from starlette.applications import Starlette
     from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, StreamingResponse
     from starlette.routing import Mount, Route
@@ -309,7 +310,7 @@ def serve(cfg, host: str = defaults.SERVE_HOST, port: int = defaults.SERVE_PORT,
           token_file: str | None = None, out=None) -> int:
     """Run the dashboard until interrupted. Prints the URL (with the actual port) once listening."""
     try:
-        import uvicorn
+        import uvicorn      # lazy: the [serve] extra
     except ImportError:
         raise ConfigError("serve needs the 'serve' extra: pip install 'autoresearchd[serve]'") from None
     token = resolve_token(host, token, token_file)

@@ -23,6 +23,9 @@ from autoresearchd.store.refs import branch_name
 from autoresearchd.store.spend import compute_total, idea_spend, saved_s, total
 from autoresearchd.views.progress import running_trials
 from autoresearchd.views.versus import baseline_running, versus
+from autoresearchd.policies.bandit import arm_stats
+from autoresearchd.tune.split import split
+from autoresearchd.tune.surface import studies
 
 
 def daemon_state(repo, tick_s: float = defaults.TICK_S) -> dict | None:
@@ -78,7 +81,6 @@ def population_figures(pop, env) -> dict:
     epoch, the best confirmed and the best unconfirmed idea, LLM spend, compute seconds (`gpu_s` for a
     GPU env, `cpu_s` for a CPU env), the running trials and each proposing model's figures.
     views/totals.py keeps the same dict current by the ideas that changed (the live dashboard)."""
-    from autoresearchd.policies.bandit import arm_stats
     spent, compute = total(pop.ideas), compute_total(pop, env.gpus)
     return {"counts": dict(Counter(i.status.value for i in pop.ideas)), "total": len(pop.ideas),
             "epoch": pop.epoch(), "best": pop.best(env.goal, confirmed=True),
@@ -157,8 +159,6 @@ def tune_summary(cfg, pop, m, st) -> dict | None:
     tuning is off). The same rule the daemon applies (daemon/tune/split.py), from the population."""
     if not cfg.tune.enabled:
         return None
-    from autoresearchd.tune.split import split
-    from autoresearchd.tune.surface import studies
     llm_on = cfg.llm.provider != "none" and not (st or {}).get("stop_reason")
     sp = split(pop, m.goal, cfg.tune.floor, llm_on)
     return {**sp.as_dict(), "line": sp.line(), "studies": studies(pop, m)}
@@ -167,7 +167,6 @@ def tune_summary(cfg, pop, m, st) -> dict | None:
 def model_shares(pop, env) -> list[dict]:
     """Per proposing model (the Idea-Model trailer): its share of the proposals, its ideation spend and
     its improvement per dollar, as the ensemble's bandit sees them (policies/bandit.py)."""
-    from autoresearchd.policies.bandit import arm_stats
     return shares(arm_stats(pop, env))
 
 

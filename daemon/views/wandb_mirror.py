@@ -51,7 +51,7 @@ SUMMARY_KEYS = ("value", "suspect_value", "values", "std", "delta", "baseline", 
 
 def wandb_settings(program: str = "autoresearchd"):
     """Settings that keep wandb from collecting anything but what we log explicitly."""
-    import wandb
+    import wandb    # lazy: the [wandb] extra, loaded only with [wandb] enabled
     wanted = {"x_disable_meta": True, "x_disable_machine_info": True, "x_disable_stats": True,
               "disable_code": True, "disable_git": True, "save_code": False, "x_save_requirements": False,
               "console": "off", "program": program, "silent": True}
@@ -164,7 +164,7 @@ class WandbMirror:
 
     def _log(self, p: dict, diff: str) -> None:
         try:
-            import wandb
+            import wandb    # lazy: the [wandb] extra, loaded only with [wandb] enabled
             run = wandb.init(project=self.cfg.project, entity=self.cfg.entity, mode=self.cfg.mode,
                              dir=str(self.dir) if self.dir else None, name=p["name"], id=p["id"],
                              resume="allow",      # the same note again (backfilled): its run is updated
