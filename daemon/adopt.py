@@ -18,12 +18,9 @@ from pathlib import Path
 from autoresearchd import adopt_commands as docs
 from autoresearchd.adopt_knobs import guesses as knob_guesses, manifest_lines as knob_lines
 from autoresearchd.config import ConfigError
-from autoresearchd.manifest import MANIFEST_FILE
+from autoresearchd.manifest import EVAL_FILE, EXPORT_FILE, MANIFEST_FILE, MODEL_FILE
 from autoresearchd.store.gitrepo import GitError, GitRepo
 
-EVAL_FILE = "autoresearch_eval.py"       # the trusted scorer (the manifest's `evaluate`)
-MODEL_FILE = "autoresearch_model.py"     # the model runner: the only process that loads the model (`model`)
-EXPORT_FILE = "autoresearch_export.py"
 PROGRESS_FILE = "autoresearch_progress.py"   # learning-curve reports for the training loop (docs/environment.md)
 EXPORT_DIR = "autoresearch_out"
 TRAIN_NAMES = ("train.py", "train_gpt.py", "train_gpt2.py", "main.py", "run.py")

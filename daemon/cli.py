@@ -19,22 +19,17 @@ from pathlib import Path
 from rich.live import Live
 from rich.logging import RichHandler
 
-from autoresearchd import adopt, defaults
-from autoresearchd.app import build_daemon
+from autoresearchd import defaults
 from autoresearchd.config import ConfigError, load_config
-from autoresearchd.human import queue_text
-from autoresearchd.engine.loop import hold_daemon_lock
 from autoresearchd.research import (configure, consent_message, create_from_template, is_repo, open_research,
                                     research_path, template_path)
 from autoresearchd.store.gitrepo import GitRepo, state_dir
-from autoresearchd.validate import require_valid
-from autoresearchd.views.doctor import doctor
-from autoresearchd.views.export import export
-from autoresearchd.views.observe import ideas_table, show, status
-from autoresearchd.views.progress import render_progress
-from autoresearchd.views.report import write_report
 from autoresearchd.views.safe import SafeConsole, SafeFormatter, one_line, visible
-from autoresearchd.views.serve import serve
+
+# lazy: each command below imports the module that does its work when it runs. cli.py is the root
+# (nothing imports it: tests/test_imports.py), so these hide no cycle; loading every command's module
+# at start would cost every command (stop, status, a refused start) the whole daemon's import
+# (docs/architecture.md, "Imports").
 
 # every view prints through these: text from an idea is shown, never obeyed (views/safe.py)
 console = SafeConsole(stderr=False)
@@ -80,12 +75,17 @@ def _refuse_second_daemon(cfg) -> None:
     """Before building anything (recovery reads and writes leases) and before --detach forks: a
     daemon already running on this repo makes `start` exit 2 naming it. The daemon itself holds
     the lock (loop.hold_daemon_lock); this only probes it."""
+    from autoresearchd.engine.loop import hold_daemon_lock      # lazy: per command
     path, _ = research_path(cfg)
     if is_repo(path):
         os.close(hold_daemon_lock(state_dir(GitRepo(path)), path))
 
 
 def cmd_start(args, cfg) -> int:
+    # lazy: per command
+    from autoresearchd.app import build_daemon
+    from autoresearchd.validate import require_valid
+    from autoresearchd.views.progress import render_progress
     if args.max_ideas is not None:
         cfg.daemon.max_ideas = args.max_ideas
     warnings = require_valid(cfg)        # the same checks as `doctor`, before anything is created
@@ -171,25 +171,30 @@ def cmd_stop(args, cfg) -> int:
 
 
 def cmd_status(args, cfg) -> int:
+    from autoresearchd.views.observe import status      # lazy: per command
     return status(cfg, console, as_json=args.json)
 
 
 def cmd_ideas(args, cfg) -> int:
+    from autoresearchd.views.observe import ideas_table     # lazy: per command
     return ideas_table(cfg, console, status=args.status, origin=args.origin, epoch=args.epoch,
                        as_json=args.json, limit=args.limit)
 
 
 def cmd_show(args, cfg) -> int:
+    from autoresearchd.views.observe import show        # lazy: per command
     return show(cfg, console, args.idea, diff=args.diff, full_log=args.log)
 
 
 def cmd_queue(args, cfg) -> int:
+    from autoresearchd.human import queue_text      # lazy: per command
     idea_id = queue_text(cfg, args.text, parent=args.parent, title=args.title)
     console.print(f"queued {idea_id}: the daemon will implement it (Origin: human)")
     return 0
 
 
 def cmd_adopt(args, cfg) -> int:
+    from autoresearchd import adopt     # lazy: per command
     root = Path(args.dir or ".").resolve()
     if not root.is_dir() or (found := GitRepo.discover(root)) is None or found.path != root:
         raise ConfigError(f"{root} is not the top of a git repo; adopt works on a repo's root (git init first)")
@@ -225,6 +230,7 @@ def _ask_command(f) -> int | None:
 
 
 def cmd_doctor(args, cfg) -> int:
+    from autoresearchd.views.doctor import doctor       # lazy: per command
     return doctor(cfg, console, run=args.run, budget_s=args.budget_s)
 
 
@@ -234,18 +240,21 @@ def cmd_report(args, cfg) -> int:
     except ImportError:
         raise ConfigError("report needs matplotlib: pip install 'autoresearchd[report]' "
                           "(or pip install matplotlib)") from None
+    from autoresearchd.views.report import write_report     # lazy: per command
     path = write_report(cfg, Path(args.out))
     console.print(f"wrote {path}")
     return 0
 
 
 def cmd_export(args, cfg) -> int:
+    from autoresearchd.views.export import export       # lazy: per command
     n = export(cfg, Path(args.out), fmt=args.format)
     console.print(f"exported {n} ideas to {args.out}")
     return 0
 
 
 def cmd_serve(args, cfg) -> int:
+    from autoresearchd.views.serve import serve     # lazy: per command
     return serve(cfg, host=args.host, port=args.port, token=args.token, token_file=args.token_file)
 
 

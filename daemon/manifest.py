@@ -20,6 +20,10 @@ from autoresearchd.goal import better
 from autoresearchd.keyerrors import format_validation_error
 
 MANIFEST_FILE = ".autoresearch.toml"
+# the files `adopt` writes beside the manifest (research.py names them when they are not committed)
+EVAL_FILE = "autoresearch_eval.py"       # the trusted scorer (the manifest's `evaluate`)
+MODEL_FILE = "autoresearch_model.py"     # the model runner: the only process that loads the model (`model`)
+EXPORT_FILE = "autoresearch_export.py"
 KNOB_ENV_PREFIX = "AUTORESEARCH_KNOB_"         # a knob `lr` reaches the run as AUTORESEARCH_KNOB_LR
 _KNOB_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 # a categorical choice is a variable's value: printable ASCII, no control character (a NUL or a newline

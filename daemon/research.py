@@ -13,14 +13,13 @@ from pathlib import Path
 
 from autoresearchd import defaults
 from autoresearchd.config import Config, ConfigError
-from autoresearchd.manifest import MANIFEST_FILE, EnvManifest, ManifestError, parse_manifest
+from autoresearchd.envs import template_dir
+from autoresearchd.manifest import (EVAL_FILE, EXPORT_FILE, MANIFEST_FILE, EnvManifest, ManifestError, match_globs,
+                                    parse_manifest)
+from autoresearchd.runners.prepare import prepare_key
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.refs import DAEMON_GROUPS, DAEMON_PREFIX, IDEA_BRANCHES, NOTES_REF, branch_ref
-from autoresearchd.envs import template_dir
-from autoresearchd.runners.prepare import prepare_key
-from autoresearchd.manifest import match_globs
 from autoresearchd.tune.knobs import file_error
-from autoresearchd.adopt import EVAL_FILE, EXPORT_FILE
 
 # Every hook the daemon installs first re-executes itself with an empty environment (PATH and the
 # git dir only): a push or a ref update may come from a process that holds secrets.
