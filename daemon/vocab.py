@@ -8,7 +8,7 @@ value. A leaf module: it imports nothing from the project, so anything may impor
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import Enum, StrEnum
 
 
 class Status(str, Enum):
@@ -113,9 +113,10 @@ def known(enum: type[Enum], value):
         return value
 
 
-class Level(str, Enum):
-    """How a finding of the checks counts (validate.py for `start` and `doctor`, runners/interp.py for
-    a host's interpreter): an error stops `start`, a warning is printed, ok is a passed check."""
+class Level(StrEnum):
+    """How a finding of the checks counts (validate.py for `start` and `doctor`, runners/isolation.py
+    for a host's interpreter): an error stops `start`, a warning is printed, ok is a passed check. A
+    StrEnum: it prints as its value, as the plain strings it replaced did."""
     ERROR = "error"
     WARN = "warn"
     OK = "ok"
