@@ -104,3 +104,28 @@ def test_without_a_config_start_finds_the_packaged_env_from_any_directory(tmp_pa
     cfg = load_config(None)
     assert cfg.research.env == "tinygpt"
     assert (template_path(cfg, cfg.research.env) / ".autoresearch.toml").is_file()
+
+
+def test_pydantic_settings_reads_the_file_and_the_environment(tmp_path, monkeypatch):
+    """Config is a pydantic-settings BaseSettings whose sources are init, the environment and the TOML
+    file, first wins: a variable beats the file, the file beats the default, tables merge key by key.
+    A Config built in code reads neither the environment nor a file."""
+    from pydantic_settings import BaseSettings, EnvSettingsSource, TomlConfigSettingsSource
+
+    from autoresearchd import config, defaults
+    (tmp_path / "c.toml").write_text("[runner]\nslots = 2\nkind = 'slurm'\n[runner.slurm]\npartition = 'gpu'\n"
+                                     "[daemon]\ntick_s = 5\n")
+    env = {"AUTORESEARCHD_RUNNER__SLOTS": "4", "AUTORESEARCHD_RUNNER__SLURM__MAX_JOBS": "9"}
+    cfg = load_config(tmp_path / "c.toml", environ=env)
+    assert isinstance(cfg, BaseSettings)
+    assert (cfg.runner.slots, cfg.daemon.tick_s, cfg.runner.kind) == (4, 5.0, "slurm")   # env > file > default
+    assert (cfg.runner.slurm.partition, cfg.runner.slurm.max_jobs) == ("gpu", 9)        # merged key by key
+    assert cfg.daemon.lease_ttl_s == config.Config.model_fields["daemon"].default_factory().lease_ttl_s
+    token = config._LOADING.set((tmp_path / "c.toml", env))
+    try:
+        init, env_src, toml_src = config.Config.settings_customise_sources(config.Config, "init", None, None, None)
+    finally:
+        config._LOADING.reset(token)
+    assert init == "init" and isinstance(env_src, EnvSettingsSource) and isinstance(toml_src, TomlConfigSettingsSource)
+    monkeypatch.setenv("AUTORESEARCHD_RUNNER__SLOTS", "7")
+    assert config.Config().runner.slots == defaults.LOCAL_SLOTS and config.Config(runner={"slots": 3}).runner.slots == 3
