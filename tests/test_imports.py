@@ -292,3 +292,11 @@ def test_the_walk_names_file_and_line(tmp_path, text, expect):
         assert bad == []
     else:
         assert len(bad) == 1 and bad[0].startswith("daemon/probe.py:2: ") and expect in bad[0], bad
+
+
+def test_every_package_folder_is_in_the_wheel():
+    """A package that pyproject does not list is left out of the wheel, and a module-level import of it
+    then breaks the installed daemon at start (tune/ was missing while only functions imported it)."""
+    listed = set(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {module_of(p) for p in source_files(("daemon", "runners", "policies")) if p.name == "__init__.py"}
+    assert found <= listed, f"not in pyproject's [tool.setuptools] packages: {sorted(found - listed)}"
