@@ -242,7 +242,7 @@ def _daemon_path() -> str:
 def prepare_here(manifest, root: Path, key: str, src_tar: bytes | None) -> tuple[str | None, str]:
     """Run (or reuse) the prepare step on this machine under `root`, from the files in `src_tar`
     (the baseline's frozen files). Returns ($AUTORESEARCH_PREPARED, "") or (None, why it failed)."""
-    env = dict(scrubbed_env(), PATH=_daemon_path(),
+    env = dict(scrubbed_env(), PATH=_daemon_path(),      # prepare runs with the trials' environment
                **manifest.data)
     with tempfile.TemporaryDirectory(prefix="ard-prep-") as src:
         if src_tar:
@@ -282,7 +282,7 @@ def run_check(manifest, code_tar: bytes, timeout_s: float, prepared: str | None 
         code = Path(d) / "code"
         code.mkdir()
         tarfile.open(fileobj=io.BytesIO(code_tar)).extractall(code, filter="data")
-        env = dict(scrubbed_env(), AUTORESEARCH_CHECK="1", AUTORESEARCH_SEED="0",
+        env = dict(scrubbed_env(), AUTORESEARCH_CHECK="1", AUTORESEARCH_SEED="0",   # it runs untrusted code too
                    PATH=_daemon_path(),
                    **manifest.data, **({"AUTORESEARCH_PREPARED": prepared} if prepared else {}))
         # the idea's code on this machine: in the sandbox (only the scratch copy is writable)
