@@ -15,7 +15,7 @@ from autoresearchd.engine.loop import Daemon
 from autoresearchd.engine.stopping import Stopper
 from autoresearchd.implement.implementer import make_implementer
 from autoresearchd.llm.ensemble import build
-from autoresearchd.parts import make_runner
+from autoresearchd.makerunner import make_runner
 from autoresearchd.research import Research, open_research
 from autoresearchd.store import gitrepo
 from autoresearchd.store.lessons import GitLessonsStore

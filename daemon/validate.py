@@ -19,8 +19,8 @@ from autoresearchd import policies as policy_registry
 from autoresearchd import runners as runner_registry
 from autoresearchd.config import Config, ConfigError
 from autoresearchd.implement import agent_cli, implementer
+from autoresearchd.makerunner import make_runner
 from autoresearchd.manifest import MANIFEST_FILE, EnvManifest, ManifestError, match_globs, parse_manifest
-from autoresearchd.parts import make_runner
 from autoresearchd.research import is_repo, load_manifest, research_path, template_path
 from autoresearchd.runners.local import local_gpu_count
 from autoresearchd.store.gitrepo import GitRepo

@@ -24,7 +24,7 @@ from rich.markup import escape
 from autoresearchd import defaults
 from autoresearchd.implement import agent_cli
 from autoresearchd.implement.implementer import check_sandbox, run_check
-from autoresearchd.parts import make_runner
+from autoresearchd.makerunner import make_runner
 from autoresearchd.runners import sandbox
 from autoresearchd.runners.base import TrialSpec
 from autoresearchd.runners.isolation import sandbox_check
