@@ -35,17 +35,9 @@ OPTIONAL = {
 ROOTS = {"daemon/cli.py": "autoresearchd.cli"}
 
 # TEMPORARY, for the lead to empty at merge: function-level project imports left in files another
-# branch rewrites at the same time (the engine split). (file, imported module), each one import.
-TEMPORARY = [
-    ("daemon/engine/dispatch.py", "autoresearchd.tune.tuner"),
-    ("daemon/engine/dispatch.py", "autoresearchd.runners.base"),
-    ("daemon/engine/dispatch.py", "autoresearchd.tune.knobs"),
-    ("daemon/engine/loop.py", "autoresearchd.llm"),
-    ("daemon/engine/loop.py", "autoresearchd.llm"),
-    ("daemon/engine/loop.py", "autoresearchd.tune.surface"),
-    ("daemon/engine/loop.py", "autoresearchd.tune.split"),
-    ("daemon/engine/loop.py", "autoresearchd.engine.watch"),
-]
+# branch rewrites at the same time, as (file, imported module), one entry per import. Empty: the
+# engine split, the last such rewrite, is on main and its imports moved up after it.
+TEMPORARY: list[tuple[str, str]] = []
 
 # source folder -> package, as pyproject's package-dir maps them
 SOURCES = {"daemon": "autoresearchd", "runners": "autoresearchd.runners", "policies": "autoresearchd.policies",

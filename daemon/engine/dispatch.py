@@ -16,10 +16,12 @@ from autoresearchd.engine.arrivals import Gate
 from autoresearchd.engine.judge import fill_baseline
 from autoresearchd.engine.plan import Job
 from autoresearchd.engine.shared import Part, Shared
+from autoresearchd.runners.base import TrialSpec
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.notes import Lease
 from autoresearchd.store.population import Population
 from autoresearchd.store.refs import IDEA_BRANCHES
+from autoresearchd.tune.knobs import commit_env
 from autoresearchd.vocab import MEASURED, LeaseState, Purpose
 
 log = logging.getLogger("autoresearchd")
@@ -139,12 +141,10 @@ class Dispatcher(Part):
                 log.info("dispatched %s to %s", job.trial_id, slot.key)
 
     def _submit(self, job: Job, slot, tar, frozen) -> dict:
-        from autoresearchd.runners.base import TrialSpec
         m = self.research.manifest
         spec = TrialSpec(job.trial_id, job.commit, job.seed, m, self.repo.archive(job.commit, exclude=m.heldout()),
                          tar, [f for f in frozen if f not in m.heldout()], job.purpose, self.research.prepare_key())
         # a tuned commit's values (its knobs file, checked against the manifest's knobs and the ones its
         # idea declares; the gate validated both before dispatch)
-        from autoresearchd.tune.knobs import commit_env
         spec.knobs = commit_env(self.repo, job.commit, m)
         return self.runner.submit(spec, slot)

@@ -33,11 +33,15 @@ from autoresearchd import defaults
 from autoresearchd.config import ConfigError
 from autoresearchd.engine.parts import build_engine
 from autoresearchd.engine.plan import Job, baseline_jobs_open, missing_seeds, order_key, seeds_needed, settled
+from autoresearchd.engine.watch import start_watcher
+from autoresearchd.llm import BudgetExhausted, LLMError
 from autoresearchd.store import gitrepo, parsecache
 from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.livepop import LivePopulation
 from autoresearchd.store.population import Population
 from autoresearchd.store.spend import gpu_hours
+from autoresearchd.tune.split import split
+from autoresearchd.tune.surface import prompt_block
 from autoresearchd.vocab import Decision, Origin, Purpose
 
 log = logging.getLogger("autoresearchd")
@@ -195,7 +199,6 @@ class Daemon:
         self._implementing.add(idea_id)
 
         def work():
-            from autoresearchd.llm import BudgetExhausted
             try:
                 self.implementer.implement(idea_id)
             except BudgetExhausted as e:  # the proposal stays recorded; raise the budget to resume
@@ -229,10 +232,8 @@ class Daemon:
         n = max(want, self.cfg.policy.batch)
 
         def work():
-            from autoresearchd.llm import BudgetExhausted, LLMError
             try:
                 if self.tuner is not None and hasattr(self.policy, "prompts"):   # the LLM sees the tuning
-                    from autoresearchd.tune.surface import prompt_block
                     self.policy.prompts.tuning = prompt_block(pop, self.research.manifest)
                 proposals = self.policy.propose(pop, n, self.research.manifest, self.llm)
                 cap = self.cfg.daemon.max_epochs
@@ -260,7 +261,6 @@ class Daemon:
         """Tuning's share of new trials (daemon/tune/split.py), or None when tuning is off."""
         if self.tuner is None:
             return None
-        from autoresearchd.tune.split import split
         llm_on = self.policy is not None and self.llm is not None and self.stop_condition(pop) is None
         return split(pop, self.research.manifest.goal, self.cfg.tune.floor, llm_on)
 
@@ -363,7 +363,6 @@ class Daemon:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
         pidfile.write_text(str(os.getpid()))   # after the handlers: `stop` may signal as soon as it exists
-        from autoresearchd.engine.watch import start_watcher
         self.watcher = start_watcher(self.repo, self.poke)
         self.scheduler.add_job(self._safe_tick, "interval", seconds=self.cfg.daemon.tick_s, id="reconcile",
                                next_run_time=datetime.now(), max_instances=1)
