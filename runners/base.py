@@ -23,6 +23,7 @@ from autoresearchd.manifest import EnvManifest
 from .isolation import HostSandbox, host_path, resolve, trial_sandbox
 from .limits import limit_env, step_files
 from .prepare import prepare_key
+from .progress import read_many
 from .outcome import outcome_from_files, whole_tail  # noqa: F401  (re-exported: the runners' shared API)
 from .protocol import (HostUnreachable, PollState, Runner, Shell, Slot, TrialOutcome,  # noqa: F401
                        TrialSpec)
@@ -250,7 +251,6 @@ class ShellRunner:
     def progress_many(self, handles: list[dict[str, Any]]) -> list[list[tuple[float, float]] | None]:
         """Each running trial's learning curve so far, (t, value) points of the manifest's metric
         (runners/progress.py: bounded, parsed tolerantly); None where its host could not be read."""
-        from .progress import read_many
         return read_many(self, handles, self.manifest.metric)
 
     @staticmethod

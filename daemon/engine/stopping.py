@@ -33,6 +33,7 @@ import statistics
 import time
 
 from autoresearchd import defaults
+from autoresearchd.config import ConfigError
 from autoresearchd.engine.judge import _total
 from autoresearchd.runners import progress
 from autoresearchd.store.notes import Note, Status, Trial
@@ -72,7 +73,7 @@ def pruned(rule: str, goal: str, peers: list[Curve], mine: Curve, grid: int, min
     """Whether Optuna's pruner for `rule` prunes `mine`, its study built from the peers' curves
     replayed in order (each reported step by step, asked should_prune as a live trial would be, then
     told complete with its last value): at any grid step from min_step on."""
-    import optuna
+    import optuna       # lazy: the [tune] extra, needed by the median and percentile rules alone
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     lo = max(1, min_step)
     pruner = {"median": lambda: optuna.pruners.MedianPruner(n_startup_trials=0, n_warmup_steps=lo - 1),
@@ -107,9 +108,8 @@ class Stopper:
         self.cfg, self.manifest, self.runner, self.lifecycle = cfg, manifest, runner, lifecycle
         if cfg.rule != "band":
             try:
-                import optuna  # noqa: F401
+                import optuna  # noqa: F401  # lazy: the [tune] extra; without it, say how to install it
             except ImportError:
-                from autoresearchd.config import ConfigError
                 raise ConfigError(f"[stopping] rule = {cfg.rule!r} needs Optuna, which is not installed: "
                                   f"pip install 'autoresearchd[tune]' (or rule = \"band\")") from None
         self.repo = lifecycle.repo

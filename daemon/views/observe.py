@@ -27,6 +27,7 @@ from autoresearchd.views.summary import idea_tokens, idea_usd, leaderboard, load
 from autoresearchd.views.versus import (DELTA_LEGEND, baseline_running, baseline_tag, decision_text, delta_short,
                                         delta_text)
 from autoresearchd.views.progress import trials_table
+from autoresearchd.views.learning import curve_lines
 from autoresearchd.implement.agent_cli import steps
 
 
@@ -276,7 +277,6 @@ def show(cfg, console, ref: str, diff: bool = False, full_log: bool = False) -> 
             v = f"{t.value:.4f}" if t.value is not None else one_line(t.error)[:200]
             _plain(console, f"  seed {t.seed}: {t.status.value} {v} on {t.host or '?'}"
                             + (f" in {t.wall_s:.0f}s" if t.wall_s else ""))
-        from autoresearchd.views.learning import curve_lines
         for line in curve_lines(repo, idea.note, pop.baseline_note, research.manifest.metric):
             _plain(console, line)
     else:
