@@ -203,7 +203,7 @@ def make_mirror(cfg, research) -> WandbMirror | None:
     if not cfg.wandb.enabled or cfg.wandb.mode == "disabled":
         return None
     try:
-        import wandb  # noqa: F401 - optional: only with [wandb] enabled
+        import wandb  # noqa: F401  # lazy: the [wandb] extra, only with [wandb] enabled
     except ImportError:
         log.warning("[wandb] enabled = true but wandb is not installed (pip install wandb); not mirroring")
         return None
