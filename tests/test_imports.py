@@ -49,7 +49,7 @@ MAY_IMPORT = {
     "top": {"*"},
     "views": {"*"},
     "engine": {"store", "implement", "runners", "policies", "llm", "tune", "top"},
-    "implement": {"store", "runners", "llm", "top"},
+    "implement": {"store", "runners", "llm", "tune", "top"},
     "tune": {"store", "top"},
     "store": set(),
     "llm": set(),

@@ -41,6 +41,7 @@ from autoresearchd.runners.prepare import prepare_key, prepared_dir, run_prepare
 from autoresearchd.runners import sandbox as sandboxes
 from autoresearchd.runners.isolation import resolve
 from autoresearchd.runners.local import LocalShell
+from autoresearchd.tune.knobs import file_error
 from autoresearchd.vocab import Origin
 
 log = logging.getLogger("autoresearchd")
@@ -203,7 +204,6 @@ class Implementer:
     def _check(self, tree: str, changed: list[str]) -> str | None:
         """Pre-GPU checks: the knobs the idea declares, compile the changed Python files, then the env's
         quick `check`."""
-        from autoresearchd.tune.knobs import file_error
         why = file_error(self.repo, tree, self.research.manifest)    # a bad declaration goes back to the model
         if why:
             return why
