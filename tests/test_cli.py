@@ -29,9 +29,13 @@ def test_init_from_template_sets_display_ref(tmp_path):
 
 
 def test_graceful_stop_leaves_detached_runs_then_restart_harvests(toy_env, tmp_path):
-    marker = tmp_path / "started"
+    marker, release = tmp_path / "started", tmp_path / "release"
+    # the trial runs until the test releases it (at most 120 s): on a loaded machine a fixed sleep
+    # ended before the refused starts, the stop and `status` below had run
     slow = (toy_env / "run.py").read_text().replace(
-        "x = 1.0", f"open({str(marker)!r}, 'w').write('1')\nimport time; time.sleep(3)\nx = 0.7")
+        "x = 1.0", f"open({str(marker)!r}, 'w').write('1')\nimport os, time\nt0 = time.time()\n"
+                   f"while not os.path.exists({str(release)!r}) and time.time() - t0 < 120: time.sleep(0.05)\n"
+                   "x = 0.7")
     sha = branch_idea(toy_env, "s/slow", "slow", {"run.py": slow})
     cfg = write_config(tmp_path, toy_env)
     p = subprocess.Popen([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), "start"],
@@ -56,7 +60,7 @@ def test_graceful_stop_leaves_detached_runs_then_restart_harvests(toy_env, tmp_p
     flat = " ".join(st.stdout.split())
     assert "(daemon stopped: detached trials run on" in flat and "trials running: " in flat, flat
     assert any(ln.split()[1:2] == ["s0"] and "slow" in ln for ln in st.stdout.splitlines()), st.stdout
-    time.sleep(3.5)                                    # the detached trial finishes on its own
+    release.write_text("1")                            # the detached trial finishes on its own
     p2 = cli("--config", str(cfg), "start", "--until", "idle")
     assert p2.returncode == 0, p2.stderr
     shown = cli("--config", str(cfg), "show", sha[:10])
