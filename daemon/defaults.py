@@ -73,6 +73,10 @@ SSH_MAX_CHANNELS = 8         # concurrent channels per connection; OpenSSH's Max
 # the ssh runner's slots() re-checks a host's reachability at most this often (the shell itself backs
 # off reconnects to a dead host, so this stays cheap)
 SSH_REACHABLE_TTL_S = 5.0
+SSH_LOST_WAIT_S = 1.0
+"""A command whose channel closed without an exit status: how long to wait for paramiko's transport
+thread to say whether the connection died (then the host is unreachable and the command may have
+run) or lives (the command was killed by a signal: exit -1). Only that rare case waits."""
 TAMPER_SHOWN = 5             # tamper lines quoted in a suspicious note's reason; its `tamper` field keeps all
 MIN_FREE_MB = 512            # a host's work root needs this much free space before a trial is staged
 LOG_HEAD_BYTES = 256 * 1024  # kept from the start of a run's output

@@ -207,13 +207,30 @@ class SSHShell:
         with self._channels:
             chan = self._open()
             try:
-                return self._exec(chan, cmd, stdin, timeout)
+                rc, out, err = self._exec(chan, cmd, stdin, timeout)
             except (socket.timeout, TimeoutError):
                 raise HostUnreachable(f"host {self.name}: command timed out after {timeout:.0f}s: {cmd[:80]}") from None
             except (paramiko.SSHException, OSError, EOFError) as e:
                 raise HostUnreachable(f"host {self.name}: connection lost during a command: {e}") from None
             finally:
                 chan.close()
+        if rc == -1 and self._lost(chan):
+            # the connection died mid-command: the command may have run (a submit may have started
+            # its trial), so this is the host's fault, never a command's exit -1 (a submit read as
+            # failed was requeued while its trial ran, and the seed ran twice)
+            raise HostUnreachable(f"host {self.name}: connection lost during a command (no exit status): {cmd[:80]}")
+        return rc, out, err
+
+    @staticmethod
+    def _lost(chan: paramiko.Channel) -> bool:
+        """Whether a channel that closed without an exit status did so because its connection died.
+        (A command killed by a signal on a live connection also has none: paramiko ignores exit-signal.)
+        The transport's thread closes its channels before it marks itself inactive: wait for it briefly."""
+        t = chan.get_transport()
+        if t is None:
+            return True
+        t.join(defaults.SSH_LOST_WAIT_S)
+        return not t.is_active()
 
     def _exec(self, chan: paramiko.Channel, cmd: str, stdin: bytes | None, timeout: float):
         deadline = time.monotonic() + timeout

@@ -185,3 +185,43 @@ def test_output_flood_is_capped(ssh_fleet, tar):
     r.cleanup(h)
     assert r.poll(h) == PollState.MISSING
     r.close()
+
+
+def test_a_command_cut_by_the_host_vanishing_is_unreachable_not_exit_minus_1(ssh_fleet):
+    """sshd dies mid-command: the command may have run (a submit may have started its trial), so the
+    shell raises HostUnreachable (the lease stays `stale`, looked at again when the host answers). It
+    returned exit -1 as if the command had failed, and a submit read that way was requeued while its
+    trial ran on: the seed ran twice."""
+    import threading
+    sh = shell(ssh_fleet)
+    assert sh.run("true")[0] == 0                # connected
+    got: dict = {}
+
+    def long_command():
+        try:
+            got["rc"] = sh.run("sleep 20", timeout=60)[0]
+        except HostUnreachable as e:
+            got["error"] = e
+    t = threading.Thread(target=long_command)
+    t.start()
+    time.sleep(1.0)
+    ssh_fleet.stop_host(0)
+    try:
+        t.join(40)
+        assert not t.is_alive()
+        assert "error" in got, f"the cut command returned exit {got.get('rc')}"
+        assert "connection lost" in str(got["error"])
+    finally:
+        ssh_fleet.start_host(0)
+        sh.close()
+
+
+def test_a_command_killed_by_a_signal_on_a_live_connection_is_its_exit(ssh_fleet):
+    """No exit status because the command was killed by a signal (paramiko ignores exit-signal), the
+    connection alive: that is the command's result (-1), not a host fault."""
+    sh = shell(ssh_fleet)
+    try:
+        assert sh.run("kill -9 $$")[0] == -1
+        assert sh.run("echo still")[1] == b"still\n"
+    finally:
+        sh.close()
