@@ -155,3 +155,37 @@ def test_the_daemon_is_wired_by_its_constructor(toy_env, tmp_path):
         assert (Change.RESULT, pop.baseline_commit) in {(e.change, e.commit) for e in events}
     finally:
         d.runner.close()
+
+
+def test_a_done_lease_for_a_seed_already_noted_is_cleared(toy_env, tmp_path):
+    """A kill between a result note and its lease clear leaves a `done` lease for a seed the note
+    holds. For an idea the next harvest rewrote the note and cleared it; for the baseline (whose note
+    is final once its seeds are in) it stayed forever: `stale leases after idle` in the kill-9 test.
+    The counted trial's lease is just dropped; a second trial of that seed (a twin that finished after
+    the note) is named in the note's `superseded`, never counted."""
+    from autoresearchd.store.ledger import Ledger
+    from autoresearchd.store.notes import Lease, Note, Status, Trial
+    from autoresearchd.vocab import LeaseState, Purpose
+    cfg = load_config(write_config(tmp_path, toy_env))
+    cfg.policy.baseline_seeds = 1
+    d = build_daemon(cfg, with_llm=False)
+    try:
+        base = read_population(d.repo, d.research.baseline_ref).baseline_commit
+        counted = Trial(trial_id="b-s0-r0", seed=0, status=Status.SUCCEEDED, value=1.0, host="local")
+        twin = Trial(trial_id="b-s0-r1", seed=0, status=Status.SUCCEEDED, value=1.1, host="local")
+        ledger = Ledger(d.repo)
+        ledger.write_note(base, Note(status=Status.SUCCEEDED, idea_id="baseline", value=1.0, values=[1.0],
+                                     seeds=[0], trials=[counted], seeds_planned=1))
+
+        def lease(t):
+            return Lease(trial_id=t.trial_id, seed=0, runner="local", host="local", slot="0",
+                         purpose=Purpose.BASELINE, state=LeaseState.DONE, result=t)
+        ledger.write_leases(base, [lease(counted), lease(twin)])
+        d.collector.harvest(read_population(d.repo, d.research.baseline_ref))
+        assert ledger.leases(base) == []
+        note = ledger.note(base)
+        assert [t.trial_id for t in note.trials] == ["b-s0-r0"] and note.value == 1.0
+        assert note.superseded == ["b-s0-r1"]
+    finally:
+        d._pool.shutdown()
+        d.dispatcher._pool.shutdown()

@@ -104,11 +104,19 @@ class Collector(Part):
                     updated = [self._poll_one(lz, states.get(id(lz)), outcomes.get(id(lz))) for lz in leases]
                     seeds = {t.seed for t in note.trials} if note else set()
                     updated, _ = self.recovery.settle_stale(updated, states, outcomes, seeds, self._collect)
-                    late = [lz for lz in updated if lz.state == LeaseState.SUPERSEDED and lz.seed in seeds]
-                    if late:     # the seed's result is already in the note: record them there, drop the leases
-                        note = note.model_copy(deep=True)
-                        note.superseded = sorted(set(note.superseded) | {lz.trial_id for lz in late})
-                        self.lifecycle.result(commit, idea, note)
+                    # the seed's result is already in the note: a superseded twin, or a finished trial
+                    # (a twin that ended after the note, or the counted one whose lease a kill left
+                    # behind between the note and the lease clear): drop the leases, and name in the
+                    # note every trial of them it does not count
+                    late = [lz for lz in updated if lz.seed in seeds
+                            and lz.state in (LeaseState.SUPERSEDED, LeaseState.DONE)]
+                    if late:
+                        counted = {t.trial_id for t in note.trials}
+                        extra = {lz.trial_id for lz in late if lz.trial_id not in counted}
+                        if extra - set(note.superseded):
+                            note = note.model_copy(deep=True)
+                            note.superseded = sorted(set(note.superseded) | extra)
+                            self.lifecycle.result(commit, idea, note)
                         updated = [lz for lz in updated if not any(lz is x for x in late)]
                     moved = len(updated) != len(leases) or \
                         any(a.model_dump() != b.model_dump() for a, b in zip(updated, leases))
