@@ -94,7 +94,11 @@ def test_knobs_only_ideas_go_to_the_tuner_and_the_llm_sees_the_knobs(tmp_path, m
     nums = sorted(i.trailers.tune_trial for i in pop.ideas if i.trailers.tune_study == "baseline")
     assert nums == list(range(1, len(nums) + 1))
     # a routed idea that became the best continues the baseline's study: no study of its own
-    assert {i.trailers.tune_study for i in pop.ideas if i.trailers.tune_study} == {"baseline"}
+    # (a code idea confirmed before the routed one was measured may have been the best for a while and
+    # got a study of its own then: which comes first is the machine's timing, not the rule)
+    studies = {i.trailers.tune_study for i in pop.ideas if i.trailers.tune_study}
+    assert "baseline" in studies and r.idea_id not in studies
+    assert all(pop.by_id[s].trailers.tune_study is None for s in studies - {"baseline"})   # roots: code ideas
     # status and the dashboard's payload show the split
     from autoresearchd.views.summary import summary
     s = summary(load_config(cfg_path))
