@@ -108,11 +108,12 @@ class Collector(Part):
                     # (a twin that ended after the note, or the counted one whose lease a kill left
                     # behind between the note and the lease clear): drop the leases, and name in the
                     # note every trial of them it does not count
-                    late = [lz for lz in updated if lz.seed in seeds
-                            and lz.state in (LeaseState.SUPERSEDED, LeaseState.DONE)]
+                    # (a lost or requeued lease of such a seed is only dropped: nothing of it finished)
+                    late = [lz for lz in updated if lz.seed in seeds and lz.state not in POLLED]
                     if late:
                         counted = {t.trial_id for t in note.trials}
-                        extra = {lz.trial_id for lz in late if lz.trial_id not in counted}
+                        extra = {lz.trial_id for lz in late if lz.trial_id not in counted
+                                 and lz.state in (LeaseState.SUPERSEDED, LeaseState.DONE)}
                         if extra - set(note.superseded):
                             note = note.model_copy(deep=True)
                             note.superseded = sorted(set(note.superseded) | extra)
