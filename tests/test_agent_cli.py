@@ -197,8 +197,9 @@ def test_agent_cli_session_over_usd_cap_stopped(agent_setup, kind, cap, llm_budg
     """Stopped at the session's own cap, or at what is left of the LLM budget when that is lower."""
     make, _ = agent_setup
     big = dict(input_tokens=400_000, output_tokens=10)     # $1.20 per request at 3 USD/Mtok
-    turns = [Shell("echo one", **big), Shell("echo two", **big), Shell("echo three", **big),
-             Shell("echo four", **big), Done("never reached")]
+    # eight paid turns: the cap is seen after the first, and the CLI's requests race the watcher that
+    # stops it (codex once had four served before the stop landed), so the end must lie well beyond
+    turns = [Shell(f"echo {n}", **big) for n in range(8)] + [Done("never reached")]
     api, research, impl, idea_id = make(kind, turns, f"max_usd = {cap}\n", llm_budget)
     assert impl.implement(idea_id) is None
     note, rec = record_note(research, idea_id)
