@@ -21,7 +21,9 @@ What runs the daemon's own code, and what does not (and why):
 The paper's rule is not the daemon's code: it is written here (`_paper_decision`).
 
 Two options on top (issue 29): `Arm.stop`, an early-stopping rule of bench/sim_stop.py (every trial
-then reports its learning curve at checkpoints, and an idea's first run may stop at one of them), and
+then reports its learning curve at checkpoints, and an idea's first run may stop at one of them; the
+`product` rules decide by the daemon's own engine.stopping, reading this search's Population and its
+trials' `curve`, stamped with `finished_at` as the ledger stamps a note), and
 `Arm.ahead`, the refill sized to what the slots consume while a proposal round is written (the fix of
 the slow-proposal row, docs/policies.md). `Arm.tune` adds the knob tuner of bench/sim_knobs.py.
 """
@@ -117,7 +119,7 @@ class Search:
         self.stalls = 0
         self.ran: set[frozenset] = set()
         self.m = dict(duplicates_run=0, implement_failed=0, crashed=0, confirm_trials=0, usd=0.0)
-        self.stopper = Stopper(arm.stop[0], arm.stop[1], POINTS) if arm.stop else None
+        self.stopper = Stopper(arm.stop[0], arm.stop[1], POINTS, pop=self.pop) if arm.stop else None
         self.live: dict[str, dict] = {}          # trials running with a curve (stop arms)
         self.trajectory: list[tuple[float, float]] = []   # (GPU-h used, true effect of the reported best)
         self.stops: list[dict] = []              # every stopped idea: its true effect and the t it stopped at
@@ -203,6 +205,8 @@ class Search:
             self.m["crashed"] += 1
         lz.state = "done"
         lz.result = Trial(trial_id=lz.trial_id, seed=lz.seed, value=v, wall_s=hours * 3600, gpus=1,
+                          # its learning curve, as the runner stores it (stop arms; the product rule reads it)
+                          curve=self.stopper.blob(lz.trial_id) if self.stopper is not None else None,
                           status=Status.SUCCEEDED if v is not None else Status.FAILED,
                           exit_code=None if v is not None else 1,
                           error=None if v is not None else stopped or "Traceback: RuntimeError: CUDA error")
@@ -212,6 +216,7 @@ class Search:
             self.bleases.remove(lz)
             self.bnote = build_note(trials, None, self.pop(), ENV, self.cfg)
             self.bnote.seeds_planned = self.cfg.baseline_seeds
+            self.bnote.finished_at = self.clock.now      # the ledger stamps a note it writes
             if baseline_complete(self.bnote):
                 self._backfill()
             return
@@ -228,6 +233,7 @@ class Search:
         new = build_note(list(results.values()), idea, self.pop(), ENV, self.cfg, confirmed=confirming)
         if self.paper:
             new.decision = self._paper_decision(new)
+        new.finished_at = self.clock.now
         idea.note = new
 
     def _backfill(self) -> None:

@@ -7,6 +7,9 @@ parameter tuned alike on the tuning seeds.
     python bench/sim_early.py [--seeds 1000-1019] --tuned bench/sim_early_tuned.json   # the hold-out table
     python bench/sim_early.py --quick                                       # a smoke run (one seed, 3 GPU-h)
 
+--tune merges the chosen values into the --tuned file (a rule tuned later keeps the others'). The rule
+`product` (and product-median, product-asha: --rules) is the daemon's own Stopper.judge (bench/sim_stop.py).
+
 Measured per rule, against full length (`none`, which draws the same curves and never stops):
 - **GPU-hours to reach the full-length search's best true effect**: per seed, the GPU-hours used
   (trials' time actually run) until the rule's reported best reaches the true effect that the
@@ -105,7 +108,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a smoke run: one tuning seed, 3 GPU-h, 3 slots")
     search_args(ap, "each rule's parameter")
-    ap.add_argument("--rules", default="band,asha,median")
+    ap.add_argument("--rules", default="band,asha,median,product",
+                    help="of " + ", ".join(r.value for r in GRID) + " (default: band,asha,median,product)")
     a = ap.parse_args(argv)
     rules = a.rules.split(",")
     if a.from_log:
@@ -130,8 +134,9 @@ def main(argv=None) -> int:
                                for p in grid] + [f"{name} = {chosen[r]:g}"])
         print(md(["rule (true effect of reported best)", "grid value 1", "grid value 2", "grid value 3", "chosen"],
                  rows))
-        if a.tuned:
-            Path(a.tuned).write_text(json.dumps(chosen, indent=1) + "\n")
+        if a.tuned:       # merged into what the file holds: a rule tuned later keeps the others' values
+            old = json.loads(Path(a.tuned).read_text()) if Path(a.tuned).exists() else {}
+            Path(a.tuned).write_text(json.dumps({**old, **chosen}, indent=1) + "\n")
     else:
         tuned = json.loads(Path(a.tuned).read_text()) if a.tuned else {}
         params = {r: tuned.get(r, GRID[Rule(r)][1][1]) for r in rules}

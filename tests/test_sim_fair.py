@@ -291,7 +291,7 @@ def test_sim_early_quick_prints_every_rule_against_full_length():
                        capture_output=True, text=True, check=False, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     rows = _table(p.stdout, "rule")
-    assert [r[0].split(" ")[0] for r in rows] == ["none", "band", "asha", "median"]
+    assert [r[0].split(" ")[0] for r in rows] == ["none", "band", "asha", "median", "product"]
     assert all(len(r) == len(sim_early.HEAD) for r in rows)
     none = rows[0]
     assert none[2] == "—" and none[3] == none[4] == "1.00x" and none[6] == "0.0" and none[8] == "0/0"
