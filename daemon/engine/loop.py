@@ -234,7 +234,7 @@ class Daemon:
         def work():
             try:
                 if self.tuner is not None and hasattr(self.policy, "prompts"):   # the LLM sees the tuning
-                    self.policy.prompts.tuning = prompt_block(pop, self.research.manifest)
+                    self.policy.prompts.tuning = prompt_block(pop, self.research.manifest, self.repo)
                 proposals = self.policy.propose(pop, n, self.research.manifest, self.llm)
                 cap = self.cfg.daemon.max_epochs
                 for prop in proposals:
