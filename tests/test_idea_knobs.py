@@ -112,7 +112,7 @@ def test_a_pushed_commit_declares_a_knob_and_the_tuner_tunes_it(tmp_path, make_r
     asks = [p for p in model.proposals if "## Tuned knobs" in p]
     assert asks, model.proposals
     for p in asks:
-        assert f"- {idea.idea_id}: 3 tuned runs, best " in p
+        assert f"- {idea.idea_id}: 3 tuned runs, best " in p and "`Knobs: name=value, name=value`" in p
         assert "its own knobs (its code reads them; a knobs-only idea built on it may set them): " \
                "y in [0, 1] (baseline 0.5)" in p, p
         assert re.search(r"^    y: (low [0-9.e-]+)?( \| )?(mid [0-9.e-]+)?( \| )?(high [0-9.e-]+)?$", p, re.M), p

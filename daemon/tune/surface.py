@@ -13,6 +13,7 @@ import math
 from autoresearchd.manifest import EnvManifest, KnobType
 from autoresearchd.store.notes import Status
 from autoresearchd.tune.knobs import declared_knobs
+from autoresearchd.tune.tuner import BASELINE_STUDY
 
 MAX_STUDIES_SHOWN = 3
 
@@ -29,9 +30,12 @@ def _measured(pop, study: str) -> list[tuple[dict, float]]:
 
 
 def study_root(pop, study: str) -> str | None:
-    """The commit a study tunes: its idea's (a study is named by its idea's id), else the baseline's."""
+    """The commit a study tunes: the baseline's, or its idea's (a study is named by its idea's id;
+    None when that idea is not in the population)."""
+    if study == BASELINE_STUDY:
+        return pop.baseline_commit
     root = pop.by_id.get(study)
-    return root.commit if root is not None else pop.baseline_commit
+    return root.commit if root is not None else None
 
 
 def studies(pop, m: EnvManifest, repo=None) -> list[dict]:
@@ -102,12 +106,13 @@ def prompt_block(pop, m: EnvManifest, repo=None) -> str:
     lines = ["## Tuned knobs", ""]
     if m.knobs:
         lines += ["A tuner sets these numbers; the code reads them from AUTORESEARCH_KNOB_<NAME>: "
-                  + "; ".join(knob_range(k) for k in m.knobs) + ".",
-                  "An experiment that only changes knob values needs no code: write its [Code Changes] as the one "
-                  "line `Knobs: name=value, name=value` and it runs at once, without an implementation. "
-                  "Spend code ideas on what a tuner cannot find."]
+                  + "; ".join(knob_range(k) for k in m.knobs) + "."]
     else:
         lines += ["A tuner sets the numbers that ideas declared as knobs of their own (AUTORESEARCH_KNOB_<NAME>)."]
+    if m.knobs or any(s["own"] for s in found):     # an idea's own knobs may be set the same way
+        lines += ["An experiment that only changes knob values needs no code: write its [Code Changes] as the one "
+                  "line `Knobs: name=value, name=value` and it runs at once, without an implementation. "
+                  "Spend code ideas on what a tuner cannot find."]
     if found:
         lines += ["", "What tuning measured so far (best value per third of each knob's range):"]
         for s in found:
