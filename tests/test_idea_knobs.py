@@ -293,3 +293,35 @@ def test_a_stopped_tuned_trial_is_pruned_in_the_rebuilt_study(tmp_path, make_rep
     assert by[3].state == S.RUNNING
     # and it is over: the study counts it as no open trial, and the next ask still works
     assert study.ask().number == 3
+
+
+def test_the_prompt_shows_manifest_and_declared_knobs_of_a_study(tmp_path, make_repo):
+    """Real git, notes by the one writer: a study of an idea that declares y on a manifest with x shows
+    both knobs' surface lines and y's range; without the repo only the manifest's; a study whose idea
+    is not in the population shows no declared knob (not the baseline's)."""
+    from autoresearchd.tune.surface import prompt_block, studies
+    # the baseline's tree declares z: a study whose idea is gone must not show it as the idea's
+    env = make_repo({".autoresearch.toml": knob_manifest(KNOB_X), "run.py": BASE_RUN, "evaluate.py": TOY_EVAL,
+                     DECLARE_FILE: DECLARE_Y.replace('"y"', '"z"')}, "research")
+    sha = commit_files(env, "idea/me/y", {"run.py": IDEA_RUN, DECLARE_FILE: DECLARE_Y})
+    repo, m = GitRepo(env), parse_manifest(knob_manifest(KNOB_X))
+    tuner = Tuner(SimpleNamespace(repo=repo, manifest=m), load_config(tune_cfg(tmp_path, env)))
+    root = next(i for i in read_population(repo, "refs/heads/main").ideas if i.commit == sha)
+    for n, (x, y) in enumerate(((-1.5, 0.1), (0.2, 0.5), (1.9, 0.95)), 1):
+        tuner.write(root.idea_id, sha, root, {"x": x, "y": y}, n)
+    tuner.write("gone", sha, None, {"x": 0.0, "y": 0.5}, 1)          # a study named after no idea here
+    pop = read_population(repo, "refs/heads/main")
+    life = Lifecycle(repo)
+    for i in (i for i in pop.ideas if i.trailers.tune_study):
+        v = i.trailers.tune_trial / 10
+        life.result(i.commit, i, Note(status=Status.SUCCEEDED, idea_id=i.idea_id, metric="score", value=v, values=[v]))
+    pop = read_population(repo, "refs/heads/main")
+    block = prompt_block(pop, m, repo)
+    mine = block.split(f"- {root.idea_id}: ", 1)[1].split("\n- ", 1)[0]
+    assert "its own knobs (its code reads them; a knobs-only idea built on it may set them): " \
+           "y in [0, 1] (baseline 0.5)" in mine, block
+    assert "    x: low 0.1 | mid 0.2 | high 0.3" in mine and "    y: low 0.1 | mid 0.2 | high 0.3" in mine, block
+    gone = block.split("- gone: ", 1)[1].split("\n- ", 1)[0]
+    assert "its own knobs" not in gone and "z in" not in gone and "    x: mid 0.1" in gone, block
+    assert "    y: " not in prompt_block(pop, m)                     # without the repo: the manifest's only
+    assert {s["study"]: s["own"] for s in studies(pop, m, repo)} == {root.idea_id: ["y"], "gone": []}
