@@ -7,6 +7,7 @@ revision request); a tuned trial stopped by its learning curve enters its rebuil
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -98,6 +99,64 @@ def test_a_pushed_commit_declares_a_knob_and_the_tuner_tunes_it(tmp_path, make_r
     from autoresearchd.tune.surface import prompt_block
     block = prompt_block(pop, parse_manifest(NO_KNOBS))
     assert block.startswith("## Tuned knobs") and f"- {idea.idea_id}: 3 tuned runs, best " in block, block
+    # a daemon with an LLM (the real SDK reaching the local fake server) builds on the tuned idea: its
+    # prompt names the idea's own knob, its range and its surface, and a knobs-only answer that sets it
+    # is a trial of the idea's study, with no implementation
+    fake, model = FakeLLM(), Builder()
+    fake.script(*([model] * 20))
+    try:
+        cfg = llm_cfg(tmp_path, env, fake, "greedy")
+        pop = run_until_settled(cfg, timeout=240, with_llm=True)
+    finally:
+        fake.close()
+    asks = [p for p in model.proposals if "## Tuned knobs" in p]
+    assert asks, model.proposals
+    for p in asks:
+        assert f"- {idea.idea_id}: 3 tuned runs, best " in p and "`Knobs: name=value, name=value`" in p
+        assert "its own knobs (its code reads them; a knobs-only idea built on it may set them): " \
+               "y in [0, 1] (baseline 0.5)" in p, p
+        assert re.search(r"^    y: (low [0-9.e-]+)?( \| )?(mid [0-9.e-]+)?( \| )?(high [0-9.e-]+)?$", p, re.M), p
+    routed = next(i for i in pop.ideas if i.title == Builder.TITLE)
+    assert routed.trailers.tune_study == idea.idea_id and routed.trailers.tune_sampler == "llm"
+    assert routed.branch == f"refs/heads/idea/tune/{idea.idea_id}/4" and model.implemented == 0
+    assert routed.note.tune["knobs"] == {"y": 0.8}
+    assert next(t for t in routed.note.trials if t.seed == 0).value == pytest.approx(idea_surface(0.8), abs=1e-9)
+    # status' summary and the dashboard's payload carry the same study: its own knob and its surface
+    from autoresearchd.views.summary import summary
+    (st,) = [s for s in summary(load_config(cfg))["tune"]["studies"] if s["study"] == idea.idea_id]
+    assert st["own"] == ["y"] and [ln for ln in st["surface"] if ln.startswith("y: ")], st
+
+
+class Builder:
+    """Proposes one knobs-only idea that sets the tuned idea's own knob y (to its optimum)."""
+
+    TITLE = "Set the idea's y to 0.8"
+
+    def __init__(self):
+        self.proposals: list[str] = []
+        self.implemented = 0
+
+    def __call__(self, req):
+        text = req.body["messages"][-1]["content"]
+        if "could not be used" in text or "Implement the research idea below" in text:
+            self.implemented += 1
+            return Reply("no diff", 10, 10)
+        self.proposals.append(text)
+        return Reply(f"[Experiment] {self.TITLE}\nThe surface of y is lowest near its top.\n"
+                     "[Code Changes] Knobs: y=0.8\n[End]\n", 300, 200)
+
+
+def llm_cfg(tmp_path, env, fake, policy: str, ideas: int = 1):
+    """tune_cfg with the OpenAI provider on the fake server and `policy` proposing `ideas` per epoch."""
+    cfg = tune_cfg(tmp_path, env)
+    text = cfg.read_text().replace('[llm]\nprovider = "none"\n', "")
+    text += (f'[llm]\nprovider = "openai"\nbase_url = "{fake.openai_url}"\nmodel = "m"\nbackoff_s = 0.01\n'
+             '[llm.prices.m]\ninput = 1.0\noutput = 2.0\n')
+    text = text.replace("[policy]\nbaseline_seeds = 2\n", f"[policy]\nbaseline_seeds = 2\nname = \"{policy}\"\n"
+                        f"ideas_per_epoch = {ideas}\nbatch = 1\nqueue_buffer = 0\n")
+    text = text.replace("[daemon]\ntick_s = 0.3\n", "[daemon]\ntick_s = 0.3\nmax_epochs = 1\n")
+    cfg.write_text(text)
+    return cfg
 
 
 class LLM:
@@ -138,15 +197,7 @@ def test_an_llm_idea_declares_a_knob_and_the_tuner_tunes_it(tmp_path, make_repo)
     fake, model = FakeLLM(), LLM()
     fake.script(*([model] * 40))
     try:
-        cfg = tune_cfg(tmp_path, env)
-        text = cfg.read_text().replace('[llm]\nprovider = "none"\n', "")
-        text += (f'[llm]\nprovider = "openai"\nbase_url = "{fake.openai_url}"\nmodel = "m"\nbackoff_s = 0.01\n'
-                 '[llm.prices.m]\ninput = 1.0\noutput = 2.0\n')
-        text = text.replace("[policy]\nbaseline_seeds = 2\n", "[policy]\nbaseline_seeds = 2\nname = \"evolutionary\"\n"
-                            "ideas_per_epoch = 1\nbatch = 1\nqueue_buffer = 0\n")
-        text = text.replace("[daemon]\ntick_s = 0.3\n", "[daemon]\ntick_s = 0.3\nmax_epochs = 1\n")
-        cfg.write_text(text)
-        pop = run_until_settled(cfg, timeout=240, with_llm=True)
+        pop = run_until_settled(llm_cfg(tmp_path, env, fake, "evolutionary"), timeout=240, with_llm=True)
     finally:
         fake.close()
     # the invalid declaration went back to the model with its reason, and the kept one is in the commit
@@ -242,3 +293,35 @@ def test_a_stopped_tuned_trial_is_pruned_in_the_rebuilt_study(tmp_path, make_rep
     assert by[3].state == S.RUNNING
     # and it is over: the study counts it as no open trial, and the next ask still works
     assert study.ask().number == 3
+
+
+def test_the_prompt_shows_manifest_and_declared_knobs_of_a_study(tmp_path, make_repo):
+    """Real git, notes by the one writer: a study of an idea that declares y on a manifest with x shows
+    both knobs' surface lines and y's range; without the repo only the manifest's; a study whose idea
+    is not in the population shows no declared knob (not the baseline's)."""
+    from autoresearchd.tune.surface import prompt_block, studies
+    # the baseline's tree declares z: a study whose idea is gone must not show it as the idea's
+    env = make_repo({".autoresearch.toml": knob_manifest(KNOB_X), "run.py": BASE_RUN, "evaluate.py": TOY_EVAL,
+                     DECLARE_FILE: DECLARE_Y.replace('"y"', '"z"')}, "research")
+    sha = commit_files(env, "idea/me/y", {"run.py": IDEA_RUN, DECLARE_FILE: DECLARE_Y})
+    repo, m = GitRepo(env), parse_manifest(knob_manifest(KNOB_X))
+    tuner = Tuner(SimpleNamespace(repo=repo, manifest=m), load_config(tune_cfg(tmp_path, env)))
+    root = next(i for i in read_population(repo, "refs/heads/main").ideas if i.commit == sha)
+    for n, (x, y) in enumerate(((-1.5, 0.1), (0.2, 0.5), (1.9, 0.95)), 1):
+        tuner.write(root.idea_id, sha, root, {"x": x, "y": y}, n)
+    tuner.write("gone", sha, None, {"x": 0.0, "y": 0.5}, 1)          # a study named after no idea here
+    pop = read_population(repo, "refs/heads/main")
+    life = Lifecycle(repo)
+    for i in (i for i in pop.ideas if i.trailers.tune_study):
+        v = i.trailers.tune_trial / 10
+        life.result(i.commit, i, Note(status=Status.SUCCEEDED, idea_id=i.idea_id, metric="score", value=v, values=[v]))
+    pop = read_population(repo, "refs/heads/main")
+    block = prompt_block(pop, m, repo)
+    mine = block.split(f"- {root.idea_id}: ", 1)[1].split("\n- ", 1)[0]
+    assert "its own knobs (its code reads them; a knobs-only idea built on it may set them): " \
+           "y in [0, 1] (baseline 0.5)" in mine, block
+    assert "    x: low 0.1 | mid 0.2 | high 0.3" in mine and "    y: low 0.1 | mid 0.2 | high 0.3" in mine, block
+    gone = block.split("- gone: ", 1)[1].split("\n- ", 1)[0]
+    assert "its own knobs" not in gone and "z in" not in gone and "    x: mid 0.1" in gone, block
+    assert "    y: " not in prompt_block(pop, m)                     # without the repo: the manifest's only
+    assert {s["study"]: s["own"] for s in studies(pop, m, repo)} == {root.idea_id: ["y"], "gone": []}

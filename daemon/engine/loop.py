@@ -234,7 +234,7 @@ class Daemon:
         def work():
             try:
                 if self.tuner is not None and hasattr(self.policy, "prompts"):   # the LLM sees the tuning
-                    self.policy.prompts.tuning = prompt_block(pop, self.research.manifest)
+                    self.policy.prompts.tuning = prompt_block(pop, self.research.manifest, self.repo)
                 proposals = self.policy.propose(pop, n, self.research.manifest, self.llm)
                 cap = self.cfg.daemon.max_epochs
                 for prop in proposals:
@@ -370,17 +370,22 @@ class Daemon:
         self._start_event_waiters()
         watch = LivePopulation(self.repo, self.research.baseline_ref)   # this thread's own: not the tick's
         try:
-            seen, pop = -1, None
+            seen, pop, was_busy = -1, None, False
             while not self._stopped.wait(0.5):
                 if progress is not None and self.last_pop is not None:
                     progress(self.last_pop, self.last_state)
                 if until is not None:
-                    if seen != self._passes:        # git changes only through a pass (or pokes one)
+                    # the workers' flags before git: a worker writes (a routed knobs-only idea's tuned
+                    # commit, an implementation) outside a pass, then clears its flag; git read after
+                    # seeing it idle holds what it wrote (a stale read once ended a test before its trial)
+                    busy = self._proposing or self._implementing
+                    if seen != self._passes or was_busy:     # git changes through a pass or a worker
                         # between ticks, not inside one: mid-tick, a harvested result may be in git
                         # before the tuned commit the same tick writes after it (a false "settled")
                         with self._tick_lock:
                             seen, pop = self._passes, watch.refresh() or watch.pop
-                    if until(pop) and not self._proposing and not self._implementing:
+                    was_busy = busy
+                    if not busy and until(pop):
                         break
         finally:
             watch.close()

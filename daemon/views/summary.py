@@ -150,18 +150,19 @@ def summary(cfg, research=None, pop=None, figures: dict | None = None) -> dict:
         "metric": m.metric, "goal": m.goal, "gpus": m.gpus, "time_budget_s": m.time_budget_s,
         "running_trials": f["running"],
         "models": shares(f["arms"]),
-        "tune": tune_summary(cfg, pop, m, st),
+        "tune": tune_summary(cfg, pop, m, st, research.repo),
     }
 
 
-def tune_summary(cfg, pop, m, st) -> dict | None:
+def tune_summary(cfg, pop, m, st, repo=None) -> dict | None:
     """The budget split between LLM ideas and tuning, and each study's best tuned values (None when
-    tuning is off). The same rule the daemon applies (daemon/tune/split.py), from the population."""
+    tuning is off). The same rule the daemon applies (daemon/tune/split.py), from the population.
+    With `repo`, a study also names the knobs its idea declares, with their surface lines."""
     if not cfg.tune.enabled:
         return None
     llm_on = cfg.llm.provider != "none" and not (st or {}).get("stop_reason")
     sp = split(pop, m.goal, cfg.tune.floor, llm_on)
-    return {**sp.as_dict(), "line": sp.line(), "studies": studies(pop, m)}
+    return {**sp.as_dict(), "line": sp.line(), "studies": studies(pop, m, repo)}
 
 
 def model_shares(pop, env) -> list[dict]:
