@@ -59,6 +59,9 @@ class ShellRunner:
         self._pool_lock = threading.Lock()
 
     # -- subclass hooks ------------------------------------------------------------------------
+    def slots(self) -> list[Slot]:
+        raise NotImplementedError
+
     def shell_for(self, host: str) -> Shell:
         raise NotImplementedError
 
