@@ -42,12 +42,12 @@ class ShellRunner:
     PRESTAGE: ClassVar[int] = 2          # trials per slot: one running, one waiting for the slot lock
     REDERIVABLE: ClassVar[tuple[str, ...]] = ("pid", "submitted")   # handle keys poll() can do without
     MAX_PARALLEL: ClassVar[int] = 8      # hosts polled / fetched / cleaned at once
-    # the config-less embedded demo may run unsandboxed (flagged) where bwrap is missing; set by make_runner
-    sandbox_fallback: bool = False
 
-    def __init__(self, cfg, manifest: EnvManifest):
+    def __init__(self, cfg, manifest: EnvManifest, *, sandbox_fallback: bool = False):
         self.cfg = cfg
         self.manifest = manifest
+        # the config-less embedded demo may run unsandboxed (flagged) where bwrap is missing (make_runner)
+        self.sandbox_fallback = sandbox_fallback
         # pre-staging needs the detached launch (a scheduler such as Slurm queues jobs itself)
         detached = type(self).launch is ShellRunner.launch
         self.prestage = max(1, int(getattr(cfg, "prestage", None) or self.PRESTAGE)) if detached else 1

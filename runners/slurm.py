@@ -63,11 +63,11 @@ class SlurmRunner(ShellRunner):
     name: ClassVar[str] = "slurm"
 
     def __init__(self, cfg, manifest: EnvManifest, environ: dict[str, str] | None = None,
-                 client_env: dict[str, str] | None = None):
+                 client_env: dict[str, str] | None = None, *, sandbox_fallback: bool = False):
         """`environ`: the daemon's environment (default os.environ). `client_env`: variables
         exported for every Slurm command; default SLURM_CONF from `environ` when sbatch runs
         locally, nothing on a login node (it has its own configuration)."""
-        super().__init__(cfg, manifest)
+        super().__init__(cfg, manifest, sandbox_fallback=sandbox_fallback)
         self.scfg = cfg.slurm
         self.scheduler_gpus = manifest.gpus > 0     # Slurm's --gres sets CUDA_VISIBLE_DEVICES
         self._environ = os.environ if environ is None else environ

@@ -41,7 +41,6 @@ from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.livepop import LivePopulation
 from autoresearchd.store.population import Population
 from autoresearchd.tune.split import split
-from autoresearchd.tune.surface import prompt_block
 
 log = logging.getLogger("autoresearchd")
 logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: max instances" is by design (poke)
@@ -199,8 +198,6 @@ class Daemon:
 
         def work():
             try:
-                if self.tuner is not None and hasattr(self.policy, "prompts"):   # the LLM sees the tuning
-                    self.policy.prompts.tuning = prompt_block(pop, self.research.manifest)
                 proposals = self.policy.propose(pop, n, self.research.manifest, self.llm)
                 cap = self.cfg.daemon.max_epochs
                 for prop in proposals:
