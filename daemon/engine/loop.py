@@ -71,6 +71,7 @@ class Daemon:
         self._implementing: set[str] = set()
         self._proposing = False
         self._stop_reason: str | None = None
+        self._said_stop: str | None = None     # the stop condition last logged (said once)
         # the one clock and the one way to wake it (poke): see the module docstring
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "misfire_grace_time": None})
         self.watcher = None
@@ -187,7 +188,7 @@ class Daemon:
             return
         reason = self.stop_condition(pop)
         if reason:
-            if reason != getattr(self, "_said_stop", None):
+            if reason != self._said_stop:
                 log.info("not proposing more ideas: %s", reason)
                 self._said_stop = reason
             return
