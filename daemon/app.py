@@ -23,6 +23,7 @@ from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.population import read_population
 from autoresearchd.store.replaypos import load_position, saver
 from autoresearchd.store.spend import total
+from autoresearchd.tune.surface import prompt_block
 from autoresearchd.tune.tuner import Tuner
 from autoresearchd.validate import unpriced_message
 from autoresearchd.views.wandb_mirror import make_mirror
@@ -55,10 +56,9 @@ def make_llm(cfg: Config, research: Research):
         if path is None:
             raise ConfigError("llm: no API key is set and no replay file is configured (llm.replay_file); "
                               "set ANTHROPIC_API_KEY or OPENAI_API_KEY, or point llm.replay_file at a JSONL file")
-        provider = cls(cfg.llm, path=str(path))
+        provider = cls(cfg.llm, path=str(path), on_served=saver(research.repo, path))
         done = load_position(research.repo, path)
         provider.resume(done)
-        provider.on_served = saver(research.repo, path)
         note = (why or "llm.provider = replay") + f" ({path.name}" + \
             (f", resuming after {len(done)} of {len(provider.records)} records)" if done else ")")
     else:
@@ -78,11 +78,11 @@ def make_llm(cfg: Config, research: Research):
     return provider, note
 
 
-def make_policy(cfg: Config, lessons_store=None):
+def make_policy(cfg: Config, lessons_store=None, tuning=None):
     """The configured policy; `lessons_store` keeps its lessons scratchpad (store/lessons.py; in
-    memory when None)."""
+    memory when None); `tuning` writes its prompts' tuning section (tune/surface.py, with [tune] on)."""
     try:
-        return policy_registry.get(cfg.policy.name)(cfg.policy, lessons_store=lessons_store)
+        return policy_registry.get(cfg.policy.name)(cfg.policy, lessons_store=lessons_store, tuning=tuning)
     except KeyError as e:
         raise ConfigError(f"policy.name: {e.args[0]}") from None
 
@@ -105,7 +105,10 @@ def build_daemon(cfg: Config, with_llm: bool = True):
         with_llm, note = False, "none (" + (why or "llm.provider = none: running pushed idea branches only") + ")"
     if with_llm:
         llm, note = make_llm(cfg, research)
-        policy = make_policy(cfg, GitLessonsStore(research.repo))   # the lessons live in the research repo
+        # the lessons live in the research repo; the LLM sees the tuning in its prompts
+        # (the study's own declared knobs are read from git: tune/surface.py)
+        tuning = (lambda pop, m: prompt_block(pop, m, research.repo)) if cfg.tune.enabled else None
+        policy = make_policy(cfg, GitLessonsStore(research.repo), tuning)
         try:
             implementer = make_implementer(research, llm, cfg, lifecycle)
         except KeyError as e:

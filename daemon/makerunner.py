@@ -20,12 +20,11 @@ def make_runner(cfg: Config, research: Research | None, *, manifest=None, local_
     except KeyError as e:
         raise ConfigError(f"runner.kind: {e.args[0]}") from None
     manifest = manifest or research.manifest
-    if cfg.runner.kind == "local":
-        # outside the research repo: a trial must never reach its .git (hooks, notes) or work tree
-        runner = cls(cfg.runner, manifest, local_dir or defaults.local_trial_root(str(research.repo.path)))
-    else:
-        runner = cls(cfg.runner, manifest)
     # only the README's config-less demo may fall back to no sandbox (flagged) where bwrap is missing;
     # everyone else gets an error until they install it or choose runner.sandbox = "none"
-    runner.sandbox_fallback = cfg.runner.sandbox is None and cfg.path is None
-    return runner
+    fallback = cfg.runner.sandbox is None and cfg.path is None
+    if cfg.runner.kind == "local":
+        # outside the research repo: a trial must never reach its .git (hooks, notes) or work tree
+        return cls(cfg.runner, manifest, local_dir or defaults.local_trial_root(str(research.repo.path)),
+                   sandbox_fallback=fallback)
+    return cls(cfg.runner, manifest, sandbox_fallback=fallback)

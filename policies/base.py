@@ -36,9 +36,10 @@ class Proposal:
 class Policy:
     name: ClassVar[str] = "base"
 
-    def __init__(self, cfg, prompts_dir=None, lessons_store=None):
+    def __init__(self, cfg, prompts_dir=None, lessons_store=None, tuning=None):
         # lessons_store: where the lessons scratchpad is kept (policies/lessons.py); a policy that
-        # condenses no lessons ignores it
+        # condenses no lessons ignores it. tuning: (population, env) -> the prompt's tuning section
+        # (daemon/tune/surface.py), given with [tune] enabled; a policy without prompts ignores it
         self.cfg = cfg
 
     def rng(self, *key) -> random.Random:

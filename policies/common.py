@@ -55,9 +55,9 @@ class LLMPolicy(Policy):
     """Base of the LLM-driven policies. Subclasses implement `plan(population, env, epoch, done)`."""
     shows_lessons = True           # its prompts carry the lessons scratchpad (policy.lessons_every)
 
-    def __init__(self, cfg, prompts_dir=None, lessons_store=None):
-        super().__init__(cfg, prompts_dir, lessons_store)
-        self.prompts = Prompts(prompts_dir, cfg.prompt_token_budget)
+    def __init__(self, cfg, prompts_dir=None, lessons_store=None, tuning=None):
+        super().__init__(cfg, prompts_dir, lessons_store, tuning)
+        self.prompts = Prompts(prompts_dir, cfg.prompt_token_budget, tuning)
         # the daemon passes one kept in git (store/lessons.py); the simulator keeps them in memory
         self.lessons_store = lessons_store if lessons_store is not None else lessons.MemoryStore()
         self._index: DuplicateIndex | None = None

@@ -267,12 +267,13 @@ def avoid_titles(titles: list[str]) -> str:
 class Prompts:
     """Loads a policy's templates (overridable per file) and renders the shared blocks."""
 
-    def __init__(self, prompts_dir: str | Path | None = None, token_budget: int | None = None):
+    def __init__(self, prompts_dir: str | Path | None = None, token_budget: int | None = None, tuning=None):
         self.prompts_dir = prompts_dir
         self._cache: dict[str, str] = {}
         self.token_budget = token_budget      # prompt size cap (policy.prompt_token_budget); None: none
         self.lessons = ""                     # the lessons scratchpad (policies/lessons.py), when kept
-        self.tuning = ""                      # the tuning section (daemon/tune/surface.py), with [tune] on
+        # (population, env) -> the tuning section (daemon/tune/surface.py's prompt_block), with [tune] on
+        self.tuning = tuning
 
     def get(self, name: str) -> str:
         if name not in self._cache:
@@ -301,8 +302,9 @@ class Prompts:
         return Listing(block.split("\n") if block else [], sep="\n", empty="", keep="last",
                        wrap=lambda body: render(self.get("avoid"), titles=body).rstrip() + "\n")
 
-    def lessons_block(self) -> str:
-        tuning = ("\n" + self.tuning.strip() + "\n") if self.tuning.strip() else ""
+    def lessons_block(self, population, env) -> str:
+        text = self.tuning(population, env).strip() if self.tuning is not None else ""
+        tuning = ("\n" + text + "\n") if text else ""
         if not self.lessons.strip():
             return tuning
         return ("## Lessons from earlier results\n\nWhat all results so far taught, including those "
@@ -313,7 +315,7 @@ class Prompts:
         are Listings are cut to fit `token_budget`: what the fixed text leaves is shared out equally,
         and what one Listing does not need goes to the others."""
         values.setdefault("avoid", "")
-        values.setdefault("lessons", self.lessons_block())
+        values.setdefault("lessons", self.lessons_block(population, env))
         lists = {k: v for k, v in values.items() if isinstance(v, Listing)}
 
         def fill(texts: dict) -> str:

@@ -3,15 +3,13 @@
 A runner places a trial directory on a host (the code as a tar of the commit, the frozen harness,
 `trial.sh`, a quoted `trial.env`), starts `trial.sh` detached, and later reads the files it left.
 Everything the daemon needs to find the trial again after a crash is in the JSON-able handle,
-which the loop stores in the lease note. Only this package talks to hosts.
+which the loop stores in the lease note. Only this package talks to hosts. What a trial left is
+read back by runners/readback.py (its files, its poll word, its learning curve, a full disk's hint).
 """
 
 from __future__ import annotations
 
-import io
-import json
 import shlex
-import tarfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,9 +19,9 @@ from autoresearchd import defaults
 from autoresearchd.manifest import EnvManifest
 
 from .isolation import HostSandbox, host_path, resolve, trial_sandbox
-from .limits import limit_env, step_files
+from .limits import limit_env
 from .prepare import prepare_key
-from .progress import read_many
+from .readback import FILES, by_host, disk_hint, poll_word, read_files_many, read_many
 from .outcome import outcome_from_files, whole_tail  # noqa: F401  (re-exported: the runners' shared API)
 from .protocol import (HostUnreachable, PollState, Runner, Shell, Slot, TrialOutcome,  # noqa: F401
                        TrialSpec)
@@ -44,12 +42,12 @@ class ShellRunner:
     PRESTAGE: ClassVar[int] = 2          # trials per slot: one running, one waiting for the slot lock
     REDERIVABLE: ClassVar[tuple[str, ...]] = ("pid", "submitted")   # handle keys poll() can do without
     MAX_PARALLEL: ClassVar[int] = 8      # hosts polled / fetched / cleaned at once
-    # the config-less embedded demo may run unsandboxed (flagged) where bwrap is missing; set by make_runner
-    sandbox_fallback: bool = False
 
-    def __init__(self, cfg, manifest: EnvManifest):
+    def __init__(self, cfg, manifest: EnvManifest, *, sandbox_fallback: bool = False):
         self.cfg = cfg
         self.manifest = manifest
+        # the config-less embedded demo may run unsandboxed (flagged) where bwrap is missing (make_runner)
+        self.sandbox_fallback = sandbox_fallback
         # pre-staging needs the detached launch (a scheduler such as Slurm queues jobs itself)
         detached = type(self).launch is ShellRunner.launch
         self.prestage = max(1, int(getattr(cfg, "prestage", None) or self.PRESTAGE)) if detached else 1
@@ -61,6 +59,9 @@ class ShellRunner:
         self._pool_lock = threading.Lock()
 
     # -- subclass hooks ------------------------------------------------------------------------
+    def slots(self) -> list[Slot]:
+        raise NotImplementedError
+
     def shell_for(self, host: str) -> Shell:
         raise NotImplementedError
 
@@ -127,12 +128,6 @@ class ShellRunner:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.MAX_PARALLEL, thread_name_prefix=f"{self.name}-runner")
         return list(self._pool.map(safe, items))
-
-    def _by_host(self, handles: list[dict[str, Any]]) -> dict[str, list[int]]:
-        groups: dict[str, list[int]] = {}
-        for i, h in enumerate(handles):
-            groups.setdefault(h["host"], []).append(i)
-        return groups
 
     # -- protocol --------------------------------------------------------------------------------
     def predict_handle(self, trial_id: str, slot: Slot) -> dict[str, Any]:
@@ -224,7 +219,7 @@ class ShellRunner:
 
     def _poll_batched(self, handles: list[dict[str, Any]]) -> list[PollState]:
         out = [PollState.UNREACHABLE] * len(handles)
-        groups = self._by_host(handles)
+        groups = by_host(handles)
 
         def one(host: str) -> None:
             idx = groups[host]
@@ -239,7 +234,7 @@ class ShellRunner:
                 return
             for i, w in zip(idx, words):
                 word, _, began = w.partition("@")
-                out[i] = self._state(word, handles[i])
+                out[i] = poll_word(word, handles[i])
                 if began:
                     try:
                         self.started_at[handles[i]["dir"]] = float(began)
@@ -252,23 +247,6 @@ class ShellRunner:
         """Each running trial's learning curve so far, (t, value) points of the manifest's metric
         (runners/progress.py: bounded, parsed tolerantly); None where its host could not be read."""
         return read_many(self, handles, self.manifest.metric)
-
-    @staticmethod
-    def _state(word: str, handle: dict[str, Any]) -> PollState:
-        if word == "nopid":     # crashed between lease and submit, or the wrapper is just starting
-            fresh = time.time() - handle.get("submitted", 0) < defaults.STARTING_GRACE_S
-            return PollState.RUNNING if fresh else PollState.LOST
-        return {"done": PollState.DONE, "missing": PollState.MISSING, "running": PollState.RUNNING,
-                "dead": PollState.LOST}.get(word, PollState.UNREACHABLE)
-
-    FILES: ClassVar[list[str]] = ["prepare.rc", "prepare.log", "run.rc", "run.timed_out", "started", "done", "tamper.txt", "run_result.json",
-                                  "eval.rc", "eval.timed_out", "run.head", "run.tail",
-                                  "eval.head", "eval.tail", "wrapper.log", *step_files(),
-                                  # the split evaluation: the scorer's inputs phase, the model runner's
-                                  # (untrusted) log, and trial.sh's own reason when a step failed
-                                  "eval_inputs.head", "eval_inputs.tail", "model.head", "model.tail",
-                                  "model.rc", "model.timed_out", "eval.error",
-                                  "progress.jsonl"]     # the run's learning curve, bounded by trial.sh
 
     def fetch(self, handle: dict[str, Any]) -> TrialOutcome:
         out = self._fetch_batched([handle])[0]
@@ -285,13 +263,13 @@ class ShellRunner:
 
     def _fetch_batched(self, handles: list[dict[str, Any]]) -> list[TrialOutcome | Exception]:
         out: list[TrialOutcome | Exception] = [RuntimeError("not fetched")] * len(handles)
-        groups = self._by_host(handles)
+        groups = by_host(handles)
 
         def one(host: str) -> None:
             idx = groups[host]
             try:
                 sh = self.shell_for(host)
-                files = self._read_files_many(sh, [handles[i]["dir"] for i in idx], self.FILES)
+                files = read_files_many(sh, [handles[i]["dir"] for i in idx], FILES)
                 probes = [self.probe(sh, handles[i]) for i in idx]
             except Exception as e:  # noqa: BLE001 - reported per trial
                 for i in idx:
@@ -300,25 +278,14 @@ class ShellRunner:
             for i, got, probe in zip(idx, files, probes):
                 o = out[i] = outcome_from_files(got, self.manifest, probe)
                 o.sandbox = handles[i].get("sandbox")
-                if o.exit_code is None and not o.timed_out and (hint := self._disk_hint(sh, handles[i]["dir"])):
+                if o.exit_code is None and not o.timed_out and (hint := disk_hint(sh, handles[i]["dir"])):
                     o.error, o.host_fault = f"{o.error}; {hint}", hint
         self.map(one, list(groups))
         return out
 
     def disk_hint(self, handle: dict[str, Any]) -> str | None:
         """"the disk holding DIR on HOST is full (...)" when a dead trial's disk is full, else None."""
-        return self._disk_hint(self.shell_for(handle["host"]), handle["dir"])
-
-    def _disk_hint(self, sh: Shell, d: str) -> str | None:
-        """Why the wrapper could not even write the run's exit code: most often a full disk."""
-        try:
-            _, out, _ = sh.run(f"df -Pk {shlex.quote(d)} | tail -n 1", timeout=30)
-            avail = int(out.split()[3])
-        except Exception:  # noqa: BLE001 - only a hint
-            return None
-        if avail >= 1024:
-            return None
-        return f"the disk holding {d} on {sh.name} is full ({avail} kB free); free space there"
+        return disk_hint(self.shell_for(handle["host"]), handle["dir"])
 
     def probe(self, sh: Shell, handle: dict[str, Any]) -> str:
         """`accelerator:`/`software:` lines for a trial's outcome: by default the host's, cached."""
@@ -341,28 +308,6 @@ class ShellRunner:
             hit = cache[host] = (time.monotonic(), sh.run(path + PROBE, timeout=60)[1].decode(errors="replace"))
         return hit[1]
 
-    def _read_files(self, sh: Shell, d: str, names: list[str]) -> dict[str, bytes]:
-        return self._read_files_many(sh, [d], names)[0]
-
-    def _read_files_many(self, sh: Shell, dirs: list[str], names: list[str]) -> list[dict[str, bytes]]:
-        """Read small files of several trial directories in one round trip: the shell picks the ones
-        that exist (builtins only) and one `tar` streams them all back."""
-        q = shlex.quote
-        rels = [d.strip("/") for d in dirs]
-        script = ("cd / && for f in " + " ".join(q(f"{r}/{n}") for r in rels for n in names) +
-                  "; do [ -f \"$f\" ] && printf '%s\\0' \"$f\"; done | tar -c --null -T - -f -")
-        rc, out, err = sh.run(script, timeout=120)
-        if rc != 0:
-            raise RuntimeError(f"reading trial files on {sh.name} failed: {whole_tail(err) or f'exit {rc}'}")
-        res: list[dict[str, bytes]] = [{} for _ in dirs]
-        where = {r: k for k, r in enumerate(rels)}
-        with tarfile.open(fileobj=io.BytesIO(out)) as tf:
-            for m in tf:
-                d, _, name = m.name.rpartition("/")
-                if m.isreg() and d in where:
-                    res[where[d]][name] = tf.extractfile(m).read()
-        return res
-
     def cancel(self, handle: dict[str, Any]) -> None:
         sh = self.shell_for(handle["host"])
         q = shlex.quote(handle["dir"])
@@ -382,7 +327,7 @@ class ShellRunner:
             self._cleanup_batched(handles)
 
     def _cleanup_batched(self, handles: list[dict[str, Any]]) -> None:
-        groups = self._by_host(handles)
+        groups = by_host(handles)
         self.map(lambda host: self.shell_for(host).run(
             "rm -rf " + " ".join(shlex.quote(handles[i]["dir"]) for i in groups[host]), timeout=120), list(groups))
 
@@ -409,7 +354,3 @@ class ShellRunner:
             if self._pool is not None:
                 self._pool.shutdown(wait=False, cancel_futures=True)
                 self._pool = None
-
-
-def handle_json(handle: dict[str, Any]) -> str:
-    return json.dumps(handle, sort_keys=True)

@@ -44,8 +44,8 @@ class LocalShell:
 class LocalRunner(ShellRunner):
     name: ClassVar[str] = "local"
 
-    def __init__(self, cfg, manifest: EnvManifest, work_root: str | os.PathLike):
-        super().__init__(cfg, manifest)
+    def __init__(self, cfg, manifest: EnvManifest, work_root: str | os.PathLike, *, sandbox_fallback: bool = False):
+        super().__init__(cfg, manifest, sandbox_fallback=sandbox_fallback)
         self._root = str(Path(cfg.work_root or work_root).expanduser().resolve())
         Path(self._root).mkdir(parents=True, exist_ok=True)
         self._shell = LocalShell()

@@ -43,22 +43,6 @@ def reader_script(dirs: list[str], max_bytes: int = defaults.PROGRESS_MAX_BYTES,
     return fn + "".join(f"pr {shlex.quote(d)}\n" for d in dirs)
 
 
-def read_many(runner, handles: list[dict], metric: str) -> list[list[Point] | None]:
-    """Each trial's curve so far, by its handle (None where its host could not be read): one command
-    per host, hosts at once (runner.map), as ShellRunner polls."""
-    out: list[list[Point] | None] = [None] * len(handles)
-    groups = runner._by_host(handles)
-
-    def one(host: str) -> None:
-        idx = groups[host]
-        rc, res, _ = runner.shell_for(host).run(reader_script([handles[i]["dir"] for i in idx]), timeout=60)
-        raw = decode_lines(res, len(idx)) if rc == 0 else None
-        for i, data in zip(idx, raw or []):
-            out[i] = parse(data, metric)
-    runner.map(one, list(groups))
-    return out
-
-
 def decode_lines(out: bytes, n: int) -> list[bytes] | None:
     """The raw progress bytes of `n` trials from reader_script's output (None: the output is not n lines)."""
     lines = out.split(b"\n")

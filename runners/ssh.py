@@ -290,8 +290,9 @@ class SSHRunner(ShellRunner):
     name: ClassVar[str] = "ssh"
     REACHABLE_TTL_S = defaults.SSH_REACHABLE_TTL_S   # per instance: a test may shorten it
 
-    def __init__(self, cfg, manifest: EnvManifest, ssh_config: str | os.PathLike | None = None):
-        super().__init__(cfg, manifest)
+    def __init__(self, cfg, manifest: EnvManifest, ssh_config: str | os.PathLike | None = None, *,
+                 sandbox_fallback: bool = False):
+        super().__init__(cfg, manifest, sandbox_fallback=sandbox_fallback)
         if not cfg.hosts:
             raise ValueError("runner.kind = 'ssh' needs at least one [[runner.hosts]] entry")
         names = [h.name for h in cfg.hosts]

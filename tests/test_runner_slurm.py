@@ -23,8 +23,9 @@ from autoresearchd.config import RunnerCfg
 from autoresearchd.manifest import EnvManifest
 from autoresearchd.runners import get
 from autoresearchd.runners.base import HostUnreachable, PollState, TrialOutcome, TrialSpec
-from autoresearchd.runners.slurm import (JobInfo, SlurmRunner, explain, parse_query, parse_sacct,
-                                         parse_scontrol, parse_squeue, poll_state, slurm_time)
+from autoresearchd.runners.slurm import SlurmRunner, slurm_time
+from autoresearchd.runners.slurmjobs import (JobInfo, explain, parse_query, parse_sacct, parse_scontrol, parse_squeue,
+                                             poll_state)
 
 DATA = Path(__file__).parent / "data" / "slurm"
 

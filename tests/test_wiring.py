@@ -1,30 +1,99 @@
 """Wiring by construction (issue 28): app.build_daemon gives every part what it uses when it builds it
-(the one lifecycle writer, its observers, the lessons store, the tuner) and sets nothing on a part
-afterwards; the parts it builds share the one writer."""
+(the one lifecycle writer, its observers, the lessons store, the tuner, the prompts' tuning section)
+and sets nothing on a part afterwards; the parts it builds share the one writer.
+
+The rule, read from the source with `ast`: the builders (`make_*`, `build_*` in daemon/app.py and
+daemon/makerunner.py) assign no attribute of what they built (`cfg.*`, the config itself, may be
+adjusted before use), and the engine (daemon/engine/) assigns nothing on what it was given
+(`self.policy.prompts.x = ...`) and wires nothing with `hasattr`/`setattr` (nor makes its own attributes
+lazily, `getattr(self, name, default)`)."""
 
 from __future__ import annotations
 
 import ast
-import inspect
-import textwrap
+from pathlib import Path
 
 import pytest
-from conftest import KNOB_X, TOY_EVAL, TOY_MANIFEST, TOY_RUN, write_config
+from conftest import KNOB_X, REPO_ROOT, TOY_EVAL, TOY_MANIFEST, TOY_RUN, write_config
 
-from autoresearchd import app
 from autoresearchd.app import build_daemon
-from autoresearchd.config import load_config
+from autoresearchd.config import Config, load_config
+from autoresearchd.makerunner import make_runner
+from autoresearchd.manifest import parse_manifest
 from autoresearchd.store.lessons import GitLessonsStore
 
 
-def test_build_daemon_sets_no_attribute_after_construction():
-    tree = ast.parse(textwrap.dedent(inspect.getsource(app.build_daemon)))
-    late = [ast.unparse(t) for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
-            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Attribute)
-            and not ast.unparse(t).startswith("cfg.")]       # the config itself may be adjusted before use
-    attached = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Call)
-                and isinstance(n.func, (ast.Name, ast.Attribute)) and ast.unparse(n.func).endswith("attach")]
-    assert not late and not attached, (late, attached)
+BUILDERS = ("daemon/app.py", "daemon/makerunner.py")
+
+
+def late_in_builders(root: Path = REPO_ROOT) -> list[str]:
+    """`file:line: what` for each attribute a builder sets on what it built, or attaches afterwards."""
+    bad = []
+    for rel in BUILDERS:
+        tree = ast.parse((root / rel).read_text())
+        for fn in tree.body:
+            if not (isinstance(fn, ast.FunctionDef) and fn.name.startswith(("make_", "build_"))):
+                continue
+            for n in ast.walk(fn):
+                targets = (n.targets if isinstance(n, ast.Assign) else [n.target]
+                           if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else [])
+                bad += [f"{rel}:{n.lineno}: {ast.unparse(t)} =" for t in targets if isinstance(t, ast.Attribute)
+                        and not ast.unparse(t).startswith("cfg.")]
+                if isinstance(n, ast.Call) and ast.unparse(n.func).endswith("attach"):
+                    bad.append(f"{rel}:{n.lineno}: {ast.unparse(n.func)}()")
+    return bad
+
+
+def late_in_engine(root: Path = REPO_ROOT) -> list[str]:
+    """`file:line: what` for each assignment on an object the engine holds (`self.a.b = ...`) and each
+    `hasattr`/`setattr` call, or `getattr(self..., name, default)` (an attribute that may not be there
+    yet), in daemon/engine/."""
+    bad = []
+    for path in sorted((root / "daemon" / "engine").glob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        for n in ast.walk(ast.parse(path.read_text())):
+            targets = (n.targets if isinstance(n, ast.Assign) else [n.target]
+                       if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else [])
+            for t in targets:
+                chain = t
+                while isinstance(chain, ast.Attribute) and isinstance(chain.value, ast.Attribute):
+                    chain = chain.value
+                if chain is not t and isinstance(chain, ast.Attribute) and isinstance(chain.value, ast.Name) \
+                        and chain.value.id == "self":
+                    bad.append(f"{rel}:{n.lineno}: {ast.unparse(t)} =")
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and (
+                    n.func.id in ("hasattr", "setattr")            # probing for a part, or wiring one in
+                    or n.func.id == "getattr" and len(n.args) == 3 and ast.unparse(n.args[0]).startswith("self")):
+                bad.append(f"{rel}:{n.lineno}: {ast.unparse(n)}")
+    return bad
+
+
+def test_the_builders_set_no_attribute_after_construction():
+    assert not late_in_builders(), late_in_builders()
+
+
+def test_the_engine_sets_nothing_on_what_it_is_given():
+    assert not late_in_engine(), late_in_engine()
+
+
+def test_the_scans_catch_late_wiring(tmp_path):
+    """The rules themselves, on the late wiring issue 28 and its audit found."""
+    (tmp_path / "daemon" / "engine").mkdir(parents=True)
+    (tmp_path / "daemon" / "app.py").write_text(
+        "def make_llm(cfg):\n    p = cls(cfg)\n    p.on_served = saver()\n    cfg.x = 1\n    return p\n"
+        "def restore(p):\n    p.budget.usd += 1\n")
+    (tmp_path / "daemon" / "makerunner.py").write_text(
+        "def make_runner(cfg):\n    r = cls(cfg)\n    r.sandbox_fallback = True\n    r.mirror.attach(x)\n    return r\n")
+    (tmp_path / "daemon" / "engine" / "loop.py").write_text(
+        "class D:\n    def f(self, pop):\n        self.n = 1\n        self.a.b = 2\n"
+        "        if hasattr(self.policy, 'prompts'):\n            self.policy.prompts.tuning = pop\n"
+        "        if pop != getattr(self, '_said', None):\n            self._said = pop\n")
+    assert late_in_builders(tmp_path) == ["daemon/app.py:3: p.on_served =", "daemon/makerunner.py:3: r.sandbox_fallback =",
+                                          "daemon/makerunner.py:4: r.mirror.attach()"]
+    assert late_in_engine(tmp_path) == ["daemon/engine/loop.py:4: self.a.b =",
+                                        "daemon/engine/loop.py:5: hasattr(self.policy, 'prompts')",
+                                        "daemon/engine/loop.py:6: self.policy.prompts.tuning =",
+                                        "daemon/engine/loop.py:7: getattr(self, '_said', None)"]
 
 
 def test_the_parts_share_the_one_writer(make_repo, tmp_path):
@@ -39,3 +108,18 @@ def test_the_parts_share_the_one_writer(make_repo, tmp_path):
     assert d.implementer is not None and d.tuner is not None
     assert d.implementer.lifecycle is d.lifecycle and d.tuner.lifecycle is d.lifecycle
     assert isinstance(d.policy.lessons_store, GitLessonsStore) and d.policy.lessons_store.repo.path == d.repo.path
+    # given at construction, never set afterwards: the prompts' tuning section, the replay position's
+    # saver, and (a config file names the sandbox rules) no unsandboxed fallback
+    assert "## Tuned knobs" in d.policy.prompts.lessons_block(d.read(scan=True), d.research.manifest)
+    assert d.llm.on_served is not None and d.runner.sandbox_fallback is False
+
+
+def test_the_runner_is_built_with_its_sandbox_fallback(tmp_path):
+    """Only a config-less run (the README's demo) may fall back to no sandbox where bwrap is missing:
+    make_runner gives the flag to the runner's constructor (it used to set it afterwards)."""
+    m = parse_manifest(TOY_MANIFEST)
+    demo = Config()                                     # built in code: no file, no runner.sandbox
+    assert demo.path is None and demo.runner.sandbox is None
+    assert make_runner(demo, None, manifest=m, local_dir=tmp_path / "a").sandbox_fallback is True
+    chosen = Config(runner={"sandbox": "bwrap"})
+    assert make_runner(chosen, None, manifest=m, local_dir=tmp_path / "b").sandbox_fallback is False

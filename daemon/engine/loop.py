@@ -32,17 +32,15 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from autoresearchd import defaults
 from autoresearchd.config import ConfigError
 from autoresearchd.engine.parts import build_engine
-from autoresearchd.engine.plan import Job, baseline_jobs_open, missing_seeds, order_key, seeds_needed, settled
+from autoresearchd.engine.plan import Job, plan_jobs, settled
+from autoresearchd.engine.stopwhen import stop_condition
 from autoresearchd.engine.watch import start_watcher
 from autoresearchd.llm import BudgetExhausted, LLMError
 from autoresearchd.store import gitrepo, parsecache
 from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.livepop import LivePopulation
 from autoresearchd.store.population import Population
-from autoresearchd.store.spend import gpu_hours
 from autoresearchd.tune.split import split
-from autoresearchd.tune.surface import prompt_block
-from autoresearchd.vocab import Decision, Origin, Purpose
 
 log = logging.getLogger("autoresearchd")
 logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: max instances" is by design (poke)
@@ -73,6 +71,7 @@ class Daemon:
         self._implementing: set[str] = set()
         self._proposing = False
         self._stop_reason: str | None = None
+        self._said_stop: str | None = None     # the stop condition last logged (said once)
         # the one clock and the one way to wake it (poke): see the module docstring
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "misfire_grace_time": None})
         self.watcher = None
@@ -139,24 +138,8 @@ class Daemon:
                     return pop
 
     def jobs(self, pop: Population) -> list[Job]:
-        p = self.cfg.policy
-        jobs: list[Job] = []
-        if pop.baseline_commit and baseline_jobs_open(pop.baseline_note):
-            for m in missing_seeds(seeds_needed(None, Purpose.BASELINE, p.baseline_seeds, 0), pop.baseline_note,
-                                   pop.baseline_leases):
-                jobs.append(Job(pop.baseline_commit, m.seed, Purpose.BASELINE, None, m.retries, attempt=m.attempt,
-                                faults=m.faults))
-        for idea in pop.ideas:
-            if not idea.branch or idea.proposal:
-                continue
-            if idea.note is not None and (idea.note.decision != Decision.PENDING or pop.stale(idea)):
-                continue        # pending against an old baseline: kept apart, not confirmed (docs/policies.md)
-            purpose = Purpose.CONFIRM if idea.note is not None else Purpose.IDEA
-            needed = seeds_needed(idea.note, Purpose.IDEA, p.baseline_seeds, p.confirm_seeds)
-            for m in missing_seeds(needed, idea.note, idea.leases):
-                jobs.append(Job(idea.commit, m.seed, purpose, idea, m.retries, attempt=m.attempt, faults=m.faults))
-        jobs.sort(key=lambda j: order_key(j, self.cfg.daemon.human_priority))
-        return jobs
+        """What still has to run, in order (engine/plan.py)."""
+        return plan_jobs(pop, self.cfg.policy, self.cfg.daemon.human_priority)
 
     # -- ideas ---------------------------------------------------------------------------------------
     def idle(self, pop: Population) -> bool:
@@ -166,26 +149,9 @@ class Daemon:
         return settled(pop) and (self.policy is None or self.stop_condition(pop) is not None)
 
     def stop_condition(self, pop: Population) -> str | None:
-        """Why no more ideas are proposed (None: proposing goes on)."""
-        d = self.cfg.daemon
-        llm_ideas = [i for i in pop.ideas if i.origin not in (Origin.HUMAN, Origin.TUNE)]
-        if d.max_ideas is not None and len(llm_ideas) >= d.max_ideas:
-            return f"max_ideas reached ({len(llm_ideas)})"
-        if d.max_epochs is not None and pop.max_epoch() >= d.max_epochs - 1 and self.policy is not None:
-            epoch_full = len([i for i in llm_ideas if i.epoch == pop.max_epoch()]) >= self.cfg.policy.ideas_per_epoch
-            if pop.max_epoch() >= d.max_epochs or epoch_full:
-                return f"max_epochs reached ({d.max_epochs})"
-        if self.llm is not None and self.llm.budget.exhausted:
-            return "LLM budget exhausted"
-        if d.max_gpu_hours is not None:
-            gpu_h = gpu_hours(pop, self.research.manifest.gpus)     # the one spend rule, as `status` shows it
-            if gpu_h >= d.max_gpu_hours:
-                return f"GPU-hour budget reached ({gpu_h:.2f} h)"
-        if d.target is not None:
-            best = pop.best(self.research.manifest.goal, confirmed=True)
-            if best is not None and not self.research.manifest.better(d.target, best.value):
-                return f"target {d.target} reached by {best.idea_id}"
-        return self._stop_reason
+        """Why no more ideas are proposed (None: proposing goes on): engine/stopwhen.py."""
+        return stop_condition(pop, self.cfg, self.research.manifest, self.llm, self.policy is not None,
+                              self._stop_reason)
 
     def _resume_proposals(self, pop: Population) -> None:
         """Proposals recorded in git but not implemented (e.g. after a crash) are implemented now."""
@@ -222,7 +188,7 @@ class Daemon:
             return
         reason = self.stop_condition(pop)
         if reason:
-            if reason != getattr(self, "_said_stop", None):
+            if reason != self._said_stop:
                 log.info("not proposing more ideas: %s", reason)
                 self._said_stop = reason
             return
@@ -233,8 +199,6 @@ class Daemon:
 
         def work():
             try:
-                if self.tuner is not None and hasattr(self.policy, "prompts"):   # the LLM sees the tuning
-                    self.policy.prompts.tuning = prompt_block(pop, self.research.manifest, self.repo)
                 proposals = self.policy.propose(pop, n, self.research.manifest, self.llm)
                 cap = self.cfg.daemon.max_epochs
                 for prop in proposals:

@@ -108,6 +108,28 @@ def order_key(job: Job, human_priority: bool) -> tuple:
     return (rank, idea.epoch if idea else 0, idea.committed_at if idea else 0, job.commit, job.seed)
 
 
+def plan_jobs(pop: Population, p, human_priority: bool) -> list[Job]:
+    """Every job still to run, in order: the baseline's missing seeds, then each branch's (its first
+    seed, or the confirmation seeds of a pending idea), sorted by order_key. `p`: the [policy] config."""
+    jobs: list[Job] = []
+    if pop.baseline_commit and baseline_jobs_open(pop.baseline_note):
+        for m in missing_seeds(seeds_needed(None, Purpose.BASELINE, p.baseline_seeds, 0), pop.baseline_note,
+                               pop.baseline_leases):
+            jobs.append(Job(pop.baseline_commit, m.seed, Purpose.BASELINE, None, m.retries, attempt=m.attempt,
+                            faults=m.faults))
+    for idea in pop.ideas:
+        if not idea.branch or idea.proposal:
+            continue
+        if idea.note is not None and (idea.note.decision != Decision.PENDING or pop.stale(idea)):
+            continue        # pending against an old baseline: kept apart, not confirmed (docs/policies.md)
+        purpose = Purpose.CONFIRM if idea.note is not None else Purpose.IDEA
+        needed = seeds_needed(idea.note, Purpose.IDEA, p.baseline_seeds, p.confirm_seeds)
+        for m in missing_seeds(needed, idea.note, idea.leases):
+            jobs.append(Job(idea.commit, m.seed, purpose, idea, m.retries, attempt=m.attempt, faults=m.faults))
+    jobs.sort(key=lambda j: order_key(j, human_priority))
+    return jobs
+
+
 def settled(pop: Population) -> bool:
     """Nothing queued, implementing or running: useful for `--until idle` and tests."""
     # a measured idea whose note came before the baseline's last seed is decided by the next tick's

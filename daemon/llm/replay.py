@@ -162,7 +162,7 @@ def _as_answer(code: str) -> str:
 class ReplayProvider(Provider):
     name = "replay"
 
-    def __init__(self, cfg, budget=None, path: str | Path | None = None):
+    def __init__(self, cfg, budget=None, path: str | Path | None = None, on_served=None):
         super().__init__(cfg, budget)
         p = path or cfg.replay_file
         if not p:
@@ -173,7 +173,7 @@ class ReplayProvider(Provider):
         self.model = f"replay:{self.path.name}"
         self._served: set[int] = set()
         self._lock = threading.Lock()
-        self.on_served = None     # callback(sorted served indices): the daemon keeps the position in git
+        self.on_served = on_served    # callback(sorted served indices): the daemon keeps the position in git
 
     def resume(self, served: set[int]) -> None:
         """Continue after the records an earlier run served (its position, read back from git)."""

@@ -23,6 +23,7 @@ def _refuse(self, *args, **kwargs):
 
 class _Shared:
     """Immutable, so a copy may be the object itself; pickled as its plain form's content."""
+    _plain: ClassVar[type]          # the plain type it is pickled as: each subclass names its own
 
     def __copy__(self):
         return self
@@ -83,6 +84,7 @@ def _construct(cls, model, conv):
 class _Frozen:
     """What a frozen model adds: equality with its mutable form, model_copy() that is mutable, and
     copy/deepcopy that return the object itself."""
+    _mutable: ClassVar[type]        # the mutable model it equals and copies to: each subclass names its own
 
     def __eq__(self, other):
         if not isinstance(other, self._mutable):

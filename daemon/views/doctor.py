@@ -29,6 +29,7 @@ from autoresearchd.runners import sandbox
 from autoresearchd.runners.base import TrialSpec
 from autoresearchd.runners.isolation import sandbox_check
 from autoresearchd.runners.protocol import PollState
+from autoresearchd.store.gitproc import run_git
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.refs import branch_ref
 from autoresearchd.validate import ERROR, OK, WARN, EnvSource, findings
@@ -49,7 +50,7 @@ class _Printer:
 def doctor(cfg, console, run: bool = False, budget_s: int | None = None) -> int:
     line = _Printer(console)
     git = shutil.which("git")
-    ver = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip() if git else ""
+    ver = run_git(["--version"], check=False).strip() if git else ""     # store/: the one module that runs git
     line(OK if git else ERROR, f"git: {ver or 'not found'}", "install git")
     line(OK, f"config: {cfg.path or '(defaults, no file)'}")
     found, src = findings(cfg)

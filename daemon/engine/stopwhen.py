@@ -1,0 +1,33 @@
+"""When the search proposes no more ideas: the daemon's stop conditions (`max_ideas`, `max_epochs`,
+the LLM budget, `max_gpu_hours`, `target`), pure: the population and the config in, the reason out.
+`Daemon.stop_condition` asks it for the refill, `idle()` and the state file (docs/config.md, [daemon])."""
+
+from __future__ import annotations
+
+from autoresearchd.store.population import Population
+from autoresearchd.store.spend import gpu_hours
+from autoresearchd.vocab import Origin
+
+
+def stop_condition(pop: Population, cfg, manifest, llm, has_policy: bool, stop_reason: str | None = None) -> str | None:
+    """Why no more ideas are proposed (None: proposing goes on). `stop_reason`: why a proposal round or
+    an implementation gave up (the LLM budget, as the provider said it), if no condition holds."""
+    d = cfg.daemon
+    llm_ideas = [i for i in pop.ideas if i.origin not in (Origin.HUMAN, Origin.TUNE)]
+    if d.max_ideas is not None and len(llm_ideas) >= d.max_ideas:
+        return f"max_ideas reached ({len(llm_ideas)})"
+    if d.max_epochs is not None and pop.max_epoch() >= d.max_epochs - 1 and has_policy:
+        epoch_full = len([i for i in llm_ideas if i.epoch == pop.max_epoch()]) >= cfg.policy.ideas_per_epoch
+        if pop.max_epoch() >= d.max_epochs or epoch_full:
+            return f"max_epochs reached ({d.max_epochs})"
+    if llm is not None and llm.budget.exhausted:
+        return "LLM budget exhausted"
+    if d.max_gpu_hours is not None:
+        gpu_h = gpu_hours(pop, manifest.gpus)     # the one spend rule, as `status` shows it
+        if gpu_h >= d.max_gpu_hours:
+            return f"GPU-hour budget reached ({gpu_h:.2f} h)"
+    if d.target is not None:
+        best = pop.best(manifest.goal, confirmed=True)
+        if best is not None and not manifest.better(d.target, best.value):
+            return f"target {d.target} reached by {best.idea_id}"
+    return stop_reason
