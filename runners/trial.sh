@@ -78,14 +78,14 @@ run_budgeted() {  # $1 budget seconds, $2 log prefix, $3 command string; records
   echo "$rc" > "$T/$log.rc"
 }
 
-q() { printf '%q' "$1"; }
 # one command line: the sandbox prefix (array named $1), a clean environment ($3...), bash -c $2
 sandboxed() {
-  local -n pre=$1; local cmd=$2 out= a; shift 2
+  local -n pre=$1; local cmd=$2 out=; shift 2
   # LIM_INNER (limits.sh): the rlimits, set inside the sandbox (its own user namespace counts its
   # processes). The trailing `exit $?` keeps that bash from exec-ing the command: as the sandbox's
-  # PID 1 it stays, reaps every orphan and so carries their CPU time out (limits.sh, rusage)
-  for a in "${pre[@]}" env -i "$@" bash -c "${LIM_INNER:-}$cmd"$'\n''exit $?'; do out+="$(q "$a") "; done
+  # PID 1 it stays, reaps every orphan and so carries their CPU time out (limits.sh, rusage).
+  # One printf quotes every word (its format repeats): no fork per word (a bwrap prefix has ~130)
+  printf -v out '%q ' "${pre[@]}" env -i "$@" bash -c "${LIM_INNER:-}$cmd"$'\n''exit $?'
   printf '%s' "$out"
 }
 # what both steps get: nothing of the host's environment but these (never a secret)
