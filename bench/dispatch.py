@@ -173,24 +173,32 @@ def bench_runner(kind: str, a, fleet: Fleet | None) -> dict:
             raise SystemExit("this runner has no pre-staging (runner.prestage); drop --prestage")
         d.runner.prestage = a.prestage
     roots = [fleet.remote_path(h.work_root) for h in fleet.hosts] if kind == "ssh" else [root / "work"]
-    ticks = {"n": 0, "s": 0.0, "in": None}     # loop passes, seconds inside tick(), start of the one running
+    # loop passes, seconds with some tick() running, ticks running now, since when. The scheduler runs
+    # ticks on several threads (one waits on the loop's lock): the union of their times is counted
+    ticks = {"n": 0, "s": 0.0, "active": 0, "since": 0.0}
     tick, harvest = d.tick, d.collector.harvest
+    lock = threading.Lock()
 
     def timed_tick():
-        ticks["in"] = time.perf_counter()
+        with lock:
+            if ticks["active"] == 0:
+                ticks["since"] = time.perf_counter()
+            ticks["active"] += 1
         try:
             return tick()
         finally:
-            ticks["s"] += time.perf_counter() - ticks["in"]
-            ticks["in"] = None
+            with lock:
+                ticks["active"] -= 1
+                if ticks["active"] == 0:
+                    ticks["s"] += time.perf_counter() - ticks["since"]
 
     def counted_harvest(pop):        # one per pass of the reconcile loop inside tick()
         ticks["n"] += 1
         return harvest(pop)
 
     def tick_time() -> float:
-        t = ticks["in"]
-        return ticks["s"] + (time.perf_counter() - t if t is not None else 0.0)
+        with lock:
+            return ticks["s"] + (time.perf_counter() - ticks["since"] if ticks["active"] else 0.0)
     d.collector.harvest = counted_harvest
     d.tick = timed_tick
     stop = threading.Event()
