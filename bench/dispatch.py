@@ -315,7 +315,10 @@ def main() -> None:
     ap.add_argument("--runners", default="ssh,local")
     ap.add_argument("--quick", action="store_true", help="64 trials, 8 latency samples")
     ap.add_argument("-v", action="store_true", help="daemon log on stderr")
+    ap.add_argument("--count-procs", action="store_true",
+                    help="count the processes this process starts (git by subcommand), per trial of the runs")
     a = ap.parse_args()
+    procs = count_processes() if a.count_procs else None
     if a.quick:
         a.trials, a.latency_n = 64, 8
     logging.basicConfig(level=logging.INFO if a.v else logging.WARNING, format="%(asctime)s %(message)s")
@@ -328,6 +331,30 @@ def main() -> None:
     if "local" in kinds:
         rows.append(bench_runner("local", a, None))
     report(a, rows)
+    if procs is not None:
+        n = len(kinds) * (a.trials + a.latency_n + 1)      # + the baseline, per runner
+        print(f"\nprocesses started by this process (daemon and bench), per trial of {n} (setup included):")
+        for k, v in procs.most_common(20):
+            print(f"  {v / n:6.2f}  {k}")
+        print(f"  {sum(procs.values()) / n:6.2f}  in all")
+
+
+def count_processes() -> "collections.Counter[str]":
+    """Counts every subprocess this process starts from now on: `git <subcommand>`, else argv[0]."""
+    import collections
+    import subprocess
+    counts: collections.Counter[str] = collections.Counter()
+    lock, init = threading.Lock(), subprocess.Popen.__init__
+
+    def counted(self, args, *rest, **kw):
+        argv = [args] if isinstance(args, (str, bytes)) else [str(x) for x in args]
+        words = [w for w in argv[1:] if not w.startswith("-") and "=" not in w]
+        key = f"git {words[0] if words else '?'}" if os.path.basename(argv[0]) == "git" else " ".join(argv[:2])[:40]
+        with lock:
+            counts[key] += 1
+        return init(self, args, *rest, **kw)
+    subprocess.Popen.__init__ = counted
+    return counts
 
 
 if __name__ == "__main__":
