@@ -237,6 +237,7 @@ def bench_runner(kind: str, a, fleet: Fleet | None) -> dict:
         commits = make_commits(repo, [f"u{i:04d}" for i in range(a.trials)])
         time.sleep(a.tick + 0.5)
         r0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        counting.set()
         scan_cpu0 = scanner.cpu
         tn, ts = ticks["n"], tick_time()
         t0 = publish(repo, commits)
@@ -251,6 +252,7 @@ def bench_runner(kind: str, a, fleet: Fleet | None) -> dict:
         me = time.thread_time() - me0
         t_end_daemon = time.time()
         r1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        counting.clear()
         tick_s, tick_n = tick_time() - ts, ticks["n"] - tn
     finally:
         stop.set()
@@ -316,7 +318,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="64 trials, 8 latency samples")
     ap.add_argument("-v", action="store_true", help="daemon log on stderr")
     ap.add_argument("--count-procs", action="store_true",
-                    help="count the processes this process starts (git by subcommand), per trial of the runs")
+                    help="count the processes the daemon starts (git by subcommand), per trial of the utilization runs")
     a = ap.parse_args()
     procs = count_processes() if a.count_procs else None
     if a.quick:
@@ -332,21 +334,28 @@ def main() -> None:
         rows.append(bench_runner("local", a, None))
     report(a, rows)
     if procs is not None:
-        n = len(kinds) * (a.trials + a.latency_n + 1)      # + the baseline, per runner
-        print(f"\nprocesses started by this process (daemon and bench), per trial of {n} (setup included):")
+        n = len(kinds) * a.trials
+        print(f"\nprocesses the daemon started during the utilization runs, per trial of {n}:")
         for k, v in procs.most_common(20):
             print(f"  {v / n:6.2f}  {k}")
         print(f"  {sum(procs.values()) / n:6.2f}  in all")
 
 
+# set while the utilization run is measured (between the two rusage readings)
+counting = threading.Event()
+
+
 def count_processes() -> "collections.Counter[str]":
-    """Counts every subprocess this process starts from now on: `git <subcommand>`, else argv[0]."""
+    """Counts the subprocesses the daemon's threads start while `counting` is set (the bench's own
+    thread left out, as its CPU is): `git <subcommand>`, else argv[0] and argv[1]."""
     import collections
     import subprocess
     counts: collections.Counter[str] = collections.Counter()
     lock, init = threading.Lock(), subprocess.Popen.__init__
 
     def counted(self, args, *rest, **kw):
+        if not counting.is_set() or threading.current_thread() is threading.main_thread():
+            return init(self, args, *rest, **kw)        # outside the measured run, or the bench's own
         argv = [args] if isinstance(args, (str, bytes)) else [str(x) for x in args]
         words = [w for w in argv[1:] if not w.startswith("-") and "=" not in w]
         key = f"git {words[0] if words else '?'}" if os.path.basename(argv[0]) == "git" else " ".join(argv[:2])[:40]
