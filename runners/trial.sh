@@ -62,6 +62,7 @@ checksum_frozen() {  # one sha256sum for all; file by file (naming the absent, u
   ( cd "$T/code" && { sha256sum -- "${AR_FROZEN[@]}" > "$1" 2>/dev/null || for f in "${AR_FROZEN[@]}"; do
       if [ -e "$f" ] || [ -L "$f" ]; then sha256sum -- "$f" 2>/dev/null || echo "unreadable  $f"; else echo "absent  $f"; fi
     done > "$1"; } )
+  [ -e "$1" ] || : > "$1"      # no code/ at all: an empty list, as before
 }
 
 run_budgeted() {  # $1 budget seconds, $2 log prefix, $3 command string; records rc and time-out
