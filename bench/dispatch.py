@@ -133,6 +133,22 @@ class Scanner(threading.Thread):
             self.cpu = time.thread_time()
 
 
+def finished(roots: list[Path], commits: set[str]) -> int:
+    """How many of `commits` have a trial whose wrapper is done (its name in <work_root>/.events)."""
+    keys = {c[:8] for c in commits}
+    seen = set()
+    for root in roots:
+        try:
+            text = (root / ".events").read_text()
+        except OSError:
+            continue
+        for name in text.split():
+            for part in name.split("-"):
+                if part in keys:
+                    seen.add(part)
+    return len(seen)
+
+
 def started_of(scanner: Scanner, commit: str) -> float | None:
     return next((t for name, t in scanner.started.items() if f"-{commit[:8]}-s" in name), None)
 
@@ -173,24 +189,32 @@ def bench_runner(kind: str, a, fleet: Fleet | None) -> dict:
             raise SystemExit("this runner has no pre-staging (runner.prestage); drop --prestage")
         d.runner.prestage = a.prestage
     roots = [fleet.remote_path(h.work_root) for h in fleet.hosts] if kind == "ssh" else [root / "work"]
-    ticks = {"n": 0, "s": 0.0, "in": None}     # loop passes, seconds inside tick(), start of the one running
+    # loop passes, seconds with some tick() running, ticks running now, since when. The scheduler runs
+    # ticks on several threads (one waits on the loop's lock): the union of their times is counted
+    ticks = {"n": 0, "s": 0.0, "active": 0, "since": 0.0}
     tick, harvest = d.tick, d.collector.harvest
+    lock = threading.Lock()
 
     def timed_tick():
-        ticks["in"] = time.perf_counter()
+        with lock:
+            if ticks["active"] == 0:
+                ticks["since"] = time.perf_counter()
+            ticks["active"] += 1
         try:
             return tick()
         finally:
-            ticks["s"] += time.perf_counter() - ticks["in"]
-            ticks["in"] = None
+            with lock:
+                ticks["active"] -= 1
+                if ticks["active"] == 0:
+                    ticks["s"] += time.perf_counter() - ticks["since"]
 
     def counted_harvest(pop):        # one per pass of the reconcile loop inside tick()
         ticks["n"] += 1
         return harvest(pop)
 
     def tick_time() -> float:
-        t = ticks["in"]
-        return ticks["s"] + (time.perf_counter() - t if t is not None else 0.0)
+        with lock:
+            return ticks["s"] + (time.perf_counter() - ticks["since"] if ticks["active"] else 0.0)
     d.collector.harvest = counted_harvest
     d.tick = timed_tick
     stop = threading.Event()
@@ -213,13 +237,22 @@ def bench_runner(kind: str, a, fleet: Fleet | None) -> dict:
         commits = make_commits(repo, [f"u{i:04d}" for i in range(a.trials)])
         time.sleep(a.tick + 0.5)
         r0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        counting.set()
         scan_cpu0 = scanner.cpu
         tn, ts = ticks["n"], tick_time()
         t0 = publish(repo, commits)
         want = set(commits.values())
-        wait(lambda: want <= results(repo).keys(), 60 + 20 * a.trials * a.secs / slots, "all results", 0.25)
+        # The wait is this process's too: RUSAGE_SELF counts its thread, RUSAGE_CHILDREN its git. So it
+        # first watches the wrappers' event files (trial.sh appends its trial's name when done: a file
+        # read, no git), then reads the notes (git, every note parsed) only until the last lands;
+        # its thread's CPU is taken off (git's, a few reads, stays in: ~0.2 ms per trial)
+        me0 = time.thread_time()
+        wait(lambda: finished(roots, want) >= len(want), 60 + 20 * a.trials * a.secs / slots, "all trials to end", 0.05)
+        wait(lambda: want <= results(repo).keys(), 120, "all results", 0.25)
+        me = time.thread_time() - me0
         t_end_daemon = time.time()
         r1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        counting.clear()
         tick_s, tick_n = tick_time() - ts, ticks["n"] - tn
     finally:
         stop.set()
@@ -239,7 +272,7 @@ def bench_runner(kind: str, a, fleet: Fleet | None) -> dict:
     busy_q = sum(max(0.0, min(e, last_start) - max(s, t0)) for s, e in spans)
     walls = sorted(e - s for s, e in spans)
     cpu = sum(getattr(r1[k], f) - getattr(r0[k], f) for k in (0, 1) for f in ("ru_utime", "ru_stime"))
-    cpu -= scanner.cpu - scan_cpu0
+    cpu -= scanner.cpu - scan_cpu0 + me
     waves = math.ceil(a.trials / slots)
     return {
         "kind": kind, "slots": slots, "latency": lat, "makespan": end - t0,
@@ -284,7 +317,10 @@ def main() -> None:
     ap.add_argument("--runners", default="ssh,local")
     ap.add_argument("--quick", action="store_true", help="64 trials, 8 latency samples")
     ap.add_argument("-v", action="store_true", help="daemon log on stderr")
+    ap.add_argument("--count-procs", action="store_true",
+                    help="count the processes the daemon starts (git by subcommand), per trial of the utilization runs")
     a = ap.parse_args()
+    procs = count_processes() if a.count_procs else None
     if a.quick:
         a.trials, a.latency_n = 64, 8
     logging.basicConfig(level=logging.INFO if a.v else logging.WARNING, format="%(asctime)s %(message)s")
@@ -297,6 +333,37 @@ def main() -> None:
     if "local" in kinds:
         rows.append(bench_runner("local", a, None))
     report(a, rows)
+    if procs is not None:
+        n = len(kinds) * a.trials
+        print(f"\nprocesses the daemon started during the utilization runs, per trial of {n}:")
+        for k, v in procs.most_common(20):
+            print(f"  {v / n:6.2f}  {k}")
+        print(f"  {sum(procs.values()) / n:6.2f}  in all")
+
+
+# set while the utilization run is measured (between the two rusage readings)
+counting = threading.Event()
+
+
+def count_processes() -> "collections.Counter[str]":
+    """Counts the subprocesses the daemon's threads start while `counting` is set (the bench's own
+    thread left out, as its CPU is): `git <subcommand>`, else argv[0] and argv[1]."""
+    import collections
+    import subprocess
+    counts: collections.Counter[str] = collections.Counter()
+    lock, init = threading.Lock(), subprocess.Popen.__init__
+
+    def counted(self, args, *rest, **kw):
+        if not counting.is_set() or threading.current_thread() is threading.main_thread():
+            return init(self, args, *rest, **kw)        # outside the measured run, or the bench's own
+        argv = [args] if isinstance(args, (str, bytes)) else [str(x) for x in args]
+        words = [w for w in argv[1:] if not w.startswith("-") and "=" not in w]
+        key = f"git {words[0] if words else '?'}" if os.path.basename(argv[0]) == "git" else " ".join(argv[:2])[:40]
+        with lock:
+            counts[key] += 1
+        return init(self, args, *rest, **kw)
+    subprocess.Popen.__init__ = counted
+    return counts
 
 
 if __name__ == "__main__":

@@ -1,8 +1,14 @@
 """Sandbox overhead per trial (not a timed test): no-op trials sandboxed (bwrap) and bare (none).
 
 Each trial is a no-op `run` and a no-op `evaluate`, so a sandboxed trial starts two sandboxes (run,
-then the evaluator) and unpacks the evaluator's directory. The figure is the wrapper's own time,
-`done - started` (stamped by trial.sh on the host), so submit and poll latency stay out of it.
+then the evaluator) and unpacks the evaluator's directory. The figures are the wrapper's own:
+  wall  `done - started` (stamped by trial.sh on the host), so submit and poll latency stay out of it;
+  CPU   user + system seconds of trial.sh's whole process tree (the sandboxes, the run and the
+        evaluator included): this process makes itself the child subreaper (prctl), so the detached
+        wrapper, once its launching shell is gone, is reparented here and wait4() gives its rusage and
+        that of every descendant it reaped. The loopback sshd is a child of this process, so the ssh
+        host's wrapper comes here too. CPU is the figure to trust on a shared machine: others' load
+        stretches wall time, not the CPU a trial spends.
 Sandboxed and bare trials alternate (pairs), one at a time, on the local runner and on a loopback
 ssh host. Prints the median of the paired differences (sandboxed - bare), and both medians.
 
@@ -13,8 +19,10 @@ Needs bwrap; ssh needs /usr/sbin/sshd (tests/fixtures_sshd.py is used as a libra
 from __future__ import annotations
 
 import argparse
+import ctypes
 import io
 import os
+import resource
 import statistics
 import sys
 import tarfile
@@ -29,6 +37,27 @@ from autoresearchd.manifest import EnvManifest  # noqa: E402
 from autoresearchd.runners.base import PollState, TrialSpec  # noqa: E402
 
 NOOP = "echo ---; echo score: 1"
+PR_SET_CHILD_SUBREAPER = 36          # linux/prctl.h
+
+
+def subreaper() -> None:
+    """Orphaned descendants (the detached trial.sh) are reparented to this process."""
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise SystemExit(f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}")
+
+
+def reap(pid: int, timeout: float = 30.0) -> float:
+    """CPU seconds (user + system) of the wrapper `pid` and every descendant it reaped."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            got, _, ru = os.wait4(pid, os.WNOHANG)
+        except ChildProcessError:       # not reparented here yet (its launching shell still runs)
+            got, ru = 0, None
+        if got == pid:
+            return ru.ru_utime + ru.ru_stime
+        time.sleep(0.005)
+    raise SystemExit(f"the wrapper {pid} did not end (or never became this process's child)")
 
 
 def tar_of(files: dict[str, str]) -> bytes:
@@ -42,7 +71,7 @@ def tar_of(files: dict[str, str]) -> bytes:
     return buf.getvalue()
 
 
-def one(runner, m: EnvManifest, i: int, read) -> float:
+def one(runner, m: EnvManifest, i: int, read) -> tuple[float, float]:
     spec = TrialSpec(trial_id=f"sbx-{i:04d}", commit="0" * 40, seed=0, manifest=m,
                      code_tar=tar_of({"train.sh": "true\n"}), eval_tar=tar_of({"evaluate.sh": "true\n"}),
                      frozen_paths=["evaluate.sh"])
@@ -53,11 +82,12 @@ def one(runner, m: EnvManifest, i: int, read) -> float:
     if out.error or out.metrics.get("score") != 1.0:
         raise SystemExit(f"trial {h['dir']} failed: {out.error}\n{out.log.decode(errors='replace')[-800:]}")
     wall = float(read(h["dir"], "done")) - float(read(h["dir"], "started"))
+    cpu = reap(int(h["pid"]))
     runner.cleanup(h)
-    return wall
+    return wall, cpu
 
 
-def measure(make, read, n: int) -> tuple[list[float], list[float]]:
+def measure(make, read, n: int) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     m = EnvManifest(run=NOOP, evaluate=NOOP, metric="score", time_budget_s=60, eval_budget_s=60,
                     frozen=["evaluate.sh"])
     sandboxed, bare = make("bwrap", m), make("none", m)
@@ -70,10 +100,12 @@ def measure(make, read, n: int) -> tuple[list[float], list[float]]:
     return sb, nb
 
 
-def report(name: str, sb: list[float], nb: list[float]) -> None:
-    diff = [a - b for a, b in zip(sb, nb)]
-    print(f"{name:6} {len(sb):3d} pairs   median(sandboxed - bare) {statistics.median(diff) * 1e3:7.1f} ms   "
-          f"median sandboxed {statistics.median(sb) * 1e3:7.1f} ms   median bare {statistics.median(nb) * 1e3:7.1f} ms")
+def report(name: str, sb: list[tuple[float, float]], nb: list[tuple[float, float]]) -> None:
+    for k, what in ((0, "wall"), (1, "CPU ")):
+        a, b = [x[k] for x in sb], [x[k] for x in nb]
+        diff = [x - y for x, y in zip(a, b)]
+        print(f"{name:6} {what} {len(a):3d} pairs   median(sandboxed - bare) {statistics.median(diff) * 1e3:7.1f} ms   "
+              f"median sandboxed {statistics.median(a) * 1e3:7.1f} ms   median bare {statistics.median(b) * 1e3:7.1f} ms")
 
 
 def bare_start(n: int) -> None:
@@ -85,19 +117,23 @@ def bare_start(n: int) -> None:
     with tempfile.TemporaryDirectory(prefix="ard-sbx-") as d:
         req = sandboxes.SandboxRequest(argv=["env", "-i", f"PATH={path}", "bash", "-c", "true"], cwd=d,
                                        writable=[d], path=path)
-        times = {}
+        times: dict[str, list[float]] = {}
+        cpus: dict[str, list[float]] = {}
         for kind in ("bwrap", "none"):
             argv = sandboxes.get(kind).argv(req)
-            xs = []
+            xs, cs = [], []
             for _ in range(n):
-                t = time.perf_counter()
+                r0, t = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
                 subprocess.run(argv, check=True)
                 xs.append(time.perf_counter() - t)
-            times[kind] = xs
-    diff = [a - b for a, b in zip(times["bwrap"], times["none"])]
-    print(f"start  {n:3d} pairs   median(bwrap - none) {statistics.median(diff) * 1e3:7.1f} ms   "
-          f"median bwrap {statistics.median(times['bwrap']) * 1e3:7.1f} ms   "
-          f"median none {statistics.median(times['none']) * 1e3:7.1f} ms   (one sandbox start, no trial)")
+                r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cs.append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
+            times[kind], cpus[kind] = xs, cs
+    for what, d in (("wall", times), ("CPU ", cpus)):
+        diff = [a - b for a, b in zip(d["bwrap"], d["none"])]
+        print(f"start  {what} {n:3d} pairs   median(bwrap - none) {statistics.median(diff) * 1e3:7.1f} ms   "
+              f"median bwrap {statistics.median(d['bwrap']) * 1e3:7.1f} ms   "
+              f"median none {statistics.median(d['none']) * 1e3:7.1f} ms   (one sandbox start, no trial)")
 
 
 def main() -> None:
@@ -107,6 +143,7 @@ def main() -> None:
     a = ap.parse_args()
     kinds = a.runners.split(",")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    subreaper()
     bare_start(a.trials)
     if "local" in kinds:
         from autoresearchd.runners.local import LocalRunner

@@ -14,48 +14,77 @@
 # AR_MEM_SHARE, AR_PIDS_PER_CPU, AR_MIN_PIDS, AR_GPU_SAMPLE_S.
 # Writes, per step S: S.cpu_us, S.time ("t0 t1"), S.gpu_s, S.limit (kernel evidence), and once
 # `limits` (what was applied and how).
+# Cost: every trial runs this, however short, so the usual path starts no process of its own: files
+# are read with `read`, results come back in variables (LIM_R, LIM_D, LIM_NOW), not by $(...), which
+# forks (docs/benchmarks.md "Sandbox overhead per trial": a fork and exec cost ~1-4 ms each).
 
-LIM_G2=; LIM_CPU=; LIM_MEM=; LIM_PIDS=; LIM_INNER=
+LIM_G2=; LIM_CPU=; LIM_MEM=; LIM_PIDS=; LIM_INNER=; LIM_R=; LIM_NOW=; LIM_V=; LIM_ENTER=
 declare -A LIM_V1=()        # v1 controller -> this trial's group dir
+LIM_D=()                    # lim_dirs' answer
 
-lim_v2_root() {             # this process's cgroup v2 directory, when there is a v2 hierarchy
-  local _d mnt typ _r own
-  while read -r _d mnt typ _r; do [ "$typ" = cgroup2 ] && break; mnt=; done < /proc/self/mounts
-  own=$(sed -n 's/^0:://p' /proc/self/cgroup 2>/dev/null)
-  [ -n "$mnt" ] && [ -n "$own" ] && printf '%s%s' "$mnt" "${own%/}"
+lim_now() {                 # LIM_NOW: the time as `date +%s.%N` gives it (bash 5 has it without a process)
+  if [ -n "${EPOCHREALTIME:-}" ]; then LIM_NOW=${EPOCHREALTIME/,/.}; else LIM_NOW=$(date +%s.%N); fi
 }
 
-lim_v1_root() {             # $1 a v1 controller: this process's group dir in its hierarchy
-  local _d mnt typ opts _r own found=
+lim_key() {                 # $1 file of "key value" lines, $2 key: LIM_V, its value (empty: none)
+  local k v
+  LIM_V=
+  while read -r k v; do [ "$k" = "$2" ] && { LIM_V=${v%% *}; return 0; }; done 2>/dev/null < "$1"
+  return 1
+}
+
+lim_v2_root() {             # LIM_R: this process's cgroup v2 directory, when there is a v2 hierarchy
+  local _d mnt typ _r l own=
+  LIM_R=
+  while read -r _d mnt typ _r; do [ "$typ" = cgroup2 ] && break; mnt=; done < /proc/self/mounts
+  while IFS= read -r l; do case $l in 0::*) own=${l#0::}; break;; esac; done 2>/dev/null < /proc/self/cgroup
+  [ -n "$mnt" ] && [ -n "$own" ] && LIM_R=$mnt${own%/}
+}
+
+lim_v1_root() {             # $1 a v1 controller: LIM_R, this process's group dir in its hierarchy
+  local _d mnt typ opts _r _n cs p own= found=
+  LIM_R=
   while read -r _d mnt typ opts _r; do
     [ "$typ" = cgroup ] && case ",$opts," in *",$1,"*) found=$mnt; break;; esac
   done < /proc/self/mounts
-  own=$(awk -F: -v c="$1" '{ n = split($2, a, ","); for (i = 1; i <= n; i++) if (a[i] == c) print $3 }' \
-        /proc/self/cgroup 2>/dev/null | head -n 1)
-  [ -n "$found" ] && [ -n "$own" ] && printf '%s%s' "$found" "${own%/}"
+  # /proc/self/cgroup: "id:controller,controller:path" (the path may hold a colon: it is the rest)
+  while IFS=: read -r _n cs p; do case ",$cs," in *",$1,"*) own=$p; break;; esac; done 2>/dev/null < /proc/self/cgroup
+  [ -n "$found" ] && [ -n "$own" ] && LIM_R=$found${own%/}
 }
 
-lim_mkgroup() {             # $1 parent dir: makes <parent>/autoresearchd-<trial>, prints it
-  local g="$1/autoresearchd-${T##*/}"
+lim_mkgroup() {             # $1 parent dir: makes LIM_R=<parent>/autoresearchd-<trial>
+  local g="$1/autoresearchd-${T##*/}" old
+  LIM_R=
   [ -w "$1/cgroup.procs" ] || return 1
   # groups a killed wrapper left (SIGKILL skips its EXIT trap): an hour old and empty (rmdir refuses
-  # a group with a process; a live trial between steps gets its group back from lim_begin's mkdir -p)
-  find "$1" -maxdepth 1 -name 'autoresearchd-*' -mmin +60 2>/dev/null |
-    while read -r old; do rmdir "$old"/*/ "$old"; done 2>/dev/null
-  rmdir "$g"/*/ 2>/dev/null; rmdir "$g" 2>/dev/null      # a retry of the same trial id
-  mkdir "$g" 2>/dev/null && printf '%s' "$g"
+  # a group with a process; a live trial between steps gets its group back from lim_begin's mkdir -p).
+  # find runs only where some trial's group is there at all (the glob costs no process)
+  for old in "$1"/autoresearchd-*; do
+    [ -d "$old" ] || continue
+    find "$1" -maxdepth 1 -name 'autoresearchd-*' -mmin +60 2>/dev/null |
+      while read -r old; do rmdir "$old"/*/ "$old"; done 2>/dev/null
+    break
+  done
+  [ -d "$g" ] && { rmdir "$g"/*/ 2>/dev/null; rmdir "$g" 2>/dev/null; }     # a retry of the same trial id
+  mkdir "$g" 2>/dev/null && LIM_R=$g
 }
 
 lim_init() {                # once per trial: the limits' values, and which mechanism enforces each
-  local slots=$(( ${AR_HOST_SLOTS:-1} > 0 ? ${AR_HOST_SLOTS:-1} : 1 )) kb lim own cpus hard r c
+  local slots=$(( ${AR_HOST_SLOTS:-1} > 0 ? ${AR_HOST_SLOTS:-1} : 1 )) kb lim own cpus hard r c share i f
   local mem=${AR_MEM_MB:-0} pids=${AR_MAX_PIDS:-0} files=${AR_MAX_FILES:-0}
   if [ "$mem" -le 0 ] 2>/dev/null; then     # a share of the host's memory (or of the cgroup we run in)
-    kb=$(awk '/^MemTotal:/ { print $2 }' /proc/meminfo 2>/dev/null); kb=${kb:-0}
-    own=$(lim_v2_root); lim=
-    [ -n "$own" ] && [ -r "$own/memory.max" ] && lim=$(cat "$own/memory.max")
-    [ -z "$lim" ] && own=$(lim_v1_root memory) && [ -r "$own/memory.limit_in_bytes" ] && lim=$(cat "$own/memory.limit_in_bytes")
+    lim_key /proc/meminfo MemTotal:; kb=${LIM_V:-0}
+    lim_v2_root; own=$LIM_R; lim=
+    [ -n "$own" ] && [ -r "$own/memory.max" ] && read -r lim < "$own/memory.max"
+    [ -z "$lim" ] && lim_v1_root memory && own=$LIM_R && [ -r "$own/memory.limit_in_bytes" ] && read -r lim < "$own/memory.limit_in_bytes"
     case $lim in ''|max|*[!0-9]*) ;; *) [ $(( lim / 1024 )) -lt "$kb" ] && kb=$(( lim / 1024 ));; esac
-    mem=$(awk -v kb="$kb" -v s="${AR_MEM_SHARE:-0.8}" -v n="$slots" 'BEGIN { printf "%d", kb * s / n / 1024 }')
+    share=${AR_MEM_SHARE:-0.8}
+    case $share in
+      *[!0-9.]*|*.*.*|.|'') mem=$(awk -v kb="$kb" -v s="$share" -v n="$slots" 'BEGIN { printf "%d", kb * s / n / 1024 }');;
+      *) # a plain decimal: in integer millionths, so bash works it out (kb * share / slots / 1024)
+         i=${share%%.*}; f=; [ "$i" = "$share" ] || f=${share#*.}; f=${f}000000; f=${f:0:6}
+         mem=$(( kb * (10#${i:-0} * 1000000 + 10#$f) / (1000000 * slots * 1024) ));;
+    esac
     [ "$mem" -gt 0 ] || mem=1024
   fi
   if [ "$pids" -le 0 ] 2>/dev/null; then
@@ -67,10 +96,11 @@ lim_init() {                # once per trial: the limits' values, and which mech
   LIM_MEM_MB=$mem LIM_PIDS_N=$pids LIM_FILES_N=$files
   trap lim_fini EXIT
   # cgroup v2: a group of our own under this process's cgroup; the controllers it may use
-  if r=$(lim_v2_root) && [ -n "$r" ] && LIM_G2=$(lim_mkgroup "$r"); then
+  if lim_v2_root && [ -n "$LIM_R" ] && lim_mkgroup "$LIM_R"; then
+    LIM_G2=$LIM_R
     for c in memory pids; do echo "+$c" > "$LIM_G2/cgroup.subtree_control"; done 2>/dev/null
     LIM_CPU=cgroup2
-    c=" $(cat "$LIM_G2/cgroup.subtree_control" 2>/dev/null) "
+    c=; read -r c < "$LIM_G2/cgroup.subtree_control" 2>/dev/null; c=" $c "
     [ "${c#* memory }" != "$c" ] && LIM_MEM=cgroup2
     [ "${c#* pids }" != "$c" ] && LIM_PIDS=cgroup2
   fi
@@ -78,8 +108,8 @@ lim_init() {                # once per trial: the limits' values, and which mech
   for c in cpuacct memory pids; do
     case $c in cpuacct) [ -n "$LIM_CPU" ] && continue;; memory) [ -n "$LIM_MEM" ] && continue;;
       pids) [ -n "$LIM_PIDS" ] && continue;; esac
-    r=$(lim_v1_root "$c") && [ -n "$r" ] && r=$(lim_mkgroup "$r") || continue
-    LIM_V1[$c]=$r
+    lim_v1_root "$c" && [ -n "$LIM_R" ] && lim_mkgroup "$LIM_R" || continue
+    LIM_V1[$c]=$LIM_R
     case $c in cpuacct) LIM_CPU=cgroup1;; memory) LIM_MEM=cgroup1;; pids) LIM_PIDS=cgroup1;; esac
   done
   # what no cgroup covers is an rlimit, set inside the sandbox (its own user namespace): the ulimit
@@ -103,15 +133,19 @@ lim_kids_us() {             # LIM_US: CPU time of the children trial.sh has reap
   done
 }
 
-lim_dirs() {                # $1 step: its group dirs (v2 first)
-  [ -n "$LIM_G2" ] && printf '%s\n' "$LIM_G2/$1"
-  local c; for c in "${!LIM_V1[@]}"; do printf '%s\n' "${LIM_V1[$c]}/$1"; done
+lim_dirs() {                # $1 step: LIM_D, its group dirs (v2 first)
+  local c
+  LIM_D=()
+  [ -n "$LIM_G2" ] && LIM_D+=("$LIM_G2/$1")
+  for c in "${!LIM_V1[@]}"; do LIM_D+=("${LIM_V1[$c]}/$1"); done
+  return 0
 }
 
 lim_begin() {               # $1 step name: make its groups, set their limits, start the clocks
-  local s=$1 d
+  local s=$1
   [ -n "${LIM_MEM_MB:-}" ] || lim_init
-  while read -r d; do [ -n "$d" ] && mkdir -p "$d" 2>/dev/null; done < <(lim_dirs "$s")
+  lim_dirs "$s"
+  [ ${#LIM_D[@]} -eq 0 ] || mkdir -p "${LIM_D[@]}" 2>/dev/null
   if [ "$LIM_MEM" = cgroup2 ]; then echo "$(( LIM_MEM_MB * 1048576 ))" > "$LIM_G2/$s/memory.max"
     echo 0 > "$LIM_G2/$s/memory.swap.max" 2>/dev/null; fi
   [ "$LIM_PIDS" = cgroup2 ] && echo "$LIM_PIDS_N" > "$LIM_G2/$s/pids.max"
@@ -119,14 +153,16 @@ lim_begin() {               # $1 step name: make its groups, set their limits, s
     echo "$(( LIM_MEM_MB * 1048576 ))" > "${LIM_V1[memory]}/$s/memory.memsw.limit_in_bytes" 2>/dev/null; fi
   [ "$LIM_PIDS" = cgroup1 ] && echo "$LIM_PIDS_N" > "${LIM_V1[pids]}/$s/pids.max"
   lim_kids_us; LIM_KIDS0=$LIM_US
-  LIM_T0=$(date +%s.%N)
+  lim_now; LIM_T0=$LIM_NOW
   lim_gpu_start "$s"
 }
 
-lim_enter() {               # $1 step: shell text the step's first process runs to join its groups
-  local d out=
-  while read -r d; do [ -n "$d" ] && out+="echo \$\$ > $(printf '%q' "$d/cgroup.procs") && "; done < <(lim_dirs "$1")
-  [ -n "$out" ] && printf '{ %s:; } 2>/dev/null || { echo "autoresearchd: could not join the trial cgroup" >&2; exit 125; }; ' "$out"
+lim_enter() {               # $1 step: LIM_ENTER, shell text the step's first process runs to join its groups
+  local d q out=
+  LIM_ENTER=
+  lim_dirs "$1"
+  for d in ${LIM_D[@]+"${LIM_D[@]}"}; do printf -v q '%q' "$d/cgroup.procs"; out+="echo \$\$ > $q && "; done
+  [ -z "$out" ] || printf -v LIM_ENTER '{ %s:; } 2>/dev/null || { echo "autoresearchd: could not join the trial cgroup" >&2; exit 125; }; ' "$out"
 }
 
 lim_gpu_start() {           # sample the step's GPUs' utilisation while it runs (outside its groups)
@@ -145,47 +181,56 @@ lim_gpu_start() {           # sample the step's GPUs' utilisation while it runs 
 }
 
 lim_end() {                 # $1 step: its CPU, wall and GPU time, the limits it hit; no process left
-  local s=$1 d us= t1 n x
-  t1=$(date +%s.%N)
+  local s=$1 d us= t1 n x left still
+  lim_now; t1=$LIM_NOW
   [ -n "${LIM_GPU_PID:-}" ] && kill "$LIM_GPU_PID" 2>/dev/null
   [ -f "$T/$s.gpu" ] && awk '{ s += $1 } END { printf "%.3f\n", s }' "$T/$s.gpu" > "$T/$s.gpu_s"
   case $LIM_CPU in
-    cgroup2) us=$(awk '$1 == "usage_usec" { print $2 }' "$LIM_G2/$s/cpu.stat" 2>/dev/null);;
-    cgroup1) n=$(cat "${LIM_V1[cpuacct]}/$s/cpuacct.usage" 2>/dev/null) && us=$(( n / 1000 ));;
+    cgroup2) lim_key "$LIM_G2/$s/cpu.stat" usage_usec && us=$LIM_V;;
+    cgroup1) n=; read -r n < "${LIM_V1[cpuacct]}/$s/cpuacct.usage" 2>/dev/null && [ -n "$n" ] && us=$(( n / 1000 ));;
   esac
   [ -n "$us" ] || { lim_kids_us; us=$(( LIM_US - LIM_KIDS0 )); }
   echo "$us" > "$T/$s.cpu_us"
   echo "$LIM_T0 $t1" > "$T/$s.time"
   : > "$T/$s.limit"
   case $LIM_MEM in
-    cgroup2) n=$(awk '$1 == "oom_kill" { print $2 }' "$LIM_G2/$s/memory.events" 2>/dev/null);;
-    cgroup1) n=$(awk '$1 == "oom_kill" { print $2 }' "${LIM_V1[memory]}/$s/memory.oom_control" 2>/dev/null);;
+    cgroup2) lim_key "$LIM_G2/$s/memory.events" oom_kill; n=$LIM_V;;
+    cgroup1) lim_key "${LIM_V1[memory]}/$s/memory.oom_control" oom_kill; n=$LIM_V;;
     *) n=;;
   esac
   [ "${n:-0}" -gt 0 ] 2>/dev/null && echo "memory oom_kill $n (limit ${LIM_MEM_MB} MB)" >> "$T/$s.limit"
   case $LIM_PIDS in
-    cgroup2) n=$(awk '$1 == "max" { print $2 }' "$LIM_G2/$s/pids.events" 2>/dev/null);;
-    cgroup1) n=$(awk '$1 == "max" { print $2 }' "${LIM_V1[pids]}/$s/pids.events" 2>/dev/null);;
+    cgroup2) lim_key "$LIM_G2/$s/pids.events" max; n=$LIM_V;;
+    cgroup1) lim_key "${LIM_V1[pids]}/$s/pids.events" max; n=$LIM_V;;
     *) n=;;
   esac
   [ "${n:-0}" -gt 0 ] 2>/dev/null && echo "pids max $n (limit ${LIM_PIDS_N})" >> "$T/$s.limit"
   # whatever of the step is still alive (a daemonised child of an unsandboxed run) goes now
-  while read -r d; do
+  lim_dirs "$s"; left=()
+  for d in ${LIM_D[@]+"${LIM_D[@]}"}; do
     [ -d "$d" ] || continue
     if [ -e "$d/cgroup.kill" ]; then echo 1 > "$d/cgroup.kill" 2>/dev/null
     else for x in 1 2 3; do read -r n < "$d/cgroup.procs" 2>/dev/null || break
       xargs -r kill -KILL < "$d/cgroup.procs" 2>/dev/null; done; fi
-    for x in 1 2 3 4 5 6 7 8 9 10; do rmdir "$d" 2>/dev/null && break; sleep 0.2; done
-  done < <(lim_dirs "$s")
+    left+=("$d")
+  done
+  # one rmdir for all (usually the groups are empty by now); a killed process takes a moment to leave
+  for x in 1 2 3 4 5 6 7 8 9 10; do
+    [ ${#left[@]} -eq 0 ] && break
+    rmdir "${left[@]}" 2>/dev/null && break
+    still=(); for d in "${left[@]}"; do [ -d "$d" ] && still+=("$d"); done; left=(${still[@]+"${still[@]}"})
+    [ ${#left[@]} -eq 0 ] || sleep 0.2
+  done
 }
 
 lim_fini() {                # the trial's own groups, once its steps are over (trap EXIT: also when
-  local g d                 # the wrapper dies mid-step; then the step's processes are killed first)
+  local g d gs=()            # the wrapper dies mid-step; then the step's processes are killed first)
   for g in ${LIM_G2:+"$LIM_G2"} "${LIM_V1[@]}"; do
     for d in "$g"/*/; do [ -d "$d" ] || continue
       if [ -e "$d/cgroup.kill" ]; then echo 1 > "$d/cgroup.kill"; else xargs -r kill -KILL < "$d/cgroup.procs"; fi
       sleep 0.2; rmdir "$d"; done 2>/dev/null
-    rmdir "$g" 2>/dev/null
+    [ -d "$g" ] && gs+=("$g")
   done
+  [ ${#gs[@]} -eq 0 ] || rmdir "${gs[@]}" 2>/dev/null     # one process for all of them
   return 0
 }

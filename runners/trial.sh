@@ -10,10 +10,16 @@
 # directory; eval/ is unpacked only once run's sandbox (its PID namespace) is gone, and the evaluator
 # sees eval/, the declared artifacts (read-only) and the eval-only data. Status files stay out here.
 # Pre-staged trials wait here for their slot's lock (AR_SLOT_LOCK) before `started` and the budget clock.
+# Cost: a no-op trial's whole time is this script's, so it starts as few processes as it can: builtins
+# read files and clocks, answers come back in variables, not $(...) (docs/benchmarks.md "Sandbox
+# overhead per trial": a fork and exec is ~1-4 ms, and a trial used to start ~400 of them).
 set -u
-cd "$(dirname "$0")" || exit 97
+here=${0%/*}; [ "$here" = "$0" ] && here=.
+cd "${here:-/}" || exit 97
 T=$PWD
 . "$T/trial.env"
+# per-step CPU/GPU accounting and kernel limits (runners/limits.sh: functions only until lim_init)
+. "$T/limits.sh"
 echo $$ > "$T/pgid"
 
 # The once-per-host prepare step (runners/prepare.sh): before the slot lock and the budget clock, so
@@ -25,10 +31,10 @@ if [ -n "${AR_PREPARE:-}" ]; then
   for h in "${AR_HELDOUT[@]}"; do rm -rf -- "$T/prep-src/$h"; done
   AR_PREPARE=$AR_PREPARE AR_SETUP=$AR_SETUP AR_PREPARE_BUDGET=$AR_PREPARE_BUDGET AR_KILL_GRACE=$AR_KILL_GRACE \
     bash "$T/prepare.sh" "${T%/*}" "$AR_PREPARE_KEY" "$T/prep-src" "$T/prepare.log"
-  echo $? > "$T/prepare.rc"
+  rc=$?; echo "$rc" > "$T/prepare.rc"
   rm -rf "$T/prep-src"
-  if [ "$(cat "$T/prepare.rc")" != 0 ]; then
-    date +%s.%N > "$T/started"; date +%s.%N > "$T/done"
+  if [ "$rc" != 0 ]; then
+    lim_now; echo "$LIM_NOW" > "$T/started"; echo "$LIM_NOW" > "$T/done"
     [ -n "${AR_EVENTS:-}" ] && echo "${T##*/}" >> "$AR_EVENTS" 2>/dev/null
     exit 0
   fi
@@ -42,9 +48,8 @@ if [ -n "${AR_SLOT_LOCK:-}" ]; then
   elif command -v python3 > /dev/null 2>&1; then python3 -c 'import fcntl; fcntl.flock(9, fcntl.LOCK_EX)'
   fi
 fi
-date +%s.%N > "$T/started"
-# per-step CPU/GPU accounting and kernel limits (runners/limits.sh): decided once, before any step
-. "$T/limits.sh"
+lim_now; echo "$LIM_NOW" > "$T/started"
+# the limits and the accounting's mechanisms (runners/limits.sh): decided once, before any step
 lim_init
 
 # capped log: keep the head and the tail, drain the rest so the writer never blocks or dies. head's
@@ -52,16 +57,18 @@ lim_init
 unbuf=(); command -v stdbuf > /dev/null 2>&1 && unbuf=(stdbuf -o0)
 cap() { { "${unbuf[@]}" head -c "$AR_LOG_HEAD" > "$1.head"; tail -c "$AR_LOG_TAIL" > "$1.tail"; } ; }
 
-checksum_frozen() {
-  ( cd "$T/code" && for f in "${AR_FROZEN[@]}"; do
+checksum_frozen() {  # one sha256sum for all; file by file (naming the absent, unreadable) where it fails
+  [ ${#AR_FROZEN[@]} -gt 0 ] || { : > "$1"; return; }
+  ( cd "$T/code" && { sha256sum -- "${AR_FROZEN[@]}" > "$1" 2>/dev/null || for f in "${AR_FROZEN[@]}"; do
       if [ -e "$f" ] || [ -L "$f" ]; then sha256sum -- "$f" 2>/dev/null || echo "unreadable  $f"; else echo "absent  $f"; fi
-    done ) > "$1"
+    done > "$1"; } )
+  [ -e "$1" ] || : > "$1"      # no code/ at all: an empty list, as before
 }
 
 run_budgeted() {  # $1 budget seconds, $2 log prefix, $3 command string; records rc and time-out
   local budget=$1 log=$2 cmd=$3
-  lim_begin "$log"
-  setsid bash -c "$(lim_enter "$log")$cmd" 9>&- > >(exec 9>&-; cap "$T/$log") 2>&1 < /dev/null &
+  lim_begin "$log"; lim_enter "$log"
+  setsid bash -c "$LIM_ENTER$cmd" 9>&- > >(exec 9>&-; cap "$T/$log") 2>&1 < /dev/null &
   local pid=$!
   echo "$pid" > "$T/$log.pid"
   # the watchdog's sleeps are waited on, so killing the watchdog ends them too (no orphan `sleep`)
@@ -78,15 +85,14 @@ run_budgeted() {  # $1 budget seconds, $2 log prefix, $3 command string; records
   echo "$rc" > "$T/$log.rc"
 }
 
-q() { printf '%q' "$1"; }
-# one command line: the sandbox prefix (array named $1), a clean environment ($3...), bash -c $2
+# SB_CMD, one command line: the sandbox prefix (array named $1), a clean environment ($3...), bash -c $2
 sandboxed() {
-  local -n pre=$1; local cmd=$2 out= a; shift 2
+  local -n pre=$1; local cmd=$2; shift 2
   # LIM_INNER (limits.sh): the rlimits, set inside the sandbox (its own user namespace counts its
   # processes). The trailing `exit $?` keeps that bash from exec-ing the command: as the sandbox's
-  # PID 1 it stays, reaps every orphan and so carries their CPU time out (limits.sh, rusage)
-  for a in "${pre[@]}" env -i "$@" bash -c "${LIM_INNER:-}$cmd"$'\n''exit $?'; do out+="$(q "$a") "; done
-  printf '%s' "$out"
+  # PID 1 it stays, reaps every orphan and so carries their CPU time out (limits.sh, rusage).
+  # One printf quotes every word (its format repeats): no fork per word (a bwrap prefix has ~130)
+  printf -v SB_CMD '%q ' "${pre[@]}" env -i "$@" bash -c "${LIM_INNER:-}$cmd"$'\n''exit $?'
 }
 # what both steps get: nothing of the host's environment but these (never a secret)
 # PYTHONUNBUFFERED: a Python run's output reaches run.head while it runs (a pipe is block-buffered)
@@ -119,10 +125,11 @@ model_group() {  # $1 group name: a fresh model/ and io/cur/{in,out}, one sandbo
   [ -s "$T/model.gpu_s" ] && read -r p_gpu < "$T/model.gpu_s"
   [ -s "$T/model.limit" ] && p_lim=$(cat "$T/model.limit")
   cd "$T/model"
-  run_budgeted "$(eval_left)" model "$(sandboxed AR_SB_MODEL "ulimit -f $AR_MODEL_OUTPUT_KB && ${AR_SETUP:+$AR_SETUP && }$AR_MODEL" \
+  sandboxed AR_SB_MODEL "ulimit -f $AR_MODEL_OUTPUT_KB && ${AR_SETUP:+$AR_SETUP && }$AR_MODEL" \
     "${base_env[@]}" HOME="$T/model" PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1 PYTHONDONTWRITEBYTECODE=1 \
     AUTORESEARCH_ARTIFACTS="$T/artifacts" AUTORESEARCH_MODEL_IN="$io/cur/in" AUTORESEARCH_MODEL_OUT="$io/cur/out" \
-    AUTORESEARCH_MODEL_GROUP="$g")"
+    AUTORESEARCH_MODEL_GROUP="$g"
+  run_budgeted "$(eval_left)" model "$SB_CMD"
   cd "$T"
   if [ -n "$p_t0" ]; then     # one model step over all groups: CPU and GPU summed, wall first to last
     [ -s "$T/model.cpu_us" ] && { read -r _x < "$T/model.cpu_us"; echo $(( _x + p_us )) > "$T/model.cpu_us"; }
@@ -152,8 +159,9 @@ split_eval() {
   eval_end=$(( $(date +%s) + AR_EVAL_BUDGET ))
   rm -rf "$io" && mkdir -p "$io/in" "$io/out" || { split_fail 1 "could not make the evaluation's io directory"; return; }
   cd "$T/eval"
-  run_budgeted "$(eval_left)" eval_inputs "$(sandboxed AR_SB_EVAL "${AR_SETUP:+$AR_SETUP && }$AR_EVALUATE" \
-    "${eval_env[@]}" AUTORESEARCH_EVAL_PHASE=inputs AUTORESEARCH_MODEL_IO="$io")"
+  sandboxed AR_SB_EVAL "${AR_SETUP:+$AR_SETUP && }$AR_EVALUATE" "${eval_env[@]}" AUTORESEARCH_EVAL_PHASE=inputs \
+    AUTORESEARCH_MODEL_IO="$io"
+  run_budgeted "$(eval_left)" eval_inputs "$SB_CMD"
   cd "$T"
   if [ -e "$T/eval_inputs.timed_out" ]; then : > "$T/eval.timed_out"
     split_fail 124 "the scorer's inputs phase ran past the evaluation budget of ${AR_EVAL_BUDGET}s"; return
@@ -166,30 +174,38 @@ split_eval() {
     model_group "$g" || { [ -e "$T/eval.error" ] || split_fail 1 "could not stage model runner group $g"; return; }
   done
   cd "$T/eval"
-  run_budgeted "$(eval_left)" eval "$(sandboxed AR_SB_EVAL "${AR_SETUP:+$AR_SETUP && }$AR_EVALUATE" \
-    "${eval_env[@]}" AUTORESEARCH_EVAL_PHASE=score AUTORESEARCH_MODEL_IO="$io")"
+  sandboxed AR_SB_EVAL "${AR_SETUP:+$AR_SETUP && }$AR_EVALUATE" "${eval_env[@]}" AUTORESEARCH_EVAL_PHASE=score \
+    AUTORESEARCH_MODEL_IO="$io"
+  run_budgeted "$(eval_left)" eval "$SB_CMD"
   cd "$T"
   rm -rf "$io"
 }
 
-mkdir -p "$T/artifacts"
+[ -d "$T/artifacts" ] || mkdir -p "$T/artifacts"
 checksum_frozen "$T/frozen.before"
 cd "$T/code"
 # the learning curve (runners/progress.py): a committed file of that name is no curve of this run
-rm -rf -- "$T/code/$AR_PROGRESS"
-run_budgeted "$AR_BUDGET" run "$(sandboxed AR_SB_RUN "${AR_SETUP:+$AR_SETUP && }$AR_RUN" "${base_env[@]}" \
-  ${AR_KNOBS[@]+"${AR_KNOBS[@]}"} HOME="$T/code" AUTORESEARCH_ARTIFACTS="$T/code" AUTORESEARCH_RESULT="$T/code/.autoresearch_result.json" \
-  AUTORESEARCH_PROGRESS="$T/code/$AR_PROGRESS")"
+{ [ ! -e "$T/code/$AR_PROGRESS" ] && [ ! -L "$T/code/$AR_PROGRESS" ]; } || rm -rf -- "$T/code/$AR_PROGRESS"
+sandboxed AR_SB_RUN "${AR_SETUP:+$AR_SETUP && }$AR_RUN" "${base_env[@]}" ${AR_KNOBS[@]+"${AR_KNOBS[@]}"} HOME="$T/code" \
+  AUTORESEARCH_ARTIFACTS="$T/code" AUTORESEARCH_RESULT="$T/code/.autoresearch_result.json" AUTORESEARCH_PROGRESS="$T/code/$AR_PROGRESS"
+run_budgeted "$AR_BUDGET" run "$SB_CMD"
 cd "$T"
 checksum_frozen "$T/frozen.after"
-cmp -s "$T/frozen.before" "$T/frozen.after" || diff "$T/frozen.before" "$T/frozen.after" > "$T/tamper.txt"
-for f in sitecustomize.py usercustomize.py; do
-  found=$(find "$T/code" -name "$f" -newer "$T/started" 2>/dev/null | head -n 3)
-  [ -n "$found" ] && echo "run wrote $found" >> "$T/tamper.txt"
-done
-C=$(readlink -f -- "$T/code")
+# the two checksum lists compared in the shell (cmp is a process); diff only when they differ
+IFS= read -r -d '' fb < "$T/frozen.before"; IFS= read -r -d '' fa < "$T/frozen.after"
+[ "$fb" = "$fa" ] || diff "$T/frozen.before" "$T/frozen.after" > "$T/tamper.txt"
+# one find for both names, a line each, at most six
+n=0
+while IFS= read -r found; do
+  echo "run wrote $found" >> "$T/tamper.txt"; n=$(( n + 1 )); [ "$n" -lt 6 ] || break
+done < <(find "$T/code" \( -name sitecustomize.py -o -name usercustomize.py \) -newer "$T/started" 2>/dev/null)
+C=
 # a plain file or directory at exactly code/$1: no link on the way, none inside
-plain() { local r; r=$(readlink -f -- "$C/$1") && [ "$r" = "$C/${1#./}" ] && [ -z "$(find "$r" -type l 2>/dev/null | head -n 1)" ]; }
+plain() {
+  local r
+  [ -n "$C" ] || C=$(readlink -f -- "$T/code")
+  r=$(readlink -f -- "$C/$1") && [ "$r" = "$C/${1#./}" ] && [ -z "$(find "$r" -type l 2>/dev/null | head -n 1)" ]
+}
 r="$T/code/.autoresearch_result.json"
 [ -f "$r" ] && plain .autoresearch_result.json && head -c 1000000 "$r" > "$T/run_result.json"
 # the curve, bounded as the live reader bounds it (its first and last halves when bigger)
@@ -200,7 +216,8 @@ if [ -f "$pf" ] && plain "$AR_PROGRESS"; then
   else head -c "$ph" -- "$pf"; echo; tail -c "$ph" -- "$pf"; fi > "$T/progress.jsonl" 2>/dev/null
 fi
 
-if [ -n "${AR_EVALUATE:-}" ] && [ "$(cat "$T/run.rc")" = 0 ] && [ ! -e "$T/run.timed_out" ]; then
+run_rc=; read -r run_rc < "$T/run.rc"
+if [ -n "${AR_EVALUATE:-}" ] && [ "$run_rc" = 0 ] && [ ! -e "$T/run.timed_out" ]; then
   # run is over (sandboxed: its PID namespace is gone, so none of its processes is left). Take only
   # the declared artifacts out of code/, then unpack the evaluator from the baseline's frozen files.
   for a in "${AR_ARTIFACTS[@]}"; do
@@ -208,19 +225,21 @@ if [ -n "${AR_EVALUATE:-}" ] && [ "$(cat "$T/run.rc")" = 0 ] && [ ! -e "$T/run.t
     if plain "$a"; then mkdir -p "$T/artifacts/$(dirname "$a")"; mv -- "$T/code/$a" "$T/artifacts/$a"
     else echo "run wrote a link at or inside artifact $a" >> "$T/tamper.txt"; fi
   done
-  rm -rf "$T/eval" && mkdir "$T/eval" && { [ ! -s "$T/eval.tar" ] || tar -x --no-same-owner -f "$T/eval.tar" -C "$T/eval"; }
+  { [ ! -e "$T/eval" ] && [ ! -L "$T/eval" ] || rm -rf "$T/eval"; } && mkdir "$T/eval" &&
+    { [ ! -s "$T/eval.tar" ] || tar -x --no-same-owner -f "$T/eval.tar" -C "$T/eval"; }
   eval_env=("${base_env[@]}" HOME="$T/eval" PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1 PYTHONDONTWRITEBYTECODE=1
             AUTORESEARCH_ARTIFACTS="$T/artifacts" "${AR_EVAL_DATA[@]}")
   if [ -n "${AR_MODEL:-}" ]; then
     split_eval
   else
     cd "$T/eval"
-    run_budgeted "$AR_EVAL_BUDGET" eval "$(sandboxed AR_SB_EVAL "${AR_SETUP:+$AR_SETUP && }$AR_EVALUATE" "${eval_env[@]}")"
+    sandboxed AR_SB_EVAL "${AR_SETUP:+$AR_SETUP && }$AR_EVALUATE" "${eval_env[@]}"
+    run_budgeted "$AR_EVAL_BUDGET" eval "$SB_CMD"
     cd "$T"
   fi
 fi
 lim_fini; trap - EXIT
-date +%s.%N > "$T/finished"
+lim_now; echo "$LIM_NOW" > "$T/finished"
 mv -f "$T/finished" "$T/done"
 # wake the daemon's event waiter for this host (runners.base.ShellRunner.wait_event)
 [ -n "${AR_EVENTS:-}" ] && echo "${T##*/}" >> "$AR_EVENTS" 2>/dev/null

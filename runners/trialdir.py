@@ -129,7 +129,8 @@ def slot_file(slot: str) -> str:
 
 
 def bundle(spec: TrialSpec, env_text: str) -> bytes:
-    """One tar holding code/ (the commit), eval.tar (the harness: trial.sh unpacks it only after run
+    """One tar holding code/ (the commit), an empty artifacts/ (trial.sh moves the declared artifacts
+    there once run is over), eval.tar (the harness: trial.sh unpacks it only after run
     is gone), trial.sh, prepare.sh, limits.sh and trial.env, so a trial directory is placed with a single upload."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as out:
@@ -145,6 +146,9 @@ def bundle(spec: TrialSpec, env_text: str) -> bytes:
                     if m.islnk():        # hard links name a member of the same archive
                         m.linkname = f"{prefix}/{m.linkname}"
                     out.addfile(m, src.extractfile(m) if m.isreg() else None)
+        d = tarfile.TarInfo("artifacts")     # there before the wrapper starts: one mkdir less a trial
+        d.type, d.mode = tarfile.DIRTYPE, 0o755
+        out.addfile(d)
         for name, data, mode in (("trial.sh", trial_script(), 0o755), ("prepare.sh", prepare_script(), 0o755),
                                  ("limits.sh", limits_script(), 0o644),
                                  ("trial.env", env_text.encode(), 0o644), ("eval.tar", spec.eval_tar or b"", 0o644)):

@@ -119,6 +119,32 @@ def test_reads_through_gitpython_match_git(repo):
     assert repo.read_blob("HEAD:missing.txt") is None and repo.read_blob("HEAD:dir") == b""
 
 
+def test_an_absent_plain_path_is_answered_without_a_git_process(repo, monkeypatch):
+    """rev:path of a path the commit has not: GitPython's tree walk is the answer for a plain path
+    (the dispatcher asks for two absent knob files per trial); other paths and syntax still go to
+    git, and every answer is git's own."""
+    import subprocess
+    head = git(repo.path, "rev-parse", "HEAD").strip()
+    revs = [f"{head}:{p}" for p in ("missing.txt", "dir/missing", "a.txt/x", "dir/b.txt", "a.txt", "dir",
+                                    "./a.txt", "dir/../a.txt", "dir//b.txt", "a.txt^x")]
+    want = {rev: git(repo.path, "rev-parse", "--verify", "-q", rev, check=False).strip() or None for rev in revs}
+    repo.read_blob(f"{head}:a.txt")                  # the persistent cat-file is up
+    started = []
+    popen_init = subprocess.Popen.__init__
+
+    def counting(self, args, *a, **kw):              # the real Popen, counted
+        started.append(list(args))
+        return popen_init(self, args, *a, **kw)
+    monkeypatch.setattr(subprocess.Popen, "__init__", counting)
+    for rev in revs:
+        assert repo.rev_parse(rev) == want[rev], rev
+    gits = [" ".join(a[-4:]) for a in started]
+    plain = ("missing.txt", "dir/missing", "a.txt/x", "dir/b.txt", "a.txt", "dir")
+    assert not [g for g in gits if any(g.endswith(f":{p}") for p in plain)], gits
+    assert len(gits) == 4, gits                      # ./a.txt, dir/../a.txt, dir//b.txt, a.txt^x: git answers
+    assert repo.read_blob(f"{head}:missing.txt") is None
+
+
 def test_notes_read_through_the_tree_match_git_notes_show_with_fanout(repo):
     ref = "refs/notes/t"
     base = repo.rev_parse("HEAD")
