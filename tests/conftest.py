@@ -23,7 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # one: without this, a machine that lost sshd or bwrap would stop testing the ssh runner or the
 # sandbox and CI would still pass. The tools are those .ci/run installs; the reasons name them.
 SYSTEM_TOOLS = re.compile(r"sshd|openssh|bwrap|bubblewrap|slurm|munge|\bnode\b|\bnpm\b|chromium|tmux"
-                          r"|apt-get install", re.IGNORECASE)
+                          r"|strace|apt-get install", re.IGNORECASE)
 
 
 def ci_strict() -> bool:
