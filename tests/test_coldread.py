@@ -87,7 +87,8 @@ def test_the_varied_notes_are_varied():
     newer = parse_note(NOTES["a newer daemon: schema 7, unknown fields and words"])
     assert newer.decision == "super-promoted" and newer.origin == "alien"
     assert newer.__pydantic_extra__["future_field"] == {"a": [1, {"b": 2}]}
-    assert parse_note(NOTES["a trial with fields of a newer daemon"]).trials[0].__pydantic_extra__ == {"zz_new": {"k": [1, 2]}}
+    trial = parse_note(NOTES["a trial with fields of a newer daemon"]).trials[0]
+    assert trial.__pydantic_extra__ == {"zz_new": {"k": [1, 2]}}
     damaged = parse_note(NOTES["damaged values (dropped, the rest kept)"])
     assert damaged.value is None and damaged.seeds == [] and damaged.cost == {} and damaged.epoch == 3
     assert parse_note(NOTES["hostile strings"]).error.startswith("\x1b[31m")
