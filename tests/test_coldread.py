@@ -4,20 +4,25 @@ the cold read at 100k ideas; docs/architecture.md, "The population read by its c
   dict and trial in it is frozen, for a varied set of notes (old schema versions, a newer daemon's
   fields and words, damaged values, hostile strings);
 - the objects a read built are left in the cycle collector's oldest generation, not walked again by
-  the young collections after it, and a cycle among them is still collected."""
+  the young collections after it, and a cycle among them is still collected;
+- a commit message's trailers read by the key before the first ": " equal what the pattern match
+  per line read, for a varied set of messages."""
 
 from __future__ import annotations
 
 import gc
 import json
+import re
 import weakref
 
 import pytest
 
 from autoresearchd.store import population
 from autoresearchd.store.frozen import FrozenDict, FrozenList, FrozenNote, FrozenTrial, freeze_parsed
+from autoresearchd.store.ideas import format_message, parse_message
 from autoresearchd.store.notes import Note, Status, Trial, format_note, parse_note
 from autoresearchd.store.population import bulk, read_population
+from autoresearchd.store.trailers import TRAILER_KEYS
 
 from popbuilder import build_population
 
@@ -126,3 +131,54 @@ def test_a_cycle_built_in_a_read_is_still_collected():
     del a, b
     gc.collect()
     assert gone() is None
+
+
+_OLD_TRAILER = re.compile(r"^([A-Z][A-Za-z-]+): (.*)$")
+
+
+def _old_parse_message(msg: str):
+    """parse_message as it was, with its pattern match per trailer line: the reference."""
+    lines = msg.rstrip("\n").split("\n")
+    title = lines[0].strip() if lines else ""
+    rest = lines[1:]
+    trailers: dict[str, str] = {}
+    end = len(rest)
+    while end > 0 and rest[end - 1].strip():
+        m = _OLD_TRAILER.match(rest[end - 1])
+        if not m or m.group(1) not in TRAILER_KEYS:
+            break
+        trailers[m.group(1)] = m.group(2).strip()
+        end -= 1
+    if not trailers:
+        end = len(rest)
+    return title, "\n".join(rest[:end]).strip(), trailers
+
+
+MESSAGES = [
+    format_message("A title", "Why it helps.\n\nMore.", {"Idea-Id": "e001-ab", "Origin": "explore", "Epoch": 1,
+                                                          "Parents": ["e000-aa", "e000-bb"], "Cost-USD": 0.02}),
+    "Only a title\n",
+    "",
+    "\n\n\n",
+    "Title\n\nbody\n\nIdea-Id: x\nUnknown-Key: v\nOrigin: seed\n",          # an unknown key ends the trailers
+    "Title\n\nIdea-Id:x: y\n",                                              # no ": " after the key
+    "Title\n\nidea-id: lower\n",                                            # keys are case-sensitive
+    "Title\n\nModel: a: b: c\nEpoch:  7  \nIdea-Id: \n",                    # ": " in a value; spaces; empty
+    "Title\n\nOrigin: one\nOrigin: two\n",                                  # the same key twice
+    "Title\n\nIdea-Id: x\r\nEpoch: 1\r\n",                                  # CRs stay in the line
+    "Title\n\n Idea-Id: indented\n",
+    "Title\n\nIdea-Id: \x1b[31mred\u202e\nTrailer-Version: 99\n",
+    "Title\nIdea-Id: right after the title\n",
+    "Title\n\nbody line: with a colon\n\nTokens: 12\n",
+    "Title\n\nIdea-Id\t: tab\nEpoch: 2\n",
+]
+
+
+@pytest.mark.parametrize("k", range(len(MESSAGES)))
+def test_a_message_parses_as_the_pattern_match_did(k):
+    assert parse_message(MESSAGES[k]) == _old_parse_message(MESSAGES[k])
+
+
+def test_every_known_trailer_key_is_a_word_the_pattern_matched():
+    """The new reading equals the old one only while every known key is a capitalised word with dashes."""
+    assert TRAILER_KEYS and all(re.fullmatch(r"[A-Z][A-Za-z-]+", k) for k in TRAILER_KEYS)
