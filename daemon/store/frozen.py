@@ -10,6 +10,9 @@ the mutable note with the same fields, serialises the same, and `copy.deepcopy` 
 
 from __future__ import annotations
 
+import types
+import typing
+from enum import Enum
 from typing import ClassVar
 
 from pydantic import ConfigDict
@@ -124,11 +127,28 @@ def _own(v):
     return v
 
 
+def _immutable(ann) -> bool:
+    """An annotation whose validated values are all immutable scalars (str, numbers, None, enums)."""
+    if isinstance(ann, type):
+        return ann in _LEAF or issubclass(ann, Enum)
+    return typing.get_origin(ann) in (typing.Union, types.UnionType) and all(map(_immutable, typing.get_args(ann)))
+
+
+_MUTABLE: dict[type, tuple[str, ...]] = {}
+
+
+def _mutable_fields(model: type) -> tuple[str, ...]:
+    """The fields of a model that may hold a list, a dict or a model once validated: only these need
+    freezing (a note's 10 of 48, a trial's 4 of 25: 5.2 instead of 7.5 µs to freeze a note)."""
+    if model not in _MUTABLE:
+        _MUTABLE[model] = tuple(k for k, f in model.model_fields.items() if not _immutable(f.annotation))
+    return _MUTABLE[model]
+
+
 def _in_place(model, cls):
     d, extra = model.__dict__, model.__pydantic_extra__
-    for k, v in d.items():
-        if type(v) not in _LEAF:
-            d[k] = _own(v)
+    for k in _mutable_fields(type(model)):
+        d[k] = _own(d[k])
     if extra:
         for k, v in extra.items():
             if type(v) not in _LEAF:

@@ -21,8 +21,6 @@ from autoresearchd.store.trailers import TRAILER_KEYS, Trailers, parse_trailers
 from autoresearchd.inert import one_line, visible
 from autoresearchd.vocab import LeaseState, Origin, known
 
-_TRAILER_RE = re.compile(r"^([A-Z][A-Za-z-]+): (.*)$")
-
 
 def make_idea_id(text: str, epoch: int, salt: str = "") -> str:
     """Stable id: the same proposal (text, epoch, salt) always gets the same id, across restarts."""
@@ -168,11 +166,14 @@ def parse_message(msg: str) -> tuple[str, str, dict[str, str]]:
     rest = lines[1:]
     trailers: dict[str, str] = {}
     end = len(rest)
+    # a line is a trailer when the text before its first ": " is a key we know (every known key is a
+    # capitalised word with dashes: tests/test_coldread.py checks this equals the pattern match it
+    # replaced, which cost half of parsing a message: 8.3 against 4.4 µs per commit)
     while end > 0 and rest[end - 1].strip():
-        m = _TRAILER_RE.match(rest[end - 1])
-        if not m or m.group(1) not in TRAILER_KEYS:
+        key, sep, value = rest[end - 1].partition(": ")
+        if not sep or key not in TRAILER_KEYS:
             break
-        trailers[m.group(1)] = m.group(2).strip()
+        trailers[key] = value.strip()
         end -= 1
     if not trailers:
         end = len(rest)

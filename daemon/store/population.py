@@ -181,7 +181,14 @@ def bulk():
     objects that form no cycles; each collection the allocations trigger walks every object alive, so
     at 100k ideas the collector took most of a cold read (loading the saved parses: 10.2 s of CPU with
     it, 2.8 s without). Nested and concurrent blocks are counted: the collector runs again after the
-    last one, if it ran before the first."""
+    last one, if it ran before the first.
+
+    What the block built is then moved to the collector's oldest generation as it is (`gc.freeze()`
+    then `gc.unfreeze()`: two list splices, no object visited). Left young, the first collections
+    after the block walked all of it again, three times (a young collection, a middle one, then the
+    full one those promotions triggered): 0.41 of a 1.81 s cold read at 10k ideas. In the oldest
+    generation it is walked only by the full collections a long-running process makes anyway, and
+    any cycle in it is still found by them. Nothing else in the process uses `gc.freeze`."""
     with _GC_LOCK:
         if _GC["depth"] == 0:
             _GC["was"] = gc.isenabled()
@@ -192,8 +199,11 @@ def bulk():
     finally:
         with _GC_LOCK:
             _GC["depth"] -= 1
-            if _GC["depth"] == 0 and _GC["was"]:
-                gc.enable()
+            if _GC["depth"] == 0:
+                gc.freeze()
+                gc.unfreeze()
+                if _GC["was"]:
+                    gc.enable()
 
 
 _NOTES = _LRU(defaults.POPULATION_PARSE_CACHE)
