@@ -39,7 +39,7 @@ from autoresearchd.store import gitrepo, parsecache
 from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.livepop import LivePopulation
 from autoresearchd.store.population import Population
-from autoresearchd.store.spend import gpu_hours
+from autoresearchd.store.spend import budget_hours
 from autoresearchd.tune.split import split
 from autoresearchd.tune.surface import prompt_block
 from autoresearchd.vocab import Decision, Origin, Purpose
@@ -177,15 +177,22 @@ class Daemon:
                 return f"max_epochs reached ({d.max_epochs})"
         if self.llm is not None and self.llm.budget.exhausted:
             return "LLM budget exhausted"
+        return self.search_stop(pop) or self._stop_reason
+
+    def search_stop(self, pop: Population) -> str | None:
+        """Why the whole search is over, tuning included (None: it goes on): the compute budget or the
+        target. The other stops end the LLM's proposals only, and tuning then gets every trial."""
+        d = self.cfg.daemon
         if d.max_gpu_hours is not None:
-            gpu_h = gpu_hours(pop, self.research.manifest.gpus)     # the one spend rule, as `status` shows it
-            if gpu_h >= d.max_gpu_hours:
-                return f"GPU-hour budget reached ({gpu_h:.2f} h)"
+            gpus = self.research.manifest.gpus
+            h = budget_hours(pop, gpus)         # the one spend rule: CPU-hours on a CPU env, as `status` shows
+            if h >= d.max_gpu_hours:
+                return f"{'GPU' if gpus else 'CPU'}-hour budget reached ({h:.2f} h)"
         if d.target is not None:
             best = pop.best(self.research.manifest.goal, confirmed=True)
             if best is not None and not self.research.manifest.better(d.target, best.value):
                 return f"target {d.target} reached by {best.idea_id}"
-        return self._stop_reason
+        return None
 
     def _resume_proposals(self, pop: Population) -> None:
         """Proposals recorded in git but not implemented (e.g. after a crash) are implemented now."""
@@ -265,7 +272,10 @@ class Daemon:
         return split(pop, self.research.manifest.goal, self.cfg.tune.floor, llm_on)
 
     def _maybe_tune(self, pop: Population) -> bool:
-        """Write tuned commits up to tuning's share of the trials in flight. True if it wrote any."""
+        """Write tuned commits up to tuning's share of the trials in flight. True if it wrote any.
+        Nothing once the compute budget or the target ends the search (tuned trials spend it too)."""
+        if self.search_stop(pop) is not None:
+            return False
         sp = self.budget_split(pop)
         room = len(self.slots.slots()) * self.slots.depth + self.cfg.policy.queue_buffer
         want = max(1, round(sp.tune * room)) - self.tuner.pending(pop)
