@@ -155,15 +155,33 @@ def arm_figures(out: Path, arm: str) -> dict:
     pop = read_population(research.repo, research.baseline_ref)
     notes = [i.note for i in pop.ideas if i.note is not None]
     trials = sum(len(n.trials) for n in notes) + (len(pop.baseline_note.trials) if pop.baseline_note else 0)
-    best = pop.best(research.manifest.goal, confirmed=True)
+    goal = research.manifest.goal
+    best = pop.best(goal, confirmed=True)        # the product's best: promoted (a clear gain on one seed) or confirmed
     confirmed = best is not None and len(best.note.values) > 1
+    held = [i for i in pop.comparable() if i.confirmed and len(i.note.values) > 1]
+    multi = min(held, key=lambda i: i.value if goal == "min" else -i.value) if held else None
     return {"arm": arm, "trials": trials, "cpu_h": budget_hours(pop, research.manifest.gpus),
             "ideas": sum(1 for i in pop.ideas if i.note is not None and i.origin != Origin.TUNE),
             "tuned": sum(1 for i in pop.ideas if i.note is not None and i.origin == Origin.TUNE),
             "baseline": pop.baseline_value, "baseline_values": pop.baseline_note.values if pop.baseline_note else [],
             "best": best.value if best is not None else None, "best_confirmed": confirmed,
-            "best_idea": (best.title, best.idea_id, len(best.note.values), best.note.decision,
-                          best.note.tune["knobs"] if best.note.tune else None) if best is not None else None}
+            "best_idea": _what(best), "multi": multi.value if multi is not None else None,
+            "multi_idea": _what(multi)}
+
+
+def _what(i) -> tuple | None:
+    if i is None:
+        return None
+    return (i.title.split(":")[0], i.idea_id, len(i.note.values), i.note.decision,
+            i.note.tune["knobs"] if i.note.tune else None)
+
+
+def _cell(value, what, baseline) -> str:
+    if value is None:
+        return "none | - | -"
+    knobs = f", knobs {what[4]}" if what[4] else ""
+    gain = "-" if baseline is None else f"{value - baseline:+.4f}"
+    return f"{value:.4f} | {what[0]} ({what[1]}, {what[2]} seed{'s' if what[2] > 1 else ''}, {what[3]}{knobs}) | {gain}"
 
 
 def report(out: Path, budget_h: float | None = None) -> None:
@@ -173,25 +191,22 @@ def report(out: Path, budget_h: float | None = None) -> None:
           f"wall: {', '.join(f'{a} {w:.0f} s' for a, w in run.get('walls', {}).items())}; "
           f"load average (1 min, sampled every 10 s): mean {run.get('load_mean', 0):.1f}, "
           f"max {run.get('load_max', 0):.1f}")
-    print("| arm | trials run | LLM ideas measured | tuned trials | CPU-hours spent | best confirmed val_loss "
-          "| its idea | baseline val_loss (seeds) | best − baseline |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| arm | trials run | LLM ideas measured | tuned trials | CPU-hours spent | baseline val_loss (seeds) "
+          "| best val_loss (status's: promoted or confirmed) | its idea | − baseline mean "
+          "| best confirmed on fresh seeds (> 1 seed) | its idea | − baseline mean |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows.values():
-        b = r["best_idea"]
-        best = "none" if r["best"] is None else f"{r['best']:.4f}" + ("" if r["best_confirmed"] else
-                                                                      " (1 seed, not confirmed)")
-        idea = "-" if b is None else f"{b[0]} ({b[1]}, {b[2]} seeds, {b[3]}" + (f", knobs {b[4]}" if b[4] else "") + ")"
-        gain = "-" if r["best"] is None or r["baseline"] is None else f"{r['best'] - r['baseline']:+.4f}"
         base = "-" if r["baseline"] is None else (f"{r['baseline']:.4f} ("
                                                   + ", ".join(f"{v:.4f}" for v in r["baseline_values"]) + ")")
-        print(f"| {r['arm']} | {r['trials']} | {r['ideas']} | {r['tuned']} | {r['cpu_h']:.3f} | {best} | {idea} "
-              f"| {base} | {gain} |")
+        print(f"| {r['arm']} | {r['trials']} | {r['ideas']} | {r['tuned']} | {r['cpu_h']:.3f} | {base} "
+              f"| {_cell(r['best'], r['best_idea'], r['baseline'])} | {_cell(r['multi'], r['multi_idea'], r['baseline'])} |")
     h, l_ = rows["hybrid"], rows["llm"]
-    if h["best"] is not None and l_["best"] is not None:
-        print(f"paired difference, best confirmed val_loss hybrid − llm: {h['best'] - l_['best']:+.4f} "
-              "(one pair: same replayed ideas, trial seeds, budget and machine time; lower is better)")
-    else:
-        print("paired difference: not defined (an arm has no best)")
+    for key, what in (("best", "best val_loss"), ("multi", "best confirmed on fresh seeds")):
+        if h[key] is not None and l_[key] is not None:
+            print(f"paired difference, {what}, hybrid − llm: {h[key] - l_[key]:+.4f} "
+                  "(one pair: same replayed ideas, trial seeds, budget and machine time; lower is better)")
+        else:
+            print(f"paired difference, {what}: not defined (an arm has none)")
 
 
 def main() -> None:
