@@ -21,9 +21,10 @@ What it does:
 - starts both daemons at once under `nice -n 5` (both see the same machine load) and waits until each
   exits by itself (`--until idle`: the budget reached, nothing queued, running or pending confirmation);
 - prints per arm: trials run (seeds measured, the baseline's included), CPU-hours spent (the notes'
-  `cpu_s`), the best confirmed val_loss and its idea, the baseline's val_loss, and the paired
-  difference hybrid − llm (the same ideas, seeds, budget and machine time). A best is "confirmed"
-  as `status` says it: a kept result over more than one seed.
+  `cpu_s`), the baseline's val_loss, the best val_loss and its idea twice: the product's best
+  (`Population.best(confirmed=True)`, what `status` reports: promoted, a gain clear of the noise on
+  one seed, or confirmed) and the best confirmed on fresh seeds (more than one seed); and the paired
+  differences hybrid − llm (the same ideas, seeds, budget and machine time).
 
 The budget stops *proposing*: trials already queued or running when it is reached still finish (and
 a pending best is still confirmed), so each arm spends a little more than the budget; the table shows
