@@ -162,8 +162,8 @@ def arm_figures(out: Path, arm: str) -> dict:
     held = [i for i in pop.comparable() if i.confirmed and len(i.note.values) > 1]
     multi = min(held, key=lambda i: i.value if goal == "min" else -i.value) if held else None
     return {"arm": arm, "trials": trials, "cpu_h": budget_hours(pop, research.manifest.gpus),
-            "ideas": sum(1 for i in pop.ideas if i.note is not None and i.origin != Origin.TUNE),
-            "tuned": sum(1 for i in pop.ideas if i.note is not None and i.origin == Origin.TUNE),
+            "ideas": sum(1 for i in pop.ideas if i.note is not None and i.note.trials and i.origin != Origin.TUNE),
+            "tuned": sum(1 for i in pop.ideas if i.note is not None and i.note.trials and i.origin == Origin.TUNE),
             "baseline": pop.baseline_value, "baseline_values": pop.baseline_note.values if pop.baseline_note else [],
             "best": best.value if best is not None else None, "best_confirmed": confirmed,
             "best_idea": _what(best), "multi": multi.value if multi is not None else None,
