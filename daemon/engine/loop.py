@@ -33,7 +33,7 @@ from autoresearchd import defaults
 from autoresearchd.config import ConfigError
 from autoresearchd.engine.parts import build_engine
 from autoresearchd.engine.plan import Job, plan_jobs, settled
-from autoresearchd.engine.stopwhen import stop_condition
+from autoresearchd.engine.stopwhen import search_stop, stop_condition
 from autoresearchd.engine.watch import start_watcher
 from autoresearchd.llm import BudgetExhausted, LLMError
 from autoresearchd.store import gitrepo, parsecache
@@ -153,6 +153,10 @@ class Daemon:
         return stop_condition(pop, self.cfg, self.research.manifest, self.llm, self.policy is not None,
                               self._stop_reason)
 
+    def search_stop(self, pop: Population) -> str | None:
+        """Why the whole search is over, tuning included: engine/stopwhen.py."""
+        return search_stop(pop, self.cfg, self.research.manifest)
+
     def _resume_proposals(self, pop: Population) -> None:
         """Proposals recorded in git but not implemented (e.g. after a crash) are implemented now."""
         if self.implementer is None or (self.llm is not None and self.llm.budget.exhausted):
@@ -229,7 +233,10 @@ class Daemon:
         return split(pop, self.research.manifest.goal, self.cfg.tune.floor, llm_on)
 
     def _maybe_tune(self, pop: Population) -> bool:
-        """Write tuned commits up to tuning's share of the trials in flight. True if it wrote any."""
+        """Write tuned commits up to tuning's share of the trials in flight. True if it wrote any.
+        Nothing once the compute budget or the target ends the search (tuned trials spend it too)."""
+        if self.search_stop(pop) is not None:
+            return False
         sp = self.budget_split(pop)
         room = len(self.slots.slots()) * self.slots.depth + self.cfg.policy.queue_buffer
         want = max(1, round(sp.tune * room)) - self.tuner.pending(pop)

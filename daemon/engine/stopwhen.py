@@ -1,11 +1,12 @@
-"""When the search proposes no more ideas: the daemon's stop conditions (`max_ideas`, `max_epochs`,
-the LLM budget, `max_gpu_hours`, `target`), pure: the population and the config in, the reason out.
-`Daemon.stop_condition` asks it for the refill, `idle()` and the state file (docs/config.md, [daemon])."""
+"""When the search proposes no more ideas, and when it is over: the daemon's stop conditions
+(`max_ideas`, `max_epochs`, the LLM budget, `max_gpu_hours`, `target`), pure: the population and the
+config in, the reason out. `Daemon.stop_condition` asks `stop_condition` for the refill, `idle()` and
+the state file; the tuner asks `search_stop` (docs/config.md, [daemon])."""
 
 from __future__ import annotations
 
 from autoresearchd.store.population import Population
-from autoresearchd.store.spend import gpu_hours
+from autoresearchd.store.spend import budget_hours
 from autoresearchd.vocab import Origin
 
 
@@ -22,12 +23,20 @@ def stop_condition(pop: Population, cfg, manifest, llm, has_policy: bool, stop_r
             return f"max_epochs reached ({d.max_epochs})"
     if llm is not None and llm.budget.exhausted:
         return "LLM budget exhausted"
+    return search_stop(pop, cfg, manifest) or stop_reason
+
+
+def search_stop(pop: Population, cfg, manifest) -> str | None:
+    """Why the whole search is over, tuning included (None: it goes on): the compute budget or the
+    target. The other stops end the LLM's proposals only, and tuning then gets every trial."""
+    d = cfg.daemon
     if d.max_gpu_hours is not None:
-        gpu_h = gpu_hours(pop, manifest.gpus)     # the one spend rule, as `status` shows it
-        if gpu_h >= d.max_gpu_hours:
-            return f"GPU-hour budget reached ({gpu_h:.2f} h)"
+        gpus = manifest.gpus
+        h = budget_hours(pop, gpus)         # the one spend rule: CPU-hours on a CPU env, as `status` shows
+        if h >= d.max_gpu_hours:
+            return f"{'GPU' if gpus else 'CPU'}-hour budget reached ({h:.2f} h)"
     if d.target is not None:
         best = pop.best(manifest.goal, confirmed=True)
         if best is not None and not manifest.better(d.target, best.value):
             return f"target {d.target} reached by {best.idea_id}"
-    return stop_reason
+    return None

@@ -10,7 +10,8 @@ trailers the daemon believes (store/ideas.as_pushed), so it spent nothing the da
 An idea only proposed (no implementation yet) has spent its proposal: `Idea-Cost-USD`/`Idea-Tokens`.
 
 Compute: a note's CPU or GPU seconds (`compute_s`); a result linked from an identical tree cost
-nothing (its figures are the other commit's); the baseline's trials count.
+nothing (its figures are the other commit's); the baseline's trials count. The compute budget
+(`daemon.max_gpu_hours`) reads them in the env's unit (`budget_hours`): CPU-hours on a CPU env.
 """
 
 from __future__ import annotations
@@ -77,8 +78,16 @@ def compute_total(pop, gpus: int) -> float:
 
 
 def gpu_hours(pop, gpus: int) -> float:
-    """Busy GPU-hours measured so far (0 for a CPU env): what `daemon.max_gpu_hours` and `status` read."""
+    """Busy GPU-hours measured so far (0 for a CPU env): what `status` shows as GPU-hours (the budget
+    reads `budget_hours`)."""
     return compute_total(pop, gpus) / 3600 if gpus else 0.0
+
+
+def budget_hours(pop, gpus: int) -> float:
+    """Compute-hours that `daemon.max_gpu_hours` is held to: busy GPU-hours for a GPU env, CPU-hours for
+    a CPU env (gpus = 0), the unit of every compute view. Reading GPU-hours there, which are 0 on a CPU
+    env, let a budget set on tinygpt run forever."""
+    return compute_total(pop, gpus) / 3600
 
 
 def saved_s(note) -> float:

@@ -113,8 +113,8 @@ def status(cfg, console, as_json: bool = False) -> int:
     _stale(console, s)
     sp = s["spend"]
     budget = f" of ${sp['budget_usd']:.2f}" if sp["budget_usd"] else ""
-    gpu_budget = f" of {sp['max_gpu_hours']:.1f}" if sp["max_gpu_hours"] else ""
-    compute = f"{sp['gpu_hours']:.2f}{gpu_budget} GPU-hours" if s["gpus"] else f"{sp['cpu_hours']:.2f} CPU-hours"
+    gpu_budget = f" of {sp['max_gpu_hours']:g}" if sp["max_gpu_hours"] else ""     # 0.08 h, not "0.1"
+    compute = f"{sp['gpu_hours']:.2f}{gpu_budget} GPU-hours" if s["gpus"] else f"{sp['cpu_hours']:.2f}{gpu_budget} CPU-hours"
     console.print(f"spend: ${sp['usd']:.4f}{budget} LLM, {sp['tokens']:,} tokens, {compute}")
     if sp.get("stopped"):
         unit = "GPU-hours" if s["gpus"] else "CPU-hours"
