@@ -13,9 +13,11 @@ else its revisions in order, the first that `git apply --recount` takes and that
 "check_failed" and no curve. Runs use TINYGPT_THREADS=1, so `--parallel N` runs N at once.
 
 Output: {"env": "tinygpt", "steps": S, "seeds": [...], "runs": [{"idea", "seed", "status",
-"t": [step / S ...], "step": [...], "value": [train loss ...], "val_loss", "wall_s"}]}. `t` runs in
-(0, 1]; `value` is the minibatch training loss the template prints (noisy per point), `val_loss` the
-metric of record.
+"t": [step / S ...], "step": [...], "value": [train loss ...], "progress": {"t": [...], "value": [...]},
+"val_loss", "wall_s"}]}. `t` runs in (0, 1]; `value` is the minibatch training loss the template prints
+every 25 steps (one minibatch: noisy per point); `progress` is the curve the daemon itself sees, the
+progress protocol's points ($AUTORESEARCH_PROGRESS: the mean training loss of every 10 steps), read by
+the daemon's own parser (runners/progress.py); `val_loss` is the metric of record.
 
 Cost: a 200-step run takes about 48 s on an idle core (docs/env-tinygpt.md), so 30 ideas (the replay
 holds 15; pass a longer file) x 3 seeds plus the baseline is about 93 runs, 75 CPU-minutes on one
@@ -36,6 +38,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from autoresearchd.runners import progress
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "envs" / "tinygpt"
@@ -82,10 +86,12 @@ def run_one(title: str, rec: dict | None, seed: int, steps: int) -> dict:
         work = Path(d) / "env"
         status = prepare(rec, work)
         row = {"idea": title, "seed": seed, "status": status, "t": [], "step": [], "value": [],
-               "val_loss": None, "wall_s": None}
+               "progress": {"t": [], "value": []}, "val_loss": None, "wall_s": None}
         if status != "ok":
             return row
-        env = {**os.environ, "AUTORESEARCH_SEED": str(seed), "TINYGPT_THREADS": "1", "TINYGPT_STEPS": str(steps)}
+        prog = Path(d) / "progress.jsonl"
+        env = {**os.environ, "AUTORESEARCH_SEED": str(seed), "TINYGPT_THREADS": "1", "TINYGPT_STEPS": str(steps),
+               "AUTORESEARCH_PROGRESS": str(prog)}
         t0 = time.monotonic()
         tr = subprocess.run([sys.executable, "train.py"], cwd=work, env=env, capture_output=True, text=True,
                             check=False, timeout=3600)
@@ -94,6 +100,9 @@ def run_one(title: str, rec: dict | None, seed: int, steps: int) -> dict:
             row["step"].append(int(s) + 1)
             row["t"].append((int(s) + 1) / steps)
             row["value"].append(float(loss))
+        # the curve the daemon itself sees: the progress protocol's points, read by its own parser
+        pts = progress.parse(prog.read_bytes(), "val_loss") if prog.exists() else []
+        row["progress"] = {"t": [t for t, _ in pts], "value": [v for _, v in pts]}
         if tr.returncode != 0:
             row["status"] = "failed"
             return row
@@ -113,10 +122,12 @@ def main(argv=None) -> int:
     ap.add_argument("--ideas", type=int, default=30, help="at most this many ideas of the replay file")
     ap.add_argument("--steps", type=int, default=200, help="training steps (the template's 200 by default)")
     ap.add_argument("--parallel", type=int, default=1, help="runs at once (each uses one thread)")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="skip the unchanged template (a second batch of ideas at seeds already run)")
     a = ap.parse_args(argv)
     recs = [json.loads(line) for line in open(a.replay) if line.strip()][: a.ideas]
     seeds = [int(s) for s in a.seeds.split(",")]
-    work = [("baseline", None, s) for s in seeds] + [(r["title"], r, s) for r in recs for s in seeds]
+    work = [("baseline", None, s) for s in seeds if not a.no_baseline] + [(r["title"], r, s) for r in recs for s in seeds]
     runs = []
     with concurrent.futures.ThreadPoolExecutor(a.parallel) as ex:
         for row in ex.map(lambda w: run_one(w[0], w[1], w[2], a.steps), work):
