@@ -3,7 +3,7 @@ four knobs (lr, warmup_steps, weight_decay, n_embd: envs/tinygpt/.autoresearch.t
 time around the baseline, plus an lr x n_embd grid (their interaction), each point at several seeds;
 then each knob's bowl fitted in sim_knobs.py's form, and the constants printed.
 
-    python bench/calibrate_knobs.py --out knob_sweeps.json [--seeds 0,1,2] [--steps 200] [--parallel 2]
+    python bench/calibrate_knobs.py --out knob_sweeps.json [--seeds 0,1,2] [--steps 200] [--parallel 2] [--resume]
     python bench/calibrate_knobs.py --fit knob_sweeps.json        # fit an existing sweep file again
     python bench/calibrate_knobs.py --quick --out q.json          # a smoke run: lr only, 1 seed, 10 steps
 
@@ -143,6 +143,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--parallel", type=int, default=1)
+    ap.add_argument("--resume", action="store_true", help="keep the runs already in --out and run only the rest")
     ap.add_argument("--quick", action="store_true", help="a smoke run: three lr values, seed 0, 10 steps")
     a = ap.parse_args(argv)
     if a.quick:
@@ -155,6 +156,12 @@ def main(argv=None) -> int:
     seeds = [int(s) for s in a.seeds.split(",")]
     work = [(p, s) for p in points(a.quick) for s in seeds]
     rows = []
+    if a.resume and Path(a.out).exists():
+        # an interrupted sweep goes on where it stopped: the points it kept are not run again
+        rows = json.loads(Path(a.out).read_text())["runs"]
+        done = {(json.dumps(r["knobs"], sort_keys=True), r["seed"]) for r in rows}
+        work = [w for w in work if (json.dumps(w[0], sort_keys=True), w[1]) not in done]
+        print(f"resuming: {len(rows)} runs kept, {len(work)} to go", flush=True)
     with concurrent.futures.ThreadPoolExecutor(a.parallel) as ex:
         for row in ex.map(lambda w: run_point(w[0], w[1], a.steps), work):
             rows.append(row)

@@ -4,7 +4,7 @@ of a replay file applied to the tinygpt template, trained at several seeds, its 
 val_loss as the final value. One JSON file out, in the format sim_world.TimedWorld.curve() writes.
 
     python bench/collect_curves.py --out curves.json [--seeds 0,1,2] [--ideas 30] [--steps 200]
-        [--replay envs/replays/tinygpt.jsonl] [--parallel 1]
+        [--replay envs/replays/tinygpt.jsonl] [--parallel 1] [--no-baseline] [--resume]
 
 The template is envs/tinygpt; the unchanged template is run too (the idea "baseline"), so every curve
 has the baseline's curves at the same seeds to compare with. An idea's diff is the replay's `code_diff`,
@@ -124,11 +124,19 @@ def main(argv=None) -> int:
     ap.add_argument("--parallel", type=int, default=1, help="runs at once (each uses one thread)")
     ap.add_argument("--no-baseline", action="store_true",
                     help="skip the unchanged template (a second batch of ideas at seeds already run)")
+    ap.add_argument("--resume", action="store_true", help="keep the runs already in --out and run only the rest")
     a = ap.parse_args(argv)
     recs = [json.loads(line) for line in open(a.replay) if line.strip()][: a.ideas]
     seeds = [int(s) for s in a.seeds.split(",")]
     work = [("baseline", None, s) for s in seeds if not a.no_baseline] + [(r["title"], r, s) for r in recs for s in seeds]
     runs = []
+    if a.resume and Path(a.out).exists():
+        # a collection is hours of CPU: an interrupted one goes on where it stopped, the runs it kept
+        # (any status) kept and not run again
+        runs = json.loads(Path(a.out).read_text())["runs"]
+        done = {(r["idea"], r["seed"]) for r in runs}
+        work = [w for w in work if (w[0], w[2]) not in done]
+        print(f"resuming: {len(runs)} runs kept, {len(work)} to go", flush=True)
     with concurrent.futures.ThreadPoolExecutor(a.parallel) as ex:
         for row in ex.map(lambda w: run_one(w[0], w[1], w[2], a.steps), work):
             runs.append(row)
