@@ -20,6 +20,11 @@ mean training loss of every 10 steps), never from the metric of record except wh
   otherwise tau of final (1 - exp(-t/tau)) / (1 - exp(-1/tau)) is fitted to e(t) (least squares, a
   log grid over [0.01, 10]): `early` when tau <= EARLY_TAU (0.5), else `late` (the family tends to a
   straight line as tau grows). The tau range kept is the early ideas' 10th to 90th percentile.
+- **Profiles**: every non-null idea's effect curve as a share of its own final effect, g(t) = e(t) /
+  e(1), on the runs' grid, and the baseline's mean curve above its end (in world units). These are
+  what bench/sim_world.py replays: a technique of the world takes one real idea's profile, scaled to
+  its own final effect, so shapes the family above cannot draw (an effect that overshoots, far ahead
+  early and less so at the end: OVERSHOOT) are kept as measured.
 The script prints every idea's row (final effect, its standard error, e at 0.25 and 0.5 as shares of
 the final, the shape) so the classification can be read and argued with.
 """
@@ -45,6 +50,10 @@ FLAT_T = 0.3            # point noise is read from t >= this (before it the curv
 # tends to a straight line as tau grows: at tau = 0.5, e(0.5) is 0.69 of the final, against 0.5 for
 # a straight line and 0.92 at tau = 0.2); the simulator's `early` shapes have tau <= 0.3
 EARLY_TAU = 0.5
+# an effect that is this many times its final size somewhere before t = 0.5 overshoots (a higher
+# learning rate: far ahead early, less so at the end); the curve family has no such shape, the
+# replayed profiles do
+OVERSHOOT = 1.5
 # two-sided 95% Student t quantiles by degrees of freedom: with 3 paired seeds a final effect must be
 # 4.3 standard errors from zero to count as one
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
@@ -138,7 +147,7 @@ def fit(data: dict[str, dict[int, dict]]) -> dict:
             dev += [(d - off) * math.sqrt(n / (n - 1)) for d in flat]
     point_sd = math.sqrt(statistics.fmean(d * d for d in dev))
 
-    rows, taus = [], []
+    rows, taus, profiles = [], [], []
     for idea, runs in sorted(data.items()):
         if idea == "baseline":
             continue
@@ -165,9 +174,16 @@ def fit(data: dict[str, dict[int, dict]]) -> dict:
             shape = "early" if tau <= EARLY_TAU else "late"
             if shape == "early":
                 taus.append(tau)
+        peak = max((abs(e) for t, e in zip(g, eff) if t <= 0.5), default=0.0)
         rows.append({"idea": idea, "seeds": n, "final": round(final, 5), "se": round(se, 5),
                      "curve_final": round(cfinal, 5), "early": round(early, 5), "r25": round(r25, 3),
-                     "r50": round(r50, 3), "shape": shape})
+                     "r50": round(r50, 3), "shape": shape,
+                     "overshoot": bool(cfinal and peak > OVERSHOOT * abs(cfinal))})
+        # (an end point far from the last two points' mean would scale the profile by noise)
+        if shape != "null" and cfinal * final > 0 and 0.5 <= eff[-1] / cfinal <= 2:
+            # the idea's effect curve as a share of its own final effect: what the simulator replays
+            profiles.append({"idea": idea, "shape": shape, "t": [round(t, 6) for t in g],
+                             "g": [round(e / cfinal, 4) for e in eff]})
     counted = [r for r in rows if r["shape"] != "null"]
     shares = {k: (sum(r["shape"] == k for r in counted) / len(counted) if counted else None)
               for k in ("early", "late", "reverse")}
@@ -181,7 +197,10 @@ def fit(data: dict[str, dict[int, dict]]) -> dict:
         "base_curve": {"c": round(c * scale, 5), "alpha": round(alpha, 3), "rms": round(rms, 5),
                        "c_raw": round(c, 5), "scale": round(scale, 5)},
         "shapes": shares, "tau": [round(t, 4) for t in tau] if tau else None,
-        "taus": [round(t, 4) for t in taus], "ideas": rows,
+        "taus": [round(t, 4) for t in taus], "ideas": rows, "profiles": profiles,
+        # the baseline's own curve above its end, in the world's loss units, on its grid
+        "base_profile": {"t": [round(t, 6) for t in grid],
+                         "dl": [round((v - bmean[-1]) * scale, 5) for v in bmean]},
     }
 
 
@@ -194,7 +213,9 @@ def main(argv=None) -> int:
     print(f"{'idea':44s} {'final':>8s} {'se':>7s} {'e(.25)':>7s} {'e(.5)':>7s}  shape")
     for r in res["ideas"]:
         print(f"{r['idea'][:44]:44s} {r['final']:8.4f} {r['se']:7.4f} {r['r25']:7.2f} {r['r50']:7.2f}  {r['shape']}")
-    summary = {k: v for k, v in res.items() if k not in ("ideas", "taus")}
+    summary = {k: v for k, v in res.items() if k not in ("ideas", "taus", "profiles", "base_profile")}
+    summary["profiles"] = len(res["profiles"])
+    summary["overshoot"] = sum(r["overshoot"] for r in res["ideas"] if r["shape"] != "null")
     print(json.dumps(summary, indent=1))
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)

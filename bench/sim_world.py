@@ -9,22 +9,26 @@ GPU cluster adds (a GPU-hour cost per trial) and learning curves, and the knobs 
   SLOW_FRAC of them make training slower (a multiplier drawn from [1.1, SLOW_MAX]), and every run
   jitters by +-RUN_JITTER. An idea's cost is the product of its techniques' multipliers.
 - **Learning curves**: every technique's effect is a function of the share t in (0, 1] of training
-  done, effect(t) = a (1 - exp(-t/tau)) + b t, with a (1 - exp(-1/tau)) + b the fixed world's final
-  effect (pair interactions grow in proportion to t), of one of three shapes: `early` (all of it shows early), `late` (grows linearly) and
-  `reverse` (early the opposite sign of the final effect). A curve point is the baseline's loss curve
-  minus the idea's effect(t) plus that run's seed offset and a small per-point noise. The format is
-  bench/collect_curves.py's ({"t": [...], "value": [...]}), so the recorded real curves can replace
-  this family. **UNCALIBRATED**: the shares, tau range and baseline curve below are guesses until
-  bench/collect_curves.py's 30 ideas x 3 seeds exist (docs/policies.md). The final value of every
-  trial (t = 1) is exactly search_world.py's, so the curves change no search figure.
+  done, effect(t) = e g(t), with e the fixed world's final effect and g one real idea's effect
+  profile (its effect at t as a share of its final one), drawn per technique from the profiles
+  bench/calibrate_curves.py measured on tinygpt (bench/data/curve_fit.json: early, late, reversing
+  and overshooting ones, as measured); pair interactions grow in proportion to t. A curve point is
+  the real baseline's mean curve above its end (in this world's units) plus BASELINE, minus the
+  idea's effect(t), plus that run's seed offset and a per-point noise at the measured multiple of
+  the seed noise. The format is bench/collect_curves.py's ({"t": [...], "value": [...]}). The final
+  value of every trial (t = 1) is exactly search_world.py's, so the curves change no search figure;
+  they change only what a stopping rule sees. docs/policies.md, "Calibration", says how many real
+  ideas stand behind the profiles.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import random
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import search_world as W
 
@@ -36,11 +40,26 @@ CALIBRATED_NOISE_SD = round(0.0037 * W.BASELINE / 3.1435, 4)
 SLOW_FRAC = 0.15
 SLOW_MAX = 2.0
 RUN_JITTER = 0.05
-# curve shapes (UNCALIBRATED): shares of early / late / reversing techniques, and tau's range
-SHAPES = (("early", 0.45), ("late", 0.40), ("reverse", 0.15))
-TAU = (0.05, 0.3)
-BASE_CURVE = (0.5, 0.5)      # baseline loss(t) = BASELINE + c (t^-alpha - 1): (c, alpha), UNCALIBRATED
-POINT_NOISE = 0.3            # per-point noise, as a share of the seed noise (the rest is the seed offset)
+# the curves measured on tinygpt and fitted by bench/calibrate_curves.py
+CURVE_FIT = json.loads((Path(__file__).resolve().parent / "data" / "curve_fit.json").read_text())
+# each real idea's effect profile g(t) = effect(t) / effect(1): (its shape's name, t grid, g)
+PROFILES = [(p["shape"], p["t"], p["g"]) for p in CURVE_FIT["profiles"]]
+# the real baseline's mean curve above its end, in this world's loss units: (t grid, loss - loss(1))
+BASE_PROFILE = (CURVE_FIT["base_profile"]["t"], CURVE_FIT["base_profile"]["dl"])
+# each curve point's own noise (training losses are noisier than the metric of record), as a multiple
+# of the seed noise; the seed offset comes on top, shared by the run's points
+POINT_NOISE = CURVE_FIT["point_noise"]
+
+
+def interp(ts: list[float], ys: list[float], t: float, zero_at_0: bool) -> float:
+    """ys at t, linear between the grid's points; before the first point, from 0 at t = 0 when
+    zero_at_0 (an effect starts at none), else the first value."""
+    if t <= ts[0]:
+        return ys[0] * t / ts[0] if zero_at_0 else ys[0]
+    for (t0, y0), (t1, y1) in zip(zip(ts, ys), zip(ts[1:], ys[1:])):
+        if t <= t1:
+            return y0 + (y1 - y0) * (t - t0) / (t1 - t0)
+    return ys[-1]
 
 
 @dataclass(frozen=True)
@@ -80,21 +99,9 @@ class TimedWorld:
         self.seed, self.knobs = seed, knobs
         rng = random.Random(f"timed-{seed}")
         self.cost = [rng.uniform(1.1, SLOW_MAX) if rng.random() < SLOW_FRAC else 1.0 for _ in self.w.names]
-        self.shape = []
-        for e in self.w.effect:
-            kind = rng.choices([s for s, _ in SHAPES], [p for _, p in SHAPES])[0]
-            tau = rng.uniform(*TAU)
-            norm = 1 - math.exp(-1 / tau)
-            if e == 0.0:
-                a = b = 0.0                      # a no-op stays a no-op all along
-            elif kind == "early":
-                a, b = e / norm, 0.0
-            elif kind == "late":
-                a, b = 0.0, e
-            else:                                # early the opposite sign, by up to its own size
-                a = -math.copysign(rng.uniform(0.5, 1.5) * abs(e), e) / norm
-                b = e - a * norm
-            self.shape.append((kind, tau, a, b))
+        # (its shape's name, its profile's index); a no-op has none: it stays a no-op all along
+        self.shape = [("none", -1) if e == 0.0 else (PROFILES[k][0], k)
+                      for e, k in ((e, rng.randrange(len(PROFILES))) for e in self.w.effect)]
 
     # -- what the search sees ---------------------------------------------------------------------
     def true_effect(self, techs) -> float:
@@ -112,8 +119,10 @@ class TimedWorld:
         ts = sorted(set(techs))
         e = 0.0
         for k in ts:
-            _, tau, a, b = self.shape[k]
-            e += a * (1 - math.exp(-t / tau)) + b * t
+            p = self.shape[k][1]
+            if p >= 0:
+                _, grid, g = PROFILES[p]
+                e += self.w.effect[k] * interp(grid, g, t, zero_at_0=True) / g[-1]
         # interactions show in proportion to the training done
         e += t * (self.w.true_effect(ts) - sum(self.w.effect[k] for k in ts))
         return e
@@ -121,9 +130,8 @@ class TimedWorld:
     def curve(self, techs, rng: random.Random, points: int = 10) -> dict:
         """One run's curve in bench/collect_curves.py's format; its last point is a full run's value."""
         sd = W.NOISE_SD
-        offset = rng.gauss(0, sd * (1 - POINT_NOISE ** 2) ** 0.5)
-        c, alpha = BASE_CURVE
+        offset = rng.gauss(0, sd)
         ts = [(j + 1) / points for j in range(points)]
-        vals = [W.BASELINE + c * (t ** -alpha - 1) - self.effect_at(techs, t) + offset
+        vals = [W.BASELINE + interp(*BASE_PROFILE, t, zero_at_0=False) - self.effect_at(techs, t) + offset
                 + rng.gauss(0, sd * POINT_NOISE) for t in ts]
         return {"t": ts, "value": vals}

@@ -25,23 +25,21 @@ from sim_world import TRIAL_GPU_H, Knobs, TimedWorld, applied  # noqa: E402
 from autoresearchd.engine import judge  # noqa: E402
 
 
-def test_every_curve_shape_ends_at_the_fixed_worlds_effect_and_the_reversing_ones_change_sign():
+def test_every_curve_replays_a_measured_profile_and_ends_at_the_fixed_worlds_effect():
+    from sim_world import PROFILES
     w = TimedWorld(3)
-    kinds = {}
-    for t, (kind, _, _, _) in enumerate(w.shape):
+    used = set()
+    for t, (kind, k) in enumerate(w.shape):
         if w.w.effect[t] == 0.0:
-            assert w.effect_at([t], 0.1) == 0.0 and w.effect_at([t], 1.0) == 0.0    # a no-op stays one
+            assert k == -1 and w.effect_at([t], 0.1) == 0.0 and w.effect_at([t], 1.0) == 0.0  # a no-op stays one
             continue
-        kinds.setdefault(kind, []).append(t)
+        name, grid, g = PROFILES[k]
+        assert kind == name
+        used.add(k)
         assert w.effect_at([t], 1.0) == pytest.approx(w.w.effect[t], abs=1e-12)
-    assert set(kinds) == {"early", "late", "reverse"}
-    for t in kinds["early"]:
-        assert abs(w.effect_at([t], 0.5)) >= 0.5 * abs(w.w.effect[t])        # most of it shows early
-    for t in kinds["late"]:
-        assert w.effect_at([t], 0.5) == pytest.approx(0.5 * w.w.effect[t])     # linear in t
-    for t in kinds["reverse"]:
-        early = w.effect_at([t], min(0.05, w.shape[t][1]))
-        assert early * w.w.effect[t] < 0, (t, early, w.w.effect[t])             # the opposite sign early
+        for tt, gv in zip(grid, g):     # the measured shape, scaled to this technique's final effect
+            assert w.effect_at([t], tt) == pytest.approx(w.w.effect[t] * gv / g[-1], abs=1e-12)
+    assert used == set(range(len(PROFILES)))     # every measured profile is drawn in a world this size
     # an idea's curve (interactions included) ends where the fixed world's true effect is
     pair = next(iter(w.w.pairs))
     assert w.effect_at(pair, 1.0) == pytest.approx(w.true_effect(pair), abs=1e-12)
