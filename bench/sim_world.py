@@ -128,10 +128,12 @@ class TimedWorld:
         return e
 
     def curve(self, techs, rng: random.Random, points: int = 10) -> dict:
-        """One run's curve in bench/collect_curves.py's format; its last point is a full run's value."""
+        """One run's curve in bench/collect_curves.py's format. Its last point is a full run's value,
+        with the world's seed noise exactly (search_world's run: the metric of record); the points
+        before it are training losses, the measured point noise on top of the same seed offset."""
         sd = W.NOISE_SD
         offset = rng.gauss(0, sd)
         ts = [(j + 1) / points for j in range(points)]
         vals = [W.BASELINE + interp(*BASE_PROFILE, t, zero_at_0=False) - self.effect_at(techs, t) + offset
-                + rng.gauss(0, sd * POINT_NOISE) for t in ts]
+                + (rng.gauss(0, sd * POINT_NOISE) if j < points - 1 else 0.0) for j, t in enumerate(ts)]
         return {"t": ts, "value": vals}

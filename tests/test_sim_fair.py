@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,18 @@ def test_every_curve_replays_a_measured_profile_and_ends_at_the_fixed_worlds_eff
     c = w.curve(pair, random.Random(0), points=8)
     assert len(c["t"]) == len(c["value"]) == 8 and c["t"][-1] == 1.0
     assert c["value"][0] > c["value"][-1]          # the loss falls with training
+
+
+def test_a_curve_ends_with_the_worlds_seed_noise_and_its_points_carry_the_measured_point_noise():
+    """The last point is the trial's value (the metric of record): its noise must be the world's, or
+    every stop arm would measure its ideas with more noise than the full-length arm."""
+    from sim_world import POINT_NOISE
+    w, rng = TimedWorld(3), random.Random(11)
+    runs = [w.curve([], rng, points=10)["value"] for _ in range(3000)]
+    last = [r[-1] for r in runs]
+    mid = [r[4] for r in runs]
+    assert statistics.stdev(last) == pytest.approx(W.NOISE_SD, rel=0.06)
+    assert statistics.stdev(mid) == pytest.approx(W.NOISE_SD * (1 + POINT_NOISE ** 2) ** 0.5, rel=0.06)
 
 
 def test_knobs_apply_to_one_search_and_are_restored():
