@@ -19,10 +19,12 @@ every 25 steps (one minibatch: noisy per point); `progress` is the curve the dae
 progress protocol's points ($AUTORESEARCH_PROGRESS: the mean training loss of every 10 steps), read by
 the daemon's own parser (runners/progress.py); `val_loss` is the metric of record.
 
-Cost: a 200-step run takes about 48 s on an idle core (docs/env-tinygpt.md), so 30 ideas (the replay
-holds 15; pass a longer file) x 3 seeds plus the baseline is about 93 runs, 75 CPU-minutes on one
-idle core, several hours on a loaded shared one. This session could not spare it: the data is not
-collected yet, and sim_world.py's curve parameters are marked UNCALIBRATED until it is.
+Cost: a 200-step run takes about 48 s on an idle core (docs/env-tinygpt.md), 2 to 8 minutes on a
+loaded shared one; 30 ideas (envs/replays/tinygpt.jsonl's 15 and bench/data/tinygpt_ideas_b.jsonl's
+15) x 3 seeds plus the baseline is 93 runs. `--resume` goes on from what an interrupted collection
+kept. The runs collected so far are in bench/data/curves_tinygpt_a.json and _b.json (one per replay
+file, so each resumes on its own; docs/policies.md,
+"Calibration", says how many), and bench/calibrate_curves.py fits them.
 """
 
 from __future__ import annotations
