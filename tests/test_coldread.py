@@ -136,22 +136,15 @@ def test_a_cycle_built_in_a_read_is_still_collected():
 _OLD_TRAILER = re.compile(r"^([A-Z][A-Za-z-]+): (.*)$")
 
 
-def _old_parse_message(msg: str):
-    """parse_message as it was, with its pattern match per trailer line: the reference."""
-    lines = msg.rstrip("\n").split("\n")
-    title = lines[0].strip() if lines else ""
-    rest = lines[1:]
-    trailers: dict[str, str] = {}
-    end = len(rest)
-    while end > 0 and rest[end - 1].strip():
-        m = _OLD_TRAILER.match(rest[end - 1])
-        if not m or m.group(1) not in TRAILER_KEYS:
-            break
-        trailers[m.group(1)] = m.group(2).strip()
-        end -= 1
-    if not trailers:
-        end = len(rest)
-    return title, "\n".join(rest[:end]).strip(), trailers
+def _old_line_rule(line: str):
+    """The old rule for one line of the final paragraph, a pattern match: (key, value) or None."""
+    m = _OLD_TRAILER.match(line)
+    return (m.group(1), m.group(2).strip()) if m and m.group(1) in TRAILER_KEYS else None
+
+
+def _trailer_lines(msg: str) -> list[str]:
+    """Every line of the message that parse_message could read as a trailer (all but the title)."""
+    return msg.rstrip("\n").split("\n")[1:]
 
 
 MESSAGES = [
@@ -176,7 +169,18 @@ MESSAGES = [
 
 @pytest.mark.parametrize("k", range(len(MESSAGES)))
 def test_a_message_parses_as_the_pattern_match_did(k):
-    assert parse_message(MESSAGES[k]) == _old_parse_message(MESSAGES[k])
+    """parse_message reads trailers from the end of the message while each line is one by the old
+    rule: the trailers it returns are exactly the old rule's run of lines at the end."""
+    _, body, trailers = parse_message(MESSAGES[k])
+    lines = _trailer_lines(MESSAGES[k])
+    run = []
+    for line in reversed(lines):
+        if not line.strip() or (kv := _old_line_rule(line)) is None:
+            break
+        run.append(kv)
+    assert trailers == dict(run)      # read from the end: an earlier line of a repeated key wins
+    kept = lines[:len(lines) - len(run)] if run else lines
+    assert body == "\n".join(kept).strip()
 
 
 def test_every_known_trailer_key_is_a_word_the_pattern_matched():

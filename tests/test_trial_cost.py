@@ -10,10 +10,8 @@ sandbox inside one cannot mount its /proc on a host whose /proc is partly masked
 
 from __future__ import annotations
 
-import io
 import shutil
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from autoresearchd.manifest import EnvManifest
 from autoresearchd.runners import sandbox as sandboxes
 from autoresearchd.runners.base import TrialSpec
 from autoresearchd.runners.local import LocalRunner
+from fixtures_slurm import tar_of     # the runner tests' shared in-memory tar
 
 BWRAP = sandboxes.get("bwrap")
 needs_bwrap = pytest.mark.skipif(BWRAP.available() is not None, reason=f"bubblewrap is needed: {BWRAP.available()}")
@@ -32,17 +31,6 @@ NOOP = "echo ---; echo score: 1"
 # (~45 with every cgroup controller writable); the wrapper before the fork diet started ~390
 # sandboxed (a `$(printf %q)` per word of the ~130-word bwrap command line, twice) and ~130 bare.
 MAX_PROCESSES = 60
-
-
-def tar_of(files: dict[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tf:
-        for name, text in files.items():
-            data = text.encode()
-            ti = tarfile.TarInfo(name)
-            ti.size, ti.mode = len(data), 0o644
-            tf.addfile(ti, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def stage(tmp_path: Path, kind: str, run: str = NOOP, frozen: list[str] | None = None,
