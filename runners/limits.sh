@@ -14,7 +14,7 @@
 # AR_MEM_SHARE, AR_PIDS_PER_CPU, AR_MIN_PIDS, AR_GPU_SAMPLE_S.
 # Writes, per step S: S.cpu_us, S.time ("t0 t1"), S.gpu_s, S.limit (kernel evidence), and once
 # `limits` (what was applied and how).
-# Cost: every trial runs this, however short, so the usual path starts no process of its own: files
+# Cost: every trial runs this, however short, so the usual path starts as few processes as it can: files
 # are read with `read`, results come back in variables (LIM_R, LIM_D, LIM_NOW), not by $(...), which
 # forks (docs/benchmarks.md "Sandbox overhead per trial": a fork and exec cost ~1-4 ms each).
 
@@ -100,7 +100,7 @@ lim_init() {                # once per trial: the limits' values, and which mech
     LIM_G2=$LIM_R
     for c in memory pids; do echo "+$c" > "$LIM_G2/cgroup.subtree_control"; done 2>/dev/null
     LIM_CPU=cgroup2
-    c=; read -r c < "$LIM_G2/cgroup.subtree_control" 2>/dev/null; c=" $c "
+    c=; read -r c 2>/dev/null < "$LIM_G2/cgroup.subtree_control"; c=" $c "
     [ "${c#* memory }" != "$c" ] && LIM_MEM=cgroup2
     [ "${c#* pids }" != "$c" ] && LIM_PIDS=cgroup2
   fi
@@ -187,7 +187,7 @@ lim_end() {                 # $1 step: its CPU, wall and GPU time, the limits it
   [ -f "$T/$s.gpu" ] && awk '{ s += $1 } END { printf "%.3f\n", s }' "$T/$s.gpu" > "$T/$s.gpu_s"
   case $LIM_CPU in
     cgroup2) lim_key "$LIM_G2/$s/cpu.stat" usage_usec && us=$LIM_V;;
-    cgroup1) n=; read -r n < "${LIM_V1[cpuacct]}/$s/cpuacct.usage" 2>/dev/null && [ -n "$n" ] && us=$(( n / 1000 ));;
+    cgroup1) n=; read -r n 2>/dev/null < "${LIM_V1[cpuacct]}/$s/cpuacct.usage" && [ -n "$n" ] && us=$(( n / 1000 ));;
   esac
   [ -n "$us" ] || { lim_kids_us; us=$(( LIM_US - LIM_KIDS0 )); }
   echo "$us" > "$T/$s.cpu_us"
@@ -210,7 +210,7 @@ lim_end() {                 # $1 step: its CPU, wall and GPU time, the limits it
   for d in ${LIM_D[@]+"${LIM_D[@]}"}; do
     [ -d "$d" ] || continue
     if [ -e "$d/cgroup.kill" ]; then echo 1 > "$d/cgroup.kill" 2>/dev/null
-    else for x in 1 2 3; do read -r n < "$d/cgroup.procs" 2>/dev/null || break
+    else for x in 1 2 3; do read -r n 2>/dev/null < "$d/cgroup.procs" || break
       xargs -r kill -KILL < "$d/cgroup.procs" 2>/dev/null; done; fi
     left+=("$d")
   done

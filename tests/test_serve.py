@@ -43,7 +43,7 @@ def fetch(url, headers=None, method="GET"):
 def site(tmp_path_factory):
     d = tmp_path_factory.mktemp("dash")
     repo = build_population(d / "research", 60, seed=3)
-    cfg = write_cfg(d, repo.path)
+    cfg = write_cfg(d, repo.path, extra="[daemon]\nmax_gpu_hours = 0.08\n")   # a budget under 0.1
     # a person's push with a hostile title, measured, whose log carries a secret that leaked somehow
     hostile = add_idea(repo, HOSTILE, f"Body with </pre><script>window.__xss=3</script> too.",
                        {"train.py": TRAIN.replace("width = 256", "width = 320").encode()},
@@ -167,6 +167,8 @@ def test_overview_lineage_and_failures_views(page, site):
     # the compute spent, in the unit and to the digits `status` prints (it once read 0.0 beside 0.04)
     unit, hours = ("GPU-hours", s["spend"]["gpu_hours"]) if s["gpus"] else ("CPU-hours", s["spend"]["cpu_hours"])
     assert f"{unit}{hours:.2f}" in body.replace(" ", ""), (unit, hours)
+    # beside it the budget as set, in the env's own unit (it once read "0" for 0.08, or nothing on CPU)
+    assert f"{unit}{hours:.2f}/0.08" in body.replace(" ", ""), (unit, hours)
     assert f"{BMEAN:.4f}" in body and "s0 3.3000" in body            # baseline with its per-seed values
     page.get(site["srv"].url + "/#/lineage")
     wait(page, lambda d: len(d.find_elements("css selector", "li.node")) > 5, what="lineage")

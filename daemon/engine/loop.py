@@ -349,7 +349,7 @@ class Daemon:
                     # the workers' flags before git: a worker writes (a routed knobs-only idea's tuned
                     # commit, an implementation) outside a pass, then clears its flag; git read after
                     # seeing it idle holds what it wrote (a stale read once ended a test before its trial)
-                    busy = self._proposing or self._implementing
+                    busy = bool(self._proposing or self._implementing)   # a bool, not the live set
                     if seen != self._passes or was_busy:     # git changes through a pass or a worker
                         # between ticks, not inside one: mid-tick, a harvested result may be in git
                         # before the tuned commit the same tick writes after it (a false "settled")

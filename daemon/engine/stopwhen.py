@@ -1,7 +1,7 @@
 """When the search proposes no more ideas, and when it is over: the daemon's stop conditions
 (`max_ideas`, `max_epochs`, the LLM budget, `max_gpu_hours`, `target`), pure: the population and the
 config in, the reason out. `Daemon.stop_condition` asks `stop_condition` for the refill, `idle()` and
-the state file; the tuner asks `search_stop` (docs/config.md, [daemon])."""
+the state file; `Daemon._maybe_tune` asks `search_stop` before it writes tuned trials (docs/config.md, [daemon])."""
 
 from __future__ import annotations
 

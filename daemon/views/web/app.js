@@ -167,8 +167,10 @@ async function renderOverview() {
   const spend = [kv([
     ["LLM", "$" + num(usd, 2) + (sp.budget_usd ? " / $" + num(sp.budget_usd, 0) : "")],
     ["tokens", Number(sp.tokens || 0).toLocaleString()],
-    s.gpus !== 0 ? ["GPU-hours", num(sp.gpu_hours, 2) + (sp.max_gpu_hours ? " / " + num(sp.max_gpu_hours, 0) : "")] : null,
-    s.gpus === 0 || sp.cpu_hours ? ["CPU-hours", num(sp.cpu_hours || 0, 2)] : null,
+    // max_gpu_hours is the budget in the env's own unit (CPU-hours on a CPU env), shown as set
+    s.gpus !== 0 ? ["GPU-hours", num(sp.gpu_hours, 2) + (sp.max_gpu_hours ? " / " + sp.max_gpu_hours : "")] : null,
+    s.gpus === 0 || sp.cpu_hours ? ["CPU-hours", num(sp.cpu_hours || 0, 2)
+      + (s.gpus === 0 && sp.max_gpu_hours ? " / " + sp.max_gpu_hours : "")] : null,
     // early stopping ([stopping]): ideas stopped by their curves and the compute that saved (estimated)
     sp.stopped ? [(s.gpus === 0 ? "CPU" : "GPU") + "-hours saved", h("span", {id: "saved-hours"},
       num(sp.saved_hours, 2) + " (" + sp.stopped + " stopped early, estimated)")] : null,
