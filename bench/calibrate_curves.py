@@ -59,8 +59,19 @@ OVERSHOOT = 1.5
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
 
 
+def env_of(paths: list[str]) -> str | None:
+    """The env the files' runs come from (their "env" field). Files of different envs are refused: an
+    idea is paired with the baseline at the same seed, and the world units are scaled by the
+    baseline's val_loss, so makemore's runs against tinygpt's baseline would be a fit of nothing."""
+    envs = {json.loads(Path(p).read_text()).get("env") for p in paths}
+    if len(envs) > 1:
+        raise SystemExit(f"curves of different envs {sorted(map(str, envs))}: fit each env on its own")
+    return envs.pop() if envs else None
+
+
 def load(paths: list[str]) -> dict[str, dict[int, dict]]:
     """idea -> seed -> run, the runs that finished with a curve and a val_loss (later files win)."""
+    env_of(paths)
     out: dict[str, dict[int, dict]] = defaultdict(dict)
     for p in paths:
         for r in json.loads(Path(p).read_text())["runs"]:
@@ -121,7 +132,11 @@ def at(grid: list[float], ys: list[float], t: float) -> float:
     return ys[0] if t < grid[0] else ys[-1]
 
 
-def fit(data: dict[str, dict[int, dict]]) -> dict:
+# the script that writes each env's curves (named in the fit's "source")
+COLLECTORS = {"tinygpt": "bench/collect_curves.py", "makemore": "bench/makemore_curves.py"}
+
+
+def fit(data: dict[str, dict[int, dict]], env: str = "tinygpt") -> dict:
     base = data.get("baseline")
     if not base or len(base) < 2:
         raise SystemExit("need the baseline at two seeds or more (bench/collect_curves.py runs it)")
@@ -190,7 +205,7 @@ def fit(data: dict[str, dict[int, dict]]) -> dict:
     taus.sort()
     tau = ([taus[int(0.1 * (len(taus) - 1))], taus[int(math.ceil(0.9 * (len(taus) - 1)))]] if taus else None)
     return {
-        "source": "bench/calibrate_curves.py over bench/collect_curves.py's tinygpt runs",
+        "source": f"bench/calibrate_curves.py over {COLLECTORS.get(env, 'the')}'s {env} runs", "env": env,
         "n_ideas": len(rows), "n_null": len(rows) - len(counted), "baseline_seeds": len(bval),
         "seed_sd": round(seed_sd, 6), "point_sd": round(point_sd, 6),
         "point_noise": round(point_sd / seed_sd, 3) if seed_sd else None,
@@ -209,7 +224,7 @@ def main(argv=None) -> int:
     ap.add_argument("curves", nargs="+", help="files bench/collect_curves.py wrote")
     ap.add_argument("--out", default=None, help=f"write the fit here (sim_world.py reads {OUT.relative_to(ROOT)})")
     a = ap.parse_args(argv)
-    res = fit(load(a.curves))
+    res = fit(load(a.curves), env_of(a.curves) or "tinygpt")
     print(f"{'idea':44s} {'final':>8s} {'se':>7s} {'e(.25)':>7s} {'e(.5)':>7s}  shape")
     for r in res["ideas"]:
         print(f"{r['idea'][:44]:44s} {r['final']:8.4f} {r['se']:7.4f} {r['r25']:7.2f} {r['r50']:7.2f}  {r['shape']}")
