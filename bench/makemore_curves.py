@@ -18,7 +18,7 @@ code or data is kept here: makemore.py is imported from that path. What is makem
   metric `val_loss` is the mean test loss over the whole fixed test set (every word, equal-size batches
   weighted by their word count).
 The baseline is the README's transformer defaults (4 layers, 4 heads, n_embd 64, batch 32, lr 5e-4,
-weight decay 0.01) run for --steps (default STEPS: about 20 s on an idle core, docs/policies.md).
+weight decay 0.01) run for --steps (default STEPS = 800: 20 to 26 s a run on one core, docs/policies.md).
 
 Output: {"env": "makemore", "steps": S, "seeds": [...], "runs": [{"idea", "seed", "status", "config",
 "params", "progress": {"t": [...], "value": [...]}, "val_loss", "wall_s"}]}; the idea "baseline" is the
