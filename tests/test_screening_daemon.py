@@ -7,7 +7,10 @@ restarted daemon rebuilds everything from git (it runs nothing again)."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -49,14 +52,18 @@ with open("out.txt", "w") as f:
 
 @pytest.fixture
 def env(make_repo, tmp_path):
-    log = tmp_path / "runs.log"
+    # the log of runs lies where the ssh fixture's login user can write too (pytest's tmp is root's alone)
+    shared = Path(tempfile.mkdtemp(prefix="screening-runs-"))
+    shared.chmod(0o777)
+    log = shared / "runs.log"
     log.touch()
-    os.chmod(tmp_path, 0o755)
+    log.chmod(0o666)
     run = RUN.format(log=str(log))
     repo = make_repo({".autoresearch.toml": knob_manifest(STEPS), "run.py": run, "evaluate.py": TOY_EVAL}, "research")
     good = branch_idea(repo, "human/good", "better quality", {"run.py": run.replace("Q = 1.0", "Q = 0.9")})
     bad = branch_idea(repo, "human/bad", "worse quality", {"run.py": run.replace("Q = 1.0", "Q = 1.5")})
-    return repo, log, good, bad
+    yield repo, log, good, bad
+    shutil.rmtree(shared, ignore_errors=True)
 
 
 def runs(log) -> list[tuple[float, int, int]]:
