@@ -160,3 +160,14 @@ def test_screen_commit_is_the_idea_plus_knobs_and_survives_a_restart(make_repo):
     from autoresearchd.store.population import read_population
     pop = read_population(GitRepo(path), "main")
     assert all(i.commit != c for i in pop.ideas)
+
+
+def test_enabled_without_a_fidelity_knob_refused_at_start(toy_env, tmp_path):
+    """[screening] enabled on an env whose manifest declares no [env.screening]: a clear ConfigError."""
+    from autoresearchd.app import build_daemon
+    from autoresearchd.config import ConfigError, load_config
+    from conftest import write_config
+    (tmp_path / "cfg").mkdir()
+    cfg = write_config(tmp_path / "cfg", toy_env, "[screening]\nenabled = true\n")
+    with pytest.raises(ConfigError, match=r"\[env.screening\]"):
+        build_daemon(load_config(cfg))
