@@ -149,8 +149,8 @@ def test_screen_commit_is_the_idea_plus_knobs_and_survives_a_restart(make_repo):
     # made once: asked again (a restarted daemon), the same commit
     assert screening.make_screen(repo, Lifecycle(repo), m, idea, "x1") == c
     # its result: the value moves to `screened`, never the metric of record
-    raw = Note(status=Status.SUCCEEDED, idea_id="x1", metric="score", goal="min", value=1.25)
-    lc.screen_result(c, screening.screen_note(raw, 0.25, "steps", idea))
+    lc.screen_result(c, Note(status=Status.SUCCEEDED, idea_id="x1", metric="score", goal="min",
+                             screened={"value": 1.25, "of": idea, "knob": "steps", "fraction": 0.25}))
     assert seen[-1].change == Change.SCREEN_RESULT
     # a fresh reader (a restart) rebuilds the screen from git alone
     got = screening.read_screens(GitRepo(path), Lifecycle(GitRepo(path)).ledger)

@@ -100,14 +100,6 @@ def read_screens(repo, ledger) -> dict[str, Screen]:
     return out
 
 
-def screen_note(note: Note, fraction: float, knob: str, of: str) -> Note:
-    """A screened run's note: its value moved to `screened` (never the metric of record), no decision."""
-    n = note.model_copy(deep=True)
-    n.screened = {"value": n.value, "of": of, "knob": knob, "fraction": fraction}
-    n.value, n.decision, n.delta = None, None, None
-    return n
-
-
 def worse(a: float, b: float, goal: str) -> bool:
     return a > b if goal == "min" else a < b
 
