@@ -93,6 +93,8 @@ def check(repo, log, good, bad, pop, host: str):
     base = git(repo, "rev-parse", SCREENS_PREFIX + "baseline-" + pop.baseline_commit).strip()
     assert ev["baseline_screen"] == base
     cpu = [t.cpu_s for t in Ledger(GitRepo(repo)).note(base).trials if t.cpu_s is not None]
+    shot = Ledger(GitRepo(repo)).note(ev["screen"])
+    assert (b.cpu_s, b.wall_s) == (shot.cpu_s, shot.wall_s)      # its screened run's compute is counted
     if cpu:            # (1 - fraction) x the baseline's mean CPU seconds per trial
         assert ev["saved_s"] == pytest.approx(0.75 * sum(cpu) / len(cpu), abs=1e-3)
     g = by[good].note

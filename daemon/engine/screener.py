@@ -139,22 +139,27 @@ class Screener:
                f"screened out at {sc.knob} x {sc.fraction:g}: {m.metric} {ev['value']:.4g} against the baseline's "
                f"screened {ev['baseline_mean']:.4g} (margin {ev['margin']:.3g}) and the cutoff "
                f"{'-' if ev['cutoff'] is None else format(ev['cutoff'], '.4g')} of {ev['peers']} screened ideas")
+        # the screened run's compute counts like any note's (the spend rule, max_gpu_hours: store/spend.py)
+        sn = s.note
         note = Note(status=Status.SCREENED_OUT, idea_id=idea.idea_id, metric=m.metric, goal=m.goal,
-                    baseline=pop.baseline_value, baseline_commit=pop.baseline_commit, error=why, screened=ev)
+                    baseline=pop.baseline_value, baseline_commit=pop.baseline_commit, error=why, screened=ev,
+                    wall_s=sn.wall_s, cpu_s=sn.cpu_s, gpu_s=sn.gpu_s)
         log.info("%s: %s", idea.idea_id, why)
         self.lifecycle.screened_out(idea.commit, idea, note)
 
     # -- the plan: a new idea's first seed is its screen until it may continue --------------------------
     def jobs(self, pop: Population, jobs: list[Job]) -> list[Job]:
         screens = screening.read_screens(self.repo, self.ledger)
-        out: list[Job] = []
+        # the baseline's full-length seeds first (its seed 0 is the first result a user waits for), then
+        # its screened seeds (every decision needs them), then the rest in the plan's order
+        out: list[Job] = [j for j in jobs if j.purpose == Purpose.BASELINE]
         key = self.base_key(pop)
         base = screens.get(key) if key else None
         if base is not None and baseline_jobs_open(base.note):
             for mm in missing_seeds(baseline_seeds(self.p.baseline_seeds), base.note, self.ledger.leases(base.commit)):
                 out.append(Job(base.commit, mm.seed, Purpose.SCREEN, None, mm.retries, attempt=mm.attempt,
                                faults=mm.faults))
-        for job in jobs:
+        for job in (j for j in jobs if j.purpose != Purpose.BASELINE):
             idea = job.idea
             if job.purpose != Purpose.IDEA or idea is None or idea.note is not None or idea.leases:
                 out.append(job)
