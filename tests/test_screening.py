@@ -153,7 +153,7 @@ def test_screen_commit_is_the_idea_plus_knobs_and_survives_a_restart(make_repo):
                              screened={"value": 1.25, "of": idea, "knob": "steps", "fraction": 0.25}))
     assert seen[-1].change == Change.SCREEN_RESULT
     # a fresh reader (a restart) rebuilds the screen from git alone
-    got = screening.read_screens(GitRepo(path), Lifecycle(GitRepo(path)).ledger)
+    got = screening.read_screens(GitRepo(path))
     assert set(got) == {"x1"} and got["x1"].of == idea and got["x1"].value == 1.25
     assert got["x1"].note.value is None and got["x1"].note.decision is None
     # the screened commit is never an idea of the population

@@ -103,7 +103,7 @@ def check(repo, log, good, bad, pop, host: str):
     assert pop.baseline_value == pytest.approx(1.0105)
     assert pop.best("min").commit == good
     # no screened value is anyone's metric of record, and no screen is an idea
-    screens = screening.read_screens(GitRepo(repo), Ledger(GitRepo(repo)))
+    screens = screening.read_screens(GitRepo(repo))
     assert {s.of for s in screens.values()} == {good, bad, pop.baseline_commit}
     assert not {s.commit for s in screens.values()} & set(by)
     of = {s.of: s for s in screens.values()}

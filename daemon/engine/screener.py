@@ -35,7 +35,7 @@ class Screener:
                               "[env.screening] knob = \"<an int or float [[env.knobs]]>\" fraction = 0.25 "
                               "(docs/environment.md), or set [screening] enabled = false")
         self.cfg, self.research, self.lifecycle, self.p = cfg, research, lifecycle, policy_cfg
-        self.repo, self.ledger = research.repo, lifecycle.ledger
+        self.repo = research.repo
 
     @property
     def manifest(self):
@@ -53,10 +53,9 @@ class Screener:
     # -- the collector's units: each screen with leases ------------------------------------------------
     def units(self, pop: Population):
         by_id = {i.idea_id: i for i in pop.ideas}
-        for key, s in screening.read_screens(self.repo, self.ledger).items():
-            leases = self.ledger.leases(s.commit)
-            if leases:
-                yield s.commit, by_id.get(key), s.note, leases
+        for key, s in screening.read_screens(self.repo).items():
+            if s.leases:
+                yield s.commit, by_id.get(key), s.note, list(s.leases)
 
     def finish(self, commit: str, idea, note: Note | None, leases: list[Lease], pop: Population) -> bool:
         """A screen's note once its seeds are in (the baseline's: every baseline seed; an idea's: seed 0)."""
@@ -85,7 +84,7 @@ class Screener:
     # -- before dispatch: screens made, decisions written -----------------------------------------------
     def step(self, pop: Population) -> bool:
         wrote = False
-        screens = screening.read_screens(self.repo, self.ledger)
+        screens = screening.read_screens(self.repo)
         key = self.base_key(pop)
         with self.lifecycle.batch():
             if key and key not in screens:
@@ -97,7 +96,7 @@ class Screener:
                     screening.make_screen(self.repo, self.lifecycle, self.manifest, idea.commit, idea.idea_id)
                     wrote = True
             if wrote:
-                screens = screening.read_screens(self.repo, self.ledger)
+                screens = screening.read_screens(self.repo)
             wrote |= self._decide(pop, screens, key)
         return wrote
 
@@ -149,14 +148,14 @@ class Screener:
 
     # -- the plan: a new idea's first seed is its screen until it may continue --------------------------
     def jobs(self, pop: Population, jobs: list[Job]) -> list[Job]:
-        screens = screening.read_screens(self.repo, self.ledger)
+        screens = screening.read_screens(self.repo)
         # the baseline's full-length seeds first (its seed 0 is the first result a user waits for), then
         # its screened seeds (every decision needs them), then the rest in the plan's order
         out: list[Job] = [j for j in jobs if j.purpose == Purpose.BASELINE]
         key = self.base_key(pop)
         base = screens.get(key) if key else None
         if base is not None and baseline_jobs_open(base.note):
-            for mm in missing_seeds(baseline_seeds(self.p.baseline_seeds), base.note, self.ledger.leases(base.commit)):
+            for mm in missing_seeds(baseline_seeds(self.p.baseline_seeds), base.note, list(base.leases)):
                 out.append(Job(base.commit, mm.seed, Purpose.SCREEN, None, mm.retries, attempt=mm.attempt,
                                faults=mm.faults))
         for job in (j for j in jobs if j.purpose != Purpose.BASELINE):
@@ -171,7 +170,7 @@ class Screener:
                 if s.note.screened.get("decision") == CONTINUE:
                     out.append(job)
                 continue                      # waiting for its decision
-            for mm in missing_seeds([0], None, self.ledger.leases(s.commit)):
+            for mm in missing_seeds([0], None, list(s.leases)):
                 out.append(Job(s.commit, mm.seed, Purpose.SCREEN, idea, mm.retries, attempt=mm.attempt,
                                faults=mm.faults, priority=job.priority))
         return out

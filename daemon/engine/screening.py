@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 from autoresearchd import defaults
 from autoresearchd.manifest import EnvManifest, screened_value
-from autoresearchd.store.notes import Note, Status
-from autoresearchd.store.refs import SCREENS_PREFIX
+from autoresearchd.store.notes import Lease, Note, Status, parse_leases, parse_note
+from autoresearchd.store.refs import NOTES_REF, RUNS_REF, SCREENS_PREFIX
 from autoresearchd.tune.knobs import KNOBS_FILE, commit_values, values_file
 
 SCREEN_TRAILER = "Screen-Of"
@@ -74,11 +74,12 @@ def screen_of(repo, commit: str) -> str | None:
 
 @dataclass(frozen=True)
 class Screen:
-    """A screened commit and what git holds for it."""
+    """A screened commit and what git holds for it: its result note and its leases."""
     key: str
     commit: str
     of: str
     note: Note | None
+    leases: tuple[Lease, ...] = ()
 
     @property
     def value(self) -> float | None:
@@ -89,14 +90,38 @@ class Screen:
         return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
 
 
-def read_screens(repo, ledger) -> dict[str, Screen]:
-    """Every screen, by key, rebuilt from the screens/ refs and their notes (nothing kept in memory)."""
+# immutable facts, kept to spare git reads on every tick (a commit's message, a blob's parse); the state
+# itself is re-read from the refs and notes listings each time
+_OF: dict[str, str | None] = {}
+_PARSED: dict[str, object] = {}
+
+
+def _parsed(blobs: dict[str, bytes], sha: str, parse):
+    if sha not in _PARSED:
+        if len(_PARSED) > defaults.SCREENING_PARSE_CACHE:
+            _PARSED.clear()
+        _PARSED[sha] = parse(blobs[sha].decode(errors="replace")) if sha in blobs else None
+    return _PARSED[sha]
+
+
+def read_screens(repo) -> dict[str, Screen]:
+    """Every screen, by key, rebuilt from the screens/ refs, the notes and the lease notes: one listing of
+    each, one batch read of the blobs not parsed yet (nothing kept in memory that git does not hold)."""
+    refs = repo.refs(SCREENS_PREFIX)
+    for sha in refs.values():
+        if sha not in _OF:
+            _OF[sha] = screen_of(repo, sha)
+    notes, runs = repo.notes_list(NOTES_REF), repo.notes_list(RUNS_REF)
+    want = [m[c] for c in refs.values() for m in (notes, runs) if c in m]
+    blobs = repo.cat_file_batch([b for b in want if b not in _PARSED])
     out = {}
-    for ref, sha in repo.refs(SCREENS_PREFIX).items():
-        key = ref.removeprefix(SCREENS_PREFIX)
-        of = screen_of(repo, sha)
-        if of:
-            out[key] = Screen(key, sha, of, ledger.note(sha))
+    for ref, sha in refs.items():
+        if not _OF.get(sha):
+            continue
+        note = _parsed(blobs, notes[sha], parse_note) if sha in notes else None
+        leases = _parsed(blobs, runs[sha], parse_leases) if sha in runs else None
+        out[ref.removeprefix(SCREENS_PREFIX)] = Screen(ref.removeprefix(SCREENS_PREFIX), sha, _OF[sha], note,
+                                                       tuple(leases or ()))
     return out
 
 
