@@ -91,7 +91,8 @@ class Screen:
 
 
 # immutable facts, kept to spare git reads on every tick (a commit's message, a blob's parse); the state
-# itself is re-read from the refs and notes listings each time
+# itself is re-read from the refs and notes listings each time. A cached note is shared: readers copy
+# it before changing it (as the population's notes); leases, which the harvest changes, go out as copies
 _OF: dict[str, str | None] = {}
 _PARSED: dict[str, object] = {}
 
@@ -121,7 +122,7 @@ def read_screens(repo) -> dict[str, Screen]:
         note = _parsed(blobs, notes[sha], parse_note) if sha in notes else None
         leases = _parsed(blobs, runs[sha], parse_leases) if sha in runs else None
         out[ref.removeprefix(SCREENS_PREFIX)] = Screen(ref.removeprefix(SCREENS_PREFIX), sha, _OF[sha], note,
-                                                       tuple(leases or ()))
+                                                       tuple(lz.model_copy(deep=True) for lz in leases or ()))
     return out
 
 
