@@ -12,6 +12,7 @@ from autoresearchd import policies as policy_registry
 
 from autoresearchd.config import Config, ConfigError
 from autoresearchd.engine.loop import Daemon
+from autoresearchd.engine.screener import Screener
 from autoresearchd.engine.stopping import Stopper
 from autoresearchd.implement.implementer import make_implementer
 from autoresearchd.llm.ensemble import build
@@ -118,5 +119,6 @@ def build_daemon(cfg: Config, with_llm: bool = True):
     stopper = None
     if cfg.stopping.enabled:
         stopper = Stopper(cfg.stopping, research.manifest, runner, lifecycle)
+    screener = Screener(cfg.screening, research, lifecycle, cfg.policy) if cfg.screening.enabled else None
     return Daemon(cfg, research, runner, llm, policy, implementer, llm_note=note, lifecycle=lifecycle,
-                  tuner=tuner, stopper=stopper)
+                  tuner=tuner, stopper=stopper, screener=screener)

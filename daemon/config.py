@@ -230,6 +230,15 @@ class StoppingCfg(_Strict):
     min_peers: int = Field(defaults.STOPPING_MIN_PEERS, ge=1)
 
 
+class ScreeningCfg(_Strict):
+    """[screening]: low-fidelity screening of new ideas (engine/screening.py, docs/policies.md
+    "Screening at low fidelity"); the env declares its fidelity knob in [env.screening]."""
+    enabled: bool = defaults.SCREENING_ENABLED
+    keep: float = Field(defaults.SCREENING_KEEP, gt=0, le=1)
+    margin: float = Field(defaults.SCREENING_MARGIN, ge=0)
+    min_peers: int = Field(defaults.SCREENING_MIN_PEERS, ge=1)
+
+
 class WandbCfg(_Strict):
     enabled: bool = False
     project: str = "autoresearchd"
@@ -251,6 +260,7 @@ class Config(BaseSettings):
     wandb: WandbCfg = Field(default_factory=WandbCfg)
     tune: TuneCfg = Field(default_factory=TuneCfg)
     stopping: StoppingCfg = Field(default_factory=StoppingCfg)
+    screening: ScreeningCfg = Field(default_factory=ScreeningCfg)
     env: EnvManifest | None = None         # an env repo may carry its manifest here
     path: Path | None = Field(default=None, exclude=True)  # the file it came from
 

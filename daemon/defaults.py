@@ -348,3 +348,22 @@ IDEA_KNOBS_MAX = 16
 a declaration is data from a commit anyone may have pushed, and each knob widens the tuner's space."""
 IDEA_KNOBS_FILE_BYTES = 16 * 1024
 """The largest `.autoresearch-knobs.toml` read (bytes): a larger one is refused, not parsed."""
+SCREENING_ENABLED = False
+"""Off by default: `[screening] enabled = true` runs each new idea first at the fidelity knob's
+baseline x fraction ([env.screening]) and continues only the best `keep` share at full length
+(engine/screening.py). Needs an environment that declares [env.screening]."""
+SCREENING_KEEP = 0.5
+"""The share of the ideas screened against the same baseline that continue at full length: an idea
+continues when its screened value is within this quantile of theirs (its own included)."""
+SCREENING_MARGIN = 3.0
+"""k: an idea is screened out as well when its screened value is worse than the baseline's screened
+seeds' mean by more than k x their spread (their standard deviation, at least SCREENING_MIN_SPREAD x
+|mean|); and never screened out when it is not, whatever its rank (noise-aware, like [stopping])."""
+SCREENING_MIN_SPREAD = 0.01
+"""The least spread assumed for the baseline's screened seeds, as a share of their mean."""
+SCREENING_MIN_PEERS = 2
+"""The quantile rule needs this many screened ideas (its own included) against the same baseline;
+with fewer, the baseline's margin decides alone."""
+SCREENING_PARSE_CACHE = 20000
+"""Parsed screen notes and lease notes kept (by blob sha: a blob never changes) so each tick reads only
+the new ones; past this many the cache starts over."""

@@ -115,6 +115,32 @@ class Knob(BaseModel):
         return str(v)
 
 
+class Screening(BaseModel):
+    """[env.screening]: the fidelity knob that sets the training length (steps, tokens, epochs) and the
+    share of its baseline value a screened run uses (engine/screening.py, docs/policies.md "Screening at
+    low fidelity"). Checked against [[env.knobs]] by EnvManifest."""
+    model_config = ConfigDict(extra="forbid")
+    knob: str
+    fraction: float = Field(gt=0, lt=1)
+
+    @field_validator("fraction")
+    @classmethod
+    def _finite(cls, v):
+        if v != v or v in (float("inf"), float("-inf")):
+            raise ValueError("fraction must be a finite number in (0, 1)")
+        return v
+
+
+def screened_value(k: Knob, fraction: float):
+    """The fidelity knob's value for a screened run: its baseline x fraction (an int knob rounded down
+    to its grid from `low`; below `low` it is invalid, and the manifest is refused)."""
+    v = float(k.baseline) * fraction
+    if k.type == KnobType.INT:
+        step, lo = int(k.step or 1), int(k.low)
+        return lo + math.floor((v - lo) / step) * step
+    return v
+
+
 class Trust(str, Enum):
     """How far the metric of record can be trusted against the idea's own code (a note's `trust`)."""
     SPLIT = "split"              # `model` set: the idea's artifact runs in its own sandbox, the scorer apart
@@ -168,6 +194,7 @@ class EnvManifest(BaseModel):
     max_pids: int | None = Field(None, ge=1)
     max_open_files: int | None = Field(None, ge=1)
     knobs: list[Knob] = Field(default_factory=list)   # [[env.knobs]]: what a tuner may set (docs/environment.md)
+    screening: Screening | None = None        # [env.screening]: the fidelity knob (engine/screening.py)
 
     @field_validator("knobs")
     @classmethod
@@ -193,6 +220,27 @@ class EnvManifest(BaseModel):
     def _model_needs_scorer(self):
         if self.model and not self.evaluate:
             raise ValueError("`model` (the model runner) needs `evaluate` (the scorer that reads its outputs)")
+        return self
+
+    @model_validator(mode="after")
+    def _fidelity_knob(self):
+        sc = self.screening
+        if sc is None:
+            return self
+        k = self.knob(sc.knob)
+        if k is None:
+            known = ", ".join(k.name for k in self.knobs) or "none"
+            raise ValueError(f"[env.screening] knob {sc.knob!r} is not one of [[env.knobs]] (declared: {known})")
+        if k.type == KnobType.CATEGORICAL:
+            raise ValueError(f"[env.screening] knob {sc.knob!r} is categorical: the fidelity knob is an int or "
+                             "float that sets the training length (steps, tokens, epochs)")
+        v = screened_value(k, sc.fraction)
+        if why := k.check(v):
+            raise ValueError(f"[env.screening] {sc.knob} x fraction {sc.fraction:g} = {v!r} is not a valid value "
+                             f"of the knob ({why}): lower its `low` or raise the fraction")
+        if not v < float(k.baseline):
+            raise ValueError(f"[env.screening] {sc.knob} x fraction {sc.fraction:g} = {v!r} is not shorter than "
+                             f"its baseline {k.baseline!r}: nothing would be saved")
         return self
 
     def is_frozen(self, path: str) -> bool:

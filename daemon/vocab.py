@@ -29,6 +29,7 @@ class Status(str, Enum):
     SUSPICIOUS = "suspicious"              # measured, but tampered with or outside the plausible range
     OVER_BUDGET = "over_budget"            # measured, but it used more compute than the cap allows
     STOPPED = "stopped"                    # stopped early by its learning curve (engine/stopping.py)
+    SCREENED_OUT = "screened_out"          # its short screened run lost: never ran full length (engine/screening.py)
 
     # no __str__: notes and views write `.value` (a status's str() has always been `Status.X`)
     @property
@@ -83,6 +84,7 @@ class Purpose(str, Enum):
     BASELINE = "baseline"
     IDEA = "idea"
     CONFIRM = "confirm"
+    SCREEN = "screen"              # a short run at the fidelity knob's baseline x fraction (engine/screening.py)
 
     def __str__(self) -> str:
         return self.value
@@ -96,7 +98,7 @@ BAD_DECISIONS = (Decision.WORSE, Decision.DEMOTED)
 MEASURED = (Status.SUCCEEDED, Status.FAILED, Status.TIMED_OUT)
 FAILURES = frozenset({Status.FAILED, Status.TIMED_OUT, Status.IMPLEMENT_FAILED, Status.REJECTED,
                       Status.LOST, Status.CANCELLED, Status.REFUSED, Status.SUSPICIOUS, Status.OVER_BUDGET,
-                      Status.STOPPED})
+                      Status.STOPPED, Status.SCREENED_OUT})
 # The origins a policy proposes (counted toward its epochs and max_ideas).
 POLICY_ORIGINS = frozenset({Origin.SEED, Origin.EXPLOIT, Origin.EXPLORE, Origin.GREEDY, Origin.BEST_OF_N})
 # Lease states whose trials are polled each harvest, and that outlive their commit's result note.

@@ -219,6 +219,10 @@ def test_every_change_is_told(repo, life, heard):
     life.cancelled(c, idea_at(c), Note(status=Status.CANCELLED), [])
     life.stopped(c, idea_at(c), Note(status=Status.STOPPED), [])
     life.backfilled(c, idea_at(c), Note(status=Status.SUCCEEDED, value=1.0, decision="improved"))
+    s = commit_on(repo, "screen")
+    life.screen("e001-aaaa0001", s)
+    life.screen_result(s, Note(status=Status.SUCCEEDED, screened={"value": 1.2}))
+    life.screened_out(c, idea_at(c), Note(status=Status.SCREENED_OUT))
     life.leased(c, [lease(0)])
     told = {w.change for w in heard}
     assert set(Change) - {Change.LEASED} <= told, set(Change) - told

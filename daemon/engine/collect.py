@@ -37,6 +37,7 @@ class Collector(Part):
         super().__init__(shared)                 # clean-ups run on its pool, off the tick's path
         self._cleanups: list[dict] = []          # handles whose notes are written: remove their dirs
         self._last_baseline: tuple[str | None, list] = (None, [])   # the baseline and its leases, last harvest
+        self.screener = None        # engine/screener.py, set by the Daemon with [screening] enabled
 
     # -- harvest -------------------------------------------------------------------------------------
     def _units(self, pop: Population):
@@ -45,6 +46,8 @@ class Collector(Part):
         for idea in pop.ideas:       # a branch at the baseline commit is no idea (Population.at_baseline)
             if idea.leases:
                 yield idea.commit, idea, idea.note, idea.leases
+        if self.screener is not None:   # screened runs: their own commits, never an idea's result
+            yield from self.screener.units(pop)
 
     def _baseline_moved(self, pop: Population) -> None:
         """The baseline branch moved (a commit or merge in the research repo) while seeds of the old
@@ -110,7 +113,9 @@ class Collector(Part):
                     # note every trial of them it does not count
                     # (a lost or requeued lease of such a seed is only dropped: nothing of it finished)
                     late = [lz for lz in updated if lz.seed in seeds and lz.state not in POLLED]
-                    if late:
+                    if late and any(lz.purpose == Purpose.SCREEN for lz in late):
+                        updated = [lz for lz in updated if not any(lz is x for x in late)]
+                    elif late:
                         counted = {t.trial_id for t in note.trials}
                         extra = {lz.trial_id for lz in late if lz.trial_id not in counted
                                  and lz.state in (LeaseState.SUPERSEDED, LeaseState.DONE)}
@@ -265,6 +270,8 @@ class Collector(Part):
 
     def _maybe_finish(self, commit: str, idea: Idea | None, note: Note | None, leases: list[Lease],
                       pop: Population) -> bool:
+        if self.screener is not None and any(lz.purpose == Purpose.SCREEN for lz in leases):
+            return self.screener.finish(commit, idea, note, leases, pop)
         p = self.cfg.policy
         needed = seeds_needed(note, Purpose.BASELINE if idea is None else Purpose.IDEA, p.baseline_seeds,
                               p.confirm_seeds)

@@ -77,11 +77,12 @@ class Dispatcher(Part):
                 # no idle slot: a later baseline seed would be staged behind (or, racing for the
                 # slot lock, ahead of) seed 0, whose result is the first note a user waits for
                 continue
-            if job.purpose == Purpose.IDEA and idea is not None:
-                why = self.validate(idea)
+            if job.purpose in (Purpose.IDEA, Purpose.SCREEN) and idea is not None:
+                why = self.validate(idea)      # a screen runs the idea's code: the same gate first
                 if why:
                     self.gate.reject(idea, why)
                     continue
+            if job.purpose == Purpose.IDEA and idea is not None:
                 trees = trees if trees is not None else self._measured_trees(pop)
                 if idea.tree in trees and trees[idea.tree] != idea.commit:
                     self._link(idea, trees[idea.tree], pop)

@@ -48,7 +48,8 @@ logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: max instan
 
 class Daemon:
     def __init__(self, cfg, research, runner, llm=None, policy=None, implementer=None, console=None,
-                 llm_note: str | None = None, lifecycle: Lifecycle | None = None, tuner=None, stopper=None):
+                 llm_note: str | None = None, lifecycle: Lifecycle | None = None, tuner=None, stopper=None,
+                 screener=None):
         self.cfg, self.research, self.runner = cfg, research, runner
         self.repo = research.repo
         self.llm, self.policy, self.implementer = llm, policy, implementer
@@ -60,6 +61,7 @@ class Daemon:
         engine = build_engine(cfg, research, runner, self.lifecycle, wake=self.poke)
         self.slots, self.recovery = engine.slots, engine.recovery
         self.collector, self.dispatcher = engine.collector, engine.dispatcher
+        self.screener = self.collector.screener = screener   # engine/screener.py, with [screening] enabled
         self.started = time.time()
         self.state_dir = gitrepo.state_dir(self.repo)
         self._tick_lock = threading.Lock()
@@ -120,6 +122,8 @@ class Daemon:
                     again = True
                 if self.collector.backfill(pop):
                     pop = self.read()
+                if self.screener is not None and self.screener.step(pop):     # screens made, decisions written
+                    pop = self.read()
                 if not self._stopping.is_set():
                     self.dispatcher.dispatch(pop, self.jobs(pop))
                 # after dispatch, so a burst of pushes does not delay the trials that can start now
@@ -138,8 +142,9 @@ class Daemon:
                     return pop
 
     def jobs(self, pop: Population) -> list[Job]:
-        """What still has to run, in order (engine/plan.py)."""
-        return plan_jobs(pop, self.cfg.policy, self.cfg.daemon.human_priority)
+        """What still has to run, in order (engine/plan.py; a new idea's screen first, engine/screener.py)."""
+        jobs = plan_jobs(pop, self.cfg.policy, self.cfg.daemon.human_priority)
+        return self.screener.jobs(pop, jobs) if self.screener is not None else jobs
 
     # -- ideas ---------------------------------------------------------------------------------------
     def idle(self, pop: Population) -> bool:

@@ -101,7 +101,7 @@ def order_key(job: Job, human_priority: bool) -> tuple:
     """Baseline first (everything is measured against it), then humans (if prioritised), then LLM
     ideas oldest first. Confirmations run behind human ideas but ahead of new LLM ideas, so the
     policy does not build on a lucky run for long."""
-    rank = {Purpose.BASELINE: 0, Purpose.CONFIRM: 2, Purpose.IDEA: 3}[job.purpose]
+    rank = {Purpose.BASELINE: 0, Purpose.CONFIRM: 2, Purpose.IDEA: 3, Purpose.SCREEN: 3}[job.purpose]
     if job.purpose == Purpose.IDEA and job.idea is not None and job.idea.origin == Origin.HUMAN and human_priority:
         rank = 1
     idea = job.idea

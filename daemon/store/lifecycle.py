@@ -28,7 +28,7 @@ from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ledger import Ledger
 from autoresearchd.store.notes import Lease, Note
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, PROPOSALS_PREFIX,
-                                      RECORDS_PREFIX)
+                                      RECORDS_PREFIX, SCREENS_PREFIX)
 
 log = logging.getLogger("autoresearchd")
 
@@ -57,6 +57,9 @@ class Change(str, Enum):
     CANCELLED = "cancelled"        # trials cancelled (e.g. the baseline moved)
     BACKFILLED = "backfilled"      # a note gets its baseline, delta and decision after the fact
     STOPPED = "stopped"            # stopped early by its learning curve (engine/stopping.py)
+    SCREEN = "screen"              # a screened commit (engine/screening.py): its ref under screens/
+    SCREEN_RESULT = "screen_result"  # a screened run's note, on the screened commit (never an idea's result)
+    SCREENED_OUT = "screened_out"  # an idea whose screened run lost: its note with the evidence
 
     def __str__(self) -> str:
         return self.value
@@ -64,7 +67,7 @@ class Change(str, Enum):
 
 # the changes that write a result note: the ones observers of results hear about
 NOTED = (Change.DROPPED, Change.FAILED, Change.RESULT, Change.REJECTED, Change.LINKED, Change.CANCELLED,
-         Change.BACKFILLED, Change.STOPPED)
+         Change.BACKFILLED, Change.STOPPED, Change.SCREENED_OUT)
 
 
 @dataclass(frozen=True)
@@ -193,3 +196,23 @@ class Lifecycle:
     def backfilled(self, commit: str, idea, note: Note) -> Note:
         """The note's baseline, delta and decision filled in after the fact (provenance unchanged)."""
         return self._note(Change.BACKFILLED, commit, idea, note)
+
+    # -- screening (engine/screening.py) ----------------------------------------------------------------
+    def screen(self, key: str, commit: str) -> None:
+        """A screened commit's ref, screens/<key> (an idea id, or baseline-<commit>): kept from gc, and
+        outside every prefix the population lists, so it is never an idea of its own."""
+        self.repo.update_ref(SCREENS_PREFIX + key, commit)
+        self._tell(Written(Change.SCREEN, commit, ref=SCREENS_PREFIX + key))
+
+    def screen_result(self, commit: str, note: Note, kept: list[Lease] | None = None) -> Note:
+        """A screened run's note on the screened commit (low fidelity: no decision, never a best), then
+        the leases still kept. Not archived: the screens/ ref keeps the commit."""
+        self.ledger.write_note(commit, note)
+        if kept is not None:
+            self.ledger.write_leases(commit, kept)
+        self._tell(Written(Change.SCREEN_RESULT, commit, note=note))
+        return note
+
+    def screened_out(self, commit: str, idea, note: Note) -> Note:
+        """An idea whose screened run lost: its note with status screened_out and the evidence."""
+        return self._note(Change.SCREENED_OUT, commit, idea, note)

@@ -115,6 +115,7 @@ class Note(BaseModel):
     # a tuned commit's trial: {"study", "sampler", "trial", "knobs": {name: value}} (docs/notes.md)
     tune: dict[str, Any] = Field(default_factory=dict)
     stopped: dict[str, Any] = Field(default_factory=dict)   # status stopped: the evidence (engine/stopping.py)
+    screened: dict[str, Any] = Field(default_factory=dict)  # a screen's result, or screened_out's evidence (engine/screening.py)
 
 
 _LIST_OR_DICT = {name for name, f in Note.model_fields.items()

@@ -25,6 +25,9 @@ LOGS_PREFIX = DAEMON_PREFIX + "logs/"              # run logs, anchored so gc ne
 # a measured commit (and its result) out of the population, nor leaves a child's Parents dangling
 ARCHIVE_PREFIX = DAEMON_PREFIX + "archive/"
 REPLAY_REF = DAEMON_PREFIX + "replay"              # how far a replay file was served (replaypos.py)
+# screened runs (engine/screening.py): screens/<idea id> -> the idea's tree at the fidelity knob's
+# baseline x fraction; never an idea of its own (the population does not list this prefix)
+SCREENS_PREFIX = DAEMON_PREFIX + "screens/"
 LESSONS_REF = DAEMON_PREFIX + "lessons"            # the lessons scratchpad, a JSON blob (store/lessons.py)
 
 

@@ -1,0 +1,143 @@
+"""Screening on the real daemon (engine/screener.py), on the local, ssh and Slurm runners: a tiny env
+whose run reads the fidelity knob `steps` from AUTORESEARCH_KNOB_STEPS and writes a metric (no torch).
+A bad idea is screened out with the evidence in its note and never runs full length; a good one goes on
+to its full-length note; the screened value never becomes the metric of record nor the best; and a
+restarted daemon rebuilds everything from git (it runs nothing again)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import TOY_EVAL, branch_idea, git, knob_manifest, run_until_settled
+from fixtures_reliability import write_cfg
+from fixtures_sshd import ssh_fleet  # noqa: F401  (fixture, started only for the ssh case)
+from fixtures_slurm import slurm_cluster  # noqa: F401  (fixture, started only for the slurm case)
+
+from autoresearchd.engine import screening
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.ledger import Ledger
+from autoresearchd.store.refs import SCREENS_PREFIX
+from autoresearchd.vocab import Status
+
+STEPS = """
+[[env.knobs]]
+name = "steps"
+type = "int"
+low = 1
+high = 1000
+baseline = 100
+
+[env.screening]
+knob = "steps"
+fraction = 0.25
+"""
+
+# value = quality + 1 / steps (+ a seed's noise): shorter runs read worse, the quality decides the rank
+RUN = """import os
+Q = 1.0
+steps = int(os.environ.get("AUTORESEARCH_KNOB_STEPS", "100"))
+seed = int(os.environ.get("AUTORESEARCH_SEED", "0"))
+with open({log!r}, "a") as f:
+    f.write(f"{{Q}} {{steps}} {{seed}}\\n")
+with open("out.txt", "w") as f:
+    f.write(str(Q + 1.0 / steps + seed * 0.001))
+"""
+
+
+@pytest.fixture
+def env(make_repo, tmp_path):
+    # the log of runs lies where the ssh fixture's login user can write too (pytest's tmp is root's alone)
+    shared = Path(tempfile.mkdtemp(prefix="screening-runs-"))
+    shared.chmod(0o777)
+    log = shared / "runs.log"
+    log.touch()
+    log.chmod(0o666)
+    run = RUN.format(log=str(log))
+    repo = make_repo({".autoresearch.toml": knob_manifest(STEPS), "run.py": run, "evaluate.py": TOY_EVAL}, "research")
+    good = branch_idea(repo, "human/good", "better quality", {"run.py": run.replace("Q = 1.0", "Q = 0.9")})
+    bad = branch_idea(repo, "human/bad", "worse quality", {"run.py": run.replace("Q = 1.0", "Q = 1.5")})
+    yield repo, log, good, bad
+    shutil.rmtree(shared, ignore_errors=True)
+
+
+def runs(log) -> list[tuple[float, int, int]]:
+    return [(float(q), int(s), int(seed)) for q, s, seed in (ln.split() for ln in log.read_text().splitlines())]
+
+
+def cfg_for(tmp_path, repo, runner: str):
+    rest = ("[daemon]\ntick_s = 0.3\n[policy]\nbaseline_seeds = 2\nconfirm_seeds = 0\n"
+            "[screening]\nenabled = true\nkeep = 0.5\nmargin = 3.0\n")
+    return write_cfg(tmp_path / "cfg", repo, runner=runner, rest=rest)
+
+
+def check(repo, log, good, bad, pop, host: str):
+    by = {i.commit: i for i in pop.ideas}
+    ran = runs(log)
+    # the bad idea ran once, short; the good one short, then full length; the baseline both ways, 2 seeds
+    assert sorted(r for r in ran if r[0] == 1.5) == [(1.5, 25, 0)], ran
+    assert sorted(r for r in ran if r[0] == 0.9) == [(0.9, 25, 0), (0.9, 100, 0)], ran
+    assert sorted(r for r in ran if r[0] == 1.0) == [(1.0, 25, 0), (1.0, 25, 1), (1.0, 100, 0), (1.0, 100, 1)], ran
+    b = by[bad].note
+    assert b.status == Status.SCREENED_OUT and b.value is None and b.decision is None, (b.status, b.error)
+    ev = b.screened
+    assert ev["value"] == pytest.approx(1.54) and ev["rule"] in ("margin", "both")
+    assert ev["baseline_mean"] == pytest.approx(1.0405) and ev["baseline_seeds"] == 2
+    assert ev["fraction"] == 0.25 and ev["knob"] == "steps" and ev["saved_unit"] == "cpu"
+    assert "cutoff" in ev and ev["margin"] > 0
+    base = git(repo, "rev-parse", SCREENS_PREFIX + "baseline-" + pop.baseline_commit).strip()
+    assert ev["baseline_screen"] == base
+    cpu = [t.cpu_s for t in Ledger(GitRepo(repo)).note(base).trials if t.cpu_s is not None]
+    shot = Ledger(GitRepo(repo)).note(ev["screen"])
+    assert (b.cpu_s, b.wall_s) == (shot.cpu_s, shot.wall_s)      # its screened run's compute is counted
+    if cpu:            # (1 - fraction) x the baseline's mean CPU seconds per trial
+        assert ev["saved_s"] == pytest.approx(0.75 * sum(cpu) / len(cpu), abs=1e-3)
+    g = by[good].note
+    assert g.status == Status.SUCCEEDED and g.value == pytest.approx(0.91)      # full length, never 0.94
+    assert {t.host for t in g.trials} == {host}
+    assert pop.baseline_value == pytest.approx(1.0105)
+    assert pop.best("min").commit == good
+    # no screened value is anyone's metric of record, and no screen is an idea
+    screens = screening.read_screens(GitRepo(repo))
+    assert {s.of for s in screens.values()} == {good, bad, pop.baseline_commit}
+    assert not {s.commit for s in screens.values()} & set(by)
+    of = {s.of: s for s in screens.values()}
+    assert of[good].value == pytest.approx(0.94) and of[good].note.screened["decision"] == "continue"
+    assert of[bad].value == pytest.approx(1.54) and of[bad].note.screened["decision"] == "screened_out"
+    assert of[pop.baseline_commit].note.screened["values"] == pytest.approx([1.04, 1.041])
+    for s in screens.values():
+        assert s.note.value is None and s.note.decision is None
+        assert git(repo, "diff", "--name-only", s.of, s.commit).split() == [".autoresearch-knobs.json"]
+
+
+def screen_and_restart(tmp_path, env, runner: str, host: str):
+    repo, log, good, bad = env
+    pop = run_until_settled(cfg_for(tmp_path, repo, runner), timeout=240)
+    check(repo, log, good, bad, pop, host)
+    before = log.read_text()
+    pop = run_until_settled(cfg_for(tmp_path, repo, runner), timeout=120)      # a restart: nothing runs again
+    assert log.read_text() == before
+    check(repo, log, good, bad, pop, host)
+    assert not any(lz for i in pop.ideas for lz in i.leases)
+
+
+def test_local_runner_screens(env, tmp_path):
+    screen_and_restart(tmp_path, env, 'kind = "local"\nslots = 2', "local")
+
+
+def test_ssh_runner_screens(env, tmp_path, monkeypatch, ssh_fleet):  # noqa: F811
+    from fixtures_hosts import host_toml
+    monkeypatch.setenv("AUTORESEARCHD_SSH_CONFIG", os.devnull)
+    screen_and_restart(tmp_path, env, 'kind = "ssh"\n' + host_toml(ssh_fleet, 0), ssh_fleet.hosts[0].name)
+
+
+def test_slurm_runner_screens(env, tmp_path, monkeypatch, slurm_cluster):  # noqa: F811
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+    work = tmp_path / f"slurm-trials-{uuid.uuid4().hex[:6]}"
+    screen_and_restart(tmp_path, env, f'kind = "slurm"\n[runner.slurm]\nwork_root = "{work}"\nmax_jobs = 2', "slurm")
+    slurm_cluster.wait_idle(30)
