@@ -74,8 +74,8 @@ def cmd_init(args, cfg) -> int:
 def _refuse_second_daemon(cfg) -> None:
     """Before building anything (recovery reads and writes leases) and before --detach forks: a
     daemon already running on this repo makes `start` exit 2 naming it. The daemon itself holds
-    the lock (loop.hold_daemon_lock); this only probes it."""
-    from autoresearchd.engine.loop import hold_daemon_lock      # lazy: per command
+    the lock (engine/lock.py); this only probes it."""
+    from autoresearchd.engine.lock import hold_daemon_lock      # lazy: per command
     path, _ = research_path(cfg)
     if is_repo(path):
         os.close(hold_daemon_lock(state_dir(GitRepo(path)), path))

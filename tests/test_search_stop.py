@@ -6,6 +6,7 @@ only, and tuning then gets every trial (docs/policies.md, "Tuning knobs: the hyb
 from __future__ import annotations
 
 import os
+import time
 import subprocess
 import sys
 
@@ -79,3 +80,34 @@ def test_a_reached_target_ends_tuning(tmp_path, burn_env):
     assert len(tuned(pop)) < TRIALS, len(tuned(pop))
     d = build_daemon(load_config(cfg), with_llm=False)
     assert d.search_stop(read_population(d.repo, d.research.baseline_ref)).startswith("target 100.0 reached by ")
+
+
+def test_a_spent_budget_holds_the_queued_ideas_and_confirms_what_was_measured(tmp_path, burn_env):
+    """Ideas queued once the compute budget is spent are held, not started: before, every queued idea
+    ran past the budget (a replayed tinygpt search overshot it by 55-93%). The held ideas keep no note
+    (nothing is lost: a raised budget runs them), `--until idle` ends, `status` says so."""
+    from conftest import branch_idea
+    # 0.0002 h = 0.72 s: the baseline's two seeds (0.8 s of CPU and more) spend it
+    cfg = write_config(tmp_path, burn_env)
+    cfg.write_text(cfg.read_text().replace("[daemon]\n", "[daemon]\nmax_gpu_hours = 0.0002\n"))
+    run_until_settled(cfg, timeout=240)
+    for k in range(3):          # pushed after the spend: none of them may start
+        branch_idea(burn_env, f"h/x{k}", f"x = {k}", {"run.py": BURN_RUN.replace('"1.5"', f'"{0.2 + k}"')})
+    d = build_daemon(load_config(cfg), with_llm=False)
+    t0 = time.time()
+    d.run_forever(install_signals=False, until=lambda pop: d.idle(pop) or time.time() - t0 > 240)
+    pop = read_population(d.repo, d.research.baseline_ref)
+    assert d.idle(pop), [(i.idea_id, i.status) for i in pop.ideas]
+    assert pop.baseline_note is not None and len(pop.baseline_note.values) == 2     # the baseline ran
+    assert budget_hours(pop, 0) >= 0.0002
+    # before the fix all three ran
+    held = [i for i in pop.ideas if i.branch]
+    assert len(held) == 3 and all(i.note is None and not i.leases and i.status == "queued" for i in held), \
+        [(i.idea_id, i.status, i.note and i.note.status) for i in held]
+    out = subprocess.run([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), "status"], text=True,
+                         capture_output=True, timeout=120, env=dict(os.environ, COLUMNS="200")).stdout
+    assert "compute budget spent: 3 queued idea(s) held, not started" in out, out
+    # the budget raised: the held ideas run, as if never held
+    cfg.write_text(cfg.read_text().replace("max_gpu_hours = 0.0002", "max_gpu_hours = 1.0"))
+    pop = run_until_settled(cfg, timeout=240)
+    assert all(i.note is not None for i in pop.ideas if i.branch), [(i.idea_id, i.status) for i in pop.ideas]

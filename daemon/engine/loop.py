@@ -16,7 +16,6 @@ dispatching and exits after the current tick (detached runs keep going); the sec
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -25,15 +24,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from autoresearchd import defaults
-from autoresearchd.config import ConfigError
 from autoresearchd.engine.parts import build_engine
-from autoresearchd.engine.plan import Job, plan_jobs, settled
-from autoresearchd.engine.stopwhen import search_stop, stop_condition
+from autoresearchd.engine.plan import Job, held, plan_jobs, settled
+from autoresearchd.engine.stopwhen import budget_spent, search_stop, stop_condition
+from autoresearchd.engine.lock import hold_daemon_lock
 from autoresearchd.engine.watch import start_watcher
 from autoresearchd.llm import BudgetExhausted, LLMError
 from autoresearchd.store import gitrepo, parsecache
@@ -74,6 +72,7 @@ class Daemon:
         self._proposing = False
         self._stop_reason: str | None = None
         self._said_stop: str | None = None     # the stop condition last logged (said once)
+        self._said_held = 0                      # ideas held at the budget, as last logged
         # the one clock and the one way to wake it (poke): see the module docstring
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "misfire_grace_time": None})
         self.watcher = None
@@ -142,16 +141,21 @@ class Daemon:
                     return pop
 
     def jobs(self, pop: Population) -> list[Job]:
-        """What still has to run, in order (engine/plan.py; a new idea's screen first, engine/screener.py)."""
-        jobs = plan_jobs(pop, self.cfg.policy, self.cfg.daemon.human_priority)
+        """What still has to run, in order (engine/plan.py; a new idea's screen first, engine/screener.py);
+        no new idea once the compute budget is spent (stopwhen.budget_spent: queued ideas are held)."""
+        spent = budget_spent(pop, self.cfg, self.research.manifest)
+        n = len(held(pop)) if spent is not None else 0
+        if n and self._said_held != n:
+            log.info("%s: %d queued idea(s) held, not started (raise daemon.max_gpu_hours to run them)", spent, n)
+        self._said_held = n
+        jobs = plan_jobs(pop, self.cfg.policy, self.cfg.daemon.human_priority, hold_new=spent is not None)
         return self.screener.jobs(pop, jobs) if self.screener is not None else jobs
 
     # -- ideas ---------------------------------------------------------------------------------------
     def idle(self, pop: Population) -> bool:
-        """Done for now: settled (nothing queued, implementing, running or undecided) and, with a
-        policy, it will propose nothing more (a stop condition holds); otherwise a batch whose ideas
-        all failed to implement would look idle before the search is over."""
-        return settled(pop) and (self.policy is None or self.stop_condition(pop) is not None)
+        """Done for now: settled (nothing queued but held ideas, implementing, running or undecided) and,
+        with a policy, it will propose nothing more (else a batch that all failed to implement looks idle)."""
+        return settled(pop, budget_spent(pop, self.cfg, self.research.manifest) is not None) and (self.policy is None or self.stop_condition(pop) is not None)
 
     def stop_condition(self, pop: Population) -> str | None:
         """Why no more ideas are proposed (None: proposing goes on): engine/stopwhen.py."""
@@ -300,7 +304,8 @@ class Daemon:
         state = {"pid": os.getpid(), "started": self.started, "heartbeat": time.time(),
                  "slots": slots, "hosts": self.slots.hosts(),   # health: degraded + reason (daemon/engine/health.py)
                  "implementing": sorted(self._implementing), "proposing": self._proposing,
-                 "stop_reason": self.stop_condition(pop) if self.policy else None,
+                 # without a policy only tuning proposes: what ended it (the budget, the target)
+                 "stop_reason": self.stop_condition(pop) if self.policy else self.search_stop(pop),
                  "llm": self.llm_note,
                  "split": (lambda s: s.as_dict() | {"line": s.line()} if s else None)(self.budget_split(pop)),
                  "budget": ({"usd": self.llm.budget.usd, "calls": self.llm.budget.calls,
@@ -379,21 +384,3 @@ class Daemon:
                 pass
             os.close(lock)
 
-
-def hold_daemon_lock(sd: Path, repo_path: Path) -> int:
-    """One daemon per research repo: an exclusive flock on <state dir>/daemon.lock, held for the
-    daemon's life and released by the kernel when it exits (kill -9 too). Two daemons on one repo
-    would dispatch the same trials twice and remove each other's pidfile. Returns the fd to keep;
-    raises ConfigError naming the daemon that holds it."""
-    fd = os.open(sd / "daemon.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        try:
-            pid = (sd / "daemon.pid").read_text().strip()
-        except OSError:
-            pid = "unknown"
-        raise ConfigError(f"autoresearchd is already running on {repo_path} (pid {pid}); "
-                          f"`autoresearchd status` shows it, `autoresearchd stop` stops it") from None
-    return fd

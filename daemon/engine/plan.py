@@ -108,9 +108,11 @@ def order_key(job: Job, human_priority: bool) -> tuple:
     return (rank, idea.epoch if idea else 0, idea.committed_at if idea else 0, job.commit, job.seed)
 
 
-def plan_jobs(pop: Population, p, human_priority: bool) -> list[Job]:
+def plan_jobs(pop: Population, p, human_priority: bool, hold_new: bool = False) -> list[Job]:
     """Every job still to run, in order: the baseline's missing seeds, then each branch's (its first
-    seed, or the confirmation seeds of a pending idea), sorted by order_key. `p`: the [policy] config."""
+    seed, or the confirmation seeds of a pending idea), sorted by order_key. `p`: the [policy] config.
+    `hold_new` (the compute budget is spent: stopwhen.budget_spent): no idea's first trial; the
+    baseline's seeds and confirmations only."""
     jobs: list[Job] = []
     if pop.baseline_commit and baseline_jobs_open(pop.baseline_note):
         for m in missing_seeds(seeds_needed(None, Purpose.BASELINE, p.baseline_seeds, 0), pop.baseline_note,
@@ -123,6 +125,8 @@ def plan_jobs(pop: Population, p, human_priority: bool) -> list[Job]:
         if idea.note is not None and (idea.note.decision != Decision.PENDING or pop.stale(idea)):
             continue        # pending against an old baseline: kept apart, not confirmed (docs/policies.md)
         purpose = Purpose.CONFIRM if idea.note is not None else Purpose.IDEA
+        if hold_new and purpose == Purpose.IDEA and not idea.leases:
+            continue        # held: queued, never started (a started one may retry its seed)
         needed = seeds_needed(idea.note, Purpose.IDEA, p.baseline_seeds, p.confirm_seeds)
         for m in missing_seeds(needed, idea.note, idea.leases):
             jobs.append(Job(idea.commit, m.seed, purpose, idea, m.retries, attempt=m.attempt, faults=m.faults))
@@ -130,15 +134,22 @@ def plan_jobs(pop: Population, p, human_priority: bool) -> list[Job]:
     return jobs
 
 
-def settled(pop: Population) -> bool:
-    """Nothing queued, implementing or running: useful for `--until idle` and tests."""
+def held(pop: Population) -> list[Idea]:
+    """The queued ideas plan_jobs(hold_new=True) does not start: never leased."""
+    return [i for i in pop.queued() if not i.leases]
+
+
+def settled(pop: Population, hold_new: bool = False) -> bool:
+    """Nothing queued, implementing or running: useful for `--until idle` and tests. With `hold_new`
+    (the compute budget is spent) a held idea waits for nothing: it runs only if the budget is raised."""
     # a measured idea whose note came before the baseline's last seed is decided by the next tick's
     # backfill (it may then need confirmation seeds): until then the search is not settled
     # (results measured against an old baseline are kept apart: they wait for nothing)
     undecided = pop.baseline_value is not None and any(
         i.note is not None and i.note.status == Status.SUCCEEDED and i.note.decision is None and not pop.stale(i)
         for i in pop.ideas)
-    return (baseline_complete(pop.baseline_note) and not pop.queued() and not pop.running()
+    return (baseline_complete(pop.baseline_note) and not pop.running()
             and not pop.implementing()
             and all(i.note is None or i.note.decision != Decision.PENDING or pop.stale(i) for i in pop.ideas)
-            and all(i.status != Status.QUEUED for i in pop.ideas) and not undecided)
+            and all(i.status != Status.QUEUED or (hold_new and not i.leases) for i in pop.ideas)
+            and not undecided)

@@ -116,6 +116,9 @@ def status(cfg, console, as_json: bool = False) -> int:
     gpu_budget = f" of {sp['max_gpu_hours']:g}" if sp["max_gpu_hours"] else ""     # 0.08 h, not "0.1"
     compute = f"{sp['gpu_hours']:.2f}{gpu_budget} GPU-hours" if s["gpus"] else f"{sp['cpu_hours']:.2f}{gpu_budget} CPU-hours"
     console.print(f"spend: ${sp['usd']:.4f}{budget} LLM, {sp['tokens']:,} tokens, {compute}")
+    if sp.get("held"):
+        console.print(f"compute budget spent: {sp['held']} queued idea(s) held, not started "
+                      "(raise daemon.max_gpu_hours to run them)")
     if sp.get("stopped"):
         unit = "GPU-hours" if s["gpus"] else "CPU-hours"
         console.print(f"early stopping: {sp['stopped']} idea(s) stopped by their learning curves, "

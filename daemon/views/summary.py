@@ -13,6 +13,8 @@ from collections import Counter
 
 from autoresearchd import defaults
 from autoresearchd.engine.judge import seed_warning
+from autoresearchd.engine.plan import held
+from autoresearchd.engine.stopwhen import budget_spent
 from autoresearchd.research import open_research
 from autoresearchd.store.gitrepo import state_dir
 from autoresearchd.store.notes import Status
@@ -144,7 +146,9 @@ def summary(cfg, research=None, pop=None, figures: dict | None = None) -> dict:
                   "budget_usd": budget.get("max_usd") or cfg.llm.budget_usd,
                   "live_usd": budget.get("usd"), "max_gpu_hours": cfg.daemon.max_gpu_hours,
                   # early stopping ([stopping]): estimated, in the env's unit (GPU-hours, or CPU-hours without GPUs)
-                  "saved_hours": f.get("saved_s", 0.0) / 3600, "stopped": f["counts"].get(Status.STOPPED.value, 0)},
+                  "saved_hours": f.get("saved_s", 0.0) / 3600, "stopped": f["counts"].get(Status.STOPPED.value, 0),
+                  # queued ideas the daemon does not start: the compute budget is spent (engine/stopwhen.py)
+                  "held": len(held(pop)) if budget_spent(pop, cfg, m) else 0},
         "cost_per_improvement": {"usd": usd / improvement if improvement else None,
                                  "gpu_hours": gpu_s / 3600 / improvement if improvement and m.gpus else None},
         "metric": m.metric, "goal": m.goal, "gpus": m.gpus, "time_budget_s": m.time_budget_s,

@@ -158,6 +158,7 @@ async function renderOverview() {
     ? [h("div", {class: "big ok"}, "running"), kv([["pid", d.pid], ["up", dur(d.uptime_s)],
       ["heartbeat", d.last_heartbeat_s !== null ? dur(d.last_heartbeat_s) + " ago" : ""], ["LLM", d.llm || ""],
       d.stop_reason ? ["not proposing", d.stop_reason] : null,
+      sp.held ? ["held", sp.held + " queued idea(s), compute budget spent"] : null,
       d.implementing && d.implementing.length ? ["implementing", d.implementing.join(", ")] : null])]
     : [h("div", {class: "big dim"}, "not running"), h("p", {class: "dim"}, "read from git" +
       (d.stop_reason ? "; last stop: " + d.stop_reason : ""))];
