@@ -33,11 +33,11 @@ class Collector(Part):
     """Harvest, outcomes, finishing a unit (its result note), and backfill. Its own state: the trial
     directories to remove after this harvest, and the baseline (with its leases) last harvested."""
 
-    def __init__(self, shared: Shared):
+    def __init__(self, shared: Shared, screener=None):
         super().__init__(shared)                 # clean-ups run on its pool, off the tick's path
         self._cleanups: list[dict] = []          # handles whose notes are written: remove their dirs
         self._last_baseline: tuple[str | None, list] = (None, [])   # the baseline and its leases, last harvest
-        self.screener = None        # engine/screener.py, set by the Daemon with [screening] enabled
+        self.screener = screener    # engine/screener.py, with [screening] enabled
 
     # -- harvest -------------------------------------------------------------------------------------
     def _units(self, pop: Population):

@@ -56,10 +56,10 @@ class Daemon:
         self.stopper = stopper                        # engine/stopping.py, with [stopping] enabled
         # the one writer of idea state changes; its observers (W&B, lessons) hear of every result
         self.lifecycle = lifecycle if lifecycle is not None else Lifecycle(self.repo)
-        engine = build_engine(cfg, research, runner, self.lifecycle, wake=self.poke)
+        engine = build_engine(cfg, research, runner, self.lifecycle, wake=self.poke, screener=screener)
         self.slots, self.recovery = engine.slots, engine.recovery
         self.collector, self.dispatcher = engine.collector, engine.dispatcher
-        self.screener = self.collector.screener = screener   # engine/screener.py, with [screening] enabled
+        self.screener = screener                      # engine/screener.py, with [screening] enabled
         self.started = time.time()
         self.state_dir = gitrepo.state_dir(self.repo)
         self._tick_lock = threading.Lock()

@@ -28,8 +28,9 @@ class Engine:
     dispatcher: Dispatcher
 
 
-def build_engine(cfg, research, runner, lifecycle: Lifecycle, wake=None) -> Engine:
-    """The three parts over one slot table. `wake()` is called when a degraded host passes its probe."""
+def build_engine(cfg, research, runner, lifecycle: Lifecycle, wake=None, screener=None) -> Engine:
+    """The three parts over one slot table. `wake()` is called when a degraded host passes its probe;
+    `screener` (engine/screener.py, [screening] enabled) finishes the screened runs the Collector harvests."""
     # A host whose submit failed, whose disk is full, or that went silent gets no new trial until a
     # probe passes. (Without it one dead host took an attempt from every queued idea in a few ticks.)
     health = HostHealth()
@@ -38,4 +39,4 @@ def build_engine(cfg, research, runner, lifecycle: Lifecycle, wake=None) -> Engi
     harness = Harness(research)
     recovery = Recovery(cfg, runner, slots, health, pool, wake)
     shared = Shared(cfg, research, runner, slots, recovery, lifecycle, pool, harness)
-    return Engine(slots, recovery, Collector(shared), Dispatcher(shared))
+    return Engine(slots, recovery, Collector(shared, screener), Dispatcher(shared))
