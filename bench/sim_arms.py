@@ -128,8 +128,11 @@ class Search:
         if arm.tune:
             from sim_knobs import TuneDriver
             self.tuning = TuneDriver(self, *arm.tune)
-        # Daemon.jobs reads only cfg.policy and cfg.daemon.human_priority from its loop
-        self._shim = SimpleNamespace(cfg=SimpleNamespace(policy=cfg, daemon=SimpleNamespace(human_priority=True)))
+        # Daemon.jobs reads cfg.policy, cfg.daemon (human_priority; max_gpu_hours: none, since the sim's
+        # own clock holds new ideas at its budget just as budget_spent would), the manifest, the screener
+        self._shim = SimpleNamespace(cfg=SimpleNamespace(policy=cfg, daemon=SimpleNamespace(
+            human_priority=True, max_gpu_hours=None, target=None)), research=SimpleNamespace(manifest=ENV),
+            screener=None, _said_held=0)
 
     def pop(self) -> Population:
         return Population(list(self.ideas), BASE, self.bnote, baseline_leases=list(self.bleases))

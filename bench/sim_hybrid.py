@@ -2,7 +2,7 @@
 (Optuna's TPE on the environment's knobs, on the baseline) and the hybrid (both, the trials split by
 the product's tune/split.py), at equal GPU-hours, paired on the frozen hold-out seeds, each arm's one
 parameter tuned alike on the tuning seeds. The knobs' response surface is bench/sim_knobs.py's
-(UNCALIBRATED); every arm is our default search otherwise (our judge, the asynchronous loop).
+(calibrated on tinygpt's sweeps: bench/sim_knobs.py); every arm is our default search otherwise (our judge, the asynchronous loop).
 
     python bench/sim_hybrid.py --tune [--seeds 0-9] --tuned hybrid.json
     python bench/sim_hybrid.py [--seeds 1000-1019] --tuned bench/sim_hybrid_tuned.json

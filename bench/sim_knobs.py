@@ -1,20 +1,20 @@
 """Knobs with response surfaces in the timed world, and the product's tuner driven in the simulator
 (issue 30; bench/sim_hybrid.py measures it).
 
-**The surface (UNCALIBRATED).** Four knobs of a small language model, declared as the manifest's
+**The surface (calibrated on tinygpt's sweeps: the amplitudes and lr's width power, below).** Four knobs of a small language model, declared as the manifest's
 `[[env.knobs]]` (KNOBS): lr (log), warmup (steps), weight_decay (log) and width (a fixed time budget,
 so a wider model trains fewer steps and width has an optimum). A run's loss above the optimum of its
 code is a sum of quadratic bowls in log space, with interactions:
   A_LR (ln(lr / lr*) / ln 3)^2 + A_WU (ln((wu + 50) / (wu* + 50)) / ln 3)^2
   + A_WD (log10(wd / wd*))^2 + A_W (log2(width / width*))^2
-where lr* = lr0 x (width / 256)^-0.5 x the product of the idea's techniques' lr shifts (lr interacts
+where lr* = lr0 x (width / 256)^LR_WIDTH_POWER x the product of the idea's techniques' lr shifts (lr interacts
 with width, and an idea's code moves the optimum: a quarter of the techniques shift it by a factor
 e^N(0, 0.35)), and wu* = wu0 x (lr / lr*)^0.5 (a learning rate above its optimum wants more warmup).
 lr0, wu0, wd* and width* are drawn per world seed, around the baseline's values (lr off by up to 3x).
 The knobs' gain of a commit is the baseline knobs' penalty minus its own, for its code, so every idea
 at the baseline's knobs keeps the fixed world's effect, and the seed noise of a run is the world's.
-The amplitudes (A_*) and ranges are guesses: no tinygpt sweeps exist on this machine;
-bench/calibrate_knobs.py is the script that would measure them.
+The amplitudes (A_*) and lr's width power are fitted on tinygpt's real sweeps (bench/calibrate_knobs.py);
+the optima's ranges and how ideas move lr's optimum (LR_SHIFT_*) are not calibrated.
 
 **The tuner** is the product's: which study to tune is `tune.tuner.Tuner.targets`, the study is
 `tune.tuner.rebuild` from the population (Optuna's TPE, constant liar), its suggestion `ask()` then
@@ -41,7 +41,14 @@ KNOBS = [Knob(name="lr", low=3e-4, high=3e-2, log=True, baseline=3e-3),
          Knob(name="weight_decay", low=1e-3, high=0.3, log=True, baseline=0.1),
          Knob(name="width", type=KnobType.INT, low=128, high=512, step=32, baseline=256)]
 BASE_KNOBS = {k.name: k.baseline for k in KNOBS}
-A_LR, A_WU, A_WD, A_W = 0.03, 0.006, 0.008, 0.015    # UNCALIBRATED amplitudes (loss units)
+# Calibrated on tinygpt (bench/calibrate_knobs.py --fit bench/data/knob_sweeps_tinygpt.json: 21 knob
+# settings x 3 seeds, 200 steps), each bowl's amplitude times 1.043 (the world's loss over tinygpt's,
+# as bench/calibrate_curves.py scales): lr 0.047 (its optimum 3.2e-3, 3.2x the template's), warmup 0
+# (flat within the noise from 0 to 60 steps: no bowl), weight decay 0.0007 (flat from 0.01 to 0.3),
+# width 0.0103 (better up to the widest, 192: tinygpt trains fixed steps, not a fixed time).
+# Before: 0.03, 0.006, 0.008, 0.015, guessed.
+A_LR, A_WU, A_WD, A_W = 0.049, 0.0, 0.0007, 0.0108
+LR_WIDTH_POWER = -0.28          # lr* ~ width^p, fitted over the lr x n_embd grid (was assumed -0.5)
 LR_SHIFT_FRAC, LR_SHIFT_SD = 0.25, 0.35              # UNCALIBRATED: how ideas move the lr optimum
 
 
@@ -71,7 +78,7 @@ class Surface:
 
     def penalty(self, knobs: dict, techs) -> float:
         """Loss above the optimum of this code (techs) at these knob values."""
-        lr_opt = self.lr0 * (knobs["width"] / 256) ** -0.5 * math.prod(self.shift[t] for t in techs)
+        lr_opt = self.lr0 * (knobs["width"] / 256) ** LR_WIDTH_POWER * math.prod(self.shift[t] for t in techs)
         r = math.log(knobs["lr"] / lr_opt)
         wu_opt = self.wu0 * math.exp(0.5 * r)
         return self.scale * (A_LR * (r / math.log(3)) ** 2
