@@ -148,6 +148,7 @@ def arm_figures(out: Path, arm: str) -> dict:
     from autoresearchd.config import load_config
     from autoresearchd.research import open_research
     from autoresearchd.store.population import read_population
+    from autoresearchd.store import ranking
     from autoresearchd.store.spend import budget_hours
     from autoresearchd.vocab import Origin
 
@@ -160,7 +161,7 @@ def arm_figures(out: Path, arm: str) -> dict:
     best = pop.best(goal, confirmed=True)        # the product's best: promoted (a clear gain on one seed) or confirmed
     confirmed = best is not None and len(best.note.values) > 1
     held = [i for i in pop.comparable() if i.confirmed and len(i.note.values) > 1]
-    multi = min(held, key=lambda i: i.value if goal == "min" else -i.value) if held else None
+    multi = ranking.ranked(held, goal)[0] if held else None         # the product's one order of best
     return {"arm": arm, "trials": trials, "cpu_h": budget_hours(pop, research.manifest.gpus),
             "ideas": sum(1 for i in pop.ideas if i.note is not None and i.note.trials and i.origin != Origin.TUNE),
             "tuned": sum(1 for i in pop.ideas if i.note is not None and i.note.trials and i.origin == Origin.TUNE),

@@ -315,7 +315,8 @@ class Prompts:
         are Listings are cut to fit `token_budget`: what the fixed text leaves is shared out equally,
         and what one Listing does not need goes to the others."""
         values.setdefault("avoid", "")
-        values.setdefault("lessons", self.lessons_block(population, env))
+        if "lessons" not in values:         # not setdefault: the block reads git, and a caller's "" needs none
+            values["lessons"] = self.lessons_block(population, env)
         lists = {k: v for k, v in values.items() if isinstance(v, Listing)}
 
         def fill(texts: dict) -> str:

@@ -245,7 +245,7 @@ class ShellRunner:
 
     def progress_many(self, handles: list[dict[str, Any]]) -> list[list[tuple[float, float]] | None]:
         """Each running trial's learning curve so far, (t, value) points of the manifest's metric
-        (runners/progress.py: bounded, parsed tolerantly); None where its host could not be read."""
+        (runners/readback.py reads it, runners/progress.py parses it: bounded, tolerant); None where its host could not be read."""
         return read_many(self, handles, self.manifest.metric)
 
     def fetch(self, handle: dict[str, Any]) -> TrialOutcome:

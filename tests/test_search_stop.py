@@ -19,7 +19,7 @@ pytest.importorskip("optuna", reason="the `tune` extra (optuna) is not installed
 from autoresearchd.app import build_daemon  # noqa: E402
 from autoresearchd.config import load_config  # noqa: E402
 from autoresearchd.store.population import read_population  # noqa: E402
-from autoresearchd.store.spend import budget_hours, gpu_hours  # noqa: E402
+from autoresearchd.store.spend import budget_hours  # noqa: E402
 
 TRIALS = 12
 
@@ -53,7 +53,7 @@ def test_a_cpu_env_honours_its_compute_budget_and_tuning_stops_with_it(tmp_path,
     cfg.write_text(cfg.read_text().replace("[daemon]\n", "[daemon]\nmax_gpu_hours = 0.0002\n"))
     pop = run_until_settled(cfg, timeout=240)
     spent = budget_hours(pop, 0)
-    assert spent >= 0.0002 and gpu_hours(pop, 0) == 0.0      # CPU-hours measured; a CPU env has no GPU-hours
+    assert spent >= 0.0002          # CPU-hours measured (a CPU env has no GPU-hours: status says CPU-hours, below)
     # before the fix the budget read GPU-hours (0 here) and never stopped: the study ran all 12 trials.
     # Now only the tuned commits written before the baseline's seeds spent it run: at most parallel = 2,
     # none when the baseline's first seed alone spent it (a loaded machine)

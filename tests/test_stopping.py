@@ -392,7 +392,7 @@ def test_a_stopped_idea_s_gpu_time_counts_in_the_spend(make_repo, tmp_path):
     (docs/notes.md "Compute fields": wall_s and gpu_s the sums over trials, wall x GPUs where no GPU
     seconds were measured), so `status`'s GPU-hours and `daemon.max_gpu_hours` count it. A GPU env on
     the local runner; without nvidia-smi a trial's GPU seconds are its wall time x GPUs."""
-    from autoresearchd.store.spend import compute_s, gpu_hours
+    from autoresearchd.store.spend import budget_hours, compute_s
     repo = make_repo({".autoresearch.toml": TOY_MANIFEST + "gpus = 1\n", "run.py": curve_run(1.0),
                       "evaluate.py": TOY_EVAL}, "research")
     cfg = cfg_for(tmp_path, repo, runner='kind = "local"\ngpus = [0]')
@@ -405,7 +405,7 @@ def test_a_stopped_idea_s_gpu_time_counts_in_the_spend(make_repo, tmp_path):
     assert tr.wall_s > 1 and note.wall_s == pytest.approx(tr.wall_s)
     assert note.gpu_s == pytest.approx(tr.wall_s) and compute_s(note, 1) == pytest.approx(tr.wall_s)
     others = sum(compute_s(i.note, 1) for i in pop.ideas if i.note is not None and i.commit != bad)
-    assert gpu_hours(pop, 1) == pytest.approx((others + compute_s(pop.baseline_note, 1) + tr.wall_s) / 3600)
+    assert budget_hours(pop, 1) == pytest.approx((others + compute_s(pop.baseline_note, 1) + tr.wall_s) / 3600)
 
 
 def test_the_curve_cache_holds_only_the_peers_and_the_band(tmp_path, monkeypatch):

@@ -77,12 +77,6 @@ def compute_total(pop, gpus: int) -> float:
     return sum(compute_s(n, gpus) for n in notes)
 
 
-def gpu_hours(pop, gpus: int) -> float:
-    """Busy GPU-hours measured so far (0 for a CPU env): what `status` shows as GPU-hours (the budget
-    reads `budget_hours`)."""
-    return compute_total(pop, gpus) / 3600 if gpus else 0.0
-
-
 def budget_hours(pop, gpus: int) -> float:
     """Compute-hours that `daemon.max_gpu_hours` is held to: busy GPU-hours for a GPU env, CPU-hours for
     a CPU env (gpus = 0), the unit of every compute view. Reading GPU-hours there, which are 0 on a CPU

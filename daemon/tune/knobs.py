@@ -108,23 +108,25 @@ def declared_knobs(repo, commit: str, manifest: EnvManifest) -> list[Knob]:
         return []
 
 
-def commit_values(repo, commit: str, manifest: EnvManifest) -> dict[str, Any]:
+def commit_values(repo, commit: str, manifest: EnvManifest, cm: EnvManifest | None = None) -> dict[str, Any]:
     """The knob values the commit's knobs file sets ({} without the file), checked against the
-    manifest's knobs and the ones the commit declares."""
+    manifest's knobs and the ones the commit declares (`cm`: its commit_manifest, when the caller has it)."""
     data = repo.read_blob(f"{commit}:{KNOBS_FILE}")
-    return {} if data is None else parse_values(data, commit_manifest(repo, commit, manifest))
+    if data is None:
+        return {}
+    return parse_values(data, cm if cm is not None else commit_manifest(repo, commit, manifest))
 
 
 def commit_env(repo, commit: str, manifest: EnvManifest) -> dict[str, str]:
     """The AUTORESEARCH_KNOB_* variables a trial of the commit gets (the gate validated both files)."""
-    return knob_env(commit_manifest(repo, commit, manifest), commit_values(repo, commit, manifest))
+    cm = commit_manifest(repo, commit, manifest)        # once: the declaration is a blob read and a parse
+    return knob_env(cm, commit_values(repo, commit, manifest, cm))
 
 
 def file_error(repo, commit: str, manifest: EnvManifest) -> str | None:
     """Why the commit's knob declaration or knobs file may not run (None: absent or valid)."""
     try:
-        commit_values(repo, commit, manifest)
-        commit_manifest(repo, commit, manifest)
+        commit_values(repo, commit, manifest, commit_manifest(repo, commit, manifest))
     except KnobFileError as e:
         return str(e)
     return None

@@ -38,24 +38,27 @@ def study_root(pop, study: str) -> str | None:
     return root.commit if root is not None else None
 
 
-def studies(pop, m: EnvManifest, repo=None) -> list[dict]:
-    """Each study with a tuned result: its trials, best value, best knob values, surface lines and the
-    knobs its idea declares (`own`: [] without `repo`, whose trees hold the declarations)."""
+def studies(pop, m: EnvManifest, repo=None, limit: int | None = None) -> list[dict]:
+    """Each study with a tuned result, best first (the first `limit`): its trials, best value, best
+    knob values, surface lines and the knobs its idea declares (`own`: [] without `repo`, whose trees
+    hold the declarations; read only for the studies returned)."""
     names = sorted({i.trailers.tune_study for i in pop.ideas if i.trailers.tune_study})
-    out = []
     sign = 1 if m.goal == "min" else -1
+    found = []
     for s in names:
         pts = _measured(pop, s)
-        if not pts:
-            continue
+        if pts:
+            found.append((s, pts, min(pts, key=lambda p: sign * p[1])))
+    found.sort(key=lambda f: sign * f[2][1])
+    out = []
+    for s, pts, (knobs, value) in found[:limit]:
         root = study_root(pop, s) if repo is not None else None
         own = declared_knobs(repo, root, m) if root else []
-        knobs, value = min(pts, key=lambda p: sign * p[1])
         sm = m.model_copy(update={"knobs": [*m.knobs, *own]}) if own else m
         out.append({"study": s, "trials": len(pts), "best": value, "knobs": knobs,
                     "own": [k.name for k in own], "own_ranges": [knob_range(k) for k in own],
                     "surface": surface_lines(sm, pts)})
-    return sorted(out, key=lambda d: sign * d["best"])
+    return out
 
 
 def surface_lines(m: EnvManifest, pts: list[tuple[dict, float]]) -> list[str]:
@@ -100,7 +103,7 @@ def prompt_block(pop, m: EnvManifest, repo=None) -> str:
     """The prompt's tuning section: the knobs, how to ask for a knobs-only run, and what tuning found
     (the studies of ideas that declare knobs of their own too, with a manifest that declares none).
     With `repo`, a study of an idea that declares knobs shows their ranges and surface lines."""
-    found = studies(pop, m, repo)[:MAX_STUDIES_SHOWN]
+    found = studies(pop, m, repo, limit=MAX_STUDIES_SHOWN)
     if not m.knobs and not found:
         return ""
     lines = ["## Tuned knobs", ""]
