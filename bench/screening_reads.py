@@ -17,9 +17,8 @@ from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.notes import Note, Status
 
-MANIFEST = """[env]
-run = "python3 run.py"
-metric = "score"
+# the fidelity knob and its screening (tests/test_screening_daemon.py declares its env with it too)
+STEPS = """
 [[env.knobs]]
 name = "steps"
 type = "int"
@@ -30,6 +29,7 @@ baseline = 100
 knob = "steps"
 fraction = 0.25
 """
+MANIFEST = '[env]\nrun = "python3 run.py"\nmetric = "score"\n' + STEPS
 
 
 def main(n: int) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -25,18 +26,8 @@ from autoresearchd.store.ledger import Ledger
 from autoresearchd.store.refs import SCREENS_PREFIX
 from autoresearchd.vocab import Status
 
-STEPS = """
-[[env.knobs]]
-name = "steps"
-type = "int"
-low = 1
-high = 1000
-baseline = 100
-
-[env.screening]
-knob = "steps"
-fraction = 0.25
-"""
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from screening_reads import STEPS  # noqa: E402  (the fidelity knob's declaration, shared with the bench)
 
 # value = quality + 1 / steps (+ a seed's noise): shorter runs read worse, the quality decides the rank
 RUN = """import os
