@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -41,7 +42,9 @@ SLOW_FRAC = 0.15
 SLOW_MAX = 2.0
 RUN_JITTER = 0.05
 # the curves measured on tinygpt and fitted by bench/calibrate_curves.py
-CURVE_FIT = json.loads((Path(__file__).resolve().parent / "data" / "curve_fit.json").read_text())
+# SIM_CURVE_FIT names another fit (a sensitivity run: bench/data/curve_fit_makemore.json, docs/policies.md)
+CURVE_FIT = json.loads(Path(os.environ.get("SIM_CURVE_FIT")
+                            or Path(__file__).resolve().parent / "data" / "curve_fit.json").read_text())
 # each real idea's effect profile g(t) = effect(t) / effect(1): (its shape's name, t grid, g)
 PROFILES = [(p["shape"], p["t"], p["g"]) for p in CURVE_FIT["profiles"]]
 # the real baseline's mean curve above its end, in this world's loss units: (t grid, loss - loss(1))
