@@ -10,8 +10,8 @@ then each knob's bowl fitted in sim_knobs.py's form, and the constants printed.
 Runs: the template at each knob value through `AUTORESEARCH_KNOB_<NAME>` (train.py's apply_knobs),
 TINYGPT_THREADS=1, and evaluate.py's val_loss kept per run (bench/collect_curves.py's runner). The
 sweep (SWEEPS) is 5 values per knob and a 3 x 3 lr x n_embd grid: 21 points x 3 seeds = 63 runs of
-about 48 s on an idle core (docs/env-tinygpt.md), about 50 CPU-minutes; not run on the shared
-machine of this session, so sim_knobs.py's amplitudes stay UNCALIBRATED until it is.
+about 48 s on an idle core (docs/env-tinygpt.md), about 50 CPU-minutes. The sweep is committed as
+bench/data/knob_sweeps_tinygpt.json; sim_knobs.py's amplitudes are its fit (docs/policies.md).
 
 The fit, per knob x (in log space for lr, weight_decay and n_embd; warmup as ln(w + 50)): the mean
 val_loss over seeds against x, least squares on a + A ((x - x*) / s)^2 with s the scale sim_knobs.py
