@@ -28,10 +28,10 @@ from datetime import datetime
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from autoresearchd import defaults
+from autoresearchd.engine.lock import hold_daemon_lock
 from autoresearchd.engine.parts import build_engine
 from autoresearchd.engine.plan import Job, held, plan_jobs, settled
 from autoresearchd.engine.stopwhen import budget_spent, search_stop, stop_condition
-from autoresearchd.engine.lock import hold_daemon_lock
 from autoresearchd.engine.watch import start_watcher
 from autoresearchd.llm import BudgetExhausted, LLMError
 from autoresearchd.store import gitrepo, parsecache
@@ -155,7 +155,8 @@ class Daemon:
     def idle(self, pop: Population) -> bool:
         """Done for now: settled (nothing queued but held ideas, implementing, running or undecided) and,
         with a policy, it will propose nothing more (else a batch that all failed to implement looks idle)."""
-        return settled(pop, budget_spent(pop, self.cfg, self.research.manifest) is not None) and (self.policy is None or self.stop_condition(pop) is not None)
+        hold = budget_spent(pop, self.cfg, self.research.manifest) is not None
+        return settled(pop, hold) and (self.policy is None or self.stop_condition(pop) is not None)
 
     def stop_condition(self, pop: Population) -> str | None:
         """Why no more ideas are proposed (None: proposing goes on): engine/stopwhen.py."""

@@ -151,5 +151,4 @@ def settled(pop: Population, hold_new: bool = False) -> bool:
     return (baseline_complete(pop.baseline_note) and not pop.running()
             and not pop.implementing()
             and all(i.note is None or i.note.decision != Decision.PENDING or pop.stale(i) for i in pop.ideas)
-            and all(i.status != Status.QUEUED or (hold_new and not i.leases) for i in pop.ideas)
-            and not undecided)
+            and len(pop.queued()) == (len(held(pop)) if hold_new else 0) and not undecided)
