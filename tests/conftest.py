@@ -151,19 +151,19 @@ def branch_idea(repo: Path, name: str, message: str, edits: dict[str, str], base
 
 
 def run_until_settled(cfg_path, timeout=120, with_llm=False):
-    """Run the real daemon in-process until nothing is queued, implementing or running."""
+    """Run the real daemon in-process until nothing is queued (but what a spent budget holds),
+    implementing or running: the daemon's own judgement (Daemon.settled), as `--until idle` uses it."""
     import time
 
     from autoresearchd.app import build_daemon
     from autoresearchd.config import load_config
-    from autoresearchd.engine.plan import settled
     from autoresearchd.store.population import read_population
     d = build_daemon(load_config(cfg_path), with_llm=with_llm)
     t0 = time.time()
     timed_out = []
 
     def until(pop) -> bool:
-        if settled(pop):
+        if d.settled(pop):
             return True
         if time.time() - t0 > timeout:
             timed_out.append(True)

@@ -152,11 +152,15 @@ class Daemon:
         return self.screener.jobs(pop, jobs) if self.screener is not None else jobs
 
     # -- ideas ---------------------------------------------------------------------------------------
+    def settled(self, pop: Population) -> bool:
+        """Nothing queued but ideas the spent compute budget holds, implementing, running or undecided
+        (plan.settled, told whether the budget holds new ideas, as jobs() is)."""
+        return settled(pop, budget_spent(pop, self.cfg, self.research.manifest) is not None)
+
     def idle(self, pop: Population) -> bool:
-        """Done for now: settled (nothing queued but held ideas, implementing, running or undecided) and,
-        with a policy, it will propose nothing more (else a batch that all failed to implement looks idle)."""
-        hold = budget_spent(pop, self.cfg, self.research.manifest) is not None
-        return settled(pop, hold) and (self.policy is None or self.stop_condition(pop) is not None)
+        """Done for now: settled and, with a policy, it will propose nothing more (else a batch that all
+        failed to implement looks idle)."""
+        return self.settled(pop) and (self.policy is None or self.stop_condition(pop) is not None)
 
     def stop_condition(self, pop: Population) -> str | None:
         """Why no more ideas are proposed (None: proposing goes on): engine/stopwhen.py."""
