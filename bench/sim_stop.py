@@ -153,17 +153,8 @@ class Stopper:
         return progress.dumps(pts) if pts else None
 
     def _product(self, key: str) -> bool:
-        """engine/stopping.py's Stopper.check for one running idea, its decision Stopper.judge's."""
-        pts, p = self.curves[key], self.product
-        t = pts[-1][0]
-        if t < p.cfg.min_t or t >= 1.0 - 1e-9:      # check's gate: not before min_t, nor at t = 1
-            return False
-        pop = self.pop()
-        refs = [c for tr in (pop.baseline_note.trials if pop.baseline_note else []) if (c := p.curve(tr.curve))]
-        if not refs:
-            return False
-        p._planned = pop.baseline_note.seeds_planned or defaults.STOPPING_MIN_REF_SEEDS
-        return p.judge(list(pts), refs, p._peers(pop)) is not None
+        """engine/stopping.py's decision for one running idea: Stopper.decide, its gate included."""
+        return self.product.decide(self.pop(), list(self.curves[key])) is not None
 
 
 def product_stopper(rule: str, k: float, blobs) -> stopping.Stopper:

@@ -83,12 +83,11 @@ def sim_first_stop(s: Stopper, key: str, curve: list[float]) -> int | None:
 
 
 def product_first_stop(rule: Rule, curve: list[float], refs, peers, planned: int) -> int | None:
-    """The product's decision, fed by hand: Stopper.judge at each checkpoint from min_t on."""
+    """The product's decision, fed by hand: Stopper.judge at each checkpoint its gate (due) lets through."""
     p = product_stopper(PRODUCT_RULES[rule], K, None)
-    p._planned = planned
     pts = list(zip(TS, curve))
     return next((j for j in range(1, len(curve) + 1)
-                 if j / POINTS >= p.cfg.min_t and p.judge(pts[:j], refs, peers) is not None), None)
+                 if p.due(j / POINTS) and p.judge(pts[:j], refs, peers, planned) is not None), None)
 
 
 def as_pts(c: list[float]) -> list[tuple[float, float]]:
@@ -109,8 +108,8 @@ def test_the_sims_product_rule_stops_where_the_products_judge_does(rule, case):
 def test_the_product_judge_would_stop_before_min_t_but_the_sim_feeds_it_only_from_min_t():
     curve = CASES["losing before min_t only"]
     p = product_stopper("band", K, None)
-    p._planned = 3
-    assert p.judge(as_pts(curve)[:2], [as_pts(c) for c in SEEDS], []) is not None     # t = 0.2 < min_t
+    assert p.judge(as_pts(curve)[:2], [as_pts(c) for c in SEEDS], [], 3) is not None     # t = 0.2 < min_t
+    assert not p.due(0.2)                       # ... which the product's gate never lets it judge
     assert sim_first_stop(sim_search(Rule.PRODUCT, SEEDS, 3), "idea", curve) is None
 
 

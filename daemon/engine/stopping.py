@@ -115,7 +115,6 @@ class Stopper:
         self.repo = lifecycle.repo
         self._blobs: dict[str, Curve] = {}       # curve blob sha -> points (a blob never changes)
         self._seen: dict[str, float] = {}        # trial id -> the last t it was judged at
-        self._planned = defaults.STOPPING_MIN_REF_SEEDS   # seeds the current baseline plans
 
     def curve(self, sha: str | None) -> Curve:
         if not sha:
@@ -131,10 +130,9 @@ class Stopper:
         """Stop the ideas whose curves lose; True when a note was written."""
         live = [(idea, lz) for idea in pop.ideas if idea.note is None and not pop.stale(idea)
                 for lz in idea.leases if lz.state == LeaseState.RUNNING and lz.purpose == Purpose.IDEA]
-        refs = [c for t in (pop.baseline_note.trials if pop.baseline_note else []) if (c := self.curve(t.curve))]
+        refs = self.refs(pop)
         if not live or not refs:
             return False
-        self._planned = pop.baseline_note.seeds_planned or defaults.STOPPING_MIN_REF_SEEDS
         try:
             curves = self.runner.progress_many([lz.handle for _, lz in live])
         except Exception as e:  # noqa: BLE001 - a curve is optional: the idea runs to the end
@@ -150,28 +148,50 @@ class Stopper:
         wrote = False
         for idea, lz, pts in by_idea.values():
             t = pts[-1][0]
-            # at t = 1 training is over: nothing is left to save, and the metric of record (its
-            # evaluation, moments away) decides, not the run's own curve
-            if t < self.cfg.min_t or t >= 1.0 - 1e-9 or self._seen.get(lz.trial_id) == t:
+            if not self.due(t) or self._seen.get(lz.trial_id) == t:
                 continue
             self._seen[lz.trial_id] = t
             if peers is None:
                 peers = self._peers(pop)
-            evidence = self.judge(pts, refs, peers)
+            evidence = self.decide(pop, pts, refs, peers)
             if evidence is not None:
                 self._stop(pop, idea, lz, pts, evidence)
                 wrote = True
         return wrote
 
-    def judge(self, pts: Curve, refs: list[Curve], peers: list[Curve]) -> dict | None:
-        """The evidence for stopping the curve `pts` now, or None to let it run."""
+    def due(self, t: float) -> bool:
+        """Whether a curve that reached `t` may be judged: not before min_t, and not at t = 1, where
+        training is over: nothing is left to save, and the metric of record (its evaluation, moments
+        away) decides, not the run's own curve."""
+        return self.cfg.min_t <= t < 1.0 - 1e-9
+
+    def refs(self, pop: Population) -> list[Curve]:
+        """The baseline's seeds' curves: the band an idea is held to."""
+        return [c for t in (pop.baseline_note.trials if pop.baseline_note else []) if (c := self.curve(t.curve))]
+
+    def decide(self, pop: Population, pts: Curve, refs: list[Curve] | None = None,
+               peers: list[Curve] | None = None) -> dict | None:
+        """The whole rule for one running idea's curve `pts`, read against `pop`: the evidence for
+        stopping it now, or None to let it run. check() calls it for every live trial (with the refs
+        and peers read once per pass); bench/sim_stop.py replays recorded curves through it."""
+        if not pts or not self.due(pts[-1][0]):
+            return None
+        refs = self.refs(pop) if refs is None else refs
+        if not refs:
+            return None
+        planned = pop.baseline_note.seeds_planned or defaults.STOPPING_MIN_REF_SEEDS
+        return self.judge(pts, refs, self._peers(pop) if peers is None else peers, planned)
+
+    def judge(self, pts: Curve, refs: list[Curve], peers: list[Curve], planned: int) -> dict | None:
+        """The evidence for stopping the curve `pts` now, or None to let it run; `planned`: the seeds
+        the current baseline plans (a band of fewer seeds than that is not judged on)."""
         t, width = pts[-1][0], 1.0 / defaults.STOPPING_GRID
         b = band(refs, t, width)
         v = window(pts, t, width)
         if b is None or v is None:
             return None
         mean, sd, n = b
-        if n < min(defaults.STOPPING_MIN_REF_SEEDS, self._planned):
+        if n < min(defaults.STOPPING_MIN_REF_SEEDS, planned):
             return None
         spread = max(sd, defaults.STOPPING_MIN_SPREAD * abs(mean))
         margin = self.cfg.margin * spread
