@@ -20,7 +20,6 @@ from fixtures_reliability import write_cfg
 from fixtures_sshd import ssh_fleet  # noqa: F401  (fixture, started only for the ssh case)
 from fixtures_slurm import slurm_cluster  # noqa: F401  (fixture, started only for the slurm case)
 
-from autoresearchd.engine import screening
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ledger import Ledger
 from autoresearchd.store.refs import SCREENS_PREFIX
@@ -94,7 +93,7 @@ def check(repo, log, good, bad, pop, host: str):
     assert pop.baseline_value == pytest.approx(1.0105)
     assert pop.best("min").commit == good
     # no screened value is anyone's metric of record, and no screen is an idea
-    screens = screening.read_screens(GitRepo(repo))
+    screens = pop.screens
     assert {s.of for s in screens.values()} == {good, bad, pop.baseline_commit}
     assert not {s.commit for s in screens.values()} & set(by)
     of = {s.of: s for s in screens.values()}
@@ -132,3 +131,4 @@ def test_slurm_runner_screens(env, tmp_path, monkeypatch, slurm_cluster):  # noq
     work = tmp_path / f"slurm-trials-{uuid.uuid4().hex[:6]}"
     screen_and_restart(tmp_path, env, f'kind = "slurm"\n[runner.slurm]\nwork_root = "{work}"\nmax_jobs = 2', "slurm")
     slurm_cluster.wait_idle(30)
+
