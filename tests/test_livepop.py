@@ -43,7 +43,7 @@ def assert_same(live, repo, step=""):
     assert (live.baseline_commit, live.baseline_note, live.baseline_leases, live.at_baseline) == \
         (full.baseline_commit, full.baseline_note, full.baseline_leases, full.at_baseline), step
     assert live.by_id == full.by_id and live.by_commit == full.by_commit, step
-    assert live.screens == full.screens, step
+    assert live.screens == full.screens and live.unlisted == full.unlisted, step
 
 
 def commit_on(repo, parent: str, text: str, trailers: dict | None = None) -> str:
@@ -190,6 +190,7 @@ def test_random_writes_incremental_equals_full_read(tmp_path, seed, bulk, monkey
             compared += 1
     assert compared >= 60 and len(set(ops)) >= 19, (compared, sorted(set(ops)))
     assert pop.screens and any(s.note for s in pop.screens.values()), pop.screens    # screens were compared
+    assert pop.unlisted, "no note was left on a commit no ref shows (an old baseline, a deleted idea)"
     # the derived state is bounded by the live refs, however long it runs
     assert set(live._built) <= set(repo.refs(IDEA_BRANCHES, RECORDS_PREFIX, ARCHIVE_PREFIX, PROPOSALS_PREFIX))
     assert set(live._placed) <= set(live._shown) <= set(live._built)

@@ -32,7 +32,7 @@ from autoresearchd.store import refevents
 from autoresearchd.store.gitrepo import GitError, GitRepo
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.population import (_IDEAS, _NOTES, Population, _at_baseline, _baseline_notes,
-                                            _make_idea, _make_screen, bulk, read_objects)
+                                            _make_idea, _make_screen, _note, bulk, read_objects)
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_NAMESPACE, NOTES_REF,
                                       PROPOSALS_PREFIX, RECORDS_PREFIX, RUNS_REF, SCREENS_PREFIX)
 from autoresearchd.store.screens import LiveScreens
@@ -93,6 +93,7 @@ class LivePopulation:
         self._epochs: Counter = Counter()        # epochs of the shown ideas not of human origin
         self._bkey: tuple = (None, None, None)   # the baseline commit, its note and lease blobs
         self._screens = LiveScreens()            # the screened runs (store/screens.py)
+        self._unlisted: dict[str, object] = {}   # commit -> note: Population.unlisted
 
     # -- what changed ------------------------------------------------------------------------------
     def _notes_map(self, ref: str, commit: str | None) -> tuple[dict[str, str], set[str]]:
@@ -184,7 +185,8 @@ class LivePopulation:
         leases, lchanged = self._notes_map(RUNS_REF, cheap.get(RUNS_REF))
         bkey = (baseline, notes.get(baseline), leases.get(baseline)) if baseline else (None, None, None)
         self._cheap = cheap
-        skeys = {self._screens.move(r, moved.pop(r)) for r in [r for r in moved if r.startswith(SCREENS_PREFIX)]}
+        sshas: set[str] = set()              # the commits screens/ refs moved from and to
+        skeys = {self._screens.move(r, moved.pop(r), sshas) for r in [r for r in moved if r.startswith(SCREENS_PREFIX)]}
         if not first and not moved and not skeys and not nchanged and not lchanged and bkey == self._bkey:
             return None
         self._rescreen(self._screens.touched(skeys, set(nchanged) | lchanged), notes, leases)
@@ -212,6 +214,7 @@ class LivePopulation:
             for idea_id in self._dirty[0]:
                 self._ids[idea_id].sort()
         self._bkey = bkey
+        self._unlist(shas | sshas, notes, baseline)
         self._place()
         self._index()
         objs = repo.cat_file_batch([b for b in bkey[1:] if b and b not in _NOTES])
@@ -220,8 +223,20 @@ class LivePopulation:
                               at_baseline=_at_baseline({r: baseline for r in self._by_sha.get(baseline, ())},
                                                        baseline),
                               by_id=dict(self._by_id), by_commit=dict(self._by_commit),
-                              screens=dict(self._screens.screens))
+                              screens=dict(self._screens.screens), unlisted=dict(self._unlisted))
         return self.pop
+
+    def _unlist(self, shas: set[str], notes: dict, baseline: str | None) -> None:
+        """Population.unlisted for the commits whose note, refs or baseline role changed."""
+        want = {}
+        for sha in shas:
+            blob = notes.get(sha)
+            if blob and sha not in self._by_sha and sha not in self._screens.by_sha and sha != baseline:
+                want[sha] = blob
+            else:
+                self._unlisted.pop(sha, None)
+        objs = read_objects(self.repo, [b for b in want.values() if b not in _NOTES], set(), set(want.values()))
+        self._unlisted.update((c, _note(b, objs)) for c, b in want.items() if b in objs or b in _NOTES)
 
     def _rescreen(self, keys: set[str], notes: dict, leases: dict) -> None:
         """Build again the screens of `keys` whose ref, note or lease moved (one cat-file for them all)."""

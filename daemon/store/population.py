@@ -47,6 +47,9 @@ class Population:
     at_baseline: list[str] = field(default_factory=list)
     # the screened runs, by key (an idea's id, or baseline-<commit>): store/screens.py
     screens: dict[str, Screen] = field(default_factory=dict)
+    # result notes on commits that are no idea, no screen and not the baseline (an old baseline's seeds,
+    # a measured commit whose refs were all deleted): runs the daemon made, so the spend counts them
+    unlisted: dict[str, Note] = field(default_factory=dict)
 
     def __post_init__(self):
         # the baseline's value, read once: `stale` asks for it for every idea of every view
@@ -326,9 +329,11 @@ def _read_population(repo: GitRepo, baseline_ref: str) -> Population:
         [lease_list[c] for c in commits if c in lease_list]
     if baseline:
         wanted += [m[baseline] for m in (note_list, lease_list) if baseline in m]
+    others = unlisted_notes(note_list, set(commits), baseline)
+    wanted += others.values()
     # what the caches already hold need not be read from git at all
     wanted = [w for w in wanted if w not in _NOTES and w not in _IDEAS]
-    objs = read_objects(repo, wanted, set(commits), {note_list[c] for c in commits if c in note_list})
+    objs = read_objects(repo, wanted, set(commits), {note_list[c] for c in commits if c in note_list} | set(others.values()))
     ideas: list[Idea] = []
     seen: set[str] = {baseline} if baseline else set()
     for ref, sha in _ref_order(refs):
@@ -342,7 +347,14 @@ def _read_population(repo: GitRepo, baseline_ref: str) -> Population:
     return Population(ideas, baseline, *_baseline_notes(baseline, note_list.get(baseline), lease_list.get(baseline),
                                                            objs), at_baseline=_at_baseline(refs, baseline),
                       screens={k: s for k, sha in screens.items()
-                               if (s := _make_screen(k, sha, note_list.get(sha), lease_list.get(sha), objs))})
+                               if (s := _make_screen(k, sha, note_list.get(sha), lease_list.get(sha), objs))},
+                      unlisted={c: _note(b, objs) for c, b in others.items() if b in objs or b in _NOTES})
+
+
+def unlisted_notes(note_list: dict[str, str], listed: set[str], baseline: str | None) -> dict[str, str]:
+    """commit -> note blob of the result notes on commits no listed ref (idea, record, proposal, archive,
+    screen) shows and that are not the baseline: Population.unlisted."""
+    return {c: b for c, b in note_list.items() if c not in listed and c != baseline}
 
 
 def _at_baseline(refs: dict[str, str], baseline: str | None) -> list[str]:

@@ -65,10 +65,12 @@ class LiveScreens:
         self.built: dict[str, tuple[tuple, Screen | None]] = {}    # key -> (what it was built from, screen)
         self.screens: dict[str, Screen] = {}
 
-    def move(self, ref: str, sha: str | None) -> str:
-        """A screens/ ref moved (None: deleted); returns its key."""
+    def move(self, ref: str, sha: str | None, shas: set[str]) -> str:
+        """A screens/ ref moved (None: deleted); returns its key. The commits it left and reached go into
+        `shas`."""
         key = ref[len(SCREENS_PREFIX):]
         old = self.refs.pop(key, None)
+        shas |= {old, sha} - {None}
         if old is not None:
             self.by_sha[old].discard(key)
             if not self.by_sha[old]:

@@ -10,10 +10,11 @@ trailers the daemon believes (store/ideas.as_pushed), so it spent nothing the da
 An idea only proposed (no implementation yet) has spent its proposal: `Idea-Cost-USD`/`Idea-Tokens`.
 
 Compute: a note's CPU or GPU seconds (`compute_s`), each run counted once, by the note on the commit
-it ran: an idea's note (its seeds, confirmations, a tuned commit's trials, a stopped run's partial
-seed), the baseline's note (its seeds), and every screened run's note (Population.screens: an idea's
-screen and the baseline's screened seeds, on refs/autoresearch/screens/; a continued idea's full-length
-note holds only its full-length seeds). Two notes carry figures of runs they did not make, and count 0:
+it ran: every result note in git counts. An idea's note (its seeds, confirmations, a tuned commit's
+trials, a stopped run's partial seed), the baseline's note (its seeds), every screened run's note
+(Population.screens: an idea's screen and the baseline's screened seeds, on refs/autoresearch/screens/;
+a continued idea's full-length note holds only its full-length seeds), and the notes on commits no ref
+shows any more (Population.unlisted: an old baseline's seeds after the baseline moved). Two notes carry figures of runs they did not make, and count 0:
 a result linked from an identical tree (its figures are the other commit's), and a `screened_out`
 idea's note, which copies its screen's wall_s/cpu_s/gpu_s so the idea's own page shows what it cost;
 the screen's note is the one counted, since the screens of continued ideas and of the baseline have no
@@ -78,8 +79,10 @@ def compute_s(note, gpus: int) -> float:
 
 
 def screens_s(pop, gpus: int) -> float:
-    """Compute seconds of every screened run of a population (its `screens`: ideas' and baselines')."""
-    return sum(compute_s(s.note, gpus) for s in pop.screens.values())
+    """Compute seconds of the runs that are no idea's: every screened run of a population (its
+    `screens`: ideas' and baselines') and the notes no ref shows (`unlisted`: old baselines')."""
+    return sum(compute_s(s.note, gpus) for s in pop.screens.values()) + \
+        sum(compute_s(n, gpus) for n in pop.unlisted.values())
 
 
 def _screen_s(pop, key: str, of: str | None, gpus: int) -> float:
@@ -100,7 +103,8 @@ def baseline_compute_s(pop, gpus: int) -> float:
 
 def compute_total(pop, gpus: int) -> float:
     """Compute seconds of a population, in the env's unit: GPU-seconds for a GPU env, CPU-seconds for a
-    CPU env: its ideas' notes, the baseline's, and every screened run's (docs/notes.md "Compute fields")."""
+    CPU env: its ideas' notes, the baseline's, every screened run's and the unlisted notes' (old
+    baselines'): every result note in git, once (docs/notes.md "Compute fields")."""
     notes = [i.note for i in pop.ideas if i.note is not None]
     if pop.baseline_note is not None:
         notes.append(pop.baseline_note)

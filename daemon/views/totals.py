@@ -49,7 +49,7 @@ class Totals:
         self.epochs = Counter(i.epoch for i in pop.ideas)     # Population.epoch: every idea's, pushed ones too
         self.stale = {id(i): i for i in f["stale"]}
         self.compute = f["gpu_s"] if self.gpus else f["cpu_s"]
-        self.screen_s = screens_s(pop, self.gpus)     # in `compute`: recounted on each advance (below)
+        self.screen_s = screens_s(pop, self.gpus)     # screens, old baselines: recounted on each advance
         self.saved = f["saved_s"]
         self.best, self.lucky = f["best"], f["lucky"]
         self.arms = {m: dict(s) for m, s in f["arms"].items()}
@@ -109,8 +109,8 @@ class Totals:
         t.env, t.goal, t.gpus, t.pop = self.env, self.goal, self.gpus, pop
         t.counts, t.epochs = Counter(self.counts), Counter(self.epochs)
         t.total, t.usd, t.tokens, t.compute = self.total, self.usd, self.tokens, self.compute
-        # the screened runs are no ideas: their compute is summed again (one pass over the screens, as
-        # board.changes makes one over the ideas), not tracked by the ideas that changed
+        # the screened runs and old baselines are no ideas: their compute is summed again (one pass over
+        # them, as board.changes makes one over the ideas), not tracked by the ideas that changed
         t.screen_s = screens_s(pop, self.gpus)
         t.compute += t.screen_s - self.screen_s
         t.saved = self.saved
