@@ -77,7 +77,8 @@ def main(n: int) -> None:
             lc.screen_result(c, Note(status=Status.SUCCEEDED, screened={"value": 1.0}))
             t = time.perf_counter()
             pop = live.refresh(scan=False)
-            print(f"LivePopulation refresh after one more screen and its note: {(time.perf_counter() - t) * 1000:.1f} ms "
+            ms = (time.perf_counter() - t) * 1000
+            print(f"LivePopulation refresh after one more screen and its note: {ms:.1f} ms "
                   f"({len(pop.screens)} screens); after a baseline note: {base * 1000:.1f} ms")
 
 

@@ -150,10 +150,10 @@ def field(text: str, key: str) -> str | None:
 def test_spend_counts_every_run_once_with_screening(env, tmp_path):
     """With screening on, the one spend rule (compute_total: budget, status, dashboard) equals the CPU
     seconds of every result note in git, each counted once: the baseline's seeds and screened seeds, the
-    ideas' screens, the continued ideas' full-length seeds and a confirmation (an idea better by less than
-    the single-run margin, with no better one before it, is confirmed on a fresh seed). A screened-out idea's note copies its screen's
-    figures (its own page shows them): not counted again. Before the fix the screens of the continued
-    ideas and of the baseline were never counted."""
+    ideas' screens, the continued idea's full-length seed and a confirmation (an idea better by less than
+    the single-run margin, with no better one before it, is confirmed on a fresh seed). A screened-out
+    idea's note copies its screen's figures (its own page shows them): not counted again. Before the fix
+    the screens of the continued idea and of the baseline were never counted."""
     from autoresearchd.store.spend import budget_hours, compute_total
     from autoresearchd.views.summary import population_figures
     from autoresearchd.views.totals import Totals

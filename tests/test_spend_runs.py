@@ -77,7 +77,7 @@ def test_every_kind_of_run_counts_once(make_repo):
     by = {i.commit: i for i in pop0.ideas}
     assert by[ideas["tuned"]].origin == "tune"
     lc.result(base, None, note(1, seeds=2))                                             # the baseline's seeds: 1
-    lc.result(ideas["confirmed"], by[ideas["confirmed"]], note(2, seeds=2, decision="confirmed"))   # seed + confirmation
+    lc.result(ideas["confirmed"], by[ideas["confirmed"]], note(2, seeds=2, decision="confirmed"))  # + confirmation
     lc.result(ideas["tuned"], by[ideas["tuned"]], note(4))                              # a tuned trial: 4
     lc.result(ideas["stopped"], by[ideas["stopped"]], note(8, status=Status.STOPPED))  # a stopped run: 8
     c = screen(repo, lc, ideas["continued"], by[ideas["continued"]].idea_id)

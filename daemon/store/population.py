@@ -3,8 +3,10 @@ one for-each-ref, one notes list per ref, and one `cat-file --batch` for commits
 
 The population is every idea (branches under refs/heads/idea/, measured commits kept under
 refs/autoresearch/archive/ after their branch moved on, plus records of ideas that never became
-runnable under refs/autoresearch/records/), the baseline, their result notes and leases, and the
-screened runs (refs/autoresearch/screens/: never ideas; store/screens.py) with theirs.
+runnable under refs/autoresearch/records/), the baseline, their result notes and leases, the
+screened runs (refs/autoresearch/screens/: never ideas; store/screens.py) with theirs, and the result
+notes on commits none of those refs shows (`unlisted`: an old baseline's), so the spend (store/spend.py)
+sees every run once.
 
 Provenance is the daemon's: a branch commit's trailers count only if the daemon marked that commit
 as its own (refs/autoresearch/ideas/<idea-id>, written by the implementer; records and proposals
@@ -333,7 +335,8 @@ def _read_population(repo: GitRepo, baseline_ref: str) -> Population:
     wanted += others.values()
     # what the caches already hold need not be read from git at all
     wanted = [w for w in wanted if w not in _NOTES and w not in _IDEAS]
-    objs = read_objects(repo, wanted, set(commits), {note_list[c] for c in commits if c in note_list} | set(others.values()))
+    blobs = {note_list[c] for c in commits if c in note_list} | set(others.values())
+    objs = read_objects(repo, wanted, set(commits), blobs)
     ideas: list[Idea] = []
     seen: set[str] = {baseline} if baseline else set()
     for ref, sha in _ref_order(refs):

@@ -14,12 +14,14 @@ it ran: every result note in git counts. An idea's note (its seeds, confirmation
 trials, a stopped run's partial seed), the baseline's note (its seeds), every screened run's note
 (Population.screens: an idea's screen and the baseline's screened seeds, on refs/autoresearch/screens/;
 a continued idea's full-length note holds only its full-length seeds), and the notes on commits no ref
-shows any more (Population.unlisted: an old baseline's seeds after the baseline moved). Two notes carry figures of runs they did not make, and count 0:
-a result linked from an identical tree (its figures are the other commit's), and a `screened_out`
-idea's note, which copies its screen's wall_s/cpu_s/gpu_s so the idea's own page shows what it cost;
-the screen's note is the one counted, since the screens of continued ideas and of the baseline have no
-idea note to copy them into. The compute budget (`daemon.max_gpu_hours`) reads the total in the env's
-unit (`budget_hours`): CPU-hours on a CPU env. docs/notes.md "Compute fields" lists every kind of run.
+shows any more (Population.unlisted: an old baseline's seeds after the baseline moved). Two notes
+carry figures of runs they did not make, and count 0: a result linked from an identical tree (its
+figures are the other commit's), and a `screened_out` idea's note, which copies its screen's
+wall_s/cpu_s/gpu_s so the idea's own page shows what it cost. The screen's note is the one counted, not
+the copy, because the screens of continued ideas and of the baseline have no idea note to copy them
+into: counting by the commit a run ran on is the one rule that reaches them all. The compute budget
+(`daemon.max_gpu_hours`) reads the total in the env's unit (`budget_hours`): CPU-hours on a CPU env.
+docs/notes.md "Every kind of run counts once" lists every kind of run.
 """
 
 from __future__ import annotations
