@@ -192,6 +192,33 @@ def test_spend_counts_every_run_once_with_screening(env, tmp_path):
     assert Totals(pop, m).figures()["cpu_s"] == pytest.approx(want)
 
 
+def test_the_screener_reads_no_git_of_its_own(env, tmp_path, monkeypatch):
+    """The screener's three reads a tick (the harvest's units, the step, the plan) come from the
+    population it is given (Population.screens): no git process. Before, each listed the screens/ refs,
+    the notes and the lease notes itself."""
+    import subprocess
+
+    from autoresearchd.app import build_daemon
+    from autoresearchd.config import load_config
+    from autoresearchd.engine.plan import plan_jobs
+    from autoresearchd.store.population import read_population
+    repo, log, good, bad = env
+    cfg = cfg_for(tmp_path, repo, 'kind = "local"\nslots = 2')
+    run_until_settled(cfg, timeout=240)
+    d = build_daemon(load_config(cfg), with_llm=False)
+    pop = read_population(d.repo, d.research.baseline_ref)
+    assert len(pop.screens) == 3
+    spawned = []
+    real = subprocess.Popen.__init__
+    monkeypatch.setattr(subprocess.Popen, "__init__",
+                        lambda self, args, *a, **kw: (spawned.append(args), real(self, args, *a, **kw))[1])
+    assert list(d.screener.units(pop)) == []                # settled: no screen has a lease
+    assert d.screener.step(pop) is False                    # every screen made and decided: nothing to write
+    assert d.screener.jobs(pop, plan_jobs(pop, d.cfg.policy, False)) == []
+    monkeypatch.undo()
+    assert spawned == []
+
+
 # a run that burns 0.5 s of CPU at the short fidelity only: the baseline's full-length seeds cost next to
 # nothing, its screened seeds the most, so only counting the screens can spend the budget
 BURN_SHORT = RUN.replace("with open(\"out.txt\"", """if steps < 100:

@@ -35,7 +35,7 @@ from autoresearchd import defaults
 from autoresearchd.manifest import EnvManifest, screened_value
 from autoresearchd.store.ideas import parse_message
 from autoresearchd.store.refs import SCREENS_PREFIX
-from autoresearchd.store.screens import Screen, screen_key  # noqa: F401  (the screens a population carries)
+from autoresearchd.store.screens import screen_key  # noqa: F401  (the screener names screens by it)
 from autoresearchd.store.trailers import parse_trailers
 from autoresearchd.tune.knobs import KNOBS_FILE, commit_values, values_file
 
