@@ -364,6 +364,3 @@ SCREENING_MIN_SPREAD = 0.01
 SCREENING_MIN_PEERS = 2
 """The quantile rule needs this many screened ideas (its own included) against the same baseline;
 with fewer, the baseline's margin decides alone."""
-SCREENING_PARSE_CACHE = 20000
-"""Parsed screen notes and lease notes kept (by blob sha: a blob never changes) so each tick reads only
-the new ones; past this many the cache starts over."""

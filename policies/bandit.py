@@ -8,7 +8,8 @@ over the baseline (goal-aware, 0 when it did not improve, failed, or was dropped
 still waiting for a result count as proposals, not as gains.
 
 An idea's cost is its proposal's LLM spend plus, with a price per GPU-hour (`[llm]
-ensemble_gpu_usd_per_hour`), its trials' GPU time (the note's `gpu_s`, confirmation seeds included):
+ensemble_gpu_usd_per_hour`), its trials' GPU time by the one spend rule (store/spend.idea_compute_s:
+the note's `gpu_s`, confirmation seeds included, and its screened run's; a linked result's nothing):
 a model whose ideas are cheap to propose but fail or need many seeds is not cheap. For a model with n
 proposals, m of them measured, mean gain g and mean cost u per proposal:
     score = (g + C * G * sqrt(ln N / m)) / u
@@ -24,7 +25,7 @@ from collections import Counter
 from autoresearchd import defaults
 from autoresearchd.goal import gain as goal_gain      # this module's own gain() is per idea
 from autoresearchd.store.notes import Status
-from autoresearchd.store.spend import idea_spend
+from autoresearchd.store.spend import idea_compute_s, idea_spend
 
 
 def idea_model(idea) -> str | None:
@@ -36,10 +37,9 @@ def idea_cost(idea) -> float:
     return idea_spend(idea).ideation_usd
 
 
-def compute_usd(idea, usd_per_gpu_hour: float) -> float:
+def compute_usd(idea, population, usd_per_gpu_hour: float) -> float:
     """What the idea's trials cost at this price per GPU-hour (0 without GPU time or a price)."""
-    n = idea.note
-    return (n.gpu_s or 0.0) * usd_per_gpu_hour / 3600 if n is not None and usd_per_gpu_hour else 0.0
+    return idea_compute_s(idea, population, 1) * usd_per_gpu_hour / 3600 if usd_per_gpu_hour else 0.0
 
 
 def gain(idea, population, env) -> float | None:
@@ -71,7 +71,7 @@ def arm_stats(population, env, models: list[str] | None = None, pending: Counter
         s = out.setdefault(m, new_arm())
         s["proposals"] += 1
         s["usd"] += idea_cost(i)
-        s["compute_usd"] += compute_usd(i, usd_per_gpu_hour)
+        s["compute_usd"] += compute_usd(i, population, usd_per_gpu_hour)
         g = gain(i, population, env)
         if g is not None:
             s["measured"] += 1

@@ -2,7 +2,8 @@
 from-scratch `read_population` of the same real git repo:
 - a randomized run of many writes of every kind the repo sees (new ideas of the daemon, pushes that
   build on ideas, notes written, amended and removed, leases written and removed, baseline moves,
-  force-pushes, deleted and archived branches, records, proposals turned into branches, refs packed),
+  force-pushes, deleted and archived branches, records, proposals turned into branches, refs packed,
+  screened runs made, moved and deleted, with their notes and leases written and removed),
   some written by this process (ref events) and some by another writer (found by a scan), compared
   after every step;
 - no read misses an idea the implementer turns from proposal into branch while it reads;
@@ -24,7 +25,7 @@ from autoresearchd.store.livepop import LivePopulation
 from autoresearchd.store.notes import Lease, Status, format_leases, format_note
 from autoresearchd.store.population import read_population
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF, PROPOSALS_PREFIX,
-                                      RECORDS_PREFIX, RUNS_REF)
+                                      RECORDS_PREFIX, RUNS_REF, SCREENS_PREFIX)
 
 from dashserver import ok_note
 from popbuilder import BASELINE_VALUES, build_population, race_proposals_into_branches
@@ -42,6 +43,7 @@ def assert_same(live, repo, step=""):
     assert (live.baseline_commit, live.baseline_note, live.baseline_leases, live.at_baseline) == \
         (full.baseline_commit, full.baseline_note, full.baseline_leases, full.at_baseline), step
     assert live.by_id == full.by_id and live.by_commit == full.by_commit, step
+    assert live.screens == full.screens and live.unlisted == full.unlisted, step
 
 
 def commit_on(repo, parent: str, text: str, trailers: dict | None = None) -> str:
@@ -70,13 +72,25 @@ class World:
             self.repo.git("update-ref", ref, sha)
         self.external = True
 
+    def screen(self, of: str, key: str) -> None:
+        """A screened run of `of` (engine/screening.py's commit: its message names what it screens),
+        written by this process (an event) or, rarely, by another writer; sometimes a commit with no
+        `Screen-Of` trailer, which is no screen."""
+        trailer = f"\n\nScreen-Of: {of}\nScreen-Knob: steps\nScreen-Fraction: 0.25\n" if self.rng.random() < 0.9 else ""
+        tree = self.repo.tree_with_files(of, {"knobs.json": f"{self.k}".encode()})
+        c = self.repo.commit_tree(tree, [of], f"screen {key}{trailer}")
+        (self.repo.update_ref if self.rng.random() < 0.7 else self.ext_ref)(SCREENS_PREFIX + key, c)
+
     def step(self) -> str:
         r, repo = self.rng, self.repo
         self.k += 1
         k = self.k
         op = r.choice(["daemon_idea", "daemon_idea", "push", "note", "note", "amend", "unnote", "lease",
                        "unlease", "baseline", "baseline_note", "force_push", "delete", "archive", "record",
-                       "proposal", "implement", "pack"])
+                       "proposal", "implement", "pack", "screen", "screen", "screen_note", "screen_lease",
+                       "screen_gone"])
+        screens = sorted(repo.refs(SCREENS_PREFIX).items())
+        shot = r.choice(screens) if screens else None
         main = repo.rev_parse(MAIN)
         picked = self.pick()
         if op == "daemon_idea":
@@ -128,6 +142,27 @@ class World:
                 repo.delete_ref(PROPOSALS_PREFIX + idea_id)
         elif op == "pack":
             repo.git("pack-refs", "--all")
+        elif op == "screen":        # a new idea's screen, the baseline's, or one made again (a new commit)
+            if picked and r.random() < 0.6:
+                self.screen(picked[1], f"idea-s{k}" if r.random() < 0.7 or not shot else shot[0].rsplit("/", 1)[1])
+            else:
+                self.screen(main, f"baseline-{main}")
+        elif op == "screen_note" and shot:
+            if r.random() < 0.8:
+                note = ok_note(BMEAN + r.uniform(-0.1, 0.1), BMEAN, "pending").model_copy(
+                    update={"value": None, "decision": None, "cpu_s": r.uniform(0, 5),
+                            "screened": {"value": BMEAN + r.uniform(0, 0.2), "decision": r.choice(["", "continue"])}})
+                repo.note_write(NOTES_REF, shot[1], format_note(note))
+            else:
+                repo.note_remove(NOTES_REF, shot[1])
+        elif op == "screen_lease" and shot:
+            if r.random() < 0.7:
+                lz = Lease(trial_id=f"s{k}", seed=0, runner="local", host="gpu-a", slot=str(k % 4), purpose="screen")
+                repo.note_write(RUNS_REF, shot[1], format_leases([lz]))
+            else:
+                repo.note_remove(RUNS_REF, shot[1])
+        elif op == "screen_gone" and shot:
+            (repo.delete_ref if r.random() < 0.7 else (lambda ref: self.ext_ref(ref, None)))(shot[0])
         return op
 
 
@@ -153,7 +188,9 @@ def test_random_writes_incremental_equals_full_read(tmp_path, seed, bulk, monkey
         if not world.external:     # everything since the last scan was told: the live read is whole
             assert_same(pop, repo, f"step {n} ({op}, ops {ops[-5:]})")
             compared += 1
-    assert compared >= 60 and len(set(ops)) >= 15, (compared, sorted(set(ops)))
+    assert compared >= 60 and len(set(ops)) >= 19, (compared, sorted(set(ops)))
+    assert pop.screens and any(s.note for s in pop.screens.values()), pop.screens    # screens were compared
+    assert pop.unlisted, "no note was left on a commit no ref shows (an old baseline, a deleted idea)"
     # the derived state is bounded by the live refs, however long it runs
     assert set(live._built) <= set(repo.refs(IDEA_BRANCHES, RECORDS_PREFIX, ARCHIVE_PREFIX, PROPOSALS_PREFIX))
     assert set(live._placed) <= set(live._shown) <= set(live._built)

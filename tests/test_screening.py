@@ -152,13 +152,13 @@ def test_screen_commit_is_the_idea_plus_knobs_and_survives_a_restart(make_repo):
     lc.screen_result(c, Note(status=Status.SUCCEEDED, idea_id="x1", metric="score", goal="min",
                              screened={"value": 1.25, "of": idea, "knob": "steps", "fraction": 0.25}))
     assert seen[-1].change == Change.SCREEN_RESULT
-    # a fresh reader (a restart) rebuilds the screen from git alone
-    got = screening.read_screens(GitRepo(path))
+    # a fresh reader (a restart) rebuilds the screen from git alone: the population carries it
+    from autoresearchd.store.population import read_population
+    pop = read_population(GitRepo(path), "main")
+    got = pop.screens
     assert set(got) == {"x1"} and got["x1"].of == idea and got["x1"].value == 1.25
     assert got["x1"].note.value is None and got["x1"].note.decision is None
     # the screened commit is never an idea of the population
-    from autoresearchd.store.population import read_population
-    pop = read_population(GitRepo(path), "main")
     assert all(i.commit != c for i in pop.ideas)
 
 

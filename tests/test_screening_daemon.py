@@ -20,7 +20,6 @@ from fixtures_reliability import write_cfg
 from fixtures_sshd import ssh_fleet  # noqa: F401  (fixture, started only for the ssh case)
 from fixtures_slurm import slurm_cluster  # noqa: F401  (fixture, started only for the slurm case)
 
-from autoresearchd.engine import screening
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ledger import Ledger
 from autoresearchd.store.refs import SCREENS_PREFIX
@@ -94,7 +93,7 @@ def check(repo, log, good, bad, pop, host: str):
     assert pop.baseline_value == pytest.approx(1.0105)
     assert pop.best("min").commit == good
     # no screened value is anyone's metric of record, and no screen is an idea
-    screens = screening.read_screens(GitRepo(repo))
+    screens = pop.screens
     assert {s.of for s in screens.values()} == {good, bad, pop.baseline_commit}
     assert not {s.commit for s in screens.values()} & set(by)
     of = {s.of: s for s in screens.values()}
@@ -132,3 +131,138 @@ def test_slurm_runner_screens(env, tmp_path, monkeypatch, slurm_cluster):  # noq
     work = tmp_path / f"slurm-trials-{uuid.uuid4().hex[:6]}"
     screen_and_restart(tmp_path, env, f'kind = "slurm"\n[runner.slurm]\nwork_root = "{work}"\nmax_jobs = 2', "slurm")
     slurm_cluster.wait_idle(30)
+
+
+# -- spend: every run counted once (docs/notes.md "Compute fields") -------------------------------------
+def every_note(repo) -> dict[str, str]:
+    """commit -> note text, for every result note git holds (refs/notes/autoresearch), read with git."""
+    out = {}
+    for line in git(repo, "notes", "--ref", "autoresearch", "list").splitlines():
+        blob, commit = line.split()
+        out[commit] = git(repo, "cat-file", "blob", blob)
+    return out
+
+
+def field(text: str, key: str) -> str | None:
+    return next((ln.split(": ", 1)[1] for ln in text.splitlines() if ln.startswith(key + ": ")), None)
+
+
+def test_spend_counts_every_run_once_with_screening(env, tmp_path):
+    """With screening on, the one spend rule (compute_total: budget, status, dashboard) equals the CPU
+    seconds of every result note in git, each counted once: the baseline's seeds and screened seeds, the
+    ideas' screens, the continued idea's full-length seed and a confirmation (an idea better by less than
+    the single-run margin, with no better one before it, is confirmed on a fresh seed). A screened-out
+    idea's note copies its screen's figures (its own page shows them): not counted again. Before the fix
+    the screens of the continued idea and of the baseline were never counted."""
+    from autoresearchd.store.spend import budget_hours, compute_total
+    from autoresearchd.views.summary import population_figures
+    from autoresearchd.views.totals import Totals
+    repo, log, good, bad = env
+    # in the good idea's place, one better by 0.005: within the single-run margin (the baseline's 2 seeds
+    # differ by 0.001), and no better idea before it, so it is confirmed on a fresh seed
+    git(repo, "branch", "-D", "idea/human/good")
+    close = branch_idea(repo, "human/close", "a little better",
+                        {"run.py": (repo / "run.py").read_text().replace("Q = 1.0", "Q = 0.995")})
+    cfg = cfg_for(tmp_path, repo, 'kind = "local"\nslots = 2')
+    cfg.write_text(cfg.read_text().replace("confirm_seeds = 0", "confirm_seeds = 1"))
+    pop = run_until_settled(cfg, timeout=240)
+    ran = runs(log)
+    # every kind of run took place: the baseline's seeds and screened seeds, both ideas' screens, the
+    # continued idea's full-length seed and its confirmation
+    assert sum(1 for r in ran if r[0] == 1.0) == 4 and sum(1 for r in ran if r[0] == 1.5) == 1, ran
+    assert sorted(r[1:] for r in ran if r[0] == 0.995) == [(25, 0), (100, 0), (100, 1)], ran
+    assert {i.commit: i for i in pop.ideas}[close].note.decision in ("confirmed", "demoted")
+    notes = every_note(repo)
+    assert len(notes) == 1 + 2 + 3, sorted(notes)       # the baseline, 2 ideas, 3 screens, and no other
+    out = [c for c, t in notes.items() if field(t, "status") == "screened_out"]
+    assert out == [bad]
+    shot = pop.screens["baseline-" + pop.baseline_commit]
+    assert shot.note is not None and len(shot.note.trials) == 2
+    screen_of_bad = next(s for s in pop.screens.values() if s.of == bad)
+    # the copy is exactly its screen's figures: counting both would count the screened run twice
+    assert float(field(notes[bad], "cpu_s")) == float(field(notes[screen_of_bad.commit], "cpu_s"))
+    want = sum(float(field(t, "cpu_s")) for c, t in notes.items() if c not in out)
+    assert all(float(field(t, "cpu_s")) > 0 for t in notes.values()), notes      # the local runner measures
+    assert compute_total(pop, 0) == pytest.approx(want)
+    assert budget_hours(pop, 0) == pytest.approx(want / 3600)
+    # `status` and the dashboard read the same rule (the dashboard's running totals, by changes, too)
+    from autoresearchd.manifest import parse_manifest
+    m = parse_manifest((repo / ".autoresearch.toml").read_text())
+    assert population_figures(pop, m)["cpu_s"] == pytest.approx(want)
+    assert Totals(pop, m).figures()["cpu_s"] == pytest.approx(want)
+
+
+def test_the_screener_reads_no_git_of_its_own(env, tmp_path, monkeypatch):
+    """The screener's three reads a tick (the harvest's units, the step, the plan) come from the
+    population it is given (Population.screens): no git process. Before, each listed the screens/ refs,
+    the notes and the lease notes itself."""
+    import subprocess
+
+    from autoresearchd.app import build_daemon
+    from autoresearchd.config import load_config
+    from autoresearchd.engine.plan import plan_jobs
+    from autoresearchd.store.population import read_population
+    repo, log, good, bad = env
+    cfg = cfg_for(tmp_path, repo, 'kind = "local"\nslots = 2')
+    run_until_settled(cfg, timeout=240)
+    d = build_daemon(load_config(cfg), with_llm=False)
+    pop = read_population(d.repo, d.research.baseline_ref)
+    assert len(pop.screens) == 3
+    spawned = []
+    real = subprocess.Popen.__init__
+    monkeypatch.setattr(subprocess.Popen, "__init__",
+                        lambda self, args, *a, **kw: (spawned.append(args), real(self, args, *a, **kw))[1])
+    assert list(d.screener.units(pop)) == []                # settled: no screen has a lease
+    assert d.screener.step(pop) is False                    # every screen made and decided: nothing to write
+    assert d.screener.jobs(pop, plan_jobs(pop, d.cfg.policy, False)) == []
+    monkeypatch.undo()
+    assert spawned == []
+
+
+# a run that burns 0.5 s of CPU at the short fidelity only: the baseline's full-length seeds cost next to
+# nothing, its screened seeds the most, so only counting the screens can spend the budget
+BURN_SHORT = RUN.replace("with open(\"out.txt\"", """if steps < 100:
+    import time
+    t = time.process_time()
+    while time.process_time() - t < 0.5:
+        pass
+with open("out.txt\"""")
+
+
+def test_a_budget_the_baseline_screens_spend_holds_new_ideas_and_their_screens(make_repo, tmp_path):
+    """max_gpu_hours = 0.00017 (0.61 s of CPU): the baseline's full-length seeds (a few hundredths of a
+    second each) leave it unspent, its two screened seeds (0.5 s each) spend it. The new ideas are then
+    held, their screens too: they never run. Before the fix the screens were not counted, the budget
+    never read spent, and both ideas' screens ran."""
+    from autoresearchd.store.spend import budget_hours
+    shared = Path(tempfile.mkdtemp(prefix="screening-runs-"))
+    log = shared / "runs.log"
+    log.touch()
+    run = BURN_SHORT.format(log=str(log))
+    assert "process_time" in run
+    repo = make_repo({".autoresearch.toml": knob_manifest(STEPS), "run.py": run, "evaluate.py": TOY_EVAL}, "research")
+    ideas = [branch_idea(repo, f"human/i{k}", f"idea {k}", {"run.py": run.replace("Q = 1.0", f"Q = 0.{k + 5}")})
+             for k in range(2)]
+    # one slot, nothing pre-staged behind the running trial: the baseline's second screened seed starts
+    # only when its first is in, so the budget is read spent (the screen's note, written once both
+    # seeds are in) before any idea could take the slot (a trial staged while the last one that spends
+    # the budget runs is in flight, as any idea's would be: what runs when the budget is reached runs)
+    cfg = cfg_for(tmp_path, repo, 'kind = "local"\nslots = 1\nprestage = 1')
+    cfg.write_text(cfg.read_text().replace("[daemon]\n", "[daemon]\nmax_gpu_hours = 0.00017\n"))
+    try:
+        pop = run_until_settled(cfg, timeout=240)
+        ran = runs(log)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    assert sorted(r for r in ran if r[0] == 1.0) == [(1.0, 25, 0), (1.0, 25, 1), (1.0, 100, 0), (1.0, 100, 1)], ran
+    base = pop.screens["baseline-" + pop.baseline_commit].note
+    assert base is not None and sum(t.cpu_s for t in base.trials) >= 1.0
+    assert pop.baseline_note.cpu_s < 0.61 <= budget_hours(pop, 0) * 3600
+    # the ideas: held like a first seed (no note, no lease), and so are their screens (made, never run)
+    assert [r for r in ran if r[0] != 1.0] == [], ran
+    by = {i.commit: i for i in pop.ideas}
+    for c in ideas:
+        i = by[c]
+        assert i.status == Status.QUEUED and i.note is None and not i.leases, (i.idea_id, i.status)
+        s = pop.screens.get(i.idea_id)
+        assert s is None or (s.note is None and not s.leases), s

@@ -4,7 +4,9 @@ until the decision lets it continue (the rule and the commits: engine/screening.
 
 Every piece of state is in git and re-read each tick: the screens/ refs, their result notes (a screen
 note's `screened.decision` = `continue` lets the idea run at full length) and leases, and an idea's
-`screened_out` note. A restarted daemon picks up where the stopped one was.
+`screened_out` note. The screens come with the population each step is given (Population.screens,
+store/screens.py): the screener lists nothing itself. A restarted daemon picks up where the stopped one
+was.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class Screener:
     # -- the collector's units: each screen with leases ------------------------------------------------
     def units(self, pop: Population):
         by_id = {i.idea_id: i for i in pop.ideas}
-        for key, s in screening.read_screens(self.repo).items():
+        for key, s in pop.screens.items():
             if s.leases:
                 yield s.commit, by_id.get(key), s.note, list(s.leases)
 
@@ -75,7 +77,8 @@ class Screener:
                    baseline_commit=pop.baseline_commit, trials=trials, seeds=[t.seed for t in trials],
                    error=failed[0].error if failed else None,
                    wall_s=_total(trials, "wall_s"), cpu_s=_total(trials, "cpu_s"), gpu_s=_total(trials, "gpu_s"))
-        of = screening.screen_of(self.repo, commit)
+        s = next((s for s in pop.screens.values() if s.commit == commit), None)
+        of = s.of if s is not None else screening.screen_of(self.repo, commit)
         new.screened = {"value": statistics.fmean(vals) if vals and not failed else None, "values": vals,
                         "of": of, "knob": sc.knob, "fraction": sc.fraction}
         self.lifecycle.screen_result(commit, new, kept=[lz for lz in leases if lz.state in POLLED])
@@ -84,9 +87,11 @@ class Screener:
     # -- before dispatch: screens made, decisions written -----------------------------------------------
     def step(self, pop: Population) -> bool:
         wrote = False
-        screens = screening.read_screens(self.repo)
+        screens = pop.screens
         key = self.base_key(pop)
         with self.lifecycle.batch():
+            # a screen made here has no note yet, so nothing below decides on it: the loop reads the
+            # population again after a step that wrote (engine/loop.py), and plans from that
             if key and key not in screens:
                 screening.make_screen(self.repo, self.lifecycle, self.manifest, pop.baseline_commit, key)
                 wrote = True
@@ -95,8 +100,6 @@ class Screener:
                 if s is None or s.of != idea.commit:
                     screening.make_screen(self.repo, self.lifecycle, self.manifest, idea.commit, idea.idea_id)
                     wrote = True
-            if wrote:
-                screens = screening.read_screens(self.repo)
             wrote |= self._decide(pop, screens, key)
         return wrote
 
@@ -148,7 +151,7 @@ class Screener:
 
     # -- the plan: a new idea's first seed is its screen until it may continue --------------------------
     def jobs(self, pop: Population, jobs: list[Job]) -> list[Job]:
-        screens = screening.read_screens(self.repo)
+        screens = pop.screens
         # the baseline's full-length seeds first (its seed 0 is the first result a user waits for), then
         # its screened seeds (every decision needs them), then the rest in the plan's order
         out: list[Job] = [j for j in jobs if j.purpose == Purpose.BASELINE]

@@ -6,9 +6,11 @@ A screened run is a commit the daemon makes, like a tuned commit: the idea's tre
 (tune/knobs.py) setting the fidelity knob to its baseline value x fraction, and nothing else changed;
 its parent is the idea's commit, its message says `Screen-Of: <idea commit>`, and it lives on
 `refs/autoresearch/screens/<key>` (the idea's id, or `baseline-<commit>` for the baseline), a prefix the
-population never lists: a screen is never an idea of its own, never in the leaderboard. Its result note
-(on the screened commit, `screened` holding the value) is what the decision reads, so a restarted daemon
-rebuilds every screen and every decision from git alone.
+population never lists as an idea: a screen is never an idea of its own, never in the leaderboard. The
+population carries the screens beside its ideas (Population.screens, store/screens.py), read from the
+same listings. Its result note (on the screened commit, `screened` holding the value) is what the
+decision reads, so a restarted daemon rebuilds every screen and every decision from git alone; its
+compute counts in the one spend rule (store/spend.py).
 
 The decision, for an idea whose screen has a value and whose baseline's screened seeds all have theirs:
 - screened out when its value is worse than the baseline's screened mean by more than margin = k x
@@ -28,20 +30,16 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
 
 from autoresearchd import defaults
 from autoresearchd.manifest import EnvManifest, screened_value
-from autoresearchd.store.notes import Lease, Note, Status, parse_leases, parse_note
-from autoresearchd.store.refs import NOTES_REF, RUNS_REF, SCREENS_PREFIX
+from autoresearchd.store.ideas import parse_message
+from autoresearchd.store.refs import SCREENS_PREFIX
+from autoresearchd.store.screens import screen_key  # noqa: F401  (the screener names screens by it)
+from autoresearchd.store.trailers import parse_trailers
 from autoresearchd.tune.knobs import KNOBS_FILE, commit_values, values_file
 
 SCREEN_TRAILER = "Screen-Of"
-
-
-def screen_key(idea_id: str | None, commit: str) -> str:
-    """The screens/ ref name of an idea's screen, or of the baseline's (once per baseline commit)."""
-    return idea_id if idea_id else f"baseline-{commit}"
 
 
 def screen_message(key: str, of: str, knob: str, value, fraction: float) -> str:
@@ -65,65 +63,9 @@ def make_screen(repo, lifecycle, manifest: EnvManifest, of: str, key: str) -> st
 
 
 def screen_of(repo, commit: str) -> str | None:
-    """The commit a screened commit screens, from its message (None: not a screen)."""
-    for line in (repo.commit_message(commit) or "").splitlines():
-        if line.startswith(SCREEN_TRAILER + ":"):
-            return line.split(":", 1)[1].strip() or None
-    return None
-
-
-@dataclass(frozen=True)
-class Screen:
-    """A screened commit and what git holds for it: its result note and its leases."""
-    key: str
-    commit: str
-    of: str
-    note: Note | None
-    leases: tuple[Lease, ...] = ()
-
-    @property
-    def value(self) -> float | None:
-        n = self.note
-        if n is None or n.status != Status.SUCCEEDED:
-            return None
-        v = n.screened.get("value")
-        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
-
-
-# immutable facts, kept to spare git reads on every tick (a commit's message, a blob's parse); the state
-# itself is re-read from the refs and notes listings each time. A cached note is shared: readers copy
-# it before changing it (as the population's notes); leases, which the harvest changes, go out as copies
-_OF: dict[str, str | None] = {}
-_PARSED: dict[str, object] = {}
-
-
-def _parsed(blobs: dict[str, bytes], sha: str, parse):
-    if sha not in _PARSED:
-        if len(_PARSED) > defaults.SCREENING_PARSE_CACHE:
-            _PARSED.clear()
-        _PARSED[sha] = parse(blobs[sha].decode(errors="replace")) if sha in blobs else None
-    return _PARSED[sha]
-
-
-def read_screens(repo) -> dict[str, Screen]:
-    """Every screen, by key, rebuilt from the screens/ refs, the notes and the lease notes: one listing of
-    each, one batch read of the blobs not parsed yet (nothing kept in memory that git does not hold)."""
-    refs = repo.refs(SCREENS_PREFIX)
-    for sha in refs.values():
-        if sha not in _OF:
-            _OF[sha] = screen_of(repo, sha)
-    notes, runs = repo.notes_list(NOTES_REF), repo.notes_list(RUNS_REF)
-    want = [m[c] for c in refs.values() for m in (notes, runs) if c in m]
-    blobs = repo.cat_file_batch([b for b in want if b not in _PARSED])
-    out = {}
-    for ref, sha in refs.items():
-        if not _OF.get(sha):
-            continue
-        note = _parsed(blobs, notes[sha], parse_note) if sha in notes else None
-        leases = _parsed(blobs, runs[sha], parse_leases) if sha in runs else None
-        out[ref.removeprefix(SCREENS_PREFIX)] = Screen(ref.removeprefix(SCREENS_PREFIX), sha, _OF[sha], note,
-                                                       tuple(lz.model_copy(deep=True) for lz in leases or ()))
-    return out
+    """The commit a screened commit screens: its `Screen-Of` trailer (store/trailers.py; None: not a
+    screen). The population reads it the same way, from the commits it parses (store/screens.py)."""
+    return parse_trailers(parse_message(repo.commit_message(commit) or "")[2]).screen_of
 
 
 def worse(a: float, b: float, goal: str) -> bool:

@@ -9,6 +9,8 @@
 - a scan (`scan=True`, the start of each tick) lists every idea ref (branches, records, archives, the
   daemon's marks) and compares the listing with the last one line by line: pushes, force-pushes and
   deletions by other processes.
+The screened runs (refs/autoresearch/screens/, store/screens.py) ride on the same three: their refs are
+scanned and told like idea refs, and a screen is built again only when its ref, note or lease moved.
 Only ideas whose ref, commit, own mark, note or lease changed are built again; the ordered idea list,
 the winner of each commit (a branch before its archive ref), the placements of pushed ideas and the
 baseline's exclusion are patched for those alone. Nothing handed out is ever modified: a changed idea
@@ -30,12 +32,13 @@ from autoresearchd.store import refevents
 from autoresearchd.store.gitrepo import GitError, GitRepo
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.population import (_IDEAS, _NOTES, Population, _at_baseline, _baseline_notes,
-                                            _make_idea, bulk, read_objects)
+                                            _make_idea, _make_screen, _note, bulk, read_objects)
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_NAMESPACE, NOTES_REF,
-                                      PROPOSALS_PREFIX, RECORDS_PREFIX, RUNS_REF)
+                                      PROPOSALS_PREFIX, RECORDS_PREFIX, RUNS_REF, SCREENS_PREFIX)
+from autoresearchd.store.screens import LiveScreens
 from autoresearchd.vocab import Origin
 
-SCANNED = (IDEA_BRANCHES, RECORDS_PREFIX, ARCHIVE_PREFIX, IDEAS_PREFIX)   # listed by a scan
+SCANNED = (IDEA_BRANCHES, RECORDS_PREFIX, ARCHIVE_PREFIX, IDEAS_PREFIX, SCREENS_PREFIX)   # listed by a scan
 _REF = operator.itemgetter(3)              # an order key's ref
 MAX_EVENT_REFS = 500        # more refs told than this: one scan lists them all for less
 
@@ -89,6 +92,8 @@ class LivePopulation:
         self._placed: dict[str, tuple[Idea, Idea]] = {}    # ref -> (unplaced idea, its placed copy)
         self._epochs: Counter = Counter()        # epochs of the shown ideas not of human origin
         self._bkey: tuple = (None, None, None)   # the baseline commit, its note and lease blobs
+        self._screens = LiveScreens()            # the screened runs (store/screens.py)
+        self._unlisted: dict[str, object] = {}   # commit -> note: Population.unlisted
 
     # -- what changed ------------------------------------------------------------------------------
     def _notes_map(self, ref: str, commit: str | None) -> tuple[dict[str, str], set[str]]:
@@ -135,17 +140,22 @@ class LivePopulation:
         now = self.repo.refs(*sorted(told))
         moved = {}
         for ref in told:
-            old = self._marks.get(ref) if ref.startswith(IDEAS_PREFIX) else self._refs.get(ref)
-            if now.get(ref) != old:
+            if now.get(ref) != self._old(ref):
                 moved[ref] = now.get(ref)
         if moved:
             self._listing = None            # the next scan compares lines, not the whole listing
             for ref, sha in moved.items():
-                old = self._marks.get(ref) if ref.startswith(IDEAS_PREFIX) else self._refs.get(ref)
+                old = self._old(ref)
                 self._lines.discard(f"{old} {ref}")
                 if sha is not None:
                     self._lines.add(f"{sha} {ref}")
         return moved
+
+    def _old(self, ref: str) -> str | None:
+        """What a scanned ref pointed at when last read."""
+        if ref.startswith(SCREENS_PREFIX):
+            return self._screens.refs.get(ref[len(SCREENS_PREFIX):])
+        return self._marks.get(ref) if ref.startswith(IDEAS_PREFIX) else self._refs.get(ref)
 
     # -- the refresh -------------------------------------------------------------------------------
     def refresh(self, scan: bool = True) -> Population | None:
@@ -175,8 +185,11 @@ class LivePopulation:
         leases, lchanged = self._notes_map(RUNS_REF, cheap.get(RUNS_REF))
         bkey = (baseline, notes.get(baseline), leases.get(baseline)) if baseline else (None, None, None)
         self._cheap = cheap
-        if not first and not moved and not nchanged and not lchanged and bkey == self._bkey:
+        sshas: set[str] = set()              # the commits screens/ refs moved from and to
+        skeys = {self._screens.move(r, moved.pop(r), sshas) for r in [r for r in moved if r.startswith(SCREENS_PREFIX)]}
+        if not first and not moved and not skeys and not nchanged and not lchanged and bkey == self._bkey:
             return None
+        self._rescreen(self._screens.touched(skeys, set(nchanged) | lchanged), notes, leases)
         shas = set(nchanged) | lchanged
         if bkey[0] != self._bkey[0]:
             shas |= {bkey[0], self._bkey[0]} - {None}
@@ -201,6 +214,7 @@ class LivePopulation:
             for idea_id in self._dirty[0]:
                 self._ids[idea_id].sort()
         self._bkey = bkey
+        self._unlist(shas | sshas, notes, baseline)
         self._place()
         self._index()
         objs = repo.cat_file_batch([b for b in bkey[1:] if b and b not in _NOTES])
@@ -208,8 +222,28 @@ class LivePopulation:
                               *_baseline_notes(baseline, bkey[1], bkey[2], objs),
                               at_baseline=_at_baseline({r: baseline for r in self._by_sha.get(baseline, ())},
                                                        baseline),
-                              by_id=dict(self._by_id), by_commit=dict(self._by_commit))
+                              by_id=dict(self._by_id), by_commit=dict(self._by_commit),
+                              screens=dict(self._screens.screens), unlisted=dict(self._unlisted))
         return self.pop
+
+    def _unlist(self, shas: set[str], notes: dict, baseline: str | None) -> None:
+        """Population.unlisted for the commits whose note, refs or baseline role changed."""
+        want = {}
+        for sha in shas:
+            blob = notes.get(sha)
+            if blob and sha not in self._by_sha and sha not in self._screens.by_sha and sha != baseline:
+                want[sha] = blob
+            else:
+                self._unlisted.pop(sha, None)
+        objs = read_objects(self.repo, [b for b in want.values() if b not in _NOTES], set(), set(want.values()))
+        self._unlisted.update((c, _note(b, objs)) for c, b in want.items() if b in objs or b in _NOTES)
+
+    def _rescreen(self, keys: set[str], notes: dict, leases: dict) -> None:
+        """Build again the screens of `keys` whose ref, note or lease moved (one cat-file for them all)."""
+        want = self._screens.wanted(keys, notes, leases)
+        wanted = [w for inputs in want.values() for w in inputs if w and w not in _NOTES and w not in _IDEAS]
+        objs = read_objects(self.repo, wanted, {i[0] for i in want.values()}, {i[1] for i in want.values()} - {None})
+        self._screens.rebuild(want, objs, _make_screen)
 
     def _index(self) -> None:
         """by_id (the first idea of an id in the order) and by_commit, for the ids and commits touched."""

@@ -3,7 +3,10 @@ one for-each-ref, one notes list per ref, and one `cat-file --batch` for commits
 
 The population is every idea (branches under refs/heads/idea/, measured commits kept under
 refs/autoresearch/archive/ after their branch moved on, plus records of ideas that never became
-runnable under refs/autoresearch/records/), the baseline, their result notes and leases.
+runnable under refs/autoresearch/records/), the baseline, their result notes and leases, the
+screened runs (refs/autoresearch/screens/: never ideas; store/screens.py) with theirs, and the result
+notes on commits none of those refs shows (`unlisted`: an old baseline's), so the spend (store/spend.py)
+sees every run once.
 
 Provenance is the daemon's: a branch commit's trailers count only if the daemon marked that commit
 as its own (refs/autoresearch/ideas/<idea-id>, written by the implementer; records and proposals
@@ -29,7 +32,8 @@ from autoresearchd.store.ideas import Idea, as_pushed, idea_from_commit
 from autoresearchd.store.notes import Note, Origin, Status, parse_leases, parse_note
 from autoresearchd.store.ranking import best_of
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, HEADS, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF, PROPOSALS_PREFIX,
-                                      RECORDS_PREFIX, RUNS_REF)
+                                      RECORDS_PREFIX, RUNS_REF, SCREENS_PREFIX)
+from autoresearchd.store.screens import Screen, screen_refs
 
 
 @dataclass
@@ -43,6 +47,11 @@ class Population:
     # idea branches that point at the baseline commit itself: nothing to measure, so no idea of their
     # own (listing them would count the baseline's spend twice and show it as a "+0.0000" idea)
     at_baseline: list[str] = field(default_factory=list)
+    # the screened runs, by key (an idea's id, or baseline-<commit>): store/screens.py
+    screens: dict[str, Screen] = field(default_factory=dict)
+    # result notes on commits that are no idea, no screen and not the baseline (an old baseline's seeds,
+    # a measured commit whose refs were all deleted): runs the daemon made, so the spend counts them
+    unlisted: dict[str, Note] = field(default_factory=dict)
 
     def __post_init__(self):
         # the baseline's value, read once: `stale` asks for it for every idea of every view
@@ -257,6 +266,20 @@ def read_objects(repo: GitRepo, wanted: list[str], commits: set[str], notes: set
     return objs
 
 
+def _make_screen(key: str, sha: str, note_blob: str | None, lease_blob: str | None,
+                 objs: dict[str, bytes]) -> Screen | None:
+    """The screen a screens/ ref shows, through the caches an idea is read through (None: the commit is
+    unreadable or screens nothing). Its trailers are believed: only the daemon writes under screens/."""
+    if sha not in objs and sha not in _IDEAS:
+        return None
+    of = _IDEAS.get_or(sha, lambda: _parse_idea(sha, objs[sha]))["trailers"].screen_of
+    if not of:
+        return None
+    note = _note(note_blob, objs) if note_blob and (note_blob in objs or note_blob in _NOTES) else None
+    leases = parse_leases(objs[lease_blob].decode(errors="replace")) if lease_blob and lease_blob in objs else ()
+    return Screen(key, sha, of, note, tuple(leases))
+
+
 def _make_idea(ref: str, sha: str, own: set[str], note_blob: str | None, lease_blob: str | None,
                objs: dict[str, bytes]) -> Idea:
     """The idea a ref shows (before pushed ideas are placed): a fresh object, free for the caller."""
@@ -295,21 +318,25 @@ def _read_population(repo: GitRepo, baseline_ref: str) -> Population:
     # branch listing and the proposal listing and be missed, and the policy, counting the epoch's
     # ideas, proposed it again. for-each-ref walks refs/autoresearch/ before refs/heads/, so a
     # proposal gone by then has its branch listed.
-    listed = repo.refs(IDEA_BRANCHES, IDEAS_PREFIX, RECORDS_PREFIX, PROPOSALS_PREFIX, ARCHIVE_PREFIX)
+    listed = repo.refs(IDEA_BRANCHES, IDEAS_PREFIX, RECORDS_PREFIX, PROPOSALS_PREFIX, ARCHIVE_PREFIX, SCREENS_PREFIX)
     own = {sha for ref, sha in listed.items() if ref.startswith(IDEAS_PREFIX)}
-    refs = {ref: sha for ref, sha in listed.items() if not ref.startswith(IDEAS_PREFIX)}
+    screens = screen_refs(listed)
+    refs = {ref: sha for ref, sha in listed.items() if not ref.startswith((IDEAS_PREFIX, SCREENS_PREFIX))}
     baseline = repo.rev_parse(baseline_ref)
     note_list = repo.notes_list(NOTES_REF)
     lease_list = repo.notes_list(RUNS_REF)
-    commits = list(dict.fromkeys(refs.values()))
+    commits = list(dict.fromkeys([*refs.values(), *screens.values()]))
     # One batch for every commit and every note blob that matters.
     wanted = commits + [note_list[c] for c in commits if c in note_list] + \
         [lease_list[c] for c in commits if c in lease_list]
     if baseline:
         wanted += [m[baseline] for m in (note_list, lease_list) if baseline in m]
+    others = unlisted_notes(note_list, set(commits), baseline)
+    wanted += others.values()
     # what the caches already hold need not be read from git at all
     wanted = [w for w in wanted if w not in _NOTES and w not in _IDEAS]
-    objs = read_objects(repo, wanted, set(commits), {note_list[c] for c in commits if c in note_list})
+    blobs = {note_list[c] for c in commits if c in note_list} | set(others.values())
+    objs = read_objects(repo, wanted, set(commits), blobs)
     ideas: list[Idea] = []
     seen: set[str] = {baseline} if baseline else set()
     for ref, sha in _ref_order(refs):
@@ -321,7 +348,16 @@ def _read_population(repo: GitRepo, baseline_ref: str) -> Population:
     for k, parents, epoch in list(_placements(ideas, own)):
         ideas[k].placed_parents, ideas[k].placed_epoch = parents, epoch     # fresh copies: safe to set in place
     return Population(ideas, baseline, *_baseline_notes(baseline, note_list.get(baseline), lease_list.get(baseline),
-                                                           objs), at_baseline=_at_baseline(refs, baseline))
+                                                           objs), at_baseline=_at_baseline(refs, baseline),
+                      screens={k: s for k, sha in screens.items()
+                               if (s := _make_screen(k, sha, note_list.get(sha), lease_list.get(sha), objs))},
+                      unlisted={c: _note(b, objs) for c, b in others.items() if b in objs or b in _NOTES})
+
+
+def unlisted_notes(note_list: dict[str, str], listed: set[str], baseline: str | None) -> dict[str, str]:
+    """commit -> note blob of the result notes on commits no listed ref (idea, record, proposal, archive,
+    screen) shows and that are not the baseline: Population.unlisted."""
+    return {c: b for c, b in note_list.items() if c not in listed and c != baseline}
 
 
 def _at_baseline(refs: dict[str, str], baseline: str | None) -> list[str]:

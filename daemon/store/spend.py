@@ -9,15 +9,26 @@ note first (`tokens`, `cost_usd`, `cost: {ideation, implementation}`), then the 
 trailers the daemon believes (store/ideas.as_pushed), so it spent nothing the daemon did not record.
 An idea only proposed (no implementation yet) has spent its proposal: `Idea-Cost-USD`/`Idea-Tokens`.
 
-Compute: a note's CPU or GPU seconds (`compute_s`); a result linked from an identical tree cost
-nothing (its figures are the other commit's); the baseline's trials count. The compute budget
-(`daemon.max_gpu_hours`) reads them in the env's unit (`budget_hours`): CPU-hours on a CPU env.
+Compute: a note's CPU or GPU seconds (`compute_s`), each run counted once, by the note on the commit
+it ran: every result note in git counts. An idea's note (its seeds, confirmations, a tuned commit's
+trials, a stopped run's partial seed), the baseline's note (its seeds), every screened run's note
+(Population.screens: an idea's screen and the baseline's screened seeds, on refs/autoresearch/screens/;
+a continued idea's full-length note holds only its full-length seeds), and the notes on commits no ref
+shows any more (Population.unlisted: an old baseline's seeds after the baseline moved). Two notes
+carry figures of runs they did not make, and count 0: a result linked from an identical tree (its
+figures are the other commit's), and a `screened_out` idea's note, which copies its screen's
+wall_s/cpu_s/gpu_s so the idea's own page shows what it cost. The screen's note is the one counted, not
+the copy, because the screens of continued ideas and of the baseline have no idea note to copy them
+into: counting by the commit a run ran on is the one rule that reaches them all. The compute budget
+(`daemon.max_gpu_hours`) reads the total in the env's unit (`budget_hours`): CPU-hours on a CPU env.
+docs/notes.md "Every kind of run counts once" lists every kind of run.
 """
 
 from __future__ import annotations
 
 from typing import Iterable, NamedTuple
 
+from autoresearchd.store.screens import screen_key
 from autoresearchd.vocab import Status
 
 
@@ -60,21 +71,46 @@ def total(ideas: Iterable) -> Spend:
 def compute_s(note, gpus: int) -> float:
     """Compute time a note measured: GPU-seconds for a GPU env; for a CPU env (gpus = 0) its CPU
     time (`cpu_s` where the note has it, else the run time older notes filed as gpu_s). A result
-    linked from an identical tree cost nothing."""
-    if note is None or note.linked:
+    linked from an identical tree cost nothing; a screened-out idea's note copies its screen's figures,
+    counted on the screen's own note (`screens_s`)."""
+    if note is None or note.linked or note.status == Status.SCREENED_OUT:
         return 0.0
     if gpus:
         return float(note.gpu_s or 0)
     return float(getattr(note, "cpu_s", None) or note.gpu_s or 0)
 
 
+def screens_s(pop, gpus: int) -> float:
+    """Compute seconds of the runs that are no idea's: every screened run of a population (its
+    `screens`: ideas' and baselines') and the notes no ref shows (`unlisted`: old baselines')."""
+    return sum(compute_s(s.note, gpus) for s in pop.screens.values()) + \
+        sum(compute_s(n, gpus) for n in pop.unlisted.values())
+
+
+def _screen_s(pop, key: str, of: str | None, gpus: int) -> float:
+    s = pop.screens.get(key)
+    return compute_s(s.note, gpus) if s is not None and s.of == of else 0.0
+
+
+def idea_compute_s(i, pop, gpus: int) -> float:
+    """An idea's compute: its note's and its screen's (the compute axis of the curves, by idea)."""
+    return compute_s(i.note, gpus) + _screen_s(pop, i.idea_id, i.commit, gpus)
+
+
+def baseline_compute_s(pop, gpus: int) -> float:
+    """The current baseline's compute: its seeds' note and its screened seeds' (the curves' start)."""
+    c = pop.baseline_commit
+    return compute_s(pop.baseline_note, gpus) + (_screen_s(pop, screen_key(None, c), c, gpus) if c else 0.0)
+
+
 def compute_total(pop, gpus: int) -> float:
-    """Compute seconds of a population (its ideas' notes and the baseline's), in the env's unit:
-    GPU-seconds for a GPU env, CPU-seconds for a CPU env (docs/notes.md "Compute fields")."""
+    """Compute seconds of a population, in the env's unit: GPU-seconds for a GPU env, CPU-seconds for a
+    CPU env: its ideas' notes, the baseline's, every screened run's and the unlisted notes' (old
+    baselines'): every result note in git, once (docs/notes.md "Compute fields")."""
     notes = [i.note for i in pop.ideas if i.note is not None]
     if pop.baseline_note is not None:
         notes.append(pop.baseline_note)
-    return sum(compute_s(n, gpus) for n in notes)
+    return sum(compute_s(n, gpus) for n in notes) + screens_s(pop, gpus)
 
 
 def budget_hours(pop, gpus: int) -> float:

@@ -69,6 +69,11 @@ class Trailers(BaseModel):
     tune_sampler: str | None = Field(None, alias="Tune-Sampler")
     tune_trial: Int = Field(None, alias="Tune-Trial")
     knobs: str | None = Field(None, alias="Knobs")
+    # a screened commit (engine/screening.py, on refs/autoresearch/screens/): the commit it screens, the
+    # fidelity knob it shortens and the fraction of the knob's baseline value it runs at
+    screen_of: str | None = Field(None, alias="Screen-Of")
+    screen_knob: str | None = Field(None, alias="Screen-Knob")
+    screen_fraction: Float = Field(None, alias="Screen-Fraction")
     version: int = Field(TRAILER_VERSION, alias="Trailer-Version")
 
     def lines(self) -> list[str]:

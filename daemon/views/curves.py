@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from autoresearchd.goal import better
 from autoresearchd.store.notes import Status
-from autoresearchd.store.spend import compute_s
+from autoresearchd.store.spend import baseline_compute_s, idea_compute_s
 from autoresearchd.views.summary import idea_usd
 
 NOT_ATTEMPTED = {Status.DUPLICATE, Status.CANCELLED}   # never ran: left out of the execution rate
@@ -28,13 +28,14 @@ def _finished(pop):
 
 def series(pop, goal: str, gpus: int = 1) -> dict:
     """Every curve the figures draw, as plain lists (tests and other tools can use them).
-    `gpu_hours` is the compute axis: GPU-hours for a GPU env, CPU-hours when gpus = 0."""
-    gpu_h = compute_s(pop.baseline_note, gpus) / 3600
+    `gpu_hours` is the compute axis: GPU-hours for a GPU env, CPU-hours when gpus = 0; it starts at the
+    baseline's (its seeds and its screened seeds), and each idea adds its own and its screen's."""
+    gpu_h = baseline_compute_s(pop, gpus) / 3600
     usd = 0.0
     raw = conf = None
     by_time = {"gpu_hours": [], "usd": [], "raw": [], "confirmed": [], "n": []}
     for k, i in enumerate(_finished(pop), 1):
-        gpu_h += compute_s(i.note, gpus) / 3600
+        gpu_h += idea_compute_s(i, pop, gpus) / 3600
         usd += idea_usd(i)
         if i.value is not None and not pop.stale(i):   # like with like: only results on the current baseline
             raw = i.value if raw is None or better(i.value, raw, goal) else raw

@@ -25,7 +25,7 @@ from autoresearchd.goal import better
 from autoresearchd.policies.bandit import gain as arm_gain
 from autoresearchd.policies.bandit import idea_cost, idea_model, new_arm
 from autoresearchd.store.ranking import idea_key, ranked
-from autoresearchd.store.spend import compute_s, idea_spend, saved_s
+from autoresearchd.store.spend import baseline_compute_s, compute_s, idea_compute_s, idea_spend, saved_s, screens_s
 from autoresearchd.views.board import changes
 from autoresearchd.views.curves import NOT_ATTEMPTED, finish_key, series
 from autoresearchd.views.progress import running_trials
@@ -49,6 +49,7 @@ class Totals:
         self.epochs = Counter(i.epoch for i in pop.ideas)     # Population.epoch: every idea's, pushed ones too
         self.stale = {id(i): i for i in f["stale"]}
         self.compute = f["gpu_s"] if self.gpus else f["cpu_s"]
+        self.screen_s = screens_s(pop, self.gpus)     # screens, old baselines: recounted on each advance
         self.saved = f["saved_s"]
         self.best, self.lucky = f["best"], f["lucky"]
         self.arms = {m: dict(s) for m, s in f["arms"].items()}
@@ -98,7 +99,8 @@ class Totals:
         if pop is old:
             return self
         if pop.baseline_commit != old.baseline_commit or pop.baseline_note != old.baseline_note \
-                or pop.baseline_leases != old.baseline_leases:
+                or pop.baseline_leases != old.baseline_leases \
+                or baseline_compute_s(pop, self.gpus) != baseline_compute_s(old, self.gpus):
             return Totals(pop, self.env)        # every delta, gain and the compute axis start from the baseline
         gone, came = diff or changes(old, pop)
         if rebuild(gone, came, pop):
@@ -107,6 +109,10 @@ class Totals:
         t.env, t.goal, t.gpus, t.pop = self.env, self.goal, self.gpus, pop
         t.counts, t.epochs = Counter(self.counts), Counter(self.epochs)
         t.total, t.usd, t.tokens, t.compute = self.total, self.usd, self.tokens, self.compute
+        # the screened runs and old baselines are no ideas: their compute is summed again (one pass over
+        # them, as board.changes makes one over the ideas), not tracked by the ideas that changed
+        t.screen_s = screens_s(pop, self.gpus)
+        t.compute += t.screen_s - self.screen_s
         t.saved = self.saved
         t.arms = {m: dict(s) for m, s in self.arms.items()}
         t.leased = dict(self.leased)
@@ -198,10 +204,10 @@ class Totals:
         if first:
             gpu_h, usd, raw, conf = bt["gpu_hours"][-1], bt["usd"][-1], bt["raw"][-1], bt["confirmed"][-1]
         else:
-            gpu_h, usd, raw, conf = compute_s(self.pop.baseline_note, self.gpus) / 3600, 0.0, None, None
+            gpu_h, usd, raw, conf = baseline_compute_s(self.pop, self.gpus) / 3600, 0.0, None, None
         for k in range(first, len(self.done)):
             i = self.done[k][2]
-            gpu_h += compute_s(i.note, self.gpus) / 3600
+            gpu_h += idea_compute_s(i, self.pop, self.gpus) / 3600
             usd += idea_spend(i).usd
             if i.value is not None and not self.pop.stale(i):
                 raw = self._pick(raw, i.value)
