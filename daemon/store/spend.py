@@ -107,10 +107,16 @@ def compute_total(pop, gpus: int) -> float:
     """Compute seconds of a population, in the env's unit: GPU-seconds for a GPU env, CPU-seconds for a
     CPU env: its ideas' notes, the baseline's, every screened run's and the unlisted notes' (old
     baselines'): every result note in git, once (docs/notes.md "Compute fields")."""
-    notes = [i.note for i in pop.ideas if i.note is not None]
-    if pop.baseline_note is not None:
-        notes.append(pop.baseline_note)
-    return sum(compute_s(n, gpus) for n in notes) + screens_s(pop, gpus)
+    # kept on the population: a pass asks for it several times (the budget hold, the stop conditions,
+    # the state file), each a walk of every note (100k at scale); a Population is one read's snapshot,
+    # built anew by each read and never changed after (store/population.py, store/livepop.py)
+    memo = pop.__dict__.setdefault("_compute_s", {})
+    if gpus not in memo:
+        notes = [i.note for i in pop.ideas if i.note is not None]
+        if pop.baseline_note is not None:
+            notes.append(pop.baseline_note)
+        memo[gpus] = sum(compute_s(n, gpus) for n in notes) + screens_s(pop, gpus)
+    return memo[gpus]
 
 
 def budget_hours(pop, gpus: int) -> float:
