@@ -181,16 +181,34 @@ def parse_message(msg: str) -> tuple[str, str, dict[str, str]]:
     return title, body, trailers
 
 
-def idea_from_commit(commit: str, tree: str, first_parent: str | None, message: str,
-                     branch: str | None, committed_at: int = 0) -> Idea:
+def commit_fields(commit: str, tree: str, first_parent: str | None, message: str,
+                  branch: str | None, committed_at: int = 0) -> dict[str, Any]:
+    """Every field of the Idea a commit shows, as a dict in the dataclass's order (what `vars` of
+    `idea_from_commit` gives): the population reader keeps these and builds each idea by copying
+    them into its `__dict__`, where the dataclass's `__init__` of 14 arguments cost twice as much."""
     title, body, raw = parse_message(message)
     tr = parse_trailers(raw)
-    return Idea(idea_id=tr.idea_id or pushed_id(commit), commit=commit, title=title, text=body or title,
-                branch=branch, tree=tree, base_commit=first_parent, trailers=tr, committed_at=committed_at)
+    return {"idea_id": tr.idea_id or pushed_id(commit), "commit": commit, "title": title, "text": body or title,
+            "branch": branch, "tree": tree, "base_commit": first_parent, "trailers": tr, "note": None,
+            "leases": [], "committed_at": committed_at, "proposal": False, "placed_parents": None,
+            "placed_epoch": None}
+
+
+def idea_from_commit(commit: str, tree: str, first_parent: str | None, message: str,
+                     branch: str | None, committed_at: int = 0) -> Idea:
+    return Idea(**commit_fields(commit, tree, first_parent, message, branch, committed_at))
 
 
 def pushed_id(commit: str) -> str:
     return f"h-{commit[:10]}"
+
+
+_NO_TRAILERS = Trailers()       # frozen: one serves every pushed idea
+
+
+def pushed_fields(commit: str | None) -> dict[str, Any]:
+    """What `as_pushed` changes of an idea: its id from its commit, no trailers, no parents until placed."""
+    return {"idea_id": pushed_id(commit or ""), "trailers": _NO_TRAILERS, "placed_parents": []}
 
 
 def as_pushed(idea: Idea) -> Idea:
@@ -199,4 +217,4 @@ def as_pushed(idea: Idea) -> Idea:
     `Cost-USD: 1e9` line in a pushed commit must not move the origin, the epoch or the budget. Its
     trailers are dropped, so every fact derived from them is the daemon's (origin `human`, no parents
     until placed, no spend)."""
-    return replace(idea, idea_id=pushed_id(idea.commit or ""), trailers=Trailers(), placed_parents=[])
+    return replace(idea, **pushed_fields(idea.commit))
