@@ -330,7 +330,7 @@ class LivePopulation:
         cands = [r for r in self._by_sha.get(sha, ()) if r in self._built]
         if sha == baseline or not cands:
             return
-        ref = min(cands, key=_rank)
+        ref = cands[0] if len(cands) == 1 else min(cands, key=_rank)     # one ref: no key call
         idea = self._built[ref][1]
         key = (idea.committed_at, idea.idea_id, *_rank(ref))
         if append:

@@ -70,12 +70,12 @@ def _fields(d: dict) -> dict:
 
 class _Shape:
     """What a frozen model of one class is rebuilt from besides its own data: the defaults of its
-    fields (a template copied whole, its empty lists and dicts the shared frozen ones), the fields
-    that may hold a list, a dict or a model (built from their plain form), and its enum fields (kept as
-    their word, found again in the enum's value map)."""
+    fields (a template copied whole: its empty lists and dicts are the shared frozen ones, and a
+    required field's place is held by None so the fields keep the model's order), the fields that may
+    hold a list, a dict or a model (built from their plain form), and its enum fields (saved as their
+    word, found again in the enum's value map)."""
 
     def __init__(self, model):
-        # a required field has no default: None holds its place, so the fields keep the model's order
         self.template = {name: (None if f.is_required() else _EMPTY_LIST if f.default_factory is list
                                 else _EMPTY_DICT if f.default_factory is dict else f.default)
                          for name, f in model.model_fields.items()}

@@ -287,7 +287,8 @@ def _make_idea(ref: str, sha: str, own: set[str], note_blob: str | None, lease_b
     fields = _IDEAS.get_or(sha, lambda: _parse_idea(sha, objs[sha]))     # immutable: each idea gets its own lists
     # the idea's __dict__ copied from the parsed fields, not Idea(**fields): the dataclass's __init__
     # (and as_pushed's replace(), a second one) cost twice the copy, 100k times in a cold read
-    d = {**fields, "leases": []}
+    d = fields.copy()           # a MappingProxyType's copy() is its dict's: {**fields} went key by key
+    d["leases"] = []
     on_branch = ref.startswith((IDEA_BRANCHES, ARCHIVE_PREFIX))
     if on_branch and sha not in own:
         d.update(pushed_fields(sha))        # ideas.as_pushed
