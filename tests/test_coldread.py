@@ -6,22 +6,31 @@ the cold read at 100k ideas; docs/architecture.md, "The population read by its c
 - the objects a read built are left in the cycle collector's oldest generation, not walked again by
   the young collections after it, and a cycle among them is still collected;
 - a commit message's trailers read by the key before the first ": " equal what the pattern match
-  per line read, for a varied set of messages."""
+  per line read, for a varied set of messages;
+- a note saved for the next start (store/parsecache.py, the fields that differ from its defaults) is
+  rebuilt as the object its parse made, for the same varied notes;
+- an idea built by copying its parsed fields equals the dataclass built from its commit, for commits
+  of every message above, marked and pushed, on every kind of ref."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
+import marshal
 import re
 import weakref
 
 import pytest
 
-from autoresearchd.store import population
+from autoresearchd.store import parsecache, population
 from autoresearchd.store.frozen import FrozenDict, FrozenList, FrozenNote, FrozenTrial, freeze_parsed
-from autoresearchd.store.ideas import format_message, parse_message
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.ideas import Idea, as_pushed, format_message, idea_from_commit, parse_message
 from autoresearchd.store.notes import Note, Status, Trial, format_note, parse_note
 from autoresearchd.store.population import bulk, read_population
+from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF, PROPOSALS_PREFIX,
+                                      RECORDS_PREFIX)
 from autoresearchd.store.trailers import TRAILER_KEYS
 
 from popbuilder import build_population
@@ -186,3 +195,83 @@ def test_a_message_parses_as_the_pattern_match_did(k):
 def test_every_known_trailer_key_is_a_word_the_pattern_matched():
     """The new reading equals the old one only while every known key is a capitalised word with dashes."""
     assert TRAILER_KEYS and all(re.fullmatch(r"[A-Z][A-Za-z-]+", k) for k in TRAILER_KEYS)
+
+
+# -- the saved parses (store/parsecache.py): a note kept as the fields that differ from its defaults --
+
+def _shape(m) -> tuple:
+    """Everything a frozen model holds, in order and with each value's type, its trials likewise."""
+    trials = [_shape(t) for t in m.__dict__.get("trials", ())]
+    return (type(m), [(k, type(v), v) for k, v in m.__dict__.items()], m.__pydantic_extra__,
+            m.__pydantic_fields_set__, m.__pydantic_private__, trials)
+
+
+@pytest.mark.parametrize("name", list(NOTES))
+def test_a_saved_note_is_rebuilt_as_it_was_parsed(name):
+    """A note saved and loaded (through marshal, as the file holds it) is the object the parse made:
+    the same fields in the same order, each value of the same type (enum members, frozen lists and
+    dicts, frozen trials), the same extras and fields set; nothing in it can change."""
+    parsed = freeze_parsed(parse_note(NOTES[name]))
+    if parsed is None:
+        return
+    loaded = parsecache.note_from(marshal.loads(marshal.dumps(parsecache.note_plain(parsed))))
+    assert _shape(loaded) == _shape(parsed)
+    assert loaded == parsed and format_note(loaded.model_copy()) == format_note(parsed.model_copy())
+    for path, v in _every_container(loaded):
+        assert isinstance(v, (FrozenNote, FrozenTrial, FrozenList, FrozenDict)), (path, type(v))
+
+
+def test_a_saved_note_holds_only_what_differs_from_the_defaults():
+    """The saved form of a note is its fields that are not their defaults (what rebuilding it merges
+    over the defaults in one step), not every one of its 46 fields."""
+    note = freeze_parsed(parse_note(NOTES["no schema line (before versions)"]))
+    fields, extra, fields_set = parsecache.note_plain(note)
+    assert fields == {"status": "succeeded", "value": 3.3, "seeds": [0]}
+    assert extra == {} and fields_set == ["seeds", "status", "value"]
+    trial = parsecache.note_plain(freeze_parsed(parse_note(NOTES["a trial with fields of a newer daemon"])))[0]
+    assert trial["trials"] == [("\0trial", {"trial_id": "t", "seed": 0, "status": "failed"},
+                                {"zz_new": {"k": [1, 2]}}, ["metrics", "seed", "status", "trial_id", "zz_new"])]
+
+
+# -- ideas built by copying their parsed fields (population._make_idea) --------------------------
+
+def test_every_idea_a_read_builds_equals_the_dataclass_built_from_its_commit(tmp_path):
+    """The population builds each idea by copying the fields parsed from its commit into a new object's
+    `__dict__`; it equals, field for field, the idea `idea_from_commit` builds (then `as_pushed` for a
+    commit the daemon did not mark, its ref, proposal, note and leases set), for commits of every
+    message above (hostile trailers among them), marked and pushed, on branches, archives, records and
+    proposals."""
+    repo = GitRepo.init(tmp_path / "r")
+    base = repo.commit_tree(repo.git("mktree", input=b"").strip(), [], "baseline\n")     # the empty tree
+    repo.update_ref(MAIN, base)
+    refs = {}
+    for k, msg in enumerate(MESSAGES):
+        tree = repo.tree_with_files(base, {"train.py": f"x = {k + 2}\n".encode()})
+        sha = repo.commit_tree(tree, [base], msg or "\n")
+        where = (f"{IDEA_BRANCHES}m/{k}", f"{ARCHIVE_PREFIX}a{k}", f"{RECORDS_PREFIX}r{k}",
+                 f"{PROPOSALS_PREFIX}p{k}")[k % 4]
+        repo.update_ref(where, sha)
+        if k % 3:                       # marked by the daemon: its trailers count
+            repo.update_ref(f"{IDEAS_PREFIX}own{k}", sha)
+        if k % 2:
+            repo.note_write(NOTES_REF, sha, NOTES["rich"])
+        refs[sha] = where
+    population._NOTES.clear()
+    population._IDEAS.clear()
+    pop = read_population(repo, MAIN)
+    own = set(repo.refs(IDEAS_PREFIX).values())
+    assert len(pop.ideas) == len(MESSAGES) and any(i.commit not in own and i.branch for i in pop.ideas)
+    for idea in pop.ideas:
+        raw = repo.read_object(idea.commit)[1]
+        tree, parents, msg, ts = population._parse_commit(raw)
+        want = idea_from_commit(idea.commit, tree, parents[0], msg, None, ts)
+        ref = refs[idea.commit]
+        on_branch = ref.startswith((IDEA_BRANCHES, ARCHIVE_PREFIX))
+        if on_branch and idea.commit not in own:
+            want = as_pushed(want)
+            want.placed_epoch = idea.placed_epoch       # placed after it was built (population._placements)
+        want.branch = ref if on_branch else None
+        want.proposal = ref.startswith(PROPOSALS_PREFIX)
+        want.note = freeze_parsed(parse_note(NOTES["rich"])) if idea.note is not None else None
+        assert type(idea) is Idea and vars(idea) == vars(want), ref
+        assert list(vars(idea)) == [f.name for f in dataclasses.fields(Idea)]
