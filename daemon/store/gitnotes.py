@@ -5,6 +5,7 @@ land as one `git fast-import` commit per ref instead of a process per note.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -14,8 +15,8 @@ from autoresearchd.store.gitproc import IDENTITY, GitError
 
 
 class NotesIO:
-    """The notes half of GitRepo (it provides _run, git, rev_parse, _pyrepo, cat_file_batch,
-    diff_tree_raw, commit_tree, update_ref, _notes_lock and _batch)."""
+    """The notes half of GitRepo (it provides path, _run, git, rev_parse, _pyrepo, cat_file_batch,
+    diff_tree_raw, commit_tree, update_ref, _notes_lock, _notes_refs_seen and _batch)."""
 
     # -- notes -------------------------------------------------------------------------------
     def notes_list(self, ref: str) -> dict[str, str]:
@@ -101,20 +102,23 @@ class NotesIO:
     def notes_batch(self):
         """Within the block, this thread's note_write/note_remove calls are queued, then applied at
         its end (or before this thread reads notes): one commit per ref, refs in the order of their
-        last write, so "result note, then clear the lease" keeps its order across refs."""
+        last write, so "result note, then clear the lease" keeps its order across refs. Its blobs
+        (hash_blob) and plain ref writes (update_ref without an expected old value) are queued too and
+        written first, in one process each (GitRepo._flush_refs), or before this thread runs any git."""
         if getattr(self._batch, "queue", None) is not None:
             yield                                # nested: the outer block applies everything
             return
-        self._batch.queue = []
+        self._batch.queue, self._batch.refs, self._batch.blobs = [], {}, {}
         try:
             yield
         finally:
             try:
                 self._flush_notes()
             finally:
-                self._batch.queue = None
+                self._batch.queue = self._batch.refs = self._batch.blobs = None
 
     def _flush_notes(self) -> None:
+        self._flush_refs()          # the blobs and refs queued meanwhile go first (a log before its note)
         queue = getattr(self._batch, "queue", None)
         if not queue:
             return
@@ -151,23 +155,46 @@ class NotesIO:
                 data = _stripspace(text).encode()
                 body.append(b"N inline %s\ndata %d\n%s\n" % (obj.encode(), len(data), data))
         msg = b"Notes added by autoresearchd\n"
+        seen = self._notes_refs_seen
         with self._notes_lock:
             for attempt in range(40):
-                old = self.rev_parse(ref)
-                if old is None and all(t is None for t in items.values()):
-                    return                       # nothing to remove from a ref that does not exist
+                if ref in seen:
+                    # fast-import resolves the tip itself (a `git rev-parse` per write was ~1.5 processes a
+                    # trial); a ref moved meanwhile is still refused as a non-fast-forward, as below
+                    parent = b"from %s^0\n" % ref.encode()
+                else:
+                    old = self.rev_parse(ref)
+                    if old is None and all(t is None for t in items.values()):
+                        return                       # nothing to remove from a ref that does not exist
+                    parent = b"from %s\n" % old.encode() if old else b""
                 head = b"commit %s\ncommitter %s <%s> %d +0000\ndata %d\n%s\n" % (
                     ref.encode(), IDENTITY["GIT_COMMITTER_NAME"].encode(), IDENTITY["GIT_COMMITTER_EMAIL"].encode(),
                     int(time.time()), len(msg), msg)
-                stream = head + (b"from %s\n" % old.encode() if old else b"") + b"".join(body) + b"\n"
+                stream = head + parent + b"".join(body) + b"\n"
                 try:   # small imports as loose objects: no pack file per batch
                     self._run(["-c", "fastimport.unpackLimit=1000000", "fast-import", "--quiet"], input=stream)
+                    seen.add(ref)
                     return
                 except GitError as e:
+                    if ref in seen and "Invalid ref name or SHA1 expression" in e.stderr:
+                        seen.discard(ref)            # deleted behind our back: read it again (no sleep)
+                        _drop_crash_report(self.path, e.stderr)
+                        continue
                     if "Not updating" not in e.stderr and "lock" not in e.stderr:
                         raise
                     threading.Event().wait(0.02 * (attempt + 1))
             raise GitError(["fast-import"], 1, f"could not update {ref}: it kept moving")
+
+
+def _drop_crash_report(cwd, stderr: str) -> None:
+    """fast-import leaves a crash report in the git dir when it dies (here: a `from` naming a ref
+    that is gone); remove the one it named, so an expected failure leaves nothing behind."""
+    m = re.search(r"dumping crash report to (\S+)", stderr)
+    if m:
+        try:
+            os.unlink(os.path.join(cwd, m.group(1)))      # relative to the repo, or absolute
+        except OSError:
+            pass
 
 
 def _stripspace(text: str) -> str:
