@@ -38,8 +38,8 @@ class Dispatcher(Part):
         return self.slots.free()
 
     # -- dispatch ------------------------------------------------------------------------------------
-    def validate(self, idea: Idea) -> str | None:
-        return self.gate.why(idea)
+    def validate(self, idea: Idea, base: str | None = None) -> str | None:
+        return self.gate.why(idea, base)
 
     def reject_on_arrival(self, pop: Population) -> bool:
         return self.gate.reject_new(pop)
@@ -78,7 +78,7 @@ class Dispatcher(Part):
                 # slot lock, ahead of) seed 0, whose result is the first note a user waits for
                 continue
             if job.purpose in (Purpose.IDEA, Purpose.SCREEN) and idea is not None:
-                why = self.validate(idea)      # a screen runs the idea's code: the same gate first
+                why = self.validate(idea, pop.baseline_commit)   # a screen runs the idea's code: the same gate first
                 if why:
                     self.gate.reject(idea, why)
                     continue

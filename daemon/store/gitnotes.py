@@ -5,6 +5,7 @@ land as one `git fast-import` commit per ref instead of a process per note.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import threading
@@ -12,6 +13,9 @@ import time
 from contextlib import contextmanager
 
 from autoresearchd.store.gitproc import IDENTITY, GitError
+from autoresearchd.store.refevents import moved as _moved
+
+REF_REASON = "autoresearchd"         # the reflog message of the daemon's ref writes
 
 
 class NotesIO:
@@ -129,6 +133,45 @@ class NotesIO:
         last = {ref: i for i, (ref, _, _) in enumerate(queue)}
         for ref in sorted(per_ref, key=last.get):
             self.notes_write_many(ref, per_ref[ref])
+
+    def _queue_ref(self, ref: str, new: str) -> None:
+        queue = self._batch.refs
+        queue.pop(ref, None)            # the last write of a ref wins, in the order of last writes
+        queue[ref] = new
+
+    def _queue_blob(self, data: bytes) -> str:
+        """A blob's id now (hashed here as git hashes it), the object at the batch's end."""
+        sha = hashlib.new(self._object_format(), b"blob %d\0%s" % (len(data), data)).hexdigest()
+        self._batch.blobs[sha] = data
+        return sha
+
+    def _object_format(self) -> str:
+        """The repository's hash, sha1 or sha256 (extensions.objectFormat), read once."""
+        if not hasattr(self, "_hash_algo"):
+            self._hash_algo = (self.config_get("extensions.objectformat") or "sha1").lower()
+        return self._hash_algo
+
+    def _flush_refs(self) -> None:
+        """Write what this thread queued inside notes_batch(): the blobs (one `git fast-import`), then
+        the refs (one `git update-ref --stdin` transaction): a trial's log is anchored before its note,
+        and a harvest of several trials starts two processes instead of three a trial."""
+        blobs, refs = getattr(self._batch, "blobs", None), getattr(self._batch, "refs", None)
+        if not blobs and not refs:
+            return
+        self._batch.blobs, self._batch.refs = {}, {}
+        if len(blobs) == 1:     # hash-object starts in a third of fast-import's time (~1.5 against 5 ms)
+            self._run(["hash-object", "-w", "--stdin"], input=next(iter(blobs.values())))
+        elif blobs:    # loose objects, as hash-object -w writes them: no pack file per harvest
+            stream = b"".join(b"blob\ndata %d\n%s\n" % (len(data), data) for data in blobs.values())
+            self._run(["-c", "fastimport.unpackLimit=1000000", "fast-import", "--quiet", "--done"],
+                      input=stream + b"done\n")
+        if refs:
+            lines = "".join(f"update {ref} {new}\n" for ref, new in refs.items())
+            try:
+                self._run(["update-ref", "-m", REF_REASON, "--stdin"], input=lines.encode())
+            finally:
+                for ref in refs:
+                    _moved(self.git_dir, ref)
 
     def ensure_notes_ref(self, ref: str) -> None:
         """Create `ref` as an empty notes commit if it does not exist: with notes.displayRef set,

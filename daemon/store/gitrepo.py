@@ -23,7 +23,7 @@ from pathlib import Path
 
 from autoresearchd import defaults
 from autoresearchd.store.gitexport import TreesIO
-from autoresearchd.store.gitnotes import NotesIO
+from autoresearchd.store.gitnotes import REF_REASON, NotesIO
 from autoresearchd.store.refevents import moved as _moved
 # GitError and git_env are part of this module's interface: callers catch the one and test the other
 from autoresearchd.store.gitproc import GIT, IDENTITY, GitError, PyRepo, git_env, run_git, stream_objects  # noqa: F401
@@ -34,7 +34,6 @@ from autoresearchd.store.gitproc import GIT, IDENTITY, GitError, PyRepo, git_env
 _OBJECT_REV = re.compile(r"[0-9a-f]{40}(?:[\^~:][^@]*)?")
 # "<id>:<path>" whose path is plain (no `.` or `..` part, no empty part, no revision syntax): when
 # GitPython, having read the tree, finds no such entry (KeyError), git would not either
-_REF_REASON = "autoresearchd"         # the reflog message of the daemon's ref writes
 _PLAIN_PATH_REV = re.compile(r"[0-9a-f]{40}:(?!\.{1,2}(?:/|$))[^/:^~{}@\\]+(?:/(?!\.{1,2}(?:/|$))[^/:^~{}@\\]+)*")
 
 
@@ -184,12 +183,9 @@ class GitRepo(NotesIO, TreesIO):
         out = self.git("for-each-ref", "--format=%(objectname) %(refname)", *prefixes)
         return hashlib.sha1(out.encode()).hexdigest()[:16]
 
-    def update_ref(self, ref: str, new: str, old: str | None = None, reason: str = _REF_REASON) -> None:
-        queue = getattr(self._batch, "refs", None)
-        if queue is not None and old is None and reason == _REF_REASON:
-            queue.pop(ref, None)       # inside notes_batch(): one transaction at its end, before the notes
-            queue[ref] = new
-            return
+    def update_ref(self, ref: str, new: str, old: str | None = None, reason: str = REF_REASON) -> None:
+        if old is None and reason == REF_REASON and getattr(self._batch, "refs", None) is not None:
+            return self._queue_ref(ref, new)   # inside notes_batch(): one transaction at its end
         args = ["update-ref", "-m", reason, ref, new]
         if old is not None:
             args.append(old)
@@ -197,26 +193,6 @@ class GitRepo(NotesIO, TreesIO):
             self.git(*args)
         finally:
             _moved(self.git_dir, ref)
-
-    def _flush_refs(self) -> None:
-        """Write what this thread queued inside notes_batch(): the blobs (one `git fast-import`), then
-        the refs (one `git update-ref --stdin` transaction): a trial's log is anchored before its note,
-        and a harvest of several trials starts two processes instead of three a trial."""
-        blobs, refs = getattr(self._batch, "blobs", None), getattr(self._batch, "refs", None)
-        if not blobs and not refs:
-            return
-        self._batch.blobs, self._batch.refs = {}, {}
-        if blobs:    # loose objects, as hash-object -w writes them: no pack file per harvest
-            stream = b"".join(b"blob\ndata %d\n%s\n" % (len(data), data) for data in blobs.values())
-            self._run(["-c", "fastimport.unpackLimit=1000000", "fast-import", "--quiet", "--done"],
-                      input=stream + b"done\n")
-        if refs:
-            lines = "".join(f"update {ref} {new}\n" for ref, new in refs.items())
-            try:
-                self._run(["update-ref", "-m", _REF_REASON, "--stdin"], input=lines.encode())
-            finally:
-                for ref in refs:
-                    _moved(self.git_dir, ref)
 
     def delete_ref(self, ref: str) -> None:
         try:
@@ -245,6 +221,8 @@ class GitRepo(NotesIO, TreesIO):
         if not shas:
             return {}
         uniq = list(dict.fromkeys(shas))
+        if len(uniq) <= defaults.GIT_SMALL_READ:       # a few: the persistent cat-file, no process
+            return {sha: obj[1] for sha in uniq if (obj := self.read_object(sha)) is not None}
         # --buffer: git writes its output in blocks, not one write per object (200k of them in a cold
         # read of 100k ideas); the input is all there at once, so nothing waits on a flush
         raw = self.git("cat-file", "--batch", "--buffer", input=("\n".join(uniq) + "\n").encode(), binary=True)
@@ -274,19 +252,9 @@ class GitRepo(NotesIO, TreesIO):
         return obj[1] if obj[0] == "blob" else b""
 
     def hash_blob(self, data: bytes) -> str:
-        queue = getattr(self._batch, "blobs", None)
-        if queue is not None:          # inside notes_batch(): its id now, the object at the batch's end
-            algo = self._object_format()
-            sha = hashlib.new(algo, b"blob %d\0%s" % (len(data), data)).hexdigest()
-            queue[sha] = data
-            return sha
+        if getattr(self._batch, "blobs", None) is not None:
+            return self._queue_blob(data)      # inside notes_batch(): written at its end
         return self.git("hash-object", "-w", "--stdin", input=data).strip()
-
-    def _object_format(self) -> str:
-        """The repository's hash, sha1 or sha256 (extensions.objectFormat), read once."""
-        if not hasattr(self, "_hash_algo"):
-            self._hash_algo = (self.config_get("extensions.objectformat") or "sha1").lower()
-        return self._hash_algo
 
     def commit_message(self, commit: str) -> str:
         """The raw message (as `git log --format=%B` prints it, with its final newline)."""
@@ -408,11 +376,39 @@ class GitRepo(NotesIO, TreesIO):
             i += 2
         return res
 
+    def diff_tree_raw_many(self, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], list["RawChange"]]:
+        """diff_tree_raw(a, b) of many pairs of commits (full ids) in one `git diff-tree --stdin`: a
+        line "B A" compares A's tree with B's, as if A were B's parent. An answer that does not
+        parse as asked is left out (the caller asks diff_tree_raw)."""
+        if len(pairs) < 2:
+            return {}
+        out = self.git("diff-tree", "--stdin", "-r", "-z", "--no-renames", "--always", "--format=%H",
+                       input="".join(f"{b} {a}\n" for a, b in pairs).encode(), binary=True)
+        res: dict[tuple[str, str], list[RawChange]] = {}
+        parts, i, k, cur = out.split(b"\0"), 0, -1, None
+        while i < len(parts):
+            tok = parts[i][1:] if parts[i].startswith(b"\n") else parts[i]   # a diff starts on a new line
+            if tok.startswith(b":") and cur is not None and i + 1 < len(parts):
+                om, nm, osha, nsha, status = tok[1:].decode().split()
+                cur.append(RawChange(om, nm, osha, nsha, status, parts[i + 1].decode(errors="surrogateescape")))
+                i += 2
+                continue
+            if tok:                     # "<B>": the next pair's answer begins (--always: even when empty)
+                k += 1
+                if k >= len(pairs) or tok.decode(errors="replace") != pairs[k][1]:
+                    return {}           # not the answer asked for: trust none of it
+                cur = res[pairs[k]] = []
+            i += 1
+        return res if len(res) == len(set(pairs)) else {}
+
     def object_sizes(self, shas: list[str]) -> dict[str, int]:
         """sha -> size in bytes, without reading the contents (one `cat-file --batch-check`)."""
         uniq = list(dict.fromkeys(shas))
         if not uniq:
             return {}
+        if len(uniq) <= defaults.GIT_SMALL_READ:       # a few: the persistent batch-check, no process
+            with self._pyrepo() as r:
+                return {sha: size for sha in uniq if (size := r.object_size(sha)) is not None}
         out = self.git("cat-file", "--batch-check=%(objectname) %(objectsize)",
                        input=("\n".join(uniq) + "\n").encode())
         res = {}
