@@ -301,3 +301,51 @@ def test_a_submit_starts_two_processes_on_the_host(tmp_path):
     r.submit(spec, r.slots()[0])                      # a retry of the same trial id starts clean
     assert forks(tmp_path / "strace.txt") == 3 and not (tdir / "stale").exists()
     assert (tdir / "code" / "train.sh").is_file()
+
+
+# -- the population's notes changes: from the cached trees ---------------------------------------------
+def old_notes_changes(repo: GitRepo, old: str, new: str) -> dict:
+    """notes_changes as it was: one `git diff-tree -r`, the reference answer."""
+    res = {}
+    for ch in repo.diff_tree_raw(old, new):
+        obj = ch.path.replace("/", "")
+        if len(obj) not in (40, 64) or obj.strip("0123456789abcdef"):
+            continue
+        if ch.status == "D":
+            res.setdefault(obj, None)
+        else:
+            res[obj] = ch.new_sha
+    return res
+
+
+def test_notes_changes_answer_as_diff_tree_across_a_refanned_notes_tree(tmp_path):
+    """Notes added, rewritten and removed, from a few to past the count where git fans the notes tree
+    out (ab/cdef...): each step's changes are diff-tree's, with no process once the trees are read."""
+    import random
+    repo, c = repo_with_commit(tmp_path)
+    rnd = random.Random(29)
+    stream = b"".join(b"commit refs/scratch\nmark :%d\ncommitter t <t> 1 +0000\ndata 2\nc\n%s\n"
+                      % (i, b"from %s\n" % c.encode() if i == 1 else b"") for i in range(1, 701))
+    marks = tmp_path / "marks"
+    repo.git("fast-import", "--quiet", f"--export-marks={marks}", input=stream)   # 700 commits to annotate
+    objs = [line.split()[1] for line in marks.read_text().splitlines()]
+    tips, live = [], set()
+    for step in range(8):
+        items = {}
+        for o in rnd.sample(objs, 150):
+            items[o] = None if o in live and rnd.random() < 0.3 else f"note {step} {o}\n"
+        items = {o: t for o, t in items.items() if t is not None or o in live}
+        repo.notes_write_many(NOTES_REF, items)
+        live |= {o for o, t in items.items() if t is not None}
+        live -= {o for o, t in items.items() if t is None}
+        tips.append(repo.rev_parse(NOTES_REF))
+    assert any("/" in p for p in repo.git("ls-tree", "-r", "--name-only", tips[-1]).split())   # fanned out
+    repo.read_object(c), repo.object_sizes([c])
+    for a, b in zip(tips, tips[1:]):
+        with processes() as started:
+            got = repo.notes_changes(a, b)
+        assert started == [] and got == old_notes_changes(repo, a, b) and got
+    assert repo.notes_changes(tips[0], tips[-1]) == old_notes_changes(repo, tips[0], tips[-1])
+    assert repo.notes_changes(tips[-1], tips[0]) == old_notes_changes(repo, tips[-1], tips[0])
+    with pytest.raises(GitError):
+        repo.notes_changes("1" * 40, tips[-1])         # a pruned old tip: the caller reads everything again

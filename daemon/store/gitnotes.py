@@ -20,7 +20,7 @@ REF_REASON = "autoresearchd"         # the reflog message of the daemon's ref wr
 
 class NotesIO:
     """The notes half of GitRepo (it provides path, _run, git, rev_parse, _pyrepo, cat_file_batch,
-    diff_tree_raw, commit_tree, update_ref, _notes_lock, _notes_refs_seen and _batch)."""
+    tree_of, _tree_entries, commit_tree, update_ref, _notes_lock, _notes_refs_seen and _batch)."""
 
     # -- notes -------------------------------------------------------------------------------
     def notes_list(self, ref: str) -> dict[str, str]:
@@ -37,17 +37,41 @@ class NotesIO:
 
     def notes_changes(self, old: str, new: str) -> dict[str, str | None]:
         """annotated object sha -> its note blob at `new` (None: the note was removed), for every note
-        that differs between two commits of a notes ref: one diff-tree, whatever the number of notes."""
+        that differs between two commits of a notes ref: what `git diff-tree -r` of the two says,
+        whatever the number of notes."""
+        # diff-tree -r's answer, from the two trees as parsed and kept by id (gitexport._tree_entries):
+        # only subtrees whose ids differ are read, and no process starts (a notes write was one
+        # `diff-tree` for each notes ref at every population read, ~2 a trial)
+        added: dict[str, tuple[str, str]] = {}
+        gone: dict[str, tuple[str, str]] = {}
+        self._tree_delta(self.tree_of(old), self.tree_of(new), "", gone, added)
         res: dict[str, str | None] = {}
-        for ch in self.diff_tree_raw(old, new):
-            obj = ch.path.replace("/", "")          # notes trees fan out as ab/cdef...
-            if len(obj) not in (40, 64) or obj.strip("0123456789abcdef"):
-                continue
-            if ch.status == "D":            # when git re-fans a notes tree, a note is deleted under its
-                res.setdefault(obj, None)   # old path and added under its new one: the addition wins
-            else:
-                res[obj] = ch.new_sha
+        for path, (mode, sha) in added.items():
+            if gone.get(path) != (mode, sha):
+                res[_note_object(path)] = sha
+        for path in gone:
+            if path not in added:         # when git re-fans a notes tree, a note is deleted under its
+                res.setdefault(_note_object(path), None)   # old path and added under its new one: the addition wins
+        res.pop(None, None)
         return res
+
+    def _tree_delta(self, a: str | None, b: str | None, prefix: str, gone: dict, added: dict) -> None:
+        """Every non-tree entry under tree a (into gone) and tree b (into added) where the two differ,
+        by path: the subtrees both name by the same id are skipped."""
+        ea = {name: (mode, sha) for mode, name, sha in self._tree_entries(a)} if a else {}
+        eb = {name: (mode, sha) for mode, name, sha in self._tree_entries(b)} if b else {}
+        for name in ea.keys() | eb.keys():
+            x, y = ea.get(name), eb.get(name)
+            if x == y:
+                continue
+            sub_a = x[1] if x and x[0] == "040000" else None
+            sub_b = y[1] if y and y[0] == "040000" else None
+            if sub_a or sub_b:
+                self._tree_delta(sub_a, sub_b, prefix + name + "/", gone, added)
+            if x and not sub_a:
+                gone[prefix + name] = x
+            if y and not sub_b:
+                added[prefix + name] = y
 
     def notes_read_all(self, ref: str) -> dict[str, str]:
         """annotated object sha -> note text, all in one batch."""
@@ -227,6 +251,12 @@ class NotesIO:
                         raise
                     threading.Event().wait(0.02 * (attempt + 1))
             raise GitError(["fast-import"], 1, f"could not update {ref}: it kept moving")
+
+
+def _note_object(path: str) -> str | None:
+    """The object a notes tree path annotates (fanned out as ab/cdef...), None for any other file."""
+    obj = path.replace("/", "")
+    return obj if len(obj) in (40, 64) and not obj.strip("0123456789abcdef") else None
 
 
 def _drop_crash_report(cwd, stderr: str) -> None:
