@@ -58,20 +58,23 @@ class NotesIO:
     def _tree_delta(self, a: str | None, b: str | None, prefix: str, gone: dict, added: dict) -> None:
         """Every non-tree entry under tree a (into gone) and tree b (into added) where the two differ,
         by path: the subtrees both name by the same id are skipped."""
-        ea = {name: (mode, sha) for mode, name, sha in self._tree_entries(a)} if a else {}
-        eb = {name: (mode, sha) for mode, name, sha in self._tree_entries(b)} if b else {}
-        for name in ea.keys() | eb.keys():
-            x, y = ea.get(name), eb.get(name)
-            if x == y:
-                continue
-            sub_a = x[1] if x and x[0] == "040000" else None
-            sub_b = y[1] if y and y[0] == "040000" else None
-            if sub_a or sub_b:
-                self._tree_delta(sub_a, sub_b, prefix + name + "/", gone, added)
-            if x and not sub_a:
-                gone[prefix + name] = x
-            if y and not sub_b:
-                added[prefix + name] = y
+        todo = [(a, b, prefix)]
+        while todo:                   # a stack, not recursion: a tree's depth is whatever its writer made it
+            a, b, prefix = todo.pop()
+            ea = {name: (mode, sha) for mode, name, sha in self._tree_entries(a)} if a else {}
+            eb = {name: (mode, sha) for mode, name, sha in self._tree_entries(b)} if b else {}
+            for name in ea.keys() | eb.keys():
+                x, y = ea.get(name), eb.get(name)
+                if x == y:
+                    continue
+                sub_a = x[1] if x and x[0] == "040000" else None
+                sub_b = y[1] if y and y[0] == "040000" else None
+                if sub_a or sub_b:
+                    todo.append((sub_a, sub_b, prefix + name + "/"))
+                if x and not sub_a:
+                    gone[prefix + name] = x
+                if y and not sub_b:
+                    added[prefix + name] = y
 
     def notes_read_all(self, ref: str) -> dict[str, str]:
         """annotated object sha -> note text, all in one batch."""
@@ -176,9 +179,10 @@ class NotesIO:
         return self._hash_algo
 
     def _flush_refs(self) -> None:
-        """Write what this thread queued inside notes_batch(): the blobs (one `git fast-import`), then
-        the refs (one `git update-ref --stdin` transaction): a trial's log is anchored before its note,
-        and a harvest of several trials starts two processes instead of three a trial."""
+        """Write what this thread queued inside notes_batch(): the blobs (one `hash-object` or
+        `fast-import`), then the refs (one `git update-ref --stdin` transaction): a trial's log is
+        anchored before its note, and a harvest of several trials starts two processes instead of
+        three a trial."""
         blobs, refs = getattr(self._batch, "blobs", None), getattr(self._batch, "refs", None)
         if not blobs and not refs:
             return
