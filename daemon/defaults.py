@@ -45,6 +45,14 @@ autoresearchd.pushMaxPaths)."""
 # their stdin closes (they exit at once), then kills them: a closed handle leaves no process behind.
 GIT_CLOSE_WAIT_S = 5.0
 
+GIT_SMALL_READ = 64
+"""Up to this many objects, GitRepo.cat_file_batch and object_sizes read them through the persistent
+`cat-file` processes (about 0.1 ms an object, no process) rather than start a `git cat-file --batch`
+(2-5 ms): the gate's few changed blobs of each arriving idea, a trial's archive."""
+GIT_TREE_CACHE = 4096
+"""Parsed tree objects a repo handle keeps (by id; emptied when full): a trial's archive lists its
+commit from them instead of a `git ls-tree`, and re-reads only the trees its idea changed."""
+
 TICK_S = 2.0                 # reconcile interval
 LEASE_TTL_S = 120.0          # host unreachable this long -> trial is lost
 HEARTBEAT_S = 30.0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from autoresearchd.store.gitrepo import GitError
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.notes import Note, Status
@@ -23,14 +24,23 @@ class Gate:
         self.cfg, self.research, self.repo = cfg, research, research.repo
         self.lifecycle = lifecycle           # writes the rejected note and tells the observers
         self._why: dict[str, str | None] = {}
+        self._ahead: dict[str, tuple] = {}     # commit -> (merge-base, its diff or None), read ahead
 
-    def why(self, idea: Idea) -> str | None:
-        """Why this commit may not run (None if it may). Cached per commit."""
+    def _merge_base(self, commit: str, base: str) -> str | None:
+        # most ideas branch off the baseline's tip: then it is their merge-base, and no `git merge-base`
+        # runs (the parent as git reads the commit, through the persistent cat-file)
+        if self.repo.rev_parse(commit + "^1") == base:
+            return base
+        return self.repo.merge_base(commit, base)
+
+    def why(self, idea: Idea, base: str | None = None) -> str | None:
+        """Why this commit may not run (None if it may). Cached per commit. `base`: the baseline's
+        commit as the caller read it (else the baseline branch is read)."""
         if idea.commit in self._why:
             return self._why[idea.commit]
-        base = self.research.baseline_commit
+        base = base or self.research.baseline_commit
         why = None
-        mb = self.repo.merge_base(idea.commit, base)
+        mb, changes = self._ahead.pop(idea.commit, None) or (self._merge_base(idea.commit, base), None)
         if mb is None:
             why = "the branch shares no history with the baseline (no merge-base); rebase it onto " + \
                   branch_name(self.research.baseline_ref)
@@ -38,7 +48,7 @@ class Gate:
             rules = SafetyRules(is_frozen=self.research.manifest.is_frozen,
                                 max_file_bytes=self.cfg.implementer.max_file_bytes,
                                 max_diff_bytes=self.cfg.implementer.max_diff_bytes)
-            why = check_tree_change(self.repo, mb, idea.commit, rules)
+            why = check_tree_change(self.repo, mb, idea.commit, rules, changes)
             if why is None:     # the knobs it declares and the values it sets (daemon/tune/knobs.py)
                 why = file_error(self.repo, idea.commit, self.research.manifest)
         self._why[idea.commit] = why
@@ -52,12 +62,23 @@ class Gate:
     def reject_new(self, pop) -> bool:
         """Check every idea branch not yet noted, run or implementing; note the invalid ones."""
         rejected = False
+        new = [i for i in pop.ideas if i.branch and not i.proposal and i.note is None and not i.leases
+               and i.commit not in self._why]
+        base = pop.baseline_commit or self.research.baseline_commit
+        if len(new) > 1:    # a push of many branches: their diffs in one process, not one each
+            mbs = {i.commit: self._merge_base(i.commit, base) for i in new}
+            try:
+                diffs = self.repo.diff_tree_raw_many([(mb, c) for c, mb in mbs.items() if mb])
+            except GitError:       # an unreadable commit among them: each is diffed alone, as before
+                diffs = {}
+            self._ahead = {c: (mb, diffs.get((mb, c))) for c, mb in mbs.items()}
         with self.lifecycle.batch():
             for idea in pop.ideas:
                 if not idea.branch or idea.proposal or idea.note is not None or idea.leases:
                     continue
-                why = self.why(idea)
+                why = self.why(idea, base)
                 if why:
                     self.reject(idea, why)
                     rejected = True
+        self._ahead = {}
         return rejected

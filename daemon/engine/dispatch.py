@@ -38,8 +38,8 @@ class Dispatcher(Part):
         return self.slots.free()
 
     # -- dispatch ------------------------------------------------------------------------------------
-    def validate(self, idea: Idea) -> str | None:
-        return self.gate.why(idea)
+    def validate(self, idea: Idea, base: str | None = None) -> str | None:
+        return self.gate.why(idea, base)
 
     def reject_on_arrival(self, pop: Population) -> bool:
         return self.gate.reject_new(pop)
@@ -78,7 +78,7 @@ class Dispatcher(Part):
                 # slot lock, ahead of) seed 0, whose result is the first note a user waits for
                 continue
             if job.purpose in (Purpose.IDEA, Purpose.SCREEN) and idea is not None:
-                why = self.validate(idea)      # a screen runs the idea's code: the same gate first
+                why = self.validate(idea, pop.baseline_commit)   # a screen runs the idea's code: the same gate first
                 if why:
                     self.gate.reject(idea, why)
                     continue
@@ -100,12 +100,13 @@ class Dispatcher(Part):
         tar, digest, frozen = self.harness.get()
         current: dict[str, list[Lease]] = {}     # commit -> its leases as written (several seeds, one tick)
         staged = []
-        # kept from the moment it runs: a branch deleted or force-pushed meanwhile loses no result
-        # (one ref write per commit, however many of its seeds this batch places)
-        for commit in {j.commit for j, _ in batch if j.idea is not None and j.idea.commit == j.commit
-                       and (j.idea.branch or "").startswith(IDEA_BRANCHES)}:
-            self.lifecycle.archive(commit)
         with self.lifecycle.batch():                  # all of this round's leases in one commit ...
+            # kept from the moment it runs: a branch deleted or force-pushed meanwhile loses no result
+            # (one ref per commit, however many of its seeds this batch places; all of them in one
+            # transaction, written before the leases)
+            for commit in {j.commit for j, _ in batch if j.idea is not None and j.idea.commit == j.commit
+                           and (j.idea.branch or "").startswith(IDEA_BRANCHES)}:
+                self.lifecycle.archive(commit)
             for job, slot in batch:
                 lease = Lease(trial_id=job.trial_id, seed=job.seed, runner=self.runner.name, host=slot.host,
                               slot=slot.slot, retries=job.retries, attempt=job.attempt, faults=list(job.faults),

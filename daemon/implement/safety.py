@@ -55,9 +55,11 @@ def check_path(path: str, rules: SafetyRules) -> str | None:
     return None
 
 
-def check_tree_change(repo: GitRepo, base_commit: str, new: str, rules: SafetyRules) -> str | None:
-    """Compare `new` (a commit or tree) with base; the first reason it is unsafe, or None."""
-    changes = repo.diff_tree_raw(base_commit, new)
+def check_tree_change(repo: GitRepo, base_commit: str, new: str, rules: SafetyRules,
+                      changes: list | None = None) -> str | None:
+    """Compare `new` (a commit or tree) with base; the first reason it is unsafe, or None. `changes`:
+    repo.diff_tree_raw(base_commit, new) where the caller already has it (a batch of arrivals)."""
+    changes = repo.diff_tree_raw(base_commit, new) if changes is None else changes
     for c in changes:
         reason = check_path(c.path, rules)
         if reason:

@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from autoresearchd import defaults
 from autoresearchd.store.gitproc import GitError
 
 # git archive's own modes (tar.umask 0002): what trial directories have always been unpacked with
@@ -31,7 +32,7 @@ def _under(path: str, roots: list[str]) -> bool:
 
 class TreesIO:
     """The export half of GitRepo (it provides git, _run, rev_parse, read_object, tree_of,
-    cat_file_batch and ls_tree)."""
+    cat_file_batch, ls_tree and the _trees cache)."""
 
     def archive(self, rev: str, paths: list[str] | None = None, exclude: list[str] | None = None) -> bytes:
         """A tar of the tree at rev, so a host needs neither git nor access to the repo. `paths`
@@ -45,12 +46,8 @@ class TreesIO:
         tree = self.tree_of(sha)
         commit = self.rev_parse(sha + "^{commit}") if typ in ("commit", "tag") else None
         mtime = _committer_time(self.read_object(commit)[1]) if commit else int(time.time())
-        listing = self.git("ls-tree", "-r", "-t", "-z", "--full-tree", tree, binary=True)
         entries = []                      # (mode, type, sha, path), in git's tree order
-        for rec in filter(None, listing.split(b"\0")):
-            meta, _, raw = rec.partition(b"\t")
-            mode, otype, osha = meta.decode().split()
-            path = raw.decode(errors="surrogateescape")
+        for mode, otype, osha, path in self.tree_listing(tree):
             if any(part.lower() in _UNSAFE_NAMES for part in path.split("/")):
                 raise GitError(["archive", rev], 128, f"unsafe path in tree {tree}: {path!r}")
             if paths is not None and not (_under(path, paths) or any(p.startswith(path + "/") for p in paths)):
@@ -86,6 +83,39 @@ class TreesIO:
                     ti.size, ti.mode = len(data), _EXEC_MODE if mode == "100755" else _FILE_MODE
                     out.addfile(ti, io.BytesIO(data))
         return buf.getvalue()
+
+    def tree_listing(self, tree: str) -> list[tuple[str, str, str, str]]:
+        """(mode, type, sha, path) of every entry under a tree, each subtree before its contents: what
+        `git ls-tree -r -t -z` prints (modes canonical, as git reads them), read from the tree objects
+        through the persistent cat-file, each tree parsed once per handle (objects never change: a
+        trial's archive reads only the trees its idea changed, and starts no `ls-tree`)."""
+        out: list[tuple[str, str, str, str]] = []
+        stack = [(iter(self._tree_entries(tree)), "")]
+        while stack:
+            it, prefix = stack[-1]
+            entry = next(it, None)
+            if entry is None:
+                stack.pop()
+                continue
+            mode, name, osha = entry
+            otype = _TYPE_OF.get(mode, "blob")
+            out.append((mode, otype, osha, prefix + name))
+            if otype == "tree":
+                stack.append((iter(self._tree_entries(osha)), prefix + name + "/"))
+        return out
+
+    def _tree_entries(self, sha: str) -> tuple[tuple[str, str, str], ...]:
+        """(mode, name, sha) of one tree object's entries, in its order; cached by id."""
+        hit = self._trees.get(sha)
+        if hit is None:
+            obj = self.read_object(sha)
+            if obj is None or obj[0] != "tree":
+                raise GitError(["ls-tree", sha], 128, f"not a tree object: {sha}")
+            hit = _parse_tree(obj[1], len(sha) // 2, sha)
+            if len(self._trees) >= defaults.GIT_TREE_CACHE:
+                self._trees.clear()
+            self._trees[sha] = hit
+        return hit
 
     def tree_from_dir(self, base: str, workdir: str | os.PathLike, keep: list[str] = (),
                       max_file_bytes: int | None = None) -> str:
@@ -157,6 +187,37 @@ class TreesIO:
                 if lines:
                     git("update-index", "--index-info", input=lines.encode())
             return git("write-tree").strip()
+
+
+_TYPE_OF = {"040000": "tree", "160000": "commit"}      # every other canonical mode is a blob's
+
+
+def _canon_mode(mode: int) -> int:
+    """The mode git reads a tree entry as (canon_mode in git's cache.h): a file is 644 or 755, and
+    anything that is no file, link or directory is a gitlink."""
+    kind = mode & 0o170000
+    if kind == 0o100000:
+        return 0o100755 if mode & 0o100 else 0o100644
+    return kind if kind in (0o120000, 0o040000) else 0o160000
+
+
+def _parse_tree(data: bytes, idlen: int, sha: str) -> tuple[tuple[str, str, str], ...]:
+    """A raw tree object's entries: "<octal mode> <name>\\0<binary id>" each. Malformed data is a
+    GitError, as `git ls-tree` fails on it."""
+    entries, i, n = [], 0, len(data)
+    while i < n:
+        sp = data.find(b" ", i)
+        nul = data.find(b"\0", sp + 1) if sp > i else -1
+        try:
+            mode = int(data[i:sp], 8) if nul > sp + 1 and nul + 1 + idlen <= n else None
+        except ValueError:
+            mode = None
+        if mode is None:
+            raise GitError(["ls-tree", sha], 128, f"corrupt tree {sha} at byte {i}")
+        entries.append((f"{_canon_mode(mode):06o}", data[sp + 1:nul].decode(errors="surrogateescape"),
+                        data[nul + 1:nul + 1 + idlen].hex()))
+        i = nul + 1 + idlen
+    return tuple(entries)
 
 
 def _committer_time(commit: bytes) -> int:

@@ -228,6 +228,14 @@ class PyRepo(git.Repo):
             return None
         return stream.type.decode(), stream.read()
 
+    def object_size(self, sha: str) -> int | None:
+        """An object's size by full id through the persistent `cat-file --batch-check`; None when it
+        is missing or the id is malformed."""
+        try:
+            return self.odb.info(hex_to_bin(sha)).size
+        except (ValueError, TypeError):
+            return None
+
     def close(self) -> None:
         """End the persistent cat-file processes and wait for them (GitPython only signals them)."""
         procs = [c.proc for c in (self.git.cat_file_all, self.git.cat_file_header) if c and c.proc]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from autoresearchd import defaults
 from autoresearchd.store.gitexport import TreesIO
-from autoresearchd.store.gitnotes import NotesIO
+from autoresearchd.store.gitnotes import REF_REASON, NotesIO
 from autoresearchd.store.refevents import moved as _moved
 # GitError and git_env are part of this module's interface: callers catch the one and test the other
 from autoresearchd.store.gitproc import GIT, IDENTITY, GitError, PyRepo, git_env, run_git, stream_objects  # noqa: F401
@@ -66,9 +66,13 @@ class GitRepo(NotesIO, TreesIO):
         self._py = PyRepo(self.path)
         self.git_dir = Path(self._py.git_dir).resolve()
         self._notes_lock = threading.Lock()
+        self._notes_refs_seen: set[str] = set()  # notes refs this handle wrote: fast-import reads their tips
+        self._trees: dict[str, tuple] = {}       # tree id -> its parsed entries (gitexport.tree_listing)
         self._batch = threading.local()          # notes_batch(): queued note writes of this thread
 
     def _pyrepo(self):                 # the GitPython Repo, for this thread during the block
+        if getattr(self._batch, "blobs", None):
+            self._flush_refs()         # a blob this thread queued can be read back
         return self._py.held()
 
     def close(self) -> None:
@@ -85,6 +89,8 @@ class GitRepo(NotesIO, TreesIO):
     # -- running git -------------------------------------------------------------------------
     def _run(self, args: list[str], *, input: bytes | None = None, env: dict | None = None,
              cwd: Path | None = None, check: bool = True, binary: bool = False):
+        if getattr(self._batch, "refs", None) or getattr(self._batch, "blobs", None):
+            self._flush_refs()         # any git this thread runs sees the refs and blobs it queued
         return run_git(args, input=input, env=env, cwd=cwd or getattr(self, "path", None),
                        git_dir=getattr(self, "git_dir", None), check=check, binary=binary)
 
@@ -178,7 +184,9 @@ class GitRepo(NotesIO, TreesIO):
         out = self.git("for-each-ref", "--format=%(objectname) %(refname)", *prefixes)
         return hashlib.sha1(out.encode()).hexdigest()[:16]
 
-    def update_ref(self, ref: str, new: str, old: str | None = None, reason: str = "autoresearchd") -> None:
+    def update_ref(self, ref: str, new: str, old: str | None = None, reason: str = REF_REASON) -> None:
+        if old is None and reason == REF_REASON and getattr(self._batch, "refs", None) is not None:
+            return self._queue_ref(ref, new)   # inside notes_batch(): one transaction at its end
         args = ["update-ref", "-m", reason, ref, new]
         if old is not None:
             args.append(old)
@@ -214,6 +222,8 @@ class GitRepo(NotesIO, TreesIO):
         if not shas:
             return {}
         uniq = list(dict.fromkeys(shas))
+        if len(uniq) <= defaults.GIT_SMALL_READ:       # a few: the persistent cat-file, no process
+            return {sha: obj[1] for sha in uniq if (obj := self.read_object(sha)) is not None}
         # --buffer: git writes its output in blocks, not one write per object (200k of them in a cold
         # read of 100k ideas); the input is all there at once, so nothing waits on a flush
         raw = self.git("cat-file", "--batch", "--buffer", input=("\n".join(uniq) + "\n").encode(), binary=True)
@@ -243,6 +253,8 @@ class GitRepo(NotesIO, TreesIO):
         return obj[1] if obj[0] == "blob" else b""
 
     def hash_blob(self, data: bytes) -> str:
+        if getattr(self._batch, "blobs", None) is not None:
+            return self._queue_blob(data)      # inside notes_batch(): written at its end
         return self.git("hash-object", "-w", "--stdin", input=data).strip()
 
     def commit_message(self, commit: str) -> str:
@@ -365,11 +377,39 @@ class GitRepo(NotesIO, TreesIO):
             i += 2
         return res
 
+    def diff_tree_raw_many(self, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], list["RawChange"]]:
+        """diff_tree_raw(a, b) of many pairs of commits (full ids) in one `git diff-tree --stdin`: a
+        line "B A" compares A's tree with B's, as if A were B's parent. An answer that does not
+        parse as asked is left out (the caller asks diff_tree_raw)."""
+        if len(pairs) < 2:
+            return {}
+        out = self.git("diff-tree", "--stdin", "-r", "-z", "--no-renames", "--always", "--format=%H",
+                       input="".join(f"{b} {a}\n" for a, b in pairs).encode(), binary=True)
+        res: dict[tuple[str, str], list[RawChange]] = {}
+        parts, i, k, cur = out.split(b"\0"), 0, -1, None
+        while i < len(parts):
+            tok = parts[i][1:] if parts[i].startswith(b"\n") else parts[i]   # a diff starts on a new line
+            if tok.startswith(b":") and cur is not None and i + 1 < len(parts):
+                om, nm, osha, nsha, status = tok[1:].decode().split()
+                cur.append(RawChange(om, nm, osha, nsha, status, parts[i + 1].decode(errors="surrogateescape")))
+                i += 2
+                continue
+            if tok:                     # "<B>": the next pair's answer begins (--always: even when empty)
+                k += 1
+                if k >= len(pairs) or tok.decode(errors="replace") != pairs[k][1]:
+                    return {}           # not the answer asked for: trust none of it
+                cur = res[pairs[k]] = []
+            i += 1
+        return res if len(res) == len(set(pairs)) else {}
+
     def object_sizes(self, shas: list[str]) -> dict[str, int]:
         """sha -> size in bytes, without reading the contents (one `cat-file --batch-check`)."""
         uniq = list(dict.fromkeys(shas))
         if not uniq:
             return {}
+        if len(uniq) <= defaults.GIT_SMALL_READ:       # a few: the persistent batch-check, no process
+            with self._pyrepo() as r:
+                return {sha: size for sha in uniq if (size := r.object_size(sha)) is not None}
         out = self.git("cat-file", "--batch-check=%(objectname) %(objectsize)",
                        input=("\n".join(uniq) + "\n").encode())
         res = {}
