@@ -26,6 +26,7 @@ SCANNED = ("daemon", "runners", "policies")
 KNOWN = {
     "NotesIO": "a mixin of GitRepo (store/gitnotes.py): uses GitRepo's git plumbing",
     "TreesIO": "a mixin of GitRepo (store/gitexport.py): uses GitRepo's git plumbing",
+    "DiffsIO": "a mixin of GitRepo (store/gitdiff.py): uses GitRepo's git plumbing",
 }
 
 
