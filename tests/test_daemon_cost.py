@@ -134,6 +134,40 @@ def test_queued_refs_and_blobs_are_written_before_any_other_git_of_the_thread(tm
         assert repo.git("rev-parse", "refs/autoresearch/x").strip() == c
 
 
+def test_a_queued_write_that_fails_takes_the_notes_that_may_name_it_and_no_other(tmp_path):
+    """A failed blob or ref write of a batch drops the notes queued since it was queued (a result note
+    naming a log no ref keeps; leases before their archive refs) and writes the ones queued before it
+    and after it: as when the write failed in its own unit before it was queued."""
+    repo, c = repo_with_commit(tmp_path)
+    objs = [repo.commit_tree(repo.tree_of(c), [c], f"o{i}") for i in range(3)]
+    repo.update_ref(LOGS_PREFIX + "t1", c)                # a ref whose name is a directory's below
+    with repo.notes_batch():
+        repo.note_write(NOTES_REF, objs[0], "before the write")
+        sha = repo.hash_blob(b"a trial's log\n")
+        repo.update_ref(LOGS_PREFIX + "t1/x", sha)        # refused at the flush: t1 is a ref, not a directory
+        repo.note_write(NOTES_REF, objs[1], "names the log")
+        with pytest.raises(GitError):
+            repo.refs("refs/heads/")                      # the next git of the thread flushes, and fails
+        repo.note_write(NOTES_REF, objs[2], "after the failure")
+    assert repo.note_read(NOTES_REF, objs[0]) is not None
+    assert repo.note_read(NOTES_REF, objs[1]) is None     # before the fix: written, naming a log no ref keeps
+    assert repo.note_read(NOTES_REF, objs[2]) is not None
+    assert repo.rev_parse(LOGS_PREFIX + "t1/x") is None
+
+
+def test_a_queued_write_that_fails_at_the_batch_end_writes_only_the_notes_before_it(tmp_path):
+    repo, c = repo_with_commit(tmp_path)
+    objs = [repo.commit_tree(repo.tree_of(c), [c], f"o{i}") for i in range(2)]
+    repo.update_ref(ARCHIVE_PREFIX + "a", c)
+    with pytest.raises(GitError):
+        with repo.notes_batch():
+            repo.note_write(NOTES_REF, objs[0], "a lease before the archive ref")
+            repo.update_ref(ARCHIVE_PREFIX + "a/b", c)    # refused when the batch ends
+            repo.note_write(NOTES_REF, objs[1], "a lease that needs the archive ref")
+    assert repo.note_read(NOTES_REF, objs[0]) is not None
+    assert repo.note_read(NOTES_REF, objs[1]) is None
+
+
 # -- the gate: a push of many branches ----------------------------------------------------------------
 def test_the_gate_checks_a_push_of_many_branches_in_one_process(toy_env, tmp_path):
     d = build_daemon(load_config(write_config(tmp_path, toy_env)), with_llm=False)

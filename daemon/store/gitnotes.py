@@ -139,17 +139,24 @@ class NotesIO:
         if getattr(self._batch, "queue", None) is not None:
             yield                                # nested: the outer block applies everything
             return
-        self._batch.queue, self._batch.refs, self._batch.blobs = [], {}, {}
+        self._batch.queue, self._batch.refs, self._batch.blobs, self._batch.mark = [], {}, {}, None
         try:
             yield
         finally:
             try:
                 self._flush_notes()
             finally:
-                self._batch.queue = self._batch.refs = self._batch.blobs = None
+                self._batch.queue = self._batch.refs = self._batch.blobs = self._batch.mark = None
 
     def _flush_notes(self) -> None:
-        self._flush_refs()          # the blobs and refs queued meanwhile go first (a log before its note)
+        try:
+            self._flush_refs()      # the blobs and refs queued meanwhile go first (a log before its note)
+        except BaseException:
+            self._write_queue()     # the notes queued before them (_flush_refs dropped the rest)
+            raise
+        self._write_queue()
+
+    def _write_queue(self) -> None:
         queue = getattr(self._batch, "queue", None)
         if not queue:
             return
@@ -161,7 +168,14 @@ class NotesIO:
         for ref in sorted(per_ref, key=last.get):
             self.notes_write_many(ref, per_ref[ref])
 
+    def _pending(self) -> None:
+        """A blob or ref write is queued: the notes queued from now on may name it (a log blob, its
+        ref, an archive ref written before its lease), so they are written only if it is."""
+        if self._batch.mark is None:
+            self._batch.mark = len(self._batch.queue)
+
     def _queue_ref(self, ref: str, new: str) -> None:
+        self._pending()
         queue = self._batch.refs
         queue.pop(ref, None)            # the last write of a ref wins, in the order of last writes
         queue[ref] = new
@@ -169,6 +183,7 @@ class NotesIO:
     def _queue_blob(self, data: bytes) -> str:
         """A blob's id now (hashed here as git hashes it), the object at the batch's end."""
         sha = hashlib.new(self._object_format(), b"blob %d\0%s" % (len(data), data)).hexdigest()
+        self._pending()
         self._batch.blobs[sha] = data
         return sha
 
@@ -186,20 +201,31 @@ class NotesIO:
         blobs, refs = getattr(self._batch, "blobs", None), getattr(self._batch, "refs", None)
         if not blobs and not refs:
             return
+        mark, self._batch.mark = self._batch.mark, None
         self._batch.blobs, self._batch.refs = {}, {}
-        if len(blobs) == 1:     # hash-object starts in a third of fast-import's time (~1.5 against 5 ms)
-            self._run(["hash-object", "-w", "--stdin"], input=next(iter(blobs.values())))
-        elif blobs:    # loose objects, as hash-object -w writes them: no pack file per harvest
-            stream = b"".join(b"blob\ndata %d\n%s\n" % (len(data), data) for data in blobs.values())
-            self._run(["-c", "fastimport.unpackLimit=1000000", "fast-import", "--quiet", "--done"],
-                      input=stream + b"done\n")
-        if refs:
-            lines = "".join(f"update {ref} {new}\n" for ref, new in refs.items())
-            try:
-                self._run(["update-ref", "-m", REF_REASON, "--stdin"], input=lines.encode())
-            finally:
-                for ref in refs:
-                    _moved(self.git_dir, ref)
+        try:
+            if len(blobs) == 1:     # hash-object starts in a third of fast-import's time (~1.5 against 5 ms)
+                self._run(["hash-object", "-w", "--stdin"], input=next(iter(blobs.values())))
+            elif blobs:    # loose objects, as hash-object -w writes them: no pack file per harvest
+                stream = b"".join(b"blob\ndata %d\n%s\n" % (len(data), data) for data in blobs.values())
+                self._run(["-c", "fastimport.unpackLimit=1000000", "fast-import", "--quiet", "--done"],
+                          input=stream + b"done\n")
+            if refs:
+                lines = "".join(f"update {ref} {new}\n" for ref, new in refs.items())
+                try:
+                    self._run(["update-ref", "-m", REF_REASON, "--stdin"], input=lines.encode())
+                finally:
+                    for ref in refs:
+                        _moved(self.git_dir, ref)
+        except BaseException:
+            # none of the notes queued since these writes were queued is written: one may name a blob
+            # or ref that is not there (a result note naming a log no ref keeps, leases written before
+            # the archive refs they rely on). Their leases stay as git holds them, and the next tick
+            # harvests or places them again, as when an unqueued write failed inside its own unit.
+            queue = getattr(self._batch, "queue", None)
+            if mark is not None and queue is not None:
+                del queue[mark:]
+            raise
 
     def ensure_notes_ref(self, ref: str) -> None:
         """Create `ref` as an empty notes commit if it does not exist: with notes.displayRef set,
