@@ -16,7 +16,7 @@ from autoresearchd.store.ideas import format_message
 from autoresearchd.store.notes import Lease, Status, format_leases, format_note
 from autoresearchd.store.livepop import LivePopulation
 from autoresearchd.store.population import read_population
-from autoresearchd.store.refs import IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF, RUNS_REF
+from autoresearchd.store.refs import IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF, RUNS_REF, SCREENS_PREFIX
 from autoresearchd.views.curves import series
 from autoresearchd.views.dashboard import Snapshot
 from autoresearchd.views.summary import population_figures
@@ -94,7 +94,7 @@ def test_running_totals_equal_a_from_scratch_overview(tmp_path):
     snap = Snapshot(cfg, research, live.pop, "0", secrets=[])
     snap.overview()
     models = [model_branch(repo, rng, k) for k in range(4)]
-    kinds = ["note", "note", "note", "amend", "remove", "lease", "branch", "delete"]
+    kinds = ["note", "note", "note", "amend", "remove", "lease", "branch", "delete", "screen", "screen"]
     for step in range(40):
         ideas = [i for i in live.pop.ideas if i.branch]
         kind = {10: "unbest", 15: "unlucky", 25: "baseline"}.get(step) or rng.choice(kinds)
@@ -116,6 +116,19 @@ def test_running_totals_equal_a_from_scratch_overview(tmp_path):
             repo.note_remove(NOTES_REF, t.figures()["lucky"].commit)
         elif kind == "branch":
             models.append(model_branch(repo, rng, 10 + step))
+        elif kind == "screen":
+            # an idea's screened run, made or made again (its ref moves to a new screen commit with its own
+            # compute), on an idea that may already have its full-length note: its point on the compute
+            # axis moves though the idea itself did not change
+            i = rng.choice([i for i in ideas if i.idea_id] or ideas)
+            tree = repo.tree_with_files(i.commit, {"knobs.json": f"{step}".encode()})
+            c = repo.commit_tree(tree, [i.commit], f"screen {i.idea_id}\n\nScreen-Of: {i.commit}\n"
+                                                   "Screen-Knob: steps\nScreen-Fraction: 0.25\n")
+            repo.update_ref(SCREENS_PREFIX + i.idea_id, c)
+            note = ok_note(BMEAN, BMEAN, "pending").model_copy(
+                update={"value": None, "decision": None, "gpu_s": 1000.0 * (1 + step), "cpu_s": 10.0 * step,
+                        "screened": {"value": BMEAN + 0.05, "decision": "continue"}})
+            repo.note_write(NOTES_REF, c, format_note(note))
         elif kind == "delete":
             repo.delete_ref(rng.choice([i for i in ideas if i.commit not in models]).branch)
         else:                   # the baseline's note moves: every delta and gain is measured from it

@@ -127,7 +127,11 @@ class Totals:
         for i in came:
             t._count(i, +1)
         t._rebest(gone, came)
-        t._curve(gone, came)
+        # an idea's point on the compute axis holds its screened run too: an idea whose screen moved (made
+        # again, its note written) moves on the curve though the idea itself did not change
+        moved = [i for k in set(old.screens) | set(pop.screens) if old.screens.get(k) is not pop.screens.get(k)
+                 and (i := pop.by_id.get(k)) is not None and old.by_id.get(k) is i]
+        t._curve([*gone, *moved], [*came, *moved])
         t._epochs(gone, came)
         return t
 
