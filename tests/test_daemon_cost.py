@@ -281,6 +281,14 @@ def test_tree_listing_is_git_ls_tree(tmp_path):
                          input=b"100644 truncated\0\x01\x02", capture_output=True, check=True).stdout.decode().strip()
     with pytest.raises(GitError):
         repo.tree_listing(bad)
+    # modes git's own parser refuses (not octal digits only), each a corrupt tree for ls-tree and for us
+    for mode in (b"+100644", b"10_0644", b" 100644", b"10064x"):
+        odd = subprocess.run(["git", "hash-object", "-t", "tree", "-w", "--literally", "--stdin"], cwd=repo.path,
+                             input=b"%s f\0%s" % (mode, bytes.fromhex(blob)), capture_output=True,
+                             check=True).stdout.decode().strip()
+        assert subprocess.run(["git", "ls-tree", odd], cwd=repo.path, capture_output=True).returncode != 0, mode
+        with pytest.raises(GitError):
+            repo.tree_listing(odd)
 
 
 def test_a_trials_archive_starts_no_process(tmp_path):

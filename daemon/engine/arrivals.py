@@ -72,13 +72,15 @@ class Gate:
             except GitError:       # an unreadable commit among them: each is diffed alone, as before
                 diffs = {}
             self._ahead = {c: (mb, diffs.get((mb, c))) for c, mb in mbs.items()}
-        with self.lifecycle.batch():
-            for idea in pop.ideas:
-                if not idea.branch or idea.proposal or idea.note is not None or idea.leases:
-                    continue
-                why = self.why(idea, base)
-                if why:
-                    self.reject(idea, why)
-                    rejected = True
-        self._ahead = {}
+        try:
+            with self.lifecycle.batch():
+                for idea in pop.ideas:
+                    if not idea.branch or idea.proposal or idea.note is not None or idea.leases:
+                        continue
+                    why = self.why(idea, base)
+                    if why:
+                        self.reject(idea, why)
+                        rejected = True
+        finally:
+            self._ahead = {}            # read ahead against this call's base: never a later call's
         return rejected

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import stat
 import tarfile
 import tempfile
@@ -28,6 +29,8 @@ _UNSAFE_NAMES = {"", ".", "..", ".git"}
 
 def _under(path: str, roots: list[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+_OCTAL = re.compile(rb"[0-7]+")
 
 
 class TreesIO:
@@ -208,10 +211,9 @@ def _parse_tree(data: bytes, idlen: int, sha: str) -> tuple[tuple[str, str, str]
     while i < n:
         sp = data.find(b" ", i)
         nul = data.find(b"\0", sp + 1) if sp > i else -1
-        try:
-            mode = int(data[i:sp], 8) if nul > sp + 1 and nul + 1 + idlen <= n else None
-        except ValueError:
-            mode = None
+        # octal digits only, as git's tree parser takes a mode (int() would also take "+", "_", spaces)
+        ok = nul > sp + 1 and nul + 1 + idlen <= n and _OCTAL.fullmatch(data[i:sp])
+        mode = int(data[i:sp], 8) if ok else None
         if mode is None:
             raise GitError(["ls-tree", sha], 128, f"corrupt tree {sha} at byte {i}")
         entries.append((f"{_canon_mode(mode):06o}", data[sp + 1:nul].decode(errors="surrogateescape"),

@@ -1,6 +1,7 @@
 """Git access: the repo handle, refs, objects, trees and commits (notes I/O is mixed in from
 gitnotes.py, tree export and import from gitexport.py, diffs from gitdiff.py; one git process runs
-through gitproc.py). Only these five modules run git; everything else asks GitRepo for refs, notes, commits and archives.
+through gitproc.py). Only these five modules run git; everything else asks GitRepo for refs, notes,
+commits and archives.
 
 The handle holds a GitPython Repo (gitproc.PyRepo): config reads, names that start from an object id
 (rev_parse) and single objects (blobs, notes, commit messages, trees) go through it and its two

@@ -2,12 +2,14 @@
 
 `LivePopulation.refresh` finds what changed since its last call three ways, each costing what changed:
 - notes and leases: one for-each-ref of refs/notes/ (and the proposals and the baseline, few refs),
-  then one `diff-tree` per notes ref that moved, between the notes commit it read last and the new one;
+  then, per notes ref that moved, the notes changed between the notes commit it read last and the new
+  one, from the two trees as parsed and kept by id (GitRepo.notes_changes: only subtrees whose ids
+  differ are read, through the persistent cat-file; no process);
 - the refs this process wrote itself (update_ref/delete_ref: the implementer's marks, branches and
   records, the dispatcher's archives) are events (store/refevents.py); the refs named are read again
   with one for-each-ref, so an event never has to be right about the ref's new value;
 - a scan (`scan=True`, the start of each tick) lists every idea ref (branches, records, archives, the
-  daemon's marks) and compares the listing with the last one line by line: pushes, force-pushes and
+  daemon's marks, the screens/ refs) and compares the listing with the last one line by line: pushes, force-pushes and
   deletions by other processes.
 The screened runs (refs/autoresearch/screens/, store/screens.py) ride on the same three: their refs are
 scanned and told like idea refs, and a screen is built again only when its ref, note or lease moved.

@@ -103,7 +103,9 @@ class Population:
 
     def on_baseline(self, commit: str, note: Note) -> "Population":
         """This population as judged against another baseline commit (an old one, with its note): the
-        late seeds of a result measured on it are judged where it was measured, among its own cohort."""
+        late seeds of a result measured on it are judged where it was measured, among its own cohort.
+        For judging only: its `unlisted` and `screens` are this population's, so its spend is not the
+        repo's (the old baseline's note is both its baseline and unlisted; ask this population)."""
         return dataclasses.replace(self, baseline_commit=commit, baseline_note=note, baseline_leases=[],
                                    by_id={}, by_commit={})
 
