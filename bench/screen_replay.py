@@ -44,7 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import calibrate_curves  # noqa: E402
-from sim_stats import ci95, fmt_paired, md, paired  # noqa: E402
+from sim_stats import fmt_ci, fmt_paired, md, paired, seeds_arg  # noqa: E402
 
 from autoresearchd import defaults  # noqa: E402
 from autoresearchd.config import ScreeningCfg  # noqa: E402
@@ -144,8 +144,7 @@ def tune(data: dict, seeds: list[int]) -> dict:
 
 
 def fmt(rows: list[dict], key: str, f: str = "{:.3f}") -> str:
-    m, h = ci95([r[key] for r in rows])
-    return f"{f.format(m)} ± {f.format(h)}"
+    return fmt_ci([r[key] for r in rows], f)
 
 
 def table(data: dict, seeds: list[int], settings: list[tuple[str, float, float]]) -> str:
@@ -157,13 +156,6 @@ def table(data: dict, seeds: list[int], settings: list[tuple[str, float, float]]
                     fmt(rows, "out"), fmt(rows, "regret", "{:.4f}")])
     return md(["setting", "margin", "keep", "false screen-outs (share of winners)", "winners lost",
                "compute vs full length (wall)", "(steps)", "screened out", "regret"], out)
-
-
-def seed_list(s: str) -> list[int]:
-    if "-" in s:
-        a, b = s.split("-")
-        return list(range(int(a), int(b) + 1))
-    return [int(x) for x in s.split(",")]
 
 
 def main(argv=None) -> int:
@@ -189,7 +181,7 @@ def main(argv=None) -> int:
     if t:
         settings.append((f"tuned on seeds {t['tuned_on']}", t["margin"], t["keep"]))
     settings += [("margin only", defaults.SCREENING_MARGIN, 1.0), ("quantile only", float("inf"), defaults.SCREENING_KEEP)]
-    seeds = seed_list(a.seeds)
+    seeds = seeds_arg(a.seeds)
     print(table(data, seeds, settings))
     if t:
         tuned = run(data, seeds, t["margin"], t["keep"])

@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from search_ideator import IdeatorServer  # noqa: E402
 from sim_arms import Arm, JudgeKind, LoopKind, Search  # noqa: E402
-from sim_stats import arm_table, ci95, contrast_table, fmt_ci, fmt_paired, md, paired, search_args  # noqa: E402
+from sim_stats import (arm_table, ci95, contrast_table, fmt_ci, fmt_paired, md, paired, search_args,  # noqa: E402
+                       seeds_arg)
 from sim_world import CALIBRATED_NOISE_SD, Knobs, TimedWorld, applied  # noqa: E402
 
 from autoresearchd.engine import judge  # noqa: E402
@@ -126,11 +127,6 @@ def run_all_with(fn, work: list[tuple], jobs: int, log=None) -> list[dict]:
         if pool:
             pool.terminate()
     return out
-
-
-def seeds_arg(s: str) -> list[int]:
-    a, _, b = s.partition("-")
-    return list(range(int(a), int(b) + 1)) if b else [int(x) for x in s.split(",")]
 
 
 def search_seeds(ap, a, tuning) -> list[int]:

@@ -86,6 +86,12 @@ def contrast_table(res: dict[str, list[dict]]) -> str:
                "wall-clock h"], rows)
 
 
+def seeds_arg(s: str) -> list[int]:
+    """World seeds from the command line: 'a-b' (a range, both ends in) or 'a,b,c'."""
+    a, _, b = s.partition("-")
+    return list(range(int(a), int(b) + 1)) if b else [int(x) for x in s.split(",")]
+
+
 def search_args(ap, tuned: str, seeds_default: str = "0-9 to tune, 1000-1039 else") -> None:
     """The options every simulator search script shares (sim_fair, sim_early, sim_hybrid): which world
     seeds, the tuned parameters' file, the GPU-hour budget, the slots, the proposal latency, worker

@@ -54,10 +54,9 @@ class Screener:
 
     # -- the collector's units: each screen with leases ------------------------------------------------
     def units(self, pop: Population):
-        by_id = {i.idea_id: i for i in pop.ideas}
         for key, s in pop.screens.items():
             if s.leases:
-                yield s.commit, by_id.get(key), s.note, list(s.leases)
+                yield s.commit, pop.by_id.get(key), s.note, list(s.leases)
 
     def finish(self, commit: str, idea, note: Note | None, leases: list[Lease], pop: Population) -> bool:
         """A screen's note once its seeds are in (the baseline's: every baseline seed; an idea's: seed 0)."""
