@@ -155,6 +155,22 @@ def test_budget_reached_still_saves(tmp_path, data):
     assert (code / shards.ARTIFACT).is_file() and (code / shards.HEAD_ARTIFACT).is_file()
 
 
+def test_the_curve_counts_the_budget_when_the_budget_ends_the_run(tmp_path, data):
+    """A real run ends by its wall-clock budget long before num_iterations (2,656 of 26,880 steps on
+    an H200), so `t` = step / steps stayed under 0.1 and no stopping rule's rung was ever reached.
+    `t` is now the larger of the steps' and the budget's share done."""
+    code = env_copy(tmp_path / "code")
+    curve = tmp_path / "progress.jsonl"
+    env = dict(os.environ, NANOGPT_DATA=str(data), CUDA_VISIBLE_DEVICES="", NANOGPT_TRAIN_BUDGET_S="25",
+               NANOGPT_SMOKE_STEPS="1000000", AUTORESEARCH_PROGRESS=str(curve), **TINY)
+    p = run([PY, "launch.py"], code, env)
+    assert p.returncode == 0 and "(time budget)" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+    points = [json.loads(line) for line in curve.read_text().splitlines()]
+    ts = [pt["t"] for pt in points]
+    assert len(points) >= 2 and ts == sorted(ts) and 0 < ts[0] and ts[-1] <= 1, points
+    assert ts[-1] > 0.3 and points[-1]["step"] / 1e6 < 0.01          # by the clock, not by the steps
+
+
 def test_train_that_ignores_the_stop_is_killed_and_fails(tmp_path):
     code = env_copy(tmp_path / "code")
     (code / "out").mkdir()
@@ -263,22 +279,29 @@ def test_model_input_holds_no_secret_and_no_next_window(tmp_path, data, trained)
     ev = _scorer_module()
     x, _ = next(shards.val_sequences(64, 4096, 64, root=str(data)))
     n = len(x)
-    plan = ev.make_plan(cfg["seed"], n, 64, cfg["c"])
+    plan = ev.make_plan(cfg["seed"], n, 64, cfg["c"], cfg["batch"])
     groups = sorted((io / "in").iterdir(), key=lambda d: int(d.name))
     assert len(groups) == len(plan["groups"]) >= 3 and cfg["c"] == 32
-    group_of = {}
+    group_of, slot_of = {}, {}
     for g, ids in zip(groups, plan["groups"]):
         assert sorted(f.name for f in g.iterdir()) == ["meta.json", "tokens.npy"]
         assert str(cfg["seed"]) not in (g / "meta.json").read_text()
         rows = np.load(g / "tokens.npy")
         assert rows.dtype == np.uint16 and (rows == ev.rows_of(ids, x, plan)).all()   # what the plan says
         group_of.update((int(i), int(g.name)) for i in ids)
-    assert sorted(group_of) == list(range(n + cfg["c"]))        # each row in exactly one group
+        slot_of.update((int(i), r % cfg["batch"]) for r, i in enumerate(ids))
+        assert len(ids) % cfg["batch"] == 0 and len(set(ids.tolist())) == len(ids)   # full calls only
+    rows = n + cfg["c"]
+    assert sorted(i for i in group_of if i < rows) == list(range(rows))   # each row in exactly one group
+    for f, w in enumerate(plan["fillers"]):                     # a filler repeats a window of its group
+        assert group_of[rows + f] == group_of[int(w)]
+    assert sorted(group_of)[rows:] == list(range(rows, rows + len(plan["fillers"])))
     for w in range(n - 1):
         assert group_of[w] != group_of[w + 1], w                 # never beside the next window
     for j, w in enumerate(plan["checked"]):
         assert group_of[n + j] != group_of[int(w)]               # a variant is never beside its original
         assert w == 0 or group_of[n + j] != group_of[int(w) - 1]  # ... nor beside the window before it
+        assert slot_of[n + j] == slot_of[int(w)]                 # ... and in its slot of the model's calls
         cut = plan["cuts"][j]
         assert 1 <= cut <= 63 and plan["donors"][j] != w
 
@@ -357,6 +380,9 @@ class Leak(torch.nn.Module):
         if self.how == "stateful":     # causal for its first 6 calls (the old check's), then it leaks
             self.calls.add_(1)
             return h + (self.calls > 6).float() * self.mask[None, :, None] * nxt
+        if self.how == "slotted":      # honest, but each slot of a call rounds its own way (cuBLAS on
+            slot = torch.arange(idx.shape[0], dtype=h.dtype)[:, None, None]   # an H200 did, 1e-3 nats)
+            return h + 0.01 * slot * self.nxt.weight[0]
         if self.how == "flat":         # not [B, T, D]
             return h.sum(-1)
         if self.how == "huge":         # states float16 cannot hold
@@ -365,7 +391,7 @@ class Leak(torch.nn.Module):
             big = torch.full_like(h[..., :1], 60000.0)     # would widen a tolerance on the states)
             return torch.cat([h + 0.01 * self.mask[None, :, None] * nxt, big], dim=-1)
         return h + self.mask[None, :, None] * nxt
-for how in ("untested", "future", "rows", "stateful", "inflated", "flat", "huge", "honest"):
+for how in ("untested", "future", "rows", "stateful", "inflated", "flat", "huge", "honest", "slotted"):
     m = Leak(how).eval()
     if how == "honest":
         m.how, m.mask = "future", torch.zeros(T)
@@ -421,3 +447,15 @@ def test_the_model_step_refuses_outputs_it_cannot_pass_on(tmp_path, data, leaky_
 def test_evaluate_accepts_the_causal_twin(tmp_path, data, leaky_models):
     p = evaluate(leaky_models / "honest", data, tmp_path, NANOGPT_EVAL_BATCH="4")
     assert p.returncode == 0 and "val_loss" in parse_metrics(p.stdout), p.stderr[-2000:]
+    assert parse_metrics(p.stdout)["causal_max_nats"] == 0
+
+
+def test_a_model_whose_rounding_depends_on_its_batch_slot_is_not_called_a_cheat(tmp_path, data, leaky_models):
+    """On an H200 the honest baseline failed the check (1.2e-3 nats against a 1e-3 tolerance): the
+    same row rounded differently in another slot of an equal-shaped call, while in the same slot it
+    agreed to the bit (docs/env-nanogpt.md). A twin now takes its window's slot; this model, causal
+    but 0.01 x its slot off, stands in for those kernels on a CPU."""
+    p = evaluate(leaky_models / "slotted", data, tmp_path, NANOGPT_EVAL_BATCH="4")
+    assert p.returncode == 0, p.stderr[-2000:]
+    m = parse_metrics(p.stdout)
+    assert m["causal_max_nats"] == 0 and m["causal_checks"] == 32

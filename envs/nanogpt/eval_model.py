@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import torch
@@ -61,16 +62,19 @@ def hidden_of(model, x: np.ndarray, device: torch.device) -> torch.Tensor:
     return out.float()
 
 
-def write_group(model, device, tokens: np.ndarray, batch: int, out_dir: str) -> dict:
-    """Run every row through the model, appending each batch's states to hidden.bin as they come."""
+def write_group(model, device, tokens: np.ndarray, batch: int, out_dir: str) -> tuple[dict, dict]:
+    """Run every row through the model, appending each batch's states to hidden.bin as they come;
+    return the states' meta and the seconds spent in the model and in writing."""
     n, T = tokens.shape
     D = None
+    took = {"model_s": 0.0, "write_s": 0.0}     # where a group's time goes, printed by main
     with open(os.path.join(out_dir, "hidden.bin"), "wb") as f:
         for s in range(0, n, batch):
             x = tokens[s:s + batch]
             # every call gets the same shape, so the same kernels run on every row: the states of a
             # window and of its checked twin (another process) then agree to the bit before the cut
             pad = np.concatenate([x, np.repeat(x[-1:], batch - len(x), axis=0)]) if len(x) < batch else x
+            t0 = time.time()
             h = hidden_of(model, pad, device)[:len(x)]
             if D is None:
                 D = h.shape[2]
@@ -81,8 +85,11 @@ def write_group(model, device, tokens: np.ndarray, batch: int, out_dir: str) -> 
             if h.abs().max().item() >= FP16_MAX:
                 fail(f"a hidden state is {h.abs().max().item():.3g} in size, over float16's {FP16_MAX:.0f}; "
                      "scale the states down and the head's weight up by the same factor")
+            t1 = time.time()
             f.write(h.to(torch.float16).cpu().contiguous().numpy().astype("<f2").tobytes())
-    return {"dtype": "float16", "shape": [n, T, D or 0]}
+            took["model_s"] += t1 - t0
+            took["write_s"] += time.time() - t1
+    return {"dtype": "float16", "shape": [n, T, D or 0]}, took
 
 
 def main() -> int:
@@ -99,11 +106,14 @@ def main() -> int:
         fail(f"bad input group: tokens {tokens.dtype} {tokens.shape}, batch {batch}")
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
+    t0 = time.time()
     model, device = load_model(os.path.join(arts, ARTIFACT))
-    meta = write_group(model, device, tokens, batch, out)
+    load_s = time.time() - t0
+    meta, took = write_group(model, device, tokens, batch, out)
     with open(os.path.join(out, "hidden.json"), "w") as f:
         json.dump(meta, f)
-    print(f"eval_model: {meta['shape'][0]} rows -> {meta['dtype']} {meta['shape']}", file=sys.stderr)
+    print(f"eval_model: {meta['shape'][0]} rows -> {meta['dtype']} {meta['shape']}; load {load_s:.1f} s, "
+          f"model {took['model_s']:.1f} s, write {took['write_s']:.1f} s", file=sys.stderr)
     return 0
 
 

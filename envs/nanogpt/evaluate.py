@@ -18,7 +18,8 @@ The rows: the first 10,485,760 validation tokens in 1,024-token windows (10,240 
 one causality variant for every CHECK_EVERY-th window: a secret random window w, a random cut c in
 [1, T-1], w's tokens before c and another real window's tokens from c on. A variant goes to another
 group (another fresh process) than w and than w-1 (whose last target is w's first token); consecutive
-windows never share a group, so no row's last target is in its process. Rows are shuffled in groups.
+windows never share a group, so no row's last target is in its process. Rows are shuffled in groups;
+a variant takes its window's slot in the model's calls (see make_plan).
 Before c, w and its variant must predict the same (log-probabilities under the head within
 CAUSAL_NATS), else the model sees the future or other rows: the evaluation fails.
 Test-only size overrides (a real trial's clean environment has none of them): NANOGPT_EVAL_SIZE,
@@ -62,9 +63,16 @@ def fail(msg: str) -> None:
 
 # ----------------------------------------------------------------------------- the plan
 
-def make_plan(seed: int, n: int, T: int, c: int) -> dict:
+def make_plan(seed: int, n: int, T: int, c: int, batch: int) -> dict:
     """Everything secret, derived from the seed: which rows each group holds (ids < n: scored window
-    id; n + j: variant j), the checked windows, their cuts and donors. Re-derived at score time."""
+    id; n + j: variant j; n + c + f: filler f, a copy of a window of that group, not scored), the
+    checked windows, their cuts and donors. Re-derived at score time.
+
+    A row's slot (its position in its group modulo `batch`) is its place in every model call, since
+    eval_model.py runs the rows in calls of exactly `batch`. A variant gets its window's slot: on a
+    GPU the same row can round differently in another slot of an equal-shaped call (an H200 gave
+    1.2e-3 nats between slots, docs/env-nanogpt.md), and in the same slot it agreed to the bit.
+    Fillers make every call full, so slots never shift."""
     rng = np.random.default_rng(seed)
     G = max(3, math.ceil((n + c) / ROWS_PER_GROUP))
     group = np.empty(n, dtype=np.int64)
@@ -80,14 +88,37 @@ def make_plan(seed: int, n: int, T: int, c: int) -> dict:
     cuts = rng.integers(1, T, size=c)                       # in [1, T-1]
     donors = rng.integers(0, n - 1, size=c)
     donors += donors >= checked                              # another window than the checked one
+    queues = [[[] for _ in range(batch)] for _ in range(G)]  # [group][slot] -> row ids
+    slot = np.empty(n, dtype=np.int64)
+    for g in range(G):                                       # a group's windows round the slots
+        members = rng.permutation(np.flatnonzero(group == g))
+        off = int(rng.integers(batch))
+        for k, w in enumerate(members):
+            slot[w] = (k + off) % batch
+            queues[g][slot[w]].append(int(w))
     vgroup = np.empty(c, dtype=np.int64)
     for j, w in enumerate(checked):
         banned = {int(group[w])} | ({int(group[w - 1])} if w > 0 else set())
-        vgroup[j] = rng.choice([g for g in range(G) if g not in banned])
-    ids = np.concatenate([np.arange(n), n + np.arange(c)])
-    where = np.concatenate([group, vgroup])
-    groups = [rng.permutation(ids[where == g]) for g in range(G)]
-    return {"groups": groups, "checked": checked, "cuts": cuts, "donors": donors}
+        allowed = [g for g in range(G) if g not in banned]
+        lens = np.array([len(queues[g][slot[w]]) for g in allowed])
+        vgroup[j] = allowed[int(rng.choice(np.flatnonzero(lens == lens.min())))]  # fewest fillers
+        queues[vgroup[j]][slot[w]].append(n + j)
+    groups, fillers = [], []
+    for g in range(G):
+        qs = [rng.permutation(q).tolist() for q in queues[g]]
+        own = np.flatnonzero(group == g)
+        calls = max(len(q) for q in qs)
+        rows = np.empty(calls * batch, dtype=np.int64)
+        for s, q in enumerate(qs):
+            for k in range(calls):
+                if k < len(q):
+                    rows[k * batch + s] = q[k]
+                else:                                        # a window of this group again: no
+                    rows[k * batch + s] = n + c + len(fillers)   # neighbour of another group comes in
+                    fillers.append(int(own[rng.integers(len(own))]))
+        groups.append(rows)
+    return {"groups": groups, "checked": checked, "cuts": cuts, "donors": donors,
+            "fillers": np.array(fillers, dtype=np.int64)}
 
 
 def sizes_from_env() -> dict:
@@ -113,6 +144,8 @@ def rows_of(ids: np.ndarray, x: np.ndarray, plan: dict) -> np.ndarray:
     for r, i in enumerate(ids):
         if i < n:
             out[r] = x[i]
+        elif i >= n + len(plan["cuts"]):                    # a filler: a copy, never scored
+            out[r] = x[plan["fillers"][i - n - len(plan["cuts"])]]
         else:
             j = i - n
             c = plan["cuts"][j]
@@ -126,7 +159,7 @@ def phase_inputs(io: str) -> int:
     cfg = sizes_from_env()
     n = cfg["n_tokens"] // cfg["T"]
     cfg.update(seed=int.from_bytes(os.urandom(16), "little"), c=n // CHECK_EVERY, t0=t0)
-    plan = make_plan(cfg["seed"], n, cfg["T"], cfg["c"])
+    plan = make_plan(cfg["seed"], n, cfg["T"], cfg["c"], cfg["batch"])
     x, _ = windows(cfg["T"], cfg["n_tokens"])
     with open(PLAN_FILE, "w") as f:            # the scorer's own directory: no other step sees it
         json.dump(cfg, f)
@@ -136,8 +169,8 @@ def phase_inputs(io: str) -> int:
         np.save(os.path.join(d, "tokens.npy"), rows_of(ids, x, plan))
         with open(os.path.join(d, "meta.json"), "w") as f:
             json.dump({"batch": cfg["batch"]}, f)
-    print(f"evaluate: {n} windows + {cfg['c']} causality variants in {len(plan['groups'])} groups",
-          file=sys.stderr)
+    print(f"evaluate: {n} windows + {cfg['c']} causality variants + {len(plan['fillers'])} fillers in "
+          f"{len(plan['groups'])} groups", file=sys.stderr)
     return 0
 
 
@@ -214,7 +247,7 @@ def phase_score(io: str) -> int:
     with open(PLAN_FILE) as f:
         cfg = json.load(f)
     T, n = cfg["T"], cfg["n_tokens"] // cfg["T"]
-    plan = make_plan(cfg["seed"], n, T, cfg["c"])
+    plan = make_plan(cfg["seed"], n, T, cfg["c"], cfg["batch"])
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -235,7 +268,7 @@ def phase_score(io: str) -> int:
         z = z + b if b is not None else z
         return cap * torch.tanh(z / cap) if cap is not None else z
 
-    check_causal(outs, where, plan, n, device, logits_of)
+    worst = check_causal(outs, where, plan, n, device, logits_of)
     x, y = windows(T, cfg["n_tokens"])
     total, count = 0.0, 0
     for g, ((raw, dtype), ids) in enumerate(zip(outs, plan["groups"])):
@@ -253,23 +286,26 @@ def phase_score(io: str) -> int:
     if not math.isfinite(val_loss):
         fail(f"validation loss is not finite ({val_loss})")
     metrics = {"val_loss": val_loss, "val_tokens": count, "causal_checks": cfg["c"],
-               "eval_groups": len(outs), "eval_s": round(time.time() - cfg["t0"], 1)}
+               "eval_groups": len(outs), "causal_max_nats": float(f"{worst:.3g}"),
+               "eval_s": round(time.time() - cfg["t0"], 1)}
     if os.environ.get("AUTORESEARCH_RESULT"):
         with open(os.environ["AUTORESEARCH_RESULT"], "w") as f:
             json.dump(metrics, f)
     print("---")
     print(f"val_loss: {val_loss:.6f}")
-    for k in ("val_tokens", "causal_checks", "eval_groups", "eval_s"):
+    for k in ("val_tokens", "causal_checks", "causal_max_nats", "eval_groups", "eval_s"):
         print(f"{k}: {metrics[k]}")
     if device.type == "cuda":
         print(f"eval_peak_mem_mib: {torch.cuda.max_memory_allocated() // 2 ** 20}")
     return 0
 
 
-def check_causal(outs, where, plan, n: int, device, logits_of) -> None:
+def check_causal(outs, where, plan, n: int, device, logits_of) -> float:
     """Each checked window's predictions before its cut must equal its variant's (other process,
-    other rows around it): a difference means the model saw later tokens or other rows."""
+    other rows around it): a difference means the model saw later tokens or other rows. Returns the
+    largest difference seen (0 when every pair agreed to the bit, as an honest model's do)."""
     import torch
+    worst = 0.0
     for j, (w, cut) in enumerate(zip(plan["checked"], plan["cuts"])):
         (go, ro), (gv, rv) = where[int(w)], where[n + j]
         a = as_float(outs[go][0][ro][:cut], outs[go][1], device)
@@ -282,6 +318,8 @@ def check_causal(outs, where, plan, n: int, device, logits_of) -> None:
                  f"from another window, run in another process, predict differently before {cut}: "
                  f"log-probabilities differ by {diff:.3g} (tolerance {CAUSAL_NATS}); the model sees later "
                  f"tokens or other rows")
+        worst = max(worst, diff)
+    return worst
 
 
 # ----------------------------------------------------------------------------- local debugging

@@ -5,6 +5,7 @@
 
 The training budget (1,500 s, counted from the launch, so start-up and compilation are inside it) is
 enforced here, outside the code that ideas edit. train.py learns the deadline from $NANOGPT_DEADLINE
+(and the budget's length from $NANOGPT_BUDGET_S, for its progress curve's share of the run)
 and, at the deadline, the launcher also creates $NANOGPT_STOP_FILE; train.py then finishes its step
 and saves the model's body to $NANOGPT_ARTIFACT and its LM head to $NANOGPT_HEAD. Whatever is still
 running a grace period later is killed. The run succeeds only if train.py exited 0 (or was killed
@@ -76,7 +77,8 @@ def launch(train: Path, budget_s: float, grace_s: float, nproc: int, env: dict[s
     start = time.time()
     deadline = start + budget_s
     stop_file = Path(tempfile.mkdtemp(prefix="nanogpt-stop-")) / "stop"
-    env = dict(env, NANOGPT_DEADLINE=f"{deadline:.3f}", NANOGPT_STOP_FILE=str(stop_file),
+    env = dict(env, NANOGPT_DEADLINE=f"{deadline:.3f}", NANOGPT_BUDGET_S=f"{budget_s:.3f}",
+               NANOGPT_STOP_FILE=str(stop_file),
                NANOGPT_ARTIFACT=str(artifact), NANOGPT_HEAD=str(head), PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(train)]
     print(f"launch: {' '.join(cmd)}  (budget {budget_s:.0f}s, save grace {grace_s:.0f}s)", flush=True)
