@@ -105,10 +105,31 @@ def check(repo, log, good, bad, pop, host: str):
         assert git(repo, "diff", "--name-only", s.of, s.commit).split() == [".autoresearch-knobs.json"]
 
 
+def check_status(cfg, pop, bad):
+    """`status` (text and --json) counts the screen-out and the compute it saved, as it counts early
+    stops (issue 29: `status` and the dashboard show the GPU-hours saved). It showed neither."""
+    import json
+    import subprocess
+
+    def cli(*args):
+        p = subprocess.run([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), *args],
+                           capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="200"))
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p.stdout
+    saved = pop.by_commit[bad].note.screened["saved_s"]
+    js = json.loads(cli("status", "--json"))["spend"]
+    assert js["screened_out"] == 1 and js["stopped"] == 0
+    assert js["saved_hours"] == pytest.approx(saved / 3600) and saved > 0
+    st = cli("status")
+    assert "1 screened out short" in st and f"about {saved / 3600:.2f} CPU-hours saved" in st, st
+
+
 def screen_and_restart(tmp_path, env, runner: str, host: str):
     repo, log, good, bad = env
-    pop = run_until_settled(cfg_for(tmp_path, repo, runner), timeout=240)
+    cfg = cfg_for(tmp_path, repo, runner)
+    pop = run_until_settled(cfg, timeout=240)
     check(repo, log, good, bad, pop, host)
+    check_status(cfg, pop, bad)
     before = log.read_text()
     pop = run_until_settled(cfg_for(tmp_path, repo, runner), timeout=120)      # a restart: nothing runs again
     assert log.read_text() == before

@@ -136,7 +136,7 @@ def check_views(cfg, pop, bad, note):
         assert p.returncode == 0, p.stdout + p.stderr
         return p.stdout
     st = cli("status")
-    assert "early stopping: 1 idea(s) stopped" in st and "CPU-hours saved" in st, st
+    assert "1 idea(s) stopped by their learning curves" in st and "CPU-hours saved" in st, st
     js = json.loads(cli("status", "--json"))
     assert js["spend"]["stopped"] == 1 and js["spend"]["saved_hours"] == pytest.approx(note.stopped["saved_s"] / 3600)
     shown = cli("show", bad)

@@ -127,9 +127,16 @@ def budget_hours(pop, gpus: int) -> float:
 
 
 def saved_s(note) -> float:
-    """Compute seconds an early stop saved (engine/stopping.py: the baseline's mean per trial x (1 - t),
-    GPU seconds for a GPU env, CPU seconds for a CPU env); 0 for any other note."""
-    if note is None or note.status != Status.STOPPED:
+    """Compute seconds that not running to full length saved, in the env's unit (GPU seconds for a GPU
+    env, CPU seconds for a CPU env): an early stop's (engine/stopping.py: the baseline's mean per trial
+    x (1 - t)) and a screen-out's (engine/screening.saved: x (1 - fraction)); 0 for any other note.
+    Both kinds, since `status` and the dashboard report what the two mechanisms save together."""
+    if note is None:
         return 0.0
-    v = (note.stopped or {}).get("saved_s")
+    if note.status == Status.STOPPED:
+        v = (note.stopped or {}).get("saved_s")
+    elif note.status == Status.SCREENED_OUT:
+        v = (note.screened or {}).get("saved_s")
+    else:
+        return 0.0
     return float(v) if isinstance(v, (int, float)) and v == v and v >= 0 else 0.0

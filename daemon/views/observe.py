@@ -119,10 +119,12 @@ def status(cfg, console, as_json: bool = False) -> int:
     if sp.get("held"):
         console.print(f"compute budget spent: {sp['held']} queued idea(s) held, not started "
                       "(raise daemon.max_gpu_hours to run them)")
-    if sp.get("stopped"):
+    if sp.get("stopped") or sp.get("screened_out"):
         unit = "GPU-hours" if s["gpus"] else "CPU-hours"
-        console.print(f"early stopping: {sp['stopped']} idea(s) stopped by their learning curves, "
-                      f"about {sp['saved_hours']:.2f} {unit} saved (estimated)")
+        how = [f"{sp['stopped']} idea(s) stopped by their learning curves"] if sp.get("stopped") else []
+        how += [f"{sp['screened_out']} screened out short"] if sp.get("screened_out") else []
+        console.print(f"not run to full length: {', '.join(how)}, about {sp['saved_hours']:.2f} {unit} saved "
+                      "(estimated)")
     if len(s["models"]) > 1:            # an ensemble: who proposed what, for how much
         console.print("proposing models: " + "; ".join(
             f"{escape(r['model'])} {r['share']:.0%} ({r['proposals']} ideas, ${r['usd']:.4f}"

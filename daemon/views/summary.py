@@ -145,8 +145,10 @@ def summary(cfg, research=None, pop=None, figures: dict | None = None) -> dict:
                   "cpu_hours": cpu_s / 3600,
                   "budget_usd": budget.get("max_usd") or cfg.llm.budget_usd,
                   "live_usd": budget.get("usd"), "max_gpu_hours": cfg.daemon.max_gpu_hours,
-                  # early stopping ([stopping]): estimated, in the env's unit (GPU-hours, or CPU-hours without GPUs)
+                  # early stopping ([stopping]) and screening ([screening]) together: estimated, in the
+                  # env's unit (GPU-hours, or CPU-hours without GPUs)
                   "saved_hours": f.get("saved_s", 0.0) / 3600, "stopped": f["counts"].get(Status.STOPPED.value, 0),
+                  "screened_out": f["counts"].get(Status.SCREENED_OUT.value, 0),
                   # queued ideas the daemon does not start: the compute budget is spent (engine/stopwhen.py)
                   "held": len(held(pop)) if budget_spent(pop, cfg, m) else 0},
         "cost_per_improvement": {"usd": usd / improvement if improvement else None,

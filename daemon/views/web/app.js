@@ -172,9 +172,12 @@ async function renderOverview() {
     s.gpus !== 0 ? ["GPU-hours", num(sp.gpu_hours, 2) + (sp.max_gpu_hours ? " / " + sp.max_gpu_hours : "")] : null,
     s.gpus === 0 || sp.cpu_hours ? ["CPU-hours", num(sp.cpu_hours || 0, 2)
       + (s.gpus === 0 && sp.max_gpu_hours ? " / " + sp.max_gpu_hours : "")] : null,
-    // early stopping ([stopping]): ideas stopped by their curves and the compute that saved (estimated)
-    sp.stopped ? [(s.gpus === 0 ? "CPU" : "GPU") + "-hours saved", h("span", {id: "saved-hours"},
-      num(sp.saved_hours, 2) + " (" + sp.stopped + " stopped early, estimated)")] : null,
+    // early stopping ([stopping]) and screening ([screening]): ideas not run to full length and the
+    // compute that saved (estimated)
+    sp.stopped || sp.screened_out ? [(s.gpus === 0 ? "CPU" : "GPU") + "-hours saved", h("span", {id: "saved-hours"},
+      num(sp.saved_hours, 2) + " (" + [sp.stopped ? sp.stopped + " stopped early" : null,
+        sp.screened_out ? sp.screened_out + " screened out" : null].filter(Boolean).join(", ")
+      + ", estimated)")] : null,
     s.cost_per_improvement.usd !== null ? ["$ per 1.0 Δ", num(s.cost_per_improvement.usd, 2)] : null,
     s.cost_per_improvement.gpu_hours !== null && s.cost_per_improvement.gpu_hours !== undefined
       ? ["GPU-h per 1.0 Δ", num(s.cost_per_improvement.gpu_hours, 2)] : null]),
