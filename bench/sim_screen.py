@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import random
 import statistics
 from pathlib import Path
@@ -46,8 +47,13 @@ from autoresearchd.store.screens import Screen, screen_key
 from autoresearchd.vocab import Purpose
 
 FIT = json.loads((Path(__file__).resolve().parent / "data" / "screen_fit.json").read_text())
-COST_FRACTION = FIT["cost_fraction"]       # a screen's GPU-hours over its idea's full-length run's
+# a screen's GPU-hours over its idea's full-length run's; SIM_SCREEN_COST sets another (a sensitivity run:
+# the fit's ratio of the means, 0.166, or the step share, 0.25: docs/policies.md)
+COST_FRACTION = float(os.environ.get("SIM_SCREEN_COST") or FIT["cost_fraction"])
 STEPS_FRACTION = FIT["steps_fraction"]     # the fidelity knob's share (the manifest's [env.screening])
+# the short run's seed noise, in the world's seed noise; SIM_SCREEN_NOISE scales it (a sensitivity run: 0,
+# noise-free screens, leaves only what the real ideas' short/full ratios get wrong)
+SHORT_NOISE = FIT["short_noise"] * float(os.environ.get("SIM_SCREEN_NOISE") or 1.0)
 RATIO = {r["idea"]: r["ratio"] for r in FIT["ideas"] if r["ratio"] is not None}
 NULL_SHARES = [r["null_share"] for r in FIT["ideas"] if r["null_share"] is not None]
 # the fidelity knob of the sim's env: 200 steps at full length, as tinygpt's curves ran
@@ -78,7 +84,7 @@ class ShortRuns:
 
     def value(self, techs, rng: random.Random) -> float:
         return (W.BASELINE * FIT["level"] - self.short_effect(techs)
-                + rng.gauss(0, W.NOISE_SD * FIT["short_noise"]))
+                + rng.gauss(0, W.NOISE_SD * SHORT_NOISE))
 
 
 def _sha(*parts) -> str:
