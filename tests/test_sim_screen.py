@@ -84,3 +84,14 @@ def test_the_cli_never_tunes_screening_on_the_hold_out_seeds():
     p = subprocess.run([sys.executable, str(ROOT / "bench" / "sim_early.py"), "--screen", "--tune",
                         "--seeds", "1000-1001"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "hold-out" in p.stderr
+
+
+def test_the_committed_short_run_fit_is_what_the_script_makes_from_the_committed_runs():
+    import json
+
+    import calibrate_screens
+    from screen_replay import FULL, SHORT
+    fit = calibrate_screens.fit([str(p) for p in FULL], [str(p) for p in SHORT],
+                                json.loads(calibrate_screens.CURVE_FIT.read_text()))
+    assert json.loads(json.dumps(fit)) == sim_screen.FIT
+    assert fit["n_ratio"] == len(sim_screen.RATIO) == 18 and fit["n_null"] == len(sim_screen.NULL_SHARES) == 11
