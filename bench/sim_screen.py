@@ -9,7 +9,8 @@ short runs' wall seconds to the same idea's full run at the same seed: 0.27, whe
 the world's BASELINE) minus the idea's short-run effect, plus seed noise at the measured multiple of
 the world's seed noise (`short_noise`). A technique's short-run effect replays the real idea whose
 learning-curve profile it already replays (sim_world.TimedWorld.shape): its own final effect times that
-idea's measured short / full ratio, so a late idea is weak when short and a reversing one looks bad; a
+idea's measured short / full ratio (the late schedule ideas are strong when short, their schedule
+compressed, while removing dropout or rotary embeddings are weak, and a reversing one looks bad); a
 no-op technique takes one real null idea's short effect, as a share of the profiled ideas' mean |final
 effect|, times this world's mean |effect| (the scale between the two worlds is that assumption, not a
 measurement). Pair interactions show at the step share, as the curves grow them in proportion to t.
