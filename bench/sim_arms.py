@@ -25,7 +25,8 @@ then reports its learning curve at checkpoints, and an idea's first run may stop
 `product` rules decide by the daemon's own engine.stopping, reading this search's Population and its
 trials' `curve`, stamped with `finished_at` as the ledger stamps a note), and
 `Arm.ahead`, the refill sized to what the slots consume while a proposal round is written (the fix of
-the slow-proposal row, docs/policies.md). `Arm.tune` adds the knob tuner of bench/sim_knobs.py.
+the slow-proposal row, docs/policies.md). `Arm.tune` adds the knob tuner of bench/sim_knobs.py, and
+`Arm.screen` screening at low fidelity (bench/sim_screen.py: the product's Screener in Daemon.jobs).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class Arm:
     stop: tuple = ()                 # (Rule, its parameter or None): curves, and that stopping rule
     ahead: bool = False              # size a proposal round to what the slots use while it is written
     tune: tuple = ()                 # (sim_knobs.TuneMode, its parameter or None[, knob scale]): the tuner
+    screen: tuple = ()               # (margin, keep): screening at low fidelity (bench/sim_screen.py)
 
     @property
     def name(self) -> str:
@@ -128,26 +130,36 @@ class Search:
         if arm.tune:
             from sim_knobs import TuneDriver
             self.tuning = TuneDriver(self, *arm.tune)
+        self.screening = None
+        if arm.screen:
+            from sim_screen import ScreenDriver
+            self.screening = ScreenDriver(self, *arm.screen)
         # Daemon.jobs reads cfg.policy, cfg.daemon (human_priority; max_gpu_hours: none, since the sim's
         # own clock holds new ideas at its budget just as budget_spent would), the manifest, the screener
         self._shim = SimpleNamespace(cfg=SimpleNamespace(policy=cfg, daemon=SimpleNamespace(
             human_priority=True, max_gpu_hours=None, target=None)), research=SimpleNamespace(manifest=ENV),
-            screener=None, _said_held=0)
+            screener=self.screening.screener if self.screening else None, _said_held=0)
 
     def pop(self) -> Population:
-        return Population(list(self.ideas), BASE, self.bnote, baseline_leases=list(self.bleases))
+        return Population(list(self.ideas), BASE, self.bnote, baseline_leases=list(self.bleases),
+                          screens=dict(self.screening.screens) if self.screening else {})
 
     def spent(self) -> bool:
         return self.clock.gpu_h >= self.budget_h
 
     # -- dispatch: the daemon's own job list and order ----------------------------------------------
     def _dispatch(self) -> None:
+        if self.screening is not None:
+            self.screening.step(self.pop())         # Screener.step, before the plan as in the tick
         if not self.clock.free():
             return
         for job in Daemon.jobs(self._shim, self.pop()):
             if not self.clock.free():
                 return
             if job.purpose != "confirm" and self.spent():
+                continue
+            if job.purpose == "screen":
+                self.screening.start(job)
                 continue
             techs = self.techs[job.commit] if job.idea is not None else frozenset()
             hours = self.w.gpu_hours(techs, self.rng)
@@ -193,6 +205,8 @@ class Search:
 
     # -- results: Dispatcher._maybe_finish and backfill, mirrored -----------------------------------
     def _finished(self, job, lz: Lease, hours: float, stopped: str | None = None) -> None:
+        if job.purpose == "screen":
+            return self.screening.finished(job, lz, hours)
         techs = self.techs[job.commit] if job.idea is not None else frozenset()
         st = self.live.pop(lz.trial_id, None) if self.stopper is not None else None
         if stopped:
@@ -330,7 +344,7 @@ class Search:
                     self._check(*payload)
                 else:
                     self._arrived(payload)
-            if self.stopper is not None or self.tuning is not None:
+            if self.stopper is not None or self.tuning is not None or self.screening is not None:
                 pick = self.reported()
                 best = self.true(pick.commit) if pick is not None else 0.0
                 if not self.trajectory or self.trajectory[-1][1] != best:
@@ -376,4 +390,6 @@ class Search:
                        saved_h=sum(x["saved_h"] for x in self.stops))
         if self.tuning is not None:
             out.update(trajectory=self.trajectory, **self.tuning.metrics())
+        if self.screening is not None:
+            out.update(trajectory=self.trajectory, **self.screening.metrics())
         return out
