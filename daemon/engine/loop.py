@@ -85,8 +85,8 @@ class Daemon:
 
     # -- the reconcile -----------------------------------------------------------------------------
     def read(self, scan: bool = False) -> Population:
-        """The population now. A scan lists every idea ref (pushes, deletions by other processes);
-        without one only notes, proposals and this process's own ref writes are read. Every
+        """The population now. A scan lists every idea ref, notes ref and proposal (what other
+        processes wrote); without one only this process's own ref and notes writes are read. Every
         defaults.POPULATION_FULL_READ_TICKS passes the whole population is read again."""
         full = scan and self._passes % defaults.POPULATION_FULL_READ_TICKS == 0
         if full:

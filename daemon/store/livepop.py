@@ -1,16 +1,19 @@
 """The population kept current by the changes: the daemon's tick and the dashboard read only what moved.
 
 `LivePopulation.refresh` finds what changed since its last call three ways, each costing what changed:
-- notes and leases: one for-each-ref of refs/notes/ (and the proposals and the baseline, few refs),
-  then, per notes ref that moved, the notes changed between the notes commit it read last and the new
-  one, from the two trees as parsed and kept by id (GitRepo.notes_changes: only subtrees whose ids
-  differ are read, through the persistent cat-file; no process);
-- the refs this process wrote itself (update_ref/delete_ref: the implementer's marks, branches and
-  records, the dispatcher's archives) are events (store/refevents.py); the refs named are read again
-  with one for-each-ref, so an event never has to be right about the ref's new value;
+- notes and leases: the notes refs (with the proposals and the baseline, few refs) as a scan lists
+  them, or as this process's own writes tell; then, per notes ref that moved, the notes changed
+  between the notes commit it read last and the new one, from the two trees as parsed and kept by id
+  (GitRepo.notes_changes: only subtrees whose ids differ are read, through the persistent cat-file;
+  no process);
+- the refs this process wrote itself (update_ref/delete_ref: the implementer's marks, branches,
+  proposals and records, the dispatcher's archives; every notes write) are events
+  (store/refevents.py); the refs named are read again with one for-each-ref, so an event never has
+  to be right about the ref's new value, and a refresh after no write of its own starts no process;
 - a scan (`scan=True`, the start of each tick) lists every idea ref (branches, records, archives, the
-  daemon's marks, the screens/ refs) and compares the listing with the last one line by line: pushes, force-pushes and
-  deletions by other processes.
+  daemon's marks, the screens/ refs), the notes refs, the proposals and the baseline in one
+  for-each-ref and compares the idea refs' lines with the last listing's: pushes, force-pushes,
+  deletions, notes and proposals written by other processes.
 The screened runs (refs/autoresearch/screens/, store/screens.py) ride on the same three: their refs are
 scanned and told like idea refs, and a screen is built again only when its ref, note or lease moved.
 Only ideas whose ref, commit, own mark, note or lease changed are built again; the ordered idea list,
@@ -45,6 +48,24 @@ _REF = operator.itemgetter(3)              # an order key's ref
 MAX_EVENT_REFS = 500        # more refs told than this: one scan lists them all for less
 
 
+def _cut(out: str, needles: list[str]) -> tuple[str, str]:
+    """(the lines of for-each-ref's output that hold a needle, the rest). The output is sorted by
+    ref name, so the refs under one prefix are one run of lines: cut by finding its first and last
+    line (str.find), not by splitting every line (a listing holds every idea ref)."""
+    if out and not out.endswith("\n"):
+        out += "\n"
+    cut = []
+    for needle in needles:
+        i = out.find(needle)
+        if i < 0:
+            continue
+        start = out.rfind("\n", 0, i) + 1
+        end = out.find("\n", out.rfind(needle) + 1) + 1
+        cut.append(out[start:end])
+        out = out[:start] + out[end:]
+    return "".join(cut), out
+
+
 def _rank(ref: str) -> tuple[bool, str]:
     """Which ref shows a commit reached by several: a branch before an archive or record, then by name
     (population._ref_order)."""
@@ -66,7 +87,7 @@ class LivePopulation:
         refevents.unlisten(self.repo.git_dir, self._tell)
 
     def _tell(self, ref: str) -> None:
-        if ref.startswith(SCANNED):
+        if ref.startswith(SCANNED) or self._is_cheap(ref):
             with self._told_lock:
                 self._told.add(ref)
 
@@ -123,26 +144,42 @@ class LivePopulation:
         self._notes[ref] = (commit, new)
         return new, changed
 
-    def _scanned(self, scan: bool) -> dict[str, str | None]:
-        """Scanned refs that moved: ref -> new sha (None: deleted)."""
+    def _is_cheap(self, ref: str) -> bool:
+        """A ref every refresh used to list: a notes ref, a proposal, the baseline branch."""
+        return ref.startswith((NOTES_NAMESPACE, PROPOSALS_PREFIX)) or ref == self.baseline_ref
+
+    def _listed(self, listing: bool, spec: list[str]) -> tuple[dict[str, str], dict[str, str | None]]:
+        """(the notes refs, proposals and baseline now; the scanned refs that moved: ref -> new sha,
+        None: deleted). A listing reads them all with one for-each-ref; without one only the refs this
+        process wrote since the last refresh are read (one for-each-ref, none when it wrote nothing)."""
         with self._told_lock:
             told, self._told = self._told, set()
-        if scan or len(told) > MAX_EVENT_REFS:
-            out = self.repo.git("for-each-ref", "--format=%(objectname) %(refname)", *SCANNED)
+        if listing or len(told) > MAX_EVENT_REFS:
+            out = self.repo.git("for-each-ref", "--format=%(objectname) %(refname)",
+                                NOTES_NAMESPACE, PROPOSALS_PREFIX, *spec, *SCANNED)
+            cheap_text, out = _cut(out, [" " + NOTES_NAMESPACE, " " + PROPOSALS_PREFIX] +
+                                   [f" {r}\n" for r in spec])
+            cheap = {ref: sha for sha, ref in (ln.split(" ", 1) for ln in cheap_text.splitlines())}
             if out == self._listing:
-                return {}
+                return cheap, {}
             lines = set(out.splitlines())
             gone, new = self._lines - lines, lines - self._lines
             self._listing, self._lines = out, lines
             moved: dict[str, str | None] = {ln.partition(" ")[2]: None for ln in gone}
             moved.update((ln.partition(" ")[2], ln.partition(" ")[0]) for ln in new)
-            return moved
+            return cheap, moved
+        cheap = dict(self._cheap)
         if not told:
-            return {}
+            return cheap, {}
         now = self.repo.refs(*sorted(told))
         moved = {}
         for ref in told:
-            if now.get(ref) != self._old(ref):
+            if self._is_cheap(ref):
+                if ref in now:
+                    cheap[ref] = now[ref]
+                else:
+                    cheap.pop(ref, None)
+            elif now.get(ref) != self._old(ref):
                 moved[ref] = now.get(ref)
         if moved:
             self._listing = None            # the next scan compares lines, not the whole listing
@@ -151,7 +188,7 @@ class LivePopulation:
                 self._lines.discard(f"{old} {ref}")
                 if sha is not None:
                     self._lines.add(f"{sha} {ref}")
-        return moved
+        return cheap, moved
 
     def _old(self, ref: str) -> str | None:
         """What a scanned ref pointed at when last read."""
@@ -162,8 +199,8 @@ class LivePopulation:
     # -- the refresh -------------------------------------------------------------------------------
     def refresh(self, scan: bool = True) -> Population | None:
         """The new population when anything changed since the last call, else None. Without `scan`,
-        branches moved by other processes are seen at the next scan (notes, proposals, the baseline
-        and this process's own ref writes at once)."""
+        only this process's own ref and notes writes are read (at once); what other processes wrote
+        (branches, notes, proposals, the baseline) is seen at the next scan."""
         try:
             with bulk():
                 return self._refresh(scan)
@@ -177,9 +214,8 @@ class LivePopulation:
         spec = [self.baseline_ref] if self.baseline_ref.startswith("refs/") else []
         # the proposals before the idea refs: an idea the implementer turns from proposal into branch
         # (mark, branch, proposal deleted) is seen as one or the other, never neither
-        cheap = repo.refs(NOTES_NAMESPACE, PROPOSALS_PREFIX, *spec)
+        cheap, moved = self._listed(scan or first, spec)
         baseline = (cheap.get(self.baseline_ref) if spec else repo.rev_parse(self.baseline_ref)) or None
-        moved = self._scanned(scan or first)
         for ref in self._cheap.keys() | cheap.keys():
             if ref.startswith(PROPOSALS_PREFIX) and self._cheap.get(ref) != cheap.get(ref):
                 moved[ref] = cheap.get(ref)
