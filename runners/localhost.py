@@ -101,9 +101,7 @@ def remove(dirs: list[str]) -> None:
                 os.unlink(d)
             else:
                 shutil.rmtree(d, ignore_errors=True)
-        except FileNotFoundError:
-            pass
-        except OSError:
+        except OSError:         # gone already, or not ours to remove: as `rm -rf` left it
             pass
 
 
