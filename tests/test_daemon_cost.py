@@ -441,10 +441,11 @@ def test_a_local_run_starts_one_shell_a_trial_and_few_gits(toy_env, tmp_path):
 
 
 def test_the_populations_listings_one_a_scan_none_without_writes(tmp_path):
-    """A scan lists idea refs, notes refs, proposals and the baseline in one for-each-ref (was two);
-    a read between scans reads only what this process wrote: nothing written, no process (was one
-    for-each-ref of the notes refs each read); its own note, one for-each-ref of the refs it told
-    (was two). Another process's note is seen at the next scan, as its pushes always were."""
+    """A scan lists idea refs, notes refs, proposals and the baseline in one for-each-ref (was two).
+    The daemon's tick (own_writes) reads between scans only what this process wrote: nothing
+    written, no process (was one for-each-ref of the notes refs each read); its own note, one
+    for-each-ref of the refs it told (was two); another process's note at the next scan, as its
+    pushes always were. The dashboard's reader still lists the notes refs at every refresh."""
     from test_livepop import assert_same
 
     from autoresearchd.store.livepop import LivePopulation
@@ -459,7 +460,9 @@ def test_the_populations_listings_one_a_scan_none_without_writes(tmp_path):
     def text(i: int, status: Status) -> str:
         return format_note(Note(status=status, idea_id=f"i{i}", finished_at=1.0))
     repo.notes_write_many(NOTES_REF, {ideas[0]: text(0, Status.SUCCEEDED)})
-    live = LivePopulation(repo, "refs/heads/main")
+    live = LivePopulation(repo, "refs/heads/main", own_writes=True)     # as the daemon's tick reads
+    shown = LivePopulation(repo, "refs/heads/main")                      # as the dashboard reads
+    shown.refresh(scan=True)
     pop = live.refresh(scan=True)
     repo.read_object(c), repo.object_sizes([c])       # the persistent cat-files run, as in a daemon
     assert len(pop.ideas) == 3 and pop.baseline_commit == c
@@ -479,3 +482,18 @@ def test_the_populations_listings_one_a_scan_none_without_writes(tmp_path):
     pop = live.refresh(scan=True)
     assert pop.by_commit[ideas[2]].note is not None
     assert_same(pop, repo, "after the scan")
+    # the dashboard's reader lists the notes refs at every refresh: another process's note at once,
+    # its listing and the refs this process wrote in one for-each-ref
+    shown.refresh(scan=False)
+    with processes() as started:
+        assert shown.refresh(scan=False) is None            # a listing, nothing moved
+    assert started == ["git for-each-ref"]
+    git(repo.path, "notes", "--ref", NOTES_REF, "add", "-f", "-m", text(2, Status.SUCCEEDED), ideas[2])
+    assert shown.refresh(scan=False).by_commit[ideas[2]].note.status == Status.SUCCEEDED
+    repo.update_ref("refs/heads/idea/a/i0", ideas[1])
+    repo.notes_write_many(NOTES_REF, {ideas[1]: text(1, Status.FAILED)})
+    with processes() as started:
+        pop = shown.refresh(scan=False)
+    assert started.count("git for-each-ref") == 1 and pop.by_commit[ideas[1]].note.status == Status.FAILED
+    assert ideas[0] not in pop.by_commit                    # its branch moved: told, read with the rest
+    assert_same(pop, repo, "the dashboard's reader")

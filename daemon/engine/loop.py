@@ -78,7 +78,8 @@ class Daemon:
         self.watcher = None
         self.last_pop: Population | None = None       # the latest tick's view, for the progress display
         # the population, read by its changes (store/livepop.py); refreshed only under the tick lock
-        self.live = LivePopulation(self.repo, research.baseline_ref)
+        # between scans only its own writes: it wrote every note a pass reads back (docs/architecture.md)
+        self.live = LivePopulation(self.repo, research.baseline_ref, own_writes=True)
         self._parsed = parsecache.load(self.repo)     # what an earlier daemon parsed: not parsed again
         self._save_due = False
         self.last_state: dict = {}

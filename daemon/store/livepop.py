@@ -1,8 +1,9 @@
 """The population kept current by the changes: the daemon's tick and the dashboard read only what moved.
 
 `LivePopulation.refresh` finds what changed since its last call three ways, each costing what changed:
-- notes and leases: the notes refs (with the proposals and the baseline, few refs) as a scan lists
-  them, or as this process's own writes tell; then, per notes ref that moved, the notes changed
+- notes and leases: the notes refs (with the proposals and the baseline, few refs) listed at each
+  refresh (with `own_writes`, the daemon's tick: at a scan, and between scans only the notes refs
+  this process wrote); then, per notes ref that moved, the notes changed
   between the notes commit it read last and the new one, from the two trees as parsed and kept by id
   (GitRepo.notes_changes: only subtrees whose ids differ are read, through the persistent cat-file;
   no process);
@@ -76,8 +77,12 @@ class LivePopulation:
     """A population kept current by reading only what changed since the last read. Refreshed by one
     thread at a time (the tick's, or the dashboard's poller); writers on any thread may tell it of refs."""
 
-    def __init__(self, repo: GitRepo, baseline_ref: str):
-        self.repo, self.baseline_ref = repo, baseline_ref
+    def __init__(self, repo: GitRepo, baseline_ref: str, own_writes: bool = False):
+        """`own_writes`: between scans only this process's writes need seeing at once (the daemon's
+        tick, which writes the notes it reads), so a refresh without a scan lists nothing else;
+        without it every refresh lists the notes refs, proposals and baseline (the dashboard, whose
+        notes another process writes)."""
+        self.repo, self.baseline_ref, self.own_writes = repo, baseline_ref, own_writes
         self._told: set[str] = set()                # refs this process wrote since the last refresh
         self._told_lock = threading.Lock()
         refevents.listen(repo.git_dir, self._tell)
@@ -150,8 +155,9 @@ class LivePopulation:
 
     def _listed(self, listing: bool, spec: list[str]) -> tuple[dict[str, str], dict[str, str | None]]:
         """(the notes refs, proposals and baseline now; the scanned refs that moved: ref -> new sha,
-        None: deleted). A listing reads them all with one for-each-ref; without one only the refs this
-        process wrote since the last refresh are read (one for-each-ref, none when it wrote nothing)."""
+        None: deleted). A listing reads them all with one for-each-ref; without one, the refs this
+        process wrote since the last refresh and (unless `own_writes`) the notes refs, proposals and
+        baseline: one for-each-ref, none with `own_writes` when this process wrote nothing."""
         with self._told_lock:
             told, self._told = self._told, set()
         if listing or len(told) > MAX_EVENT_REFS:
@@ -168,10 +174,15 @@ class LivePopulation:
             moved: dict[str, str | None] = {ln.partition(" ")[2]: None for ln in gone}
             moved.update((ln.partition(" ")[2], ln.partition(" ")[0]) for ln in new)
             return cheap, moved
-        cheap = dict(self._cheap)
-        if not told:
-            return cheap, {}
-        now = self.repo.refs(*sorted(told))
+        if self.own_writes:
+            cheap = dict(self._cheap)
+            if not told:
+                return cheap, {}
+            now = self.repo.refs(*sorted(told))
+        else:       # the cheap refs and the refs told, in one listing
+            now = self.repo.refs(NOTES_NAMESPACE, PROPOSALS_PREFIX, *spec,
+                                 *sorted(r for r in told if not self._is_cheap(r)))
+            cheap = {r: sha for r, sha in now.items() if self._is_cheap(r)}
         moved = {}
         for ref in told:
             if self._is_cheap(ref):
@@ -199,8 +210,9 @@ class LivePopulation:
     # -- the refresh -------------------------------------------------------------------------------
     def refresh(self, scan: bool = True) -> Population | None:
         """The new population when anything changed since the last call, else None. Without `scan`,
-        only this process's own ref and notes writes are read (at once); what other processes wrote
-        (branches, notes, proposals, the baseline) is seen at the next scan."""
+        branches moved by other processes are seen at the next scan (notes, proposals, the baseline
+        and this process's own ref writes at once; with `own_writes`, only this process's writes at
+        once, everything else at the next scan)."""
         try:
             with bulk():
                 return self._refresh(scan)
