@@ -137,6 +137,8 @@ def wait_appended(root: str, timeout: float) -> bool:
     try:
         if lib.inotify_add_watch(fd, os.fsencode(root), _IN_MODIFY | _IN_CREATE | _IN_MOVED_TO) < 0:
             raise OSError(ctypes.get_errno(), f"inotify_add_watch {root}")
+        poller = select.poll()          # not select(): a busy daemon's descriptors may pass 1024
+        poller.register(fd, select.POLLIN)
         st0 = os.stat(path)
         base, ino = st0.st_size, st0.st_ino
         end = time.monotonic() + timeout
@@ -153,7 +155,7 @@ def wait_appended(root: str, timeout: float) -> bool:
             left = end - time.monotonic()
             if left <= 0:
                 return False
-            if select.select([fd], [], [], left)[0]:
+            if poller.poll(left * 1000):
                 try:
                     os.read(fd, 65536)          # the events themselves say nothing the stat does not
                 except BlockingIOError:
