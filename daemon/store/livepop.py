@@ -183,6 +183,21 @@ class LivePopulation:
             now = self.repo.refs(NOTES_NAMESPACE, PROPOSALS_PREFIX, *spec,
                                  *sorted(r for r in told if not self._is_cheap(r)))
             cheap = {r: sha for r, sha in now.items() if self._is_cheap(r)}
+            # refs told while it listed are read now: a proposal the listing found deleted had its
+            # branch written (and told) before, so the idea is seen as one or the other, never neither
+            with self._told_lock:
+                late, self._told = self._told, set()
+            if late:
+                again = self.repo.refs(*sorted(late))
+                told |= late
+                for ref in late:
+                    now.pop(ref, None)
+                    if ref in again:
+                        now[ref] = again[ref]
+                    if self._is_cheap(ref):
+                        cheap.pop(ref, None)
+                        if ref in again:
+                            cheap[ref] = again[ref]
         moved = {}
         for ref in told:
             if self._is_cheap(ref):
