@@ -77,6 +77,10 @@ RECONNECT_S = (1.0, 3.0)
 # A trial whose wrapper has not written its pid file yet (crash between lease and submit) counts as
 # starting for this long after submit, then as lost.
 STARTING_GRACE_S = 60.0
+LOCAL_EVENT_SETTLE_S = 0.1
+"""The local runner's completion events (runners/localhost.py): after the first trial of a burst ends,
+wait this long before waking the daemon, so trials that end together wake it once (the shell that
+waited before took about as long to start again between two waits)."""
 SSH_MAX_CHANNELS = 8         # concurrent channels per connection; OpenSSH's MaxSessions defaults to 10
 # the ssh runner's slots() re-checks a host's reachability at most this often (the shell itself backs
 # off reconnects to a dead host, so this stays cheap)

@@ -273,7 +273,7 @@ class ShellRunner:
             idx = groups[host]
             try:
                 sh = self.shell_for(host)
-                files = read_files_many(sh, [handles[i]["dir"] for i in idx], FILES)
+                files = self.read_files(sh, [handles[i]["dir"] for i in idx], FILES)
                 probes = [self.probe(sh, handles[i]) for i in idx]
             except Exception as e:  # noqa: BLE001 - reported per trial
                 for i in idx:
@@ -286,6 +286,10 @@ class ShellRunner:
                     o.error, o.host_fault = f"{o.error}; {hint}", hint
         self.map(one, list(groups))
         return out
+
+    def read_files(self, sh: Shell, dirs: list[str], names: list[str]) -> list[dict[str, bytes]]:
+        """The named files of several trial dirs on `sh`'s host (the local runner reads them itself)."""
+        return read_files_many(sh, dirs, names)
 
     def disk_hint(self, handle: dict[str, Any]) -> str | None:
         """"the disk holding DIR on HOST is full (...)" when a dead trial's disk is full, else None."""

@@ -1,7 +1,9 @@
 """The local runner: trials as detached subprocesses in per-trial directories on this machine.
 
 GPU slots come from `runner.gpus` (one slot per `env.gpus` of them, each with its own
-CUDA_VISIBLE_DEVICES); a CPU-only machine gets `runner.slots` CPU slots.
+CUDA_VISIBLE_DEVICES); a CPU-only machine gets `runner.slots` CPU slots. Polls, read-backs, removals
+and the wait for completion events are done in this process (runners/localhost.py), not by a
+`bash -c` each: the submit (tar, the detached wrapper) and cancel still go through the shell.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from autoresearchd.manifest import EnvManifest
 
-from .base import ShellRunner, Slot, scrubbed_env
+from . import localhost
+from .base import PollState, Shell, ShellRunner, Slot, poll_word, scrubbed_env
 
 
 def local_gpu_count() -> int:
@@ -67,3 +70,27 @@ class LocalRunner(ShellRunner):
     def path_prefix(self, host: str) -> str:
         # The interpreter that runs the daemon comes first, so `python` finds the same packages.
         return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")])
+
+    # -- the host side, in this process (runners/localhost.py) ------------------------------------
+    def _poll_batched(self, handles: list[dict[str, Any]]) -> list[PollState]:
+        if not os.path.isdir("/proc/1"):        # no /proc: the shell's `ps` answers
+            return super()._poll_batched(handles)
+        out = []
+        for h in handles:
+            word, _, began = localhost.poll_one(h["dir"], int(h.get("pid") or 0) or None).partition("@")
+            out.append(poll_word(word, h))
+            if began:
+                try:
+                    self.started_at[h["dir"]] = float(began)
+                except ValueError:
+                    pass
+        return out
+
+    def read_files(self, sh: Shell, dirs: list[str], names: list[str]) -> list[dict[str, bytes]]:
+        return localhost.read_files(dirs, names)
+
+    def _cleanup_batched(self, handles: list[dict[str, Any]]) -> None:
+        localhost.remove([h["dir"] for h in handles])
+
+    def wait_event(self, host: str, timeout: float = 10.0) -> bool:
+        return localhost.wait_appended(self.work_root(host).rstrip("/") or "/", timeout)

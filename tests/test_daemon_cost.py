@@ -23,7 +23,7 @@ from autoresearchd.runners.base import TrialSpec
 from autoresearchd.runners.local import LocalRunner, LocalShell
 from autoresearchd.store.gitrepo import GitError, GitRepo
 from autoresearchd.store.lifecycle import Lifecycle
-from autoresearchd.store.notes import Note, Status
+from autoresearchd.store.notes import Note, Status, format_note
 from autoresearchd.store.population import read_population
 from autoresearchd.store.refs import ARCHIVE_PREFIX, LOGS_PREFIX, NOTES_REF
 
@@ -391,3 +391,109 @@ def test_notes_changes_answer_as_diff_tree_across_a_refanned_notes_tree(tmp_path
     assert repo.notes_changes(tips[-1], tips[0]) == old_notes_changes(repo, tips[-1], tips[0])
     with pytest.raises(GitError):
         repo.notes_changes("1" * 40, tips[-1])         # a pruned old tip: the caller reads everything again
+
+
+# -- a whole run with the local runner: the host side starts no shell but the submit's --------------------
+def test_a_local_run_starts_one_shell_a_trial_and_few_gits(toy_env, tmp_path):
+    """The real daemon loop (events, ticks, harvests, clean-up) on the local runner: its polls, read
+    backs, removals and event waits start no process (runners/localhost.py), so the only shell is
+    each trial's submit; the population's listings are one for-each-ref a scan, plus one after the
+    pass's own writes. Was (main before issue 29's third pass): a `bash -c` for every poll, fetch,
+    clean-up and event wait, and two for-each-ref a read."""
+    import collections
+    import time
+
+    from autoresearchd.engine import loop
+    run = (toy_env / "run.py").read_text()
+    for i in range(4):
+        branch_idea(toy_env, f"a/c{i}", f"cost {i}", {"run.py": run.replace("x = 1.0", f"x = 0.{i + 1}")})
+    d = build_daemon(load_config(write_config(tmp_path, toy_env)), with_llm=False)
+    submits, passes = [], []
+    submit, tick = d.runner.submit, loop.Daemon.tick
+
+    def counted_submit(spec, slot):
+        submits.append(spec.trial_id)
+        return submit(spec, slot)
+
+    def counted_tick(self):
+        passes.append(1)
+        return tick(self)
+    d.runner.submit = counted_submit
+    loop.Daemon.tick = counted_tick
+    # once a host, not a trial: its sandbox probe and its fingerprint (cached), taken before counting
+    d.runner.host_sandbox("local"), d.runner.probe(d.runner.shell_for("local"), {"host": "local"})
+    t0 = time.time()
+    try:
+        with processes() as started:
+            d.run_forever(install_signals=False, until=lambda pop: d.settled(pop) or time.time() - t0 > 120)
+    finally:
+        loop.Daemon.tick = tick
+        d.runner.close()
+    pop = read_population(d.repo, d.research.baseline_ref)
+    assert time.time() - t0 < 120 and len(submits) >= 6, [(i.idea_id, i.status) for i in pop.ideas]
+    assert all(i.note is not None and i.note.status == Status.SUCCEEDED for i in pop.ideas)
+    print(f"{len(submits)} trials, {len(passes)} passes:", sorted(collections.Counter(started).items()))
+    shells = [p for p in started if not p.startswith("git ")]
+    assert shells == ["bash -c"] * len(submits)           # the submits' (tar, the detached wrapper)
+    # was 41 for 12 passes (the notes refs' listing, the scan's, the told refs' apart) and 23.7 a trial
+    assert started.count("git for-each-ref") <= 2 * len(passes) + 2
+    assert len(started) / len(submits) <= 20
+
+
+def test_the_populations_listings_one_a_scan_none_without_writes(tmp_path):
+    """A scan lists idea refs, notes refs, proposals and the baseline in one for-each-ref (was two).
+    The daemon's tick (own_writes) reads between scans only what this process wrote: nothing
+    written, no process (was one for-each-ref of the notes refs each read); its own note, one
+    for-each-ref of the refs it told (was two); another process's note at the next scan, as its
+    pushes always were. The dashboard's reader still lists the notes refs at every refresh."""
+    from test_livepop import assert_same
+
+    from autoresearchd.store.livepop import LivePopulation
+    repo, c = repo_with_commit(tmp_path)
+    git(repo.path, "branch", "-m", "main")
+    tree = git(repo.path, "rev-parse", f"{c}^{{tree}}").strip()
+    ideas = [git(repo.path, "commit-tree", "-p", c, "-m", f"idea {i}", tree).strip() for i in range(3)]
+    for i, sha in enumerate(ideas):
+        git(repo.path, "update-ref", f"refs/heads/idea/a/i{i}", sha)
+    git(repo.path, "update-ref", "refs/autoresearch/proposals/p1", c)
+
+    def text(i: int, status: Status) -> str:
+        return format_note(Note(status=status, idea_id=f"i{i}", finished_at=1.0))
+    repo.notes_write_many(NOTES_REF, {ideas[0]: text(0, Status.SUCCEEDED)})
+    live = LivePopulation(repo, "refs/heads/main", own_writes=True)     # as the daemon's tick reads
+    shown = LivePopulation(repo, "refs/heads/main")                      # as the dashboard reads
+    shown.refresh(scan=True)
+    pop = live.refresh(scan=True)
+    repo.read_object(c), repo.object_sizes([c])       # the persistent cat-files run, as in a daemon
+    assert len(pop.ideas) == 3 and pop.baseline_commit == c
+    with processes() as started:
+        assert live.refresh(scan=True) is None
+    assert started == ["git for-each-ref"]
+    with processes() as started:
+        assert live.refresh(scan=False) is None
+    assert started == []
+    repo.notes_write_many(NOTES_REF, {ideas[1]: text(1, Status.SUCCEEDED)})
+    with processes() as started:
+        pop = live.refresh(scan=False)
+    # (and the note's blob, read as every changed note is)
+    assert started.count("git for-each-ref") == 1 and pop.by_commit[ideas[1]].note is not None
+    git(repo.path, "notes", "--ref", NOTES_REF, "add", "-m", text(2, Status.FAILED), ideas[2])
+    assert live.refresh(scan=False) is None                # not this process's: the next scan's
+    pop = live.refresh(scan=True)
+    assert pop.by_commit[ideas[2]].note is not None
+    assert_same(pop, repo, "after the scan")
+    # the dashboard's reader lists the notes refs at every refresh: another process's note at once,
+    # its listing and the refs this process wrote in one for-each-ref
+    shown.refresh(scan=False)
+    with processes() as started:
+        assert shown.refresh(scan=False) is None            # a listing, nothing moved
+    assert started == ["git for-each-ref"]
+    git(repo.path, "notes", "--ref", NOTES_REF, "add", "-f", "-m", text(2, Status.SUCCEEDED), ideas[2])
+    assert shown.refresh(scan=False).by_commit[ideas[2]].note.status == Status.SUCCEEDED
+    repo.update_ref("refs/heads/idea/a/i0", ideas[1])
+    repo.notes_write_many(NOTES_REF, {ideas[1]: text(1, Status.FAILED)})
+    with processes() as started:
+        pop = shown.refresh(scan=False)
+    assert started.count("git for-each-ref") == 1 and pop.by_commit[ideas[1]].note.status == Status.FAILED
+    assert ideas[0] not in pop.by_commit                    # its branch moved: told, read with the rest
+    assert_same(pop, repo, "the dashboard's reader")

@@ -215,17 +215,18 @@ def test_a_full_read_sorts_once(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("scan", [True, False])
-def test_live_read_never_misses_an_idea_turning_from_proposal_into_branch(tmp_path, scan):
+@pytest.mark.parametrize("own_writes", [False, True])
+def test_live_read_never_misses_an_idea_turning_from_proposal_into_branch(tmp_path, scan, own_writes):
     """The implementer (another thread: its ref writes are events) writes the mark, the branch, then
     deletes the proposal while the tick refreshes: every refresh holds every idea, as a proposal or as
-    a branch, with and without a scan."""
+    a branch, with and without a scan, as the dashboard reads and as the tick reads (own_writes)."""
     repo = build_population(tmp_path / "r", 0, seed=3)
     main = repo.rev_parse(MAIN)
     props = {f"p{k:02d}": commit_on(repo, main, f"prop{k}", {"Idea-Id": f"p{k:02d}", "Origin": "explore"})
              for k in range(30)}
     for idea_id, c in props.items():
         repo.update_ref(PROPOSALS_PREFIX + idea_id, c)
-    live = LivePopulation(repo, MAIN)
+    live = LivePopulation(repo, MAIN, own_writes=own_writes)
     live.refresh()
     reads, final = race_proposals_into_branches(
         repo, props, lambda i: commit_on(repo, main, f"impl {i}", {"Idea-Id": i, "Origin": "explore"}),

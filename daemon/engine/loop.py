@@ -78,15 +78,16 @@ class Daemon:
         self.watcher = None
         self.last_pop: Population | None = None       # the latest tick's view, for the progress display
         # the population, read by its changes (store/livepop.py); refreshed only under the tick lock
-        self.live = LivePopulation(self.repo, research.baseline_ref)
+        # between scans only its own writes: it wrote every note a pass reads back (docs/architecture.md)
+        self.live = LivePopulation(self.repo, research.baseline_ref, own_writes=True)
         self._parsed = parsecache.load(self.repo)     # what an earlier daemon parsed: not parsed again
         self._save_due = False
         self.last_state: dict = {}
 
     # -- the reconcile -----------------------------------------------------------------------------
     def read(self, scan: bool = False) -> Population:
-        """The population now. A scan lists every idea ref (pushes, deletions by other processes);
-        without one only notes, proposals and this process's own ref writes are read. Every
+        """The population now. A scan lists every idea ref, notes ref and proposal (what other
+        processes wrote); without one only this process's own ref and notes writes are read. Every
         defaults.POPULATION_FULL_READ_TICKS passes the whole population is read again."""
         full = scan and self._passes % defaults.POPULATION_FULL_READ_TICKS == 0
         if full:

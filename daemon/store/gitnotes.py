@@ -110,23 +110,29 @@ class NotesIO:
             return
         args = ["notes", "--ref", ref, "add", "-f", "-F", "-", obj]
         with self._notes_lock:
-            for attempt in range(40):
-                try:
-                    self._run(args, input=text.encode(), env=IDENTITY)
-                    return
-                except GitError as e:
-                    # another process (a CLI user, a second daemon) holds the ref lock: retry
-                    if "lock" not in e.stderr and "cannot lock" not in e.stderr:
-                        raise
-                    threading.Event().wait(0.02 * (attempt + 1))
-            raise GitError(args, 1, f"could not lock {ref} to write the note on {obj}")
+            try:
+                for attempt in range(40):
+                    try:
+                        self._run(args, input=text.encode(), env=IDENTITY)
+                        return
+                    except GitError as e:
+                        # another process (a CLI user, a second daemon) holds the ref lock: retry
+                        if "lock" not in e.stderr and "cannot lock" not in e.stderr:
+                            raise
+                        threading.Event().wait(0.02 * (attempt + 1))
+                raise GitError(args, 1, f"could not lock {ref} to write the note on {obj}")
+            finally:
+                _moved(self.git_dir, ref)       # a write of this process is an event (store/refevents.py)
 
     def note_remove(self, ref: str, obj: str) -> None:
         if getattr(self._batch, "queue", None) is not None:
             self._batch.queue.append((ref, obj, None))
             return
         with self._notes_lock:
-            self._run(["notes", "--ref", ref, "remove", "--ignore-missing", obj], env=IDENTITY, check=False)
+            try:
+                self._run(["notes", "--ref", ref, "remove", "--ignore-missing", obj], env=IDENTITY, check=False)
+            finally:
+                _moved(self.git_dir, ref)
 
     # -- batched notes: one `git fast-import` commit per ref instead of a process per note ------
     @contextmanager
@@ -254,33 +260,36 @@ class NotesIO:
         msg = b"Notes added by autoresearchd\n"
         seen = self._notes_refs_seen
         with self._notes_lock:
-            for attempt in range(40):
-                if ref in seen:
-                    # fast-import resolves the tip itself (a `git rev-parse` per write was ~1.5 processes a
-                    # trial); a ref moved meanwhile is still refused as a non-fast-forward, as below
-                    parent = b"from %s^0\n" % ref.encode()
-                else:
-                    old = self.rev_parse(ref)
-                    if old is None and all(t is None for t in items.values()):
-                        return                       # nothing to remove from a ref that does not exist
-                    parent = b"from %s\n" % old.encode() if old else b""
-                head = b"commit %s\ncommitter %s <%s> %d +0000\ndata %d\n%s\n" % (
-                    ref.encode(), IDENTITY["GIT_COMMITTER_NAME"].encode(), IDENTITY["GIT_COMMITTER_EMAIL"].encode(),
-                    int(time.time()), len(msg), msg)
-                stream = head + parent + b"".join(body) + b"\n"
-                try:   # small imports as loose objects: no pack file per batch
-                    self._run(["-c", "fastimport.unpackLimit=1000000", "fast-import", "--quiet"], input=stream)
-                    seen.add(ref)
-                    return
-                except GitError as e:
-                    if ref in seen and "Invalid ref name or SHA1 expression" in e.stderr:
-                        seen.discard(ref)            # deleted behind our back: read it again (no sleep)
-                        _drop_crash_report(self.path, e.stderr)
-                        continue
-                    if "Not updating" not in e.stderr and "lock" not in e.stderr:
-                        raise
-                    threading.Event().wait(0.02 * (attempt + 1))
-            raise GitError(["fast-import"], 1, f"could not update {ref}: it kept moving")
+            try:
+                for attempt in range(40):
+                    if ref in seen:
+                        # fast-import resolves the tip itself (a `git rev-parse` per write was ~1.5 processes a
+                        # trial); a ref moved meanwhile is still refused as a non-fast-forward, as below
+                        parent = b"from %s^0\n" % ref.encode()
+                    else:
+                        old = self.rev_parse(ref)
+                        if old is None and all(t is None for t in items.values()):
+                            return                       # nothing to remove from a ref that does not exist
+                        parent = b"from %s\n" % old.encode() if old else b""
+                    head = b"commit %s\ncommitter %s <%s> %d +0000\ndata %d\n%s\n" % (
+                        ref.encode(), IDENTITY["GIT_COMMITTER_NAME"].encode(), IDENTITY["GIT_COMMITTER_EMAIL"].encode(),
+                        int(time.time()), len(msg), msg)
+                    stream = head + parent + b"".join(body) + b"\n"
+                    try:   # small imports as loose objects: no pack file per batch
+                        self._run(["-c", "fastimport.unpackLimit=1000000", "fast-import", "--quiet"], input=stream)
+                        seen.add(ref)
+                        return
+                    except GitError as e:
+                        if ref in seen and "Invalid ref name or SHA1 expression" in e.stderr:
+                            seen.discard(ref)            # deleted behind our back: read it again (no sleep)
+                            _drop_crash_report(self.path, e.stderr)
+                            continue
+                        if "Not updating" not in e.stderr and "lock" not in e.stderr:
+                            raise
+                        threading.Event().wait(0.02 * (attempt + 1))
+                raise GitError(["fast-import"], 1, f"could not update {ref}: it kept moving")
+            finally:
+                _moved(self.git_dir, ref)       # a write of this process is an event (store/refevents.py)
 
 
 def _note_object(path: str) -> str | None:

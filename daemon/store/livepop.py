@@ -1,16 +1,20 @@
 """The population kept current by the changes: the daemon's tick and the dashboard read only what moved.
 
 `LivePopulation.refresh` finds what changed since its last call three ways, each costing what changed:
-- notes and leases: one for-each-ref of refs/notes/ (and the proposals and the baseline, few refs),
-  then, per notes ref that moved, the notes changed between the notes commit it read last and the new
-  one, from the two trees as parsed and kept by id (GitRepo.notes_changes: only subtrees whose ids
-  differ are read, through the persistent cat-file; no process);
-- the refs this process wrote itself (update_ref/delete_ref: the implementer's marks, branches and
-  records, the dispatcher's archives) are events (store/refevents.py); the refs named are read again
-  with one for-each-ref, so an event never has to be right about the ref's new value;
+- notes and leases: the notes refs (with the proposals and the baseline, few refs) listed at each
+  refresh (with `own_writes`, the daemon's tick: at a scan, and between scans only the notes refs
+  this process wrote); then, per notes ref that moved, the notes changed
+  between the notes commit it read last and the new one, from the two trees as parsed and kept by id
+  (GitRepo.notes_changes: only subtrees whose ids differ are read, through the persistent cat-file;
+  no process);
+- the refs this process wrote itself (update_ref/delete_ref: the implementer's marks, branches,
+  proposals and records, the dispatcher's archives; every notes write) are events
+  (store/refevents.py); the refs named are read again with one for-each-ref, so an event never has
+  to be right about the ref's new value, and a refresh after no write of its own starts no process;
 - a scan (`scan=True`, the start of each tick) lists every idea ref (branches, records, archives, the
-  daemon's marks, the screens/ refs) and compares the listing with the last one line by line: pushes, force-pushes and
-  deletions by other processes.
+  daemon's marks, the screens/ refs), the notes refs, the proposals and the baseline in one
+  for-each-ref and compares the idea refs' lines with the last listing's: pushes, force-pushes,
+  deletions, notes and proposals written by other processes.
 The screened runs (refs/autoresearch/screens/, store/screens.py) ride on the same three: their refs are
 scanned and told like idea refs, and a screen is built again only when its ref, note or lease moved.
 Only ideas whose ref, commit, own mark, note or lease changed are built again; the ordered idea list,
@@ -45,6 +49,24 @@ _REF = operator.itemgetter(3)              # an order key's ref
 MAX_EVENT_REFS = 500        # more refs told than this: one scan lists them all for less
 
 
+def _cut(out: str, needles: list[str]) -> tuple[str, str]:
+    """(the lines of for-each-ref's output that hold a needle, the rest). The output is sorted by
+    ref name, so the refs under one prefix are one run of lines: cut by finding its first and last
+    line (str.find), not by splitting every line (a listing holds every idea ref)."""
+    if out and not out.endswith("\n"):
+        out += "\n"
+    cut = []
+    for needle in needles:
+        i = out.find(needle)
+        if i < 0:
+            continue
+        start = out.rfind("\n", 0, i) + 1
+        end = out.find("\n", out.rfind(needle) + 1) + 1
+        cut.append(out[start:end])
+        out = out[:start] + out[end:]
+    return "".join(cut), out
+
+
 def _rank(ref: str) -> tuple[bool, str]:
     """Which ref shows a commit reached by several: a branch before an archive or record, then by name
     (population._ref_order)."""
@@ -55,8 +77,12 @@ class LivePopulation:
     """A population kept current by reading only what changed since the last read. Refreshed by one
     thread at a time (the tick's, or the dashboard's poller); writers on any thread may tell it of refs."""
 
-    def __init__(self, repo: GitRepo, baseline_ref: str):
-        self.repo, self.baseline_ref = repo, baseline_ref
+    def __init__(self, repo: GitRepo, baseline_ref: str, own_writes: bool = False):
+        """`own_writes`: between scans only this process's writes need seeing at once (the daemon's
+        tick, which writes the notes it reads), so a refresh without a scan lists nothing else;
+        without it every refresh lists the notes refs, proposals and baseline (the dashboard, whose
+        notes another process writes)."""
+        self.repo, self.baseline_ref, self.own_writes = repo, baseline_ref, own_writes
         self._told: set[str] = set()                # refs this process wrote since the last refresh
         self._told_lock = threading.Lock()
         refevents.listen(repo.git_dir, self._tell)
@@ -66,7 +92,7 @@ class LivePopulation:
         refevents.unlisten(self.repo.git_dir, self._tell)
 
     def _tell(self, ref: str) -> None:
-        if ref.startswith(SCANNED):
+        if ref.startswith(SCANNED) or self._is_cheap(ref):
             with self._told_lock:
                 self._told.add(ref)
 
@@ -123,26 +149,63 @@ class LivePopulation:
         self._notes[ref] = (commit, new)
         return new, changed
 
-    def _scanned(self, scan: bool) -> dict[str, str | None]:
-        """Scanned refs that moved: ref -> new sha (None: deleted)."""
+    def _is_cheap(self, ref: str) -> bool:
+        """A ref every refresh used to list: a notes ref, a proposal, the baseline branch."""
+        return ref.startswith((NOTES_NAMESPACE, PROPOSALS_PREFIX)) or ref == self.baseline_ref
+
+    def _listed(self, listing: bool, spec: list[str]) -> tuple[dict[str, str], dict[str, str | None]]:
+        """(the notes refs, proposals and baseline now; the scanned refs that moved: ref -> new sha,
+        None: deleted). A listing reads them all with one for-each-ref; without one, the refs this
+        process wrote since the last refresh and (unless `own_writes`) the notes refs, proposals and
+        baseline: one for-each-ref, none with `own_writes` when this process wrote nothing."""
         with self._told_lock:
             told, self._told = self._told, set()
-        if scan or len(told) > MAX_EVENT_REFS:
-            out = self.repo.git("for-each-ref", "--format=%(objectname) %(refname)", *SCANNED)
+        if listing or len(told) > MAX_EVENT_REFS:
+            out = self.repo.git("for-each-ref", "--format=%(objectname) %(refname)",
+                                NOTES_NAMESPACE, PROPOSALS_PREFIX, *spec, *SCANNED)
+            cheap_text, out = _cut(out, [" " + NOTES_NAMESPACE, " " + PROPOSALS_PREFIX] +
+                                   [f" {r}\n" for r in spec])
+            cheap = {ref: sha for sha, ref in (ln.split(" ", 1) for ln in cheap_text.splitlines())}
             if out == self._listing:
-                return {}
+                return cheap, {}
             lines = set(out.splitlines())
             gone, new = self._lines - lines, lines - self._lines
             self._listing, self._lines = out, lines
             moved: dict[str, str | None] = {ln.partition(" ")[2]: None for ln in gone}
             moved.update((ln.partition(" ")[2], ln.partition(" ")[0]) for ln in new)
-            return moved
-        if not told:
-            return {}
-        now = self.repo.refs(*sorted(told))
+            return cheap, moved
+        if self.own_writes:
+            cheap = dict(self._cheap)
+            if not told:
+                return cheap, {}
+            now = self.repo.refs(*sorted(told))
+        else:       # the cheap refs and the refs told, in one listing
+            now = self.repo.refs(NOTES_NAMESPACE, PROPOSALS_PREFIX, *spec,
+                                 *sorted(r for r in told if not self._is_cheap(r)))
+            cheap = {r: sha for r, sha in now.items() if self._is_cheap(r)}
+            # refs told while it listed are read now: a proposal the listing found deleted had its
+            # branch written (and told) before, so the idea is seen as one or the other, never neither
+            with self._told_lock:
+                late, self._told = self._told, set()
+            if late:
+                again = self.repo.refs(*sorted(late))
+                told |= late
+                for ref in late:
+                    now.pop(ref, None)
+                    if ref in again:
+                        now[ref] = again[ref]
+                    if self._is_cheap(ref):
+                        cheap.pop(ref, None)
+                        if ref in again:
+                            cheap[ref] = again[ref]
         moved = {}
         for ref in told:
-            if now.get(ref) != self._old(ref):
+            if self._is_cheap(ref):
+                if ref in now:
+                    cheap[ref] = now[ref]
+                else:
+                    cheap.pop(ref, None)
+            elif now.get(ref) != self._old(ref):
                 moved[ref] = now.get(ref)
         if moved:
             self._listing = None            # the next scan compares lines, not the whole listing
@@ -151,7 +214,7 @@ class LivePopulation:
                 self._lines.discard(f"{old} {ref}")
                 if sha is not None:
                     self._lines.add(f"{sha} {ref}")
-        return moved
+        return cheap, moved
 
     def _old(self, ref: str) -> str | None:
         """What a scanned ref pointed at when last read."""
@@ -163,7 +226,8 @@ class LivePopulation:
     def refresh(self, scan: bool = True) -> Population | None:
         """The new population when anything changed since the last call, else None. Without `scan`,
         branches moved by other processes are seen at the next scan (notes, proposals, the baseline
-        and this process's own ref writes at once)."""
+        and this process's own ref writes at once; with `own_writes`, only this process's writes at
+        once, everything else at the next scan)."""
         try:
             with bulk():
                 return self._refresh(scan)
@@ -177,9 +241,8 @@ class LivePopulation:
         spec = [self.baseline_ref] if self.baseline_ref.startswith("refs/") else []
         # the proposals before the idea refs: an idea the implementer turns from proposal into branch
         # (mark, branch, proposal deleted) is seen as one or the other, never neither
-        cheap = repo.refs(NOTES_NAMESPACE, PROPOSALS_PREFIX, *spec)
+        cheap, moved = self._listed(scan or first, spec)
         baseline = (cheap.get(self.baseline_ref) if spec else repo.rev_parse(self.baseline_ref)) or None
-        moved = self._scanned(scan or first)
         for ref in self._cheap.keys() | cheap.keys():
             if ref.startswith(PROPOSALS_PREFIX) and self._cheap.get(ref) != cheap.get(ref):
                 moved[ref] = cheap.get(ref)
