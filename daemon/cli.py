@@ -65,7 +65,8 @@ def cmd_init(args, cfg) -> int:
     msg = consent_message(repo, configure(repo))
     console.print(f"created research repo {dest} from env '{args.env or cfg.research.env}'. Run it with "
                   f"`cd {dest} && autoresearchd start` (this repo is the research repo: push idea/* branches "
-                  f"to it); see results with `git log --oneline --notes --branches`", highlight=False, markup=False)
+                  f"to it); see results with `git log --oneline --notes --branches`", highlight=False, markup=False,
+                  soft_wrap=True)     # a path folded at the terminal's width is a command that no longer pastes
     if msg:
         console.print(msg, markup=False, soft_wrap=True)
     return 0
