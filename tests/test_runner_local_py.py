@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -167,7 +166,6 @@ def test_a_completion_event_wakes_the_wait_and_an_old_one_does_not(tmp_path):
     assert r.wait_event("local", 0.1) is False and (root / ".events").stat().st_size == 0
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="inotify is Linux's")
 def test_a_wait_on_a_missing_work_root_makes_it(tmp_path):
     assert localhost.wait_appended(str(tmp_path / "new" / "root"), 0.05) is False
     assert (tmp_path / "new" / "root" / ".events").is_file()
