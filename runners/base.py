@@ -319,8 +319,10 @@ class ShellRunner:
     def cancel(self, handle: dict[str, Any]) -> None:
         sh = self.shell_for(handle["host"])
         q = shlex.quote(handle["dir"])
+        # the mark first: a wrapper that has not written its pgid yet (just submitted, or queued behind
+        # the slot's lock) exits at its next check instead of running (trial.sh); it ran before
         # only groups whose leader is still this trial's: a pid from a file may be reused by now
-        sh.run(MINE_FN + f"g=; for f in {q}/run.pid {q}/eval.pid {q}/eval_inputs.pid {q}/model.pid {q}/pgid; do read -r p < \"$f\" && "
+        sh.run(MINE_FN + f": 2>/dev/null > {q}/cancelled; g=; for f in {q}/run.pid {q}/eval.pid {q}/eval_inputs.pid {q}/model.pid {q}/pgid; do read -r p < \"$f\" && "
                f"mine {q} \"$p\" && g=\"$g $p\"; done 2>/dev/null; [ -n \"$g\" ] || exit 0; "
                f"for p in $g; do kill -TERM -- -$p; done 2>/dev/null; sleep 1; "
                f"for p in $g; do kill -KILL -- -$p; done 2>/dev/null; true", timeout=60)

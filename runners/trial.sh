@@ -21,6 +21,8 @@ T=$PWD
 # per-step CPU/GPU accounting and kernel limits (runners/limits.sh: functions only until lim_init)
 . "$T/limits.sh"
 echo $$ > "$T/pgid"
+# cancelled before this wrapper could be found by its pgid (runners/base.py cancel): run nothing
+[ -e "$T/cancelled" ] && exit 0
 
 # The once-per-host prepare step (runners/prepare.sh): before the slot lock and the budget clock, so
 # its time counts against neither budget; cached in <work_root>/.prepared/<key>.
@@ -48,6 +50,7 @@ if [ -n "${AR_SLOT_LOCK:-}" ]; then
   elif command -v python3 > /dev/null 2>&1; then python3 -c 'import fcntl; fcntl.flock(9, fcntl.LOCK_EX)'
   fi
 fi
+[ -e "$T/cancelled" ] && exit 0           # cancelled while it waited for the slot
 lim_now; echo "$LIM_NOW" > "$T/started"
 # the limits and the accounting's mechanisms (runners/limits.sh): decided once, before any step
 lim_init

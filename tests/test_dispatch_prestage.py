@@ -139,6 +139,27 @@ def test_cancelled_waiting_trial_frees_the_queue(runner_for, tmp_path):
     assert not Path(waiting["dir"], "started").exists()
 
 
+def test_a_trial_cancelled_before_its_wrapper_is_found_never_starts(runner_for, tmp_path):
+    """A cancel right after the submit found no pgid yet (the wrapper had not written it), killed
+    nothing, and the trial ran once the slot freed: `started` in 1 of 3 tries on the local runner. The
+    cancel now leaves a mark the wrapper checks before it runs anything and again after the slot's lock."""
+    m = manifest("sleep 2; echo ---; echo score: 1")
+    r = runner_for(m)
+    slot = r.slots()[0]
+    tar = code_tar(tmp_path, {"x.txt": "x"})
+    first = r.submit(spec(m, tar), slot)
+    cancelled = []
+    for _ in range(4):
+        h = r.submit(spec(m, tar), slot)
+        r.cancel(h)                                      # at once: before its wrapper wrote its pgid
+        cancelled.append(h)
+    wait_states(r, [first], {PollState.DONE})
+    time.sleep(1.0)                                      # what a wrapper let through would start now
+    for h in cancelled:
+        assert not Path(h["dir"], "started").exists(), h["dir"]
+        assert r.poll(h) == PollState.LOST
+
+
 # -- batched polling ----------------------------------------------------------------------------------
 def test_batched_poll_agrees_with_single_polls(request, tmp_path):
     fleet = request.getfixturevalue("ssh_fleet")
