@@ -22,6 +22,7 @@ import pytest
 from autoresearchd.store.ideas import format_message
 from autoresearchd import defaults
 from autoresearchd.store.livepop import LivePopulation
+from autoresearchd.store.reflisting import BY_OTHERS
 from autoresearchd.store.notes import Lease, Status, format_leases, format_note
 from autoresearchd.store.population import read_population
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF, PROPOSALS_PREFIX,
@@ -54,8 +55,11 @@ def commit_on(repo, parent: str, text: str, trailers: dict | None = None) -> str
 class World:
     """Random writes on a real repo. `external` says a ref moved without an event since the last scan."""
 
-    def __init__(self, repo, rng):
-        self.repo, self.rng, self.k, self.external = repo, rng, 0, False
+    def __init__(self, repo, rng, own: bool = False):
+        """`own`: the daemon's tick's world, where another process writes only where it may
+        (store/reflisting.BY_OTHERS, the notes, proposals and baseline): a write under the daemon's
+        own namespaces is always this process's (an event)."""
+        self.repo, self.rng, self.k, self.external, self.own = repo, rng, 0, False, own
 
     def ideas(self) -> dict[str, str]:
         return self.repo.refs(IDEA_BRANCHES, ARCHIVE_PREFIX, RECORDS_PREFIX)
@@ -66,6 +70,8 @@ class World:
 
     def ext_ref(self, ref: str, sha: str | None) -> None:
         """A ref moved by another writer (a push, the CLI): git itself, no event."""
+        if self.own and not ref.startswith(BY_OTHERS + ("refs/heads/main",)):
+            return self.repo.delete_ref(ref) if sha is None else self.repo.update_ref(ref, sha)
         if sha is None:
             self.repo.git("update-ref", "-d", ref)
         else:
@@ -196,6 +202,77 @@ def test_random_writes_incremental_equals_full_read(tmp_path, seed, bulk, monkey
     assert set(live._placed) <= set(live._shown) <= set(live._built)
 
 
+@pytest.mark.parametrize("seed", [21, 22])
+def test_the_ticks_scan_lists_what_others_may_write_and_misses_nothing(tmp_path, seed):
+    """The daemon's tick (own_writes): a scan lists only the namespaces another process may write
+    (store/reflisting.py); every write of the daemon's own namespaces is its own, an event. After
+    every scan the live read equals a full read, through random writes of every kind."""
+    repo = build_population(tmp_path / "r", 40, seed=seed)
+    rng = random.Random(seed)
+    world = World(repo, rng, own=True)
+    live = LivePopulation(repo, MAIN, own_writes=True)
+    assert_same(live.refresh(), repo, "first")
+    listed = []
+    real = repo.git
+    repo.git = lambda *a, **k: (listed.append(a) if a[0] == "for-each-ref" else None, real(*a, **k))[1]
+    ops = []
+    for n in range(80):
+        ops.append(world.step())
+        if rng.random() < 0.5 or n % 10 == 9:
+            assert_same(live.refresh(scan=True) or live.pop, repo, f"step {n} ({ops[-5:]})")
+    scans = [a for a in listed if "refs/notes/" in a and IDEA_BRANCHES in a]     # the scans, not the world's reads
+    assert scans and all(IDEAS_PREFIX not in a and ARCHIVE_PREFIX not in a and SCREENS_PREFIX not in a
+                         for a in scans), scans[:2]
+    assert len(set(ops)) >= 19, sorted(set(ops))
+
+
+def test_a_daemon_namespace_moved_by_another_process_waits_for_the_whole_read(tmp_path):
+    """The rule's edge, as documented (store/reflisting.py): a mark moved by hand (`git update-ref`,
+    no event) is not seen by the tick's scan, is seen by the dashboard's scan (it lists every
+    namespace), and by the tick at its next whole read (the start and every
+    defaults.POPULATION_FULL_READ_TICKS passes)."""
+    repo = build_population(tmp_path / "r", 10, seed=4)
+    tick, dash = LivePopulation(repo, MAIN, own_writes=True), LivePopulation(repo, MAIN)
+    tick.refresh(), dash.refresh()
+    main = repo.rev_parse(MAIN)
+    c = commit_on(repo, main, "by hand", {"Idea-Id": "idea-hand", "Origin": "explore", "Epoch": 1})
+    repo.git("update-ref", f"{IDEA_BRANCHES}explore/idea-hand", c)      # a push: both see it
+    repo.git("update-ref", IDEAS_PREFIX + "idea-hand", c)               # a mark by hand: no event
+    assert (tick.refresh(scan=True) or tick.pop).by_commit[c].origin == "human"    # branch seen, mark not
+    assert (dash.refresh(scan=True) or dash.pop).by_commit[c].origin == "explore"
+    tick.reset()
+    assert_same(tick.refresh(scan=True), repo, "whole read")
+    assert tick.pop.by_commit[c].origin == "explore"
+
+
+def test_the_commands_of_other_processes_write_only_where_others_may(toy_env, tmp_path, monkeypatch):
+    """What makes the tick's scan safe: the commands run outside the daemon's process write refs only
+    under store/reflisting.BY_OTHERS and the refs every refresh lists (notes, proposals). `queue` is
+    the one that writes (a proposal; a duplicate's record and note); each of its ref writes is heard
+    here as the daemon would hear its own (store/refevents.py)."""
+    from autoresearchd.cli import main
+    from autoresearchd.store import refevents
+
+    from conftest import write_config
+    cfg = write_config(tmp_path, toy_env)
+    heard = []
+
+    class Ear:
+        def hear(self, ref):
+            heard.append(ref)
+    ear = Ear()
+    refevents.listen((toy_env / ".git").resolve(), ear.hear)
+    refevents.listen(toy_env / ".git", ear.hear)
+    try:
+        for text in ("Lower x to 0.9 and see", "Lower x to 0.9 and see"):       # the second: a duplicate
+            assert main(["--config", str(cfg), "queue", text]) in (0, 2)
+    finally:
+        refevents.unlisten((toy_env / ".git").resolve(), ear.hear)
+        refevents.unlisten(toy_env / ".git", ear.hear)
+    assert any(r.startswith(PROPOSALS_PREFIX) for r in heard), heard
+    assert all(r.startswith(BY_OTHERS + (PROPOSALS_PREFIX, "refs/notes/")) for r in heard), heard
+
+
 def test_a_full_read_sorts_once(tmp_path, monkeypatch):
     """A read that places more than POPULATION_BULK_WINS ideas sorts the order once: one insort per
     idea moved half the list each time, n²/2 pointer moves (seconds of the daemon's start at 100k ideas)."""
@@ -280,7 +357,8 @@ def test_the_tick_sees_pushes_at_once_and_reads_whole_periodically(toy_env, tmp_
         d.repo.update_ref(RECORDS_PREFIX + "idea-rec", rec)    # a record: never dispatched, never changes
         assert rec in d.tick().by_commit
         with d._tick_lock:                  # no tick meanwhile: the reads below are the test's
-            d.live._order.remove(d.live._winner.pop(rec))     # damage the derived state: the record drops out
+            k = d.live._order.index(d.live._winner.pop(rec))   # damage the derived state: the record drops out
+            del d.live._order[k], d.live._seq[k]
             d.live._by_commit.pop(rec)
             d.repo.note_write(NOTES_REF, base, format_note(ok_note(1.0, 1.0, "baseline", values=[1.0, 1.0])))
             d._passes = 4                       # not a full-read pass: the damage shows
