@@ -64,7 +64,7 @@ def test_manifest_is_the_papers_setup():
     assert (m.run, m.evaluate, m.check) == ("python launch.py", "python evaluate.py", "python launch.py --smoke")
     assert (m.metric, m.goal, m.artifacts) == ("val_loss", "min", [shards.ARTIFACT, shards.HEAD_ARTIFACT])
     assert m.time_budget_s > 1500 and "NANOGPT_DATA" in m.data
-    assert (m.model, m.model_output_mb) == ("python eval_model.py", 3072)      # the split evaluation
+    assert (m.model, m.model_output_mb) == ("python eval_model.py", 6144)      # the split evaluation
     for path in ("evaluate.py", "eval_model.py", "launch.py", "shards.py", "prepare_fineweb.py", MANIFEST_FILE):
         assert m.is_frozen(path), path       # an idea that edits one of these never becomes a run
     assert not m.is_frozen("train.py")

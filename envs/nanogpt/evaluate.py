@@ -46,7 +46,10 @@ import shards  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PLAN_FILE = ".nanogpt_eval_plan.json"   # the secret seed: in the scorer's cwd, never in an input group
-ROWS_PER_GROUP = 1024     # model-runner rows per process: 1.5 GiB of float16 states at D = 768
+# Model-runner rows per process: about 2.9 GiB of float16 states at D = 768 (8 groups at full size).
+# Each group pays a fresh process, torch's import and the program's load (about 12 s on an H200),
+# so fewer, larger groups cost less; docs/env-nanogpt.md "Cost" has the figures.
+ROWS_PER_GROUP = 2048
 CHECK_EVERY = 2           # one causality variant per 2 scored windows: c = 5,120 (1.5x the model rows)
 # The check compares log-probabilities (the scorer's head applied): a bound on the states would be
 # loosened by inflating dimensions the head ignores. A leak under it gains at most this per token.
