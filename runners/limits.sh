@@ -21,6 +21,8 @@
 LIM_G2=; LIM_CPU=; LIM_MEM=; LIM_PIDS=; LIM_INNER=; LIM_R=; LIM_NOW=; LIM_V=; LIM_ENTER=
 declare -A LIM_V1=()        # v1 controller -> this trial's group dir
 LIM_D=()                    # lim_dirs' answer
+declare -A LIM_FRESH=()     # steps whose groups lim_mkgroup made and no step has used yet
+LIM_STEPS="run eval"        # the steps whose groups lim_mkgroup makes with the trial's own (one mkdir)
 
 lim_now() {                 # LIM_NOW: the time as `date +%s.%N` gives it (bash 5 has it without a process)
   if [ -n "${EPOCHREALTIME:-}" ]; then LIM_NOW=${EPOCHREALTIME/,/.}; else LIM_NOW=$(date +%s.%N); fi
@@ -52,7 +54,19 @@ lim_v1_root() {             # $1 a v1 controller: LIM_R, this process's group di
   [ -n "$found" ] && [ -n "$own" ] && LIM_R=$found${own%/}
 }
 
-lim_mkgroup() {             # $1 parent dir: makes LIM_R=<parent>/autoresearchd-<trial>
+lim_cpus() {                # LIM_N: the CPUs this process may run on (what nproc counts), without a process
+  local l r a b
+  LIM_N=0
+  while read -r l r; do [ "$l" = Cpus_allowed_list: ] && break; r=; done 2>/dev/null < /proc/self/status
+  [ -n "$r" ] || { LIM_N=$(nproc 2>/dev/null || echo 1); return; }      # no /proc (not Linux): nproc
+  for r in ${r//,/ }; do      # "0-3,8,10-11"
+    a=${r%-*}; b=${r#*-}; LIM_N=$(( LIM_N + 10#$b - 10#$a + 1 ))
+  done
+  [ "$LIM_N" -gt 0 ] || LIM_N=1
+}
+
+lim_mkgroup() {             # $1 parent dir: makes LIM_R=<parent>/autoresearchd-<trial>, and in it a
+  # group per step of LIM_STEPS, by the same mkdir (lim_begin then makes none for them)
   local g="$1/autoresearchd-${T##*/}" old
   LIM_R=
   [ -w "$1/cgroup.procs" ] || return 1
@@ -66,7 +80,9 @@ lim_mkgroup() {             # $1 parent dir: makes LIM_R=<parent>/autoresearchd-
     break
   done
   [ -d "$g" ] && { rmdir "$g"/*/ 2>/dev/null; rmdir "$g" 2>/dev/null; }     # a retry of the same trial id
-  mkdir "$g" 2>/dev/null && LIM_R=$g
+  local s sub=()
+  for s in $LIM_STEPS; do sub+=("$g/$s"); done
+  mkdir "$g" "${sub[@]}" 2>/dev/null; [ -d "$g" ] && LIM_R=$g
 }
 
 lim_init() {                # once per trial: the limits' values, and which mechanism enforces each
@@ -88,7 +104,7 @@ lim_init() {                # once per trial: the limits' values, and which mech
     [ "$mem" -gt 0 ] || mem=1024
   fi
   if [ "$pids" -le 0 ] 2>/dev/null; then
-    cpus=$(nproc 2>/dev/null || echo 1)
+    lim_cpus; cpus=$LIM_N
     pids=$(( ${AR_PIDS_PER_CPU:-256} * cpus / slots )); [ "$pids" -ge "${AR_MIN_PIDS:-512}" ] || pids=${AR_MIN_PIDS:-512}
   fi
   [ "$files" -gt 0 ] 2>/dev/null || files=4096
@@ -112,6 +128,7 @@ lim_init() {                # once per trial: the limits' values, and which mech
     LIM_V1[$c]=$LIM_R
     case $c in cpuacct) LIM_CPU=cgroup1;; memory) LIM_MEM=cgroup1;; pids) LIM_PIDS=cgroup1;; esac
   done
+  local s; for s in $LIM_STEPS; do LIM_FRESH[$s]=1; done
   # what no cgroup covers is an rlimit, set inside the sandbox (its own user namespace): the ulimit
   # values are lowered only, so they always apply
   LIM_INNER="ulimit -S -H -n $files"
@@ -145,7 +162,16 @@ lim_begin() {               # $1 step name: make its groups, set their limits, s
   local s=$1
   [ -n "${LIM_MEM_MB:-}" ] || lim_init
   lim_dirs "$s"
-  [ ${#LIM_D[@]} -eq 0 ] || mkdir -p "${LIM_D[@]}" 2>/dev/null
+  local d miss=
+  for d in ${LIM_D[@]+"${LIM_D[@]}"}; do [ -d "$d" ] || miss=1; done
+  if [ -n "${LIM_FRESH[$s]:-}" ]; then unset 'LIM_FRESH[$s]'     # made by lim_init's mkdir, unused
+    [ -z "$miss" ] || mkdir -p "${LIM_D[@]}" 2>/dev/null
+  elif [ ${#LIM_D[@]} -gt 0 ]; then
+    # a step that ran before (the model runner, once per group) gets fresh groups, so its counters
+    # start at zero: lim_end left its old ones, emptied (a killed process takes a moment to leave)
+    lim_rmdirs "${LIM_D[@]}"
+    mkdir -p "${LIM_D[@]}" 2>/dev/null
+  fi
   if [ "$LIM_MEM" = cgroup2 ]; then echo "$(( LIM_MEM_MB * 1048576 ))" > "$LIM_G2/$s/memory.max"
     echo 0 > "$LIM_G2/$s/memory.swap.max" 2>/dev/null; fi
   [ "$LIM_PIDS" = cgroup2 ] && echo "$LIM_PIDS_N" > "$LIM_G2/$s/pids.max"
@@ -161,7 +187,8 @@ lim_enter() {               # $1 step: LIM_ENTER, shell text the step's first pr
   local d q out=
   LIM_ENTER=
   lim_dirs "$1"
-  for d in ${LIM_D[@]+"${LIM_D[@]}"}; do printf -v q '%q' "$d/cgroup.procs"; out+="echo \$\$ > $q && "; done
+  # $BASHPID: the text runs in trial.sh's subshell that becomes the step ($$ there is trial.sh's own)
+  for d in ${LIM_D[@]+"${LIM_D[@]}"}; do printf -v q '%q' "$d/cgroup.procs"; out+="echo \$BASHPID > $q && "; done
   [ -z "$out" ] || printf -v LIM_ENTER '{ %s:; } 2>/dev/null || { echo "autoresearchd: could not join the trial cgroup" >&2; exit 125; }; ' "$out"
 }
 
@@ -181,7 +208,7 @@ lim_gpu_start() {           # sample the step's GPUs' utilisation while it runs 
 }
 
 lim_end() {                 # $1 step: its CPU, wall and GPU time, the limits it hit; no process left
-  local s=$1 d us= t1 n x left still
+  local s=$1 d us= t1 n x
   lim_now; t1=$LIM_NOW
   [ -n "${LIM_GPU_PID:-}" ] && kill "$LIM_GPU_PID" 2>/dev/null
   [ -f "$T/$s.gpu" ] && awk '{ s += $1 } END { printf "%.3f\n", s }' "$T/$s.gpu" > "$T/$s.gpu_s"
@@ -206,31 +233,40 @@ lim_end() {                 # $1 step: its CPU, wall and GPU time, the limits it
   esac
   [ "${n:-0}" -gt 0 ] 2>/dev/null && echo "pids max $n (limit ${LIM_PIDS_N})" >> "$T/$s.limit"
   # whatever of the step is still alive (a daemonised child of an unsandboxed run) goes now
-  lim_dirs "$s"; left=()
+  lim_dirs "$s"
   for d in ${LIM_D[@]+"${LIM_D[@]}"}; do
     [ -d "$d" ] || continue
     if [ -e "$d/cgroup.kill" ]; then echo 1 > "$d/cgroup.kill" 2>/dev/null
     else for x in 1 2 3; do read -r n 2>/dev/null < "$d/cgroup.procs" || break
       xargs -r kill -KILL < "$d/cgroup.procs" 2>/dev/null; done; fi
-    left+=("$d")
   done
-  # one rmdir for all (usually the groups are empty by now); a killed process takes a moment to leave
+  # the emptied groups stay until lim_fini removes all of the trial's groups with one rmdir (or lim_begin,
+  # when this step runs again)
+}
+
+lim_rmdirs() {              # $@ group dirs, emptied: removed, one rmdir for all; a killed process takes a moment to leave
+  local left=("$@") still d x
   for x in 1 2 3 4 5 6 7 8 9 10; do
+    still=(); for d in "${left[@]}"; do [ -d "$d" ] && still+=("$d"); done; left=(${still[@]+"${still[@]}"})
     [ ${#left[@]} -eq 0 ] && break
     rmdir "${left[@]}" 2>/dev/null && break
-    still=(); for d in "${left[@]}"; do [ -d "$d" ] && still+=("$d"); done; left=(${still[@]+"${still[@]}"})
-    [ ${#left[@]} -eq 0 ] || sleep 0.2
+    sleep 0.2
   done
 }
 
 lim_fini() {                # the trial's own groups, once its steps are over (trap EXIT: also when
-  local g d gs=()            # the wrapper dies mid-step; then the step's processes are killed first)
+  local g d gs=() subs=()    # the wrapper dies mid-step; then the step's processes are killed first)
   for g in ${LIM_G2:+"$LIM_G2"} "${LIM_V1[@]}"; do
-    for d in "$g"/*/; do [ -d "$d" ] || continue
-      if [ -e "$d/cgroup.kill" ]; then echo 1 > "$d/cgroup.kill"; else xargs -r kill -KILL < "$d/cgroup.procs"; fi
-      sleep 0.2; rmdir "$d"; done 2>/dev/null
-    [ -d "$g" ] && gs+=("$g")
+    [ -d "$g" ] || continue
+    for d in "$g"/*/; do [ -d "$d" ] && subs+=("${d%/}"); done
+    gs+=("$g")
   done
-  [ ${#gs[@]} -eq 0 ] || rmdir "${gs[@]}" 2>/dev/null     # one process for all of them
+  [ ${#gs[@]} -eq 0 ] && return 0
+  # the usual end: every step's group empty (lim_end emptied it), so one rmdir removes them all
+  rmdir ${subs[@]+"${subs[@]}"} "${gs[@]}" 2>/dev/null && return 0
+  for d in ${subs[@]+"${subs[@]}"}; do [ -d "$d" ] || continue     # a step still running: its processes go first
+    if [ -e "$d/cgroup.kill" ]; then echo 1 > "$d/cgroup.kill"; else xargs -r kill -KILL < "$d/cgroup.procs"; fi
+  done 2>/dev/null
+  lim_rmdirs ${subs[@]+"${subs[@]}"} "${gs[@]}"
   return 0
 }
