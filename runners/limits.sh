@@ -21,6 +21,8 @@
 LIM_G2=; LIM_CPU=; LIM_MEM=; LIM_PIDS=; LIM_INNER=; LIM_R=; LIM_NOW=; LIM_V=; LIM_ENTER=
 declare -A LIM_V1=()        # v1 controller -> this trial's group dir
 LIM_D=()                    # lim_dirs' answer
+LIM_MK=()                   # the groups lim_init makes (lim_mkgroup's list)
+LIM_SPARE=()                # groups made and not used (a v1 cpuacct where v2 counts the CPU)
 declare -A LIM_FRESH=()     # steps whose groups lim_mkgroup made and no step has used yet
 LIM_STEPS="run eval"        # the steps whose groups lim_mkgroup makes with the trial's own (one mkdir)
 
@@ -65,8 +67,8 @@ lim_cpus() {                # LIM_N: the CPUs this process may run on (what npro
   [ "$LIM_N" -gt 0 ] || LIM_N=1
 }
 
-lim_mkgroup() {             # $1 parent dir: makes LIM_R=<parent>/autoresearchd-<trial>, and in it a
-  # group per step of LIM_STEPS, by the same mkdir (lim_begin then makes none for them)
+lim_mkgroup() {             # $1 parent dir: LIM_R=<parent>/autoresearchd-<trial>, and adds it and a
+  # group in it per step of LIM_STEPS to LIM_MK, which lim_init makes with one mkdir for all hierarchies
   local g="$1/autoresearchd-${T##*/}" old
   LIM_R=
   [ -w "$1/cgroup.procs" ] || return 1
@@ -80,9 +82,10 @@ lim_mkgroup() {             # $1 parent dir: makes LIM_R=<parent>/autoresearchd-
     break
   done
   [ -d "$g" ] && { rmdir "$g"/*/ 2>/dev/null; rmdir "$g" 2>/dev/null; }     # a retry of the same trial id
-  local s sub=()
-  for s in $LIM_STEPS; do sub+=("$g/$s"); done
-  mkdir "$g" "${sub[@]}" 2>/dev/null; [ -d "$g" ] && LIM_R=$g
+  [ -d "$g" ] && return 1     # still there: not ours to use
+  local s
+  LIM_MK+=("$g"); for s in $LIM_STEPS; do LIM_MK+=("$g/$s"); done
+  LIM_R=$g
 }
 
 lim_init() {                # once per trial: the limits' values, and which mechanism enforces each
@@ -108,12 +111,26 @@ lim_init() {                # once per trial: the limits' values, and which mech
     pids=$(( ${AR_PIDS_PER_CPU:-256} * cpus / slots )); [ "$pids" -ge "${AR_MIN_PIDS:-512}" ] || pids=${AR_MIN_PIDS:-512}
   fi
   [ "$files" -gt 0 ] 2>/dev/null || files=4096
-  hard=$(ulimit -H -n); [ "$hard" = unlimited ] || [ "$files" -le "$hard" ] || files=$hard
+  ulimit -H -n > "$T/.ulimit"; read -r hard < "$T/.ulimit"     # (no $(...): a fork)
+  [ "$hard" = unlimited ] || [ "$files" -le "$hard" ] || files=$hard
   LIM_MEM_MB=$mem LIM_PIDS_N=$pids LIM_FILES_N=$files
   trap lim_fini EXIT
-  # cgroup v2: a group of our own under this process's cgroup; the controllers it may use
-  if lim_v2_root && [ -n "$LIM_R" ] && lim_mkgroup "$LIM_R"; then
-    LIM_G2=$LIM_R
+  # the groups of our own, in each hierarchy where this user may make one (v2 under this process's
+  # cgroup; v1 per controller: a hybrid host binds its controllers there, so v2 cannot have them), all
+  # made by one mkdir; which of them is used is decided once they are there
+  local g2= ; declare -A v1=()
+  LIM_MK=()
+  lim_v2_root && [ -n "$LIM_R" ] && lim_mkgroup "$LIM_R" && g2=$LIM_R
+  for c in cpuacct memory pids; do
+    lim_v1_root "$c" && [ -n "$LIM_R" ] || continue
+    # two controllers in one hierarchy share its group (listed once)
+    for r in ${v1[@]+"${v1[@]}"}; do [ "$r" = "$LIM_R/autoresearchd-${T##*/}" ] && { v1[$c]=$r; continue 2; }; done
+    lim_mkgroup "$LIM_R" && v1[$c]=$LIM_R
+  done
+  [ ${#LIM_MK[@]} -eq 0 ] || mkdir "${LIM_MK[@]}" 2>/dev/null
+  # cgroup v2: the controllers our group may use
+  if [ -n "$g2" ] && [ -d "$g2" ]; then
+    LIM_G2=$g2
     for c in memory pids; do echo "+$c" > "$LIM_G2/cgroup.subtree_control"; done 2>/dev/null
     LIM_CPU=cgroup2
     c=; read -r c 2>/dev/null < "$LIM_G2/cgroup.subtree_control"; c=" $c "
@@ -122,10 +139,10 @@ lim_init() {                # once per trial: the limits' values, and which mech
   fi
   # cgroup v1, for what v2 does not give (a hybrid host: the controllers are bound to v1)
   for c in cpuacct memory pids; do
-    case $c in cpuacct) [ -n "$LIM_CPU" ] && continue;; memory) [ -n "$LIM_MEM" ] && continue;;
-      pids) [ -n "$LIM_PIDS" ] && continue;; esac
-    lim_v1_root "$c" && [ -n "$LIM_R" ] && lim_mkgroup "$LIM_R" || continue
-    LIM_V1[$c]=$LIM_R
+    [ -n "${v1[$c]:-}" ] && [ -d "${v1[$c]}" ] || continue
+    case $c in cpuacct) [ -n "$LIM_CPU" ];; memory) [ -n "$LIM_MEM" ];; pids) [ -n "$LIM_PIDS" ];; esac &&
+      { LIM_SPARE+=("${v1[$c]}"); continue; }     # made, not used: lim_fini removes it with the rest
+    LIM_V1[$c]=${v1[$c]}
     case $c in cpuacct) LIM_CPU=cgroup1;; memory) LIM_MEM=cgroup1;; pids) LIM_PIDS=cgroup1;; esac
   done
   local s; for s in $LIM_STEPS; do LIM_FRESH[$s]=1; done
@@ -256,7 +273,7 @@ lim_rmdirs() {              # $@ group dirs, emptied: removed, one rmdir for all
 
 lim_fini() {                # the trial's own groups, once its steps are over (trap EXIT: also when
   local g d gs=() subs=()    # the wrapper dies mid-step; then the step's processes are killed first)
-  for g in ${LIM_G2:+"$LIM_G2"} "${LIM_V1[@]}"; do
+  for g in ${LIM_G2:+"$LIM_G2"} "${LIM_V1[@]}" ${LIM_SPARE[@]+"${LIM_SPARE[@]}"}; do
     [ -d "$g" ] || continue
     for d in "$g"/*/; do [ -d "$d" ] && subs+=("${d%/}"); done
     gs+=("$g")
