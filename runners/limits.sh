@@ -37,22 +37,38 @@ lim_key() {                 # $1 file of "key value" lines, $2 key: LIM_V, its v
   return 1
 }
 
+lim_proc() {                # LIM_MOUNTS, LIM_CGROUP: /proc/self/mounts and /proc/self/cgroup, read once.
+  # mapfile reads each in one pass; a `while read` loop reads a line, seeks back to its end, and every
+  # seek on /proc/self/mounts makes the kernel walk the mount table again (a third of the wrapper's
+  # own CPU, with the six walks lim_init made)
+  [ -n "${LIM_MOUNTS+x}" ] && return 0
+  mapfile -t LIM_MOUNTS < /proc/self/mounts 2>/dev/null || LIM_MOUNTS=()
+  mapfile -t LIM_CGROUP < /proc/self/cgroup 2>/dev/null || LIM_CGROUP=()
+}
+
+lim_mnt() {                 # $1 a line of /proc/self/mounts: its mnt, typ, opts (the caller's locals)
+  local r=${1#* }
+  mnt=${r%% *}; r=${r#* }; typ=${r%% *}; r=${r#* }; opts=${r%% *}
+}
+
 lim_v2_root() {             # LIM_R: this process's cgroup v2 directory, when there is a v2 hierarchy
-  local _d mnt typ _r l own=
-  LIM_R=
-  while read -r _d mnt typ _r; do [ "$typ" = cgroup2 ] && break; mnt=; done < /proc/self/mounts
-  while IFS= read -r l; do case $l in 0::*) own=${l#0::}; break;; esac; done 2>/dev/null < /proc/self/cgroup
+  local mnt typ opts l own=
+  LIM_R=; lim_proc
+  for l in ${LIM_MOUNTS[@]+"${LIM_MOUNTS[@]}"}; do lim_mnt "$l"; [ "$typ" = cgroup2 ] && break; mnt=; done
+  for l in ${LIM_CGROUP[@]+"${LIM_CGROUP[@]}"}; do case $l in 0::*) own=${l#0::}; break;; esac; done
   [ -n "$mnt" ] && [ -n "$own" ] && LIM_R=$mnt${own%/}
 }
 
 lim_v1_root() {             # $1 a v1 controller: LIM_R, this process's group dir in its hierarchy
-  local _d mnt typ opts _r _n cs p own= found=
-  LIM_R=
-  while read -r _d mnt typ opts _r; do
+  local mnt typ opts _r cs p own= found= l
+  LIM_R=; lim_proc
+  for l in ${LIM_MOUNTS[@]+"${LIM_MOUNTS[@]}"}; do
+    lim_mnt "$l"
     [ "$typ" = cgroup ] && case ",$opts," in *",$1,"*) found=$mnt; break;; esac
-  done < /proc/self/mounts
+  done
   # /proc/self/cgroup: "id:controller,controller:path" (the path may hold a colon: it is the rest)
-  while IFS=: read -r _n cs p; do case ",$cs," in *",$1,"*) own=$p; break;; esac; done 2>/dev/null < /proc/self/cgroup
+  for l in ${LIM_CGROUP[@]+"${LIM_CGROUP[@]}"}; do
+    _r=${l#*:}; cs=${_r%%:*}; p=${_r#*:}; case ",$cs," in *",$1,"*) own=$p; break;; esac; done
   [ -n "$found" ] && [ -n "$own" ] && LIM_R=$found${own%/}
 }
 
