@@ -22,6 +22,7 @@ LIM_G2=; LIM_CPU=; LIM_MEM=; LIM_PIDS=; LIM_INNER=; LIM_R=; LIM_NOW=; LIM_V=; LI
 declare -A LIM_V1=()        # v1 controller -> this trial's group dir
 LIM_D=()                    # lim_dirs' answer
 LIM_MK=()                   # the groups lim_init makes (lim_mkgroup's list)
+LIM_SWEEP=()                # the parents where lim_init looks for stale groups (lim_mkgroup's list)
 LIM_SPARE=()                # groups made and not used (a v1 cpuacct where v2 counts the CPU)
 declare -A LIM_FRESH=()     # steps whose groups lim_mkgroup made and no step has used yet
 LIM_STEPS="run eval"        # the steps whose groups lim_mkgroup makes with the trial's own (one mkdir)
@@ -54,7 +55,8 @@ lim_mnt() {                 # $1 a line of /proc/self/mounts: its mnt, typ, opts
 lim_v2_root() {             # LIM_R: this process's cgroup v2 directory, when there is a v2 hierarchy
   local mnt typ opts l own=
   LIM_R=; lim_proc
-  for l in ${LIM_MOUNTS[@]+"${LIM_MOUNTS[@]}"}; do lim_mnt "$l"; [ "$typ" = cgroup2 ] && break; mnt=; done
+  for l in ${LIM_MOUNTS[@]+"${LIM_MOUNTS[@]}"}; do
+    case $l in *" cgroup2 "*) lim_mnt "$l"; [ "$typ" = cgroup2 ] && break;; esac; mnt=; done
   for l in ${LIM_CGROUP[@]+"${LIM_CGROUP[@]}"}; do case $l in 0::*) own=${l#0::}; break;; esac; done
   [ -n "$mnt" ] && [ -n "$own" ] && LIM_R=$mnt${own%/}
 }
@@ -63,6 +65,7 @@ lim_v1_root() {             # $1 a v1 controller: LIM_R, this process's group di
   local mnt typ opts _r cs p own= found= l
   LIM_R=; lim_proc
   for l in ${LIM_MOUNTS[@]+"${LIM_MOUNTS[@]}"}; do
+    case $l in *" cgroup "*) ;; *) continue;; esac
     lim_mnt "$l"
     [ "$typ" = cgroup ] && case ",$opts," in *",$1,"*) found=$mnt; break;; esac
   done
@@ -73,9 +76,11 @@ lim_v1_root() {             # $1 a v1 controller: LIM_R, this process's group di
 }
 
 lim_cpus() {                # LIM_N: the CPUs this process may run on (what nproc counts), without a process
-  local l r a b
+  local l r= a b st=()
   LIM_N=0
-  while read -r l r; do [ "$l" = Cpus_allowed_list: ] && break; r=; done 2>/dev/null < /proc/self/status
+  # mapfile: one pass (a `while read` loop seeks back per line, and /proc makes the file again each time)
+  mapfile -t st 2>/dev/null < /proc/self/status
+  for l in ${st[@]+"${st[@]}"}; do case $l in Cpus_allowed_list:*) r=${l#Cpus_allowed_list:}; r=${r//[$' \t']/}; break;; esac; done
   [ -n "$r" ] || { LIM_N=$(nproc 2>/dev/null || echo 1); return; }      # no /proc (not Linux): nproc
   for r in ${r//,/ }; do      # "0-3,8,10-11"
     a=${r%-*}; b=${r#*-}; LIM_N=$(( LIM_N + 10#$b - 10#$a + 1 ))
@@ -88,15 +93,9 @@ lim_mkgroup() {             # $1 parent dir: LIM_R=<parent>/autoresearchd-<trial
   local g="$1/autoresearchd-${T##*/}" old
   LIM_R=
   [ -w "$1/cgroup.procs" ] || return 1
-  # groups a killed wrapper left (SIGKILL skips its EXIT trap): an hour old and empty (rmdir refuses
-  # a group with a process; a live trial between steps gets its group back from lim_begin's mkdir -p).
-  # find runs only where some trial's group is there at all (the glob costs no process)
-  for old in "$1"/autoresearchd-*; do
-    [ -d "$old" ] || continue
-    find "$1" -maxdepth 1 -name 'autoresearchd-*' -mmin +60 2>/dev/null |
-      while read -r old; do rmdir "$old"/*/ "$old"; done 2>/dev/null
-    break
-  done
+  # groups a killed wrapper left (SIGKILL skips its EXIT trap): lim_init's sweep looks here only where
+  # some trial's group is there at all (the glob costs no process)
+  for old in "$1"/autoresearchd-*; do [ -d "$old" ] && { LIM_SWEEP+=("$1"); break; }; done
   [ -d "$g" ] && { rmdir "$g"/*/ 2>/dev/null; rmdir "$g" 2>/dev/null; }     # a retry of the same trial id
   [ -d "$g" ] && return 1     # still there: not ours to use
   local s
@@ -143,6 +142,11 @@ lim_init() {                # once per trial: the limits' values, and which mech
     for r in ${v1[@]+"${v1[@]}"}; do [ "$r" = "$LIM_R/autoresearchd-${T##*/}" ] && { v1[$c]=$r; continue 2; }; done
     lim_mkgroup "$LIM_R" && v1[$c]=$LIM_R
   done
+  # the sweep of stale groups: an hour old and empty (rmdir refuses a group with a process; a live
+  # trial's step finds its group gone and lim_begin makes it again), one find for every hierarchy
+  if [ ${#LIM_SWEEP[@]} -gt 0 ]; then
+    while read -r r; do rmdir "$r"/*/ "$r"; done 2>/dev/null < <(find "${LIM_SWEEP[@]}" -maxdepth 1 -name 'autoresearchd-*' -mmin +60 2>/dev/null)
+  fi
   [ ${#LIM_MK[@]} -eq 0 ] || mkdir "${LIM_MK[@]}" 2>/dev/null
   # cgroup v2: the controllers our group may use
   if [ -n "$g2" ] && [ -d "$g2" ]; then
