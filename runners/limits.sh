@@ -277,8 +277,14 @@ lim_end() {                 # $1 step: its CPU, wall and GPU time, the limits it
     else for x in 1 2 3; do read -r n 2>/dev/null < "$d/cgroup.procs" || break
       xargs -r kill -KILL < "$d/cgroup.procs" 2>/dev/null; done; fi
   done
-  # the emptied groups stay until lim_fini removes all of the trial's groups with one rmdir (or lim_begin,
-  # when this step runs again)
+  # and is gone before the next step starts (a killed process takes a moment to leave; read by a
+  # builtin, so an empty group costs no process); the emptied groups stay until lim_fini removes all
+  # of the trial's groups with one rmdir (or lim_begin, when this step runs again)
+  for d in ${LIM_D[@]+"${LIM_D[@]}"}; do
+    for x in 1 2 3 4 5 6 7 8 9 10; do
+      n=; read -r n 2>/dev/null < "$d/cgroup.procs"; [ -z "$n" ] && break; sleep 0.2
+    done
+  done
 }
 
 lim_rmdirs() {              # $@ group dirs, emptied: removed, one rmdir for all; a killed process takes a moment to leave
