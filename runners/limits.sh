@@ -21,6 +21,11 @@
 LIM_G2=; LIM_CPU=; LIM_MEM=; LIM_PIDS=; LIM_INNER=; LIM_R=; LIM_NOW=; LIM_V=; LIM_ENTER=
 declare -A LIM_V1=()        # v1 controller -> this trial's group dir
 LIM_D=()                    # lim_dirs' answer
+LIM_MK=()                   # the groups lim_init makes (lim_mkgroup's list)
+LIM_SWEEP=()                # the parents where lim_init looks for stale groups (lim_mkgroup's list)
+LIM_SPARE=()                # groups made and not used (a v1 cpuacct where v2 counts the CPU)
+declare -A LIM_FRESH=()     # steps whose groups lim_mkgroup made and no step has used yet
+LIM_STEPS="run eval"        # the steps whose groups lim_mkgroup makes with the trial's own (one mkdir)
 
 lim_now() {                 # LIM_NOW: the time as `date +%s.%N` gives it (bash 5 has it without a process)
   if [ -n "${EPOCHREALTIME:-}" ]; then LIM_NOW=${EPOCHREALTIME/,/.}; else LIM_NOW=$(date +%s.%N); fi
@@ -33,40 +38,69 @@ lim_key() {                 # $1 file of "key value" lines, $2 key: LIM_V, its v
   return 1
 }
 
+lim_proc() {                # LIM_MOUNTS, LIM_CGROUP: /proc/self/mounts and /proc/self/cgroup, read once.
+  # mapfile reads each in one pass; a `while read` loop reads a line, seeks back to its end, and every
+  # seek on /proc/self/mounts makes the kernel walk the mount table again (a third of the wrapper's
+  # own CPU, with the six walks lim_init made)
+  [ -n "${LIM_MOUNTS+x}" ] && return 0
+  mapfile -t LIM_MOUNTS < /proc/self/mounts 2>/dev/null || LIM_MOUNTS=()
+  mapfile -t LIM_CGROUP < /proc/self/cgroup 2>/dev/null || LIM_CGROUP=()
+}
+
+lim_mnt() {                 # $1 a line of /proc/self/mounts: its mnt, typ, opts (the caller's locals)
+  local r=${1#* }
+  mnt=${r%% *}; r=${r#* }; typ=${r%% *}; r=${r#* }; opts=${r%% *}
+}
+
 lim_v2_root() {             # LIM_R: this process's cgroup v2 directory, when there is a v2 hierarchy
-  local _d mnt typ _r l own=
-  LIM_R=
-  while read -r _d mnt typ _r; do [ "$typ" = cgroup2 ] && break; mnt=; done < /proc/self/mounts
-  while IFS= read -r l; do case $l in 0::*) own=${l#0::}; break;; esac; done 2>/dev/null < /proc/self/cgroup
+  local mnt typ opts l own=
+  LIM_R=; lim_proc
+  for l in ${LIM_MOUNTS[@]+"${LIM_MOUNTS[@]}"}; do
+    case $l in *" cgroup2 "*) lim_mnt "$l"; [ "$typ" = cgroup2 ] && break;; esac; mnt=; done
+  for l in ${LIM_CGROUP[@]+"${LIM_CGROUP[@]}"}; do case $l in 0::*) own=${l#0::}; break;; esac; done
   [ -n "$mnt" ] && [ -n "$own" ] && LIM_R=$mnt${own%/}
 }
 
 lim_v1_root() {             # $1 a v1 controller: LIM_R, this process's group dir in its hierarchy
-  local _d mnt typ opts _r _n cs p own= found=
-  LIM_R=
-  while read -r _d mnt typ opts _r; do
+  local mnt typ opts _r cs p own= found= l
+  LIM_R=; lim_proc
+  for l in ${LIM_MOUNTS[@]+"${LIM_MOUNTS[@]}"}; do
+    case $l in *" cgroup "*) ;; *) continue;; esac
+    lim_mnt "$l"
     [ "$typ" = cgroup ] && case ",$opts," in *",$1,"*) found=$mnt; break;; esac
-  done < /proc/self/mounts
+  done
   # /proc/self/cgroup: "id:controller,controller:path" (the path may hold a colon: it is the rest)
-  while IFS=: read -r _n cs p; do case ",$cs," in *",$1,"*) own=$p; break;; esac; done 2>/dev/null < /proc/self/cgroup
+  for l in ${LIM_CGROUP[@]+"${LIM_CGROUP[@]}"}; do
+    _r=${l#*:}; cs=${_r%%:*}; p=${_r#*:}; case ",$cs," in *",$1,"*) own=$p; break;; esac; done
   [ -n "$found" ] && [ -n "$own" ] && LIM_R=$found${own%/}
 }
 
-lim_mkgroup() {             # $1 parent dir: makes LIM_R=<parent>/autoresearchd-<trial>
+lim_cpus() {                # LIM_N: the CPUs this process may run on (what nproc counts), without a process
+  local l r= a b st=()
+  LIM_N=0
+  # mapfile: one pass (a `while read` loop seeks back per line, and /proc makes the file again each time)
+  mapfile -t st 2>/dev/null < /proc/self/status
+  for l in ${st[@]+"${st[@]}"}; do case $l in Cpus_allowed_list:*) r=${l#Cpus_allowed_list:}; r=${r//[$' \t']/}; break;; esac; done
+  [ -n "$r" ] || { LIM_N=$(nproc 2>/dev/null || echo 1); return; }      # no /proc (not Linux): nproc
+  for r in ${r//,/ }; do      # "0-3,8,10-11"
+    a=${r%-*}; b=${r#*-}; LIM_N=$(( LIM_N + 10#$b - 10#$a + 1 ))
+  done
+  [ "$LIM_N" -gt 0 ] || LIM_N=1
+}
+
+lim_mkgroup() {             # $1 parent dir: LIM_R=<parent>/autoresearchd-<trial>, and adds it and a
+  # group in it per step of LIM_STEPS to LIM_MK, which lim_init makes with one mkdir for all hierarchies
   local g="$1/autoresearchd-${T##*/}" old
   LIM_R=
   [ -w "$1/cgroup.procs" ] || return 1
-  # groups a killed wrapper left (SIGKILL skips its EXIT trap): an hour old and empty (rmdir refuses
-  # a group with a process; a live trial between steps gets its group back from lim_begin's mkdir -p).
-  # find runs only where some trial's group is there at all (the glob costs no process)
-  for old in "$1"/autoresearchd-*; do
-    [ -d "$old" ] || continue
-    find "$1" -maxdepth 1 -name 'autoresearchd-*' -mmin +60 2>/dev/null |
-      while read -r old; do rmdir "$old"/*/ "$old"; done 2>/dev/null
-    break
-  done
+  # groups a killed wrapper left (SIGKILL skips its EXIT trap): lim_init's sweep looks here only where
+  # some trial's group is there at all (the glob costs no process)
+  for old in "$1"/autoresearchd-*; do [ -d "$old" ] && { LIM_SWEEP+=("$1"); break; }; done
   [ -d "$g" ] && { rmdir "$g"/*/ 2>/dev/null; rmdir "$g" 2>/dev/null; }     # a retry of the same trial id
-  mkdir "$g" 2>/dev/null && LIM_R=$g
+  [ -d "$g" ] && return 1     # still there: not ours to use
+  local s
+  LIM_MK+=("$g"); for s in $LIM_STEPS; do LIM_MK+=("$g/$s"); done
+  LIM_R=$g
 }
 
 lim_init() {                # once per trial: the limits' values, and which mechanism enforces each
@@ -88,16 +122,35 @@ lim_init() {                # once per trial: the limits' values, and which mech
     [ "$mem" -gt 0 ] || mem=1024
   fi
   if [ "$pids" -le 0 ] 2>/dev/null; then
-    cpus=$(nproc 2>/dev/null || echo 1)
+    lim_cpus; cpus=$LIM_N
     pids=$(( ${AR_PIDS_PER_CPU:-256} * cpus / slots )); [ "$pids" -ge "${AR_MIN_PIDS:-512}" ] || pids=${AR_MIN_PIDS:-512}
   fi
   [ "$files" -gt 0 ] 2>/dev/null || files=4096
-  hard=$(ulimit -H -n); [ "$hard" = unlimited ] || [ "$files" -le "$hard" ] || files=$hard
+  ulimit -H -n > "$T/.ulimit"; read -r hard < "$T/.ulimit"     # (no $(...): a fork)
+  [ "$hard" = unlimited ] || [ "$files" -le "$hard" ] || files=$hard
   LIM_MEM_MB=$mem LIM_PIDS_N=$pids LIM_FILES_N=$files
   trap lim_fini EXIT
-  # cgroup v2: a group of our own under this process's cgroup; the controllers it may use
-  if lim_v2_root && [ -n "$LIM_R" ] && lim_mkgroup "$LIM_R"; then
-    LIM_G2=$LIM_R
+  # the groups of our own, in each hierarchy where this user may make one (v2 under this process's
+  # cgroup; v1 per controller: a hybrid host binds its controllers there, so v2 cannot have them), all
+  # made by one mkdir; which of them is used is decided once they are there
+  local g2= ; declare -A v1=()
+  LIM_MK=()
+  lim_v2_root && [ -n "$LIM_R" ] && lim_mkgroup "$LIM_R" && g2=$LIM_R
+  for c in cpuacct memory pids; do
+    lim_v1_root "$c" && [ -n "$LIM_R" ] || continue
+    # two controllers in one hierarchy share its group (listed once)
+    for r in ${v1[@]+"${v1[@]}"}; do [ "$r" = "$LIM_R/autoresearchd-${T##*/}" ] && { v1[$c]=$r; continue 2; }; done
+    lim_mkgroup "$LIM_R" && v1[$c]=$LIM_R
+  done
+  # the sweep of stale groups: an hour old and empty (rmdir refuses a group with a process; a live
+  # trial's step finds its group gone and lim_begin makes it again), one find for every hierarchy
+  if [ ${#LIM_SWEEP[@]} -gt 0 ]; then
+    while read -r r; do rmdir "$r"/*/ "$r"; done 2>/dev/null < <(find "${LIM_SWEEP[@]}" -maxdepth 1 -name 'autoresearchd-*' -mmin +60 2>/dev/null)
+  fi
+  [ ${#LIM_MK[@]} -eq 0 ] || mkdir "${LIM_MK[@]}" 2>/dev/null
+  # cgroup v2: the controllers our group may use
+  if [ -n "$g2" ] && [ -d "$g2" ]; then
+    LIM_G2=$g2
     for c in memory pids; do echo "+$c" > "$LIM_G2/cgroup.subtree_control"; done 2>/dev/null
     LIM_CPU=cgroup2
     c=; read -r c 2>/dev/null < "$LIM_G2/cgroup.subtree_control"; c=" $c "
@@ -106,12 +159,13 @@ lim_init() {                # once per trial: the limits' values, and which mech
   fi
   # cgroup v1, for what v2 does not give (a hybrid host: the controllers are bound to v1)
   for c in cpuacct memory pids; do
-    case $c in cpuacct) [ -n "$LIM_CPU" ] && continue;; memory) [ -n "$LIM_MEM" ] && continue;;
-      pids) [ -n "$LIM_PIDS" ] && continue;; esac
-    lim_v1_root "$c" && [ -n "$LIM_R" ] && lim_mkgroup "$LIM_R" || continue
-    LIM_V1[$c]=$LIM_R
+    [ -n "${v1[$c]:-}" ] && [ -d "${v1[$c]}" ] || continue
+    case $c in cpuacct) [ -n "$LIM_CPU" ];; memory) [ -n "$LIM_MEM" ];; pids) [ -n "$LIM_PIDS" ];; esac &&
+      { LIM_SPARE+=("${v1[$c]}"); continue; }     # made, not used: lim_fini removes it with the rest
+    LIM_V1[$c]=${v1[$c]}
     case $c in cpuacct) LIM_CPU=cgroup1;; memory) LIM_MEM=cgroup1;; pids) LIM_PIDS=cgroup1;; esac
   done
+  local s; for s in $LIM_STEPS; do LIM_FRESH[$s]=1; done
   # what no cgroup covers is an rlimit, set inside the sandbox (its own user namespace): the ulimit
   # values are lowered only, so they always apply
   LIM_INNER="ulimit -S -H -n $files"
@@ -145,7 +199,16 @@ lim_begin() {               # $1 step name: make its groups, set their limits, s
   local s=$1
   [ -n "${LIM_MEM_MB:-}" ] || lim_init
   lim_dirs "$s"
-  [ ${#LIM_D[@]} -eq 0 ] || mkdir -p "${LIM_D[@]}" 2>/dev/null
+  local d miss=
+  for d in ${LIM_D[@]+"${LIM_D[@]}"}; do [ -d "$d" ] || miss=1; done
+  if [ -n "${LIM_FRESH[$s]:-}" ]; then unset 'LIM_FRESH[$s]'     # made by lim_init's mkdir, unused
+    [ -z "$miss" ] || mkdir -p "${LIM_D[@]}" 2>/dev/null
+  elif [ ${#LIM_D[@]} -gt 0 ]; then
+    # a step that ran before (the model runner, once per group) gets fresh groups, so its counters
+    # start at zero: lim_end left its old ones, emptied (a killed process takes a moment to leave)
+    lim_rmdirs "${LIM_D[@]}"
+    mkdir -p "${LIM_D[@]}" 2>/dev/null
+  fi
   if [ "$LIM_MEM" = cgroup2 ]; then echo "$(( LIM_MEM_MB * 1048576 ))" > "$LIM_G2/$s/memory.max"
     echo 0 > "$LIM_G2/$s/memory.swap.max" 2>/dev/null; fi
   [ "$LIM_PIDS" = cgroup2 ] && echo "$LIM_PIDS_N" > "$LIM_G2/$s/pids.max"
@@ -161,7 +224,8 @@ lim_enter() {               # $1 step: LIM_ENTER, shell text the step's first pr
   local d q out=
   LIM_ENTER=
   lim_dirs "$1"
-  for d in ${LIM_D[@]+"${LIM_D[@]}"}; do printf -v q '%q' "$d/cgroup.procs"; out+="echo \$\$ > $q && "; done
+  # $BASHPID: the text runs in trial.sh's subshell that becomes the step ($$ there is trial.sh's own)
+  for d in ${LIM_D[@]+"${LIM_D[@]}"}; do printf -v q '%q' "$d/cgroup.procs"; out+="echo \$BASHPID > $q && "; done
   [ -z "$out" ] || printf -v LIM_ENTER '{ %s:; } 2>/dev/null || { echo "autoresearchd: could not join the trial cgroup" >&2; exit 125; }; ' "$out"
 }
 
@@ -181,7 +245,7 @@ lim_gpu_start() {           # sample the step's GPUs' utilisation while it runs 
 }
 
 lim_end() {                 # $1 step: its CPU, wall and GPU time, the limits it hit; no process left
-  local s=$1 d us= t1 n x left still
+  local s=$1 d us= t1 n x
   lim_now; t1=$LIM_NOW
   [ -n "${LIM_GPU_PID:-}" ] && kill "$LIM_GPU_PID" 2>/dev/null
   [ -f "$T/$s.gpu" ] && awk '{ s += $1 } END { printf "%.3f\n", s }' "$T/$s.gpu" > "$T/$s.gpu_s"
@@ -206,31 +270,46 @@ lim_end() {                 # $1 step: its CPU, wall and GPU time, the limits it
   esac
   [ "${n:-0}" -gt 0 ] 2>/dev/null && echo "pids max $n (limit ${LIM_PIDS_N})" >> "$T/$s.limit"
   # whatever of the step is still alive (a daemonised child of an unsandboxed run) goes now
-  lim_dirs "$s"; left=()
+  lim_dirs "$s"
   for d in ${LIM_D[@]+"${LIM_D[@]}"}; do
     [ -d "$d" ] || continue
     if [ -e "$d/cgroup.kill" ]; then echo 1 > "$d/cgroup.kill" 2>/dev/null
     else for x in 1 2 3; do read -r n 2>/dev/null < "$d/cgroup.procs" || break
       xargs -r kill -KILL < "$d/cgroup.procs" 2>/dev/null; done; fi
-    left+=("$d")
   done
-  # one rmdir for all (usually the groups are empty by now); a killed process takes a moment to leave
+  # and is gone before the next step starts (a killed process takes a moment to leave; read by a
+  # builtin, so an empty group costs no process); the emptied groups stay until lim_fini removes all
+  # of the trial's groups with one rmdir (or lim_begin, when this step runs again)
+  for d in ${LIM_D[@]+"${LIM_D[@]}"}; do
+    for x in 1 2 3 4 5 6 7 8 9 10; do
+      n=; read -r n 2>/dev/null < "$d/cgroup.procs"; [ -z "$n" ] && break; sleep 0.2
+    done
+  done
+}
+
+lim_rmdirs() {              # $@ group dirs, emptied: removed, one rmdir for all; a killed process takes a moment to leave
+  local left=("$@") still d x
   for x in 1 2 3 4 5 6 7 8 9 10; do
+    still=(); for d in "${left[@]}"; do [ -d "$d" ] && still+=("$d"); done; left=(${still[@]+"${still[@]}"})
     [ ${#left[@]} -eq 0 ] && break
     rmdir "${left[@]}" 2>/dev/null && break
-    still=(); for d in "${left[@]}"; do [ -d "$d" ] && still+=("$d"); done; left=(${still[@]+"${still[@]}"})
-    [ ${#left[@]} -eq 0 ] || sleep 0.2
+    sleep 0.2
   done
 }
 
 lim_fini() {                # the trial's own groups, once its steps are over (trap EXIT: also when
-  local g d gs=()            # the wrapper dies mid-step; then the step's processes are killed first)
-  for g in ${LIM_G2:+"$LIM_G2"} "${LIM_V1[@]}"; do
-    for d in "$g"/*/; do [ -d "$d" ] || continue
-      if [ -e "$d/cgroup.kill" ]; then echo 1 > "$d/cgroup.kill"; else xargs -r kill -KILL < "$d/cgroup.procs"; fi
-      sleep 0.2; rmdir "$d"; done 2>/dev/null
-    [ -d "$g" ] && gs+=("$g")
+  local g d gs=() subs=()    # the wrapper dies mid-step; then the step's processes are killed first)
+  for g in ${LIM_G2:+"$LIM_G2"} "${LIM_V1[@]}" ${LIM_SPARE[@]+"${LIM_SPARE[@]}"}; do
+    [ -d "$g" ] || continue
+    for d in "$g"/*/; do [ -d "$d" ] && subs+=("${d%/}"); done
+    gs+=("$g")
   done
-  [ ${#gs[@]} -eq 0 ] || rmdir "${gs[@]}" 2>/dev/null     # one process for all of them
+  [ ${#gs[@]} -eq 0 ] && return 0
+  # the usual end: every step's group empty (lim_end emptied it), so one rmdir removes them all
+  rmdir ${subs[@]+"${subs[@]}"} "${gs[@]}" 2>/dev/null && return 0
+  for d in ${subs[@]+"${subs[@]}"}; do [ -d "$d" ] || continue     # a step still running: its processes go first
+    if [ -e "$d/cgroup.kill" ]; then echo 1 > "$d/cgroup.kill"; else xargs -r kill -KILL < "$d/cgroup.procs"; fi
+  done 2>/dev/null
+  lim_rmdirs ${subs[@]+"${subs[@]}"} "${gs[@]}"
   return 0
 }

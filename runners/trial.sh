@@ -58,20 +58,28 @@ lim_init
 # capped log: keep the head and the tail, drain the rest so the writer never blocks or dies. head's
 # stdout is made unbuffered where stdbuf exists: otherwise stdio holds a running trial's log until exit.
 unbuf=(); command -v stdbuf > /dev/null 2>&1 && unbuf=(stdbuf -o0)
-cap() { { "${unbuf[@]}" head -c "$AR_LOG_HEAD" > "$1.head"; tail -c "$AR_LOG_TAIL" > "$1.tail"; } ; }
+# (tail is exec'd: the subshell that runs cap becomes it, no fork for it)
+cap() { "${unbuf[@]}" head -c "$AR_LOG_HEAD" > "$1.head"; exec tail -c "$AR_LOG_TAIL" > "$1.tail"; }
 
 checksum_frozen() {  # one sha256sum for all; file by file (naming the absent, unreadable) where it fails
   [ ${#AR_FROZEN[@]} -gt 0 ] || { : > "$1"; return; }
-  ( cd "$T/code" && { sha256sum -- "${AR_FROZEN[@]}" > "$1" 2>/dev/null || for f in "${AR_FROZEN[@]}"; do
+  # in this shell, not a ( cd ) subshell (a fork per call); it goes back to where it was
+  local back=$PWD f
+  cd "$T/code" 2>/dev/null && { sha256sum -- "${AR_FROZEN[@]}" > "$1" 2>/dev/null || for f in "${AR_FROZEN[@]}"; do
       if [ -e "$f" ] || [ -L "$f" ]; then sha256sum -- "$f" 2>/dev/null || echo "unreadable  $f"; else echo "absent  $f"; fi
-    done > "$1"; } )
+    done > "$1"; }
+  cd "$back" || exit 97
   [ -e "$1" ] || : > "$1"      # no code/ at all: an empty list, as before
 }
 
 run_budgeted() {  # $1 budget seconds, $2 log prefix, $3 command string; records rc and time-out
   local budget=$1 log=$2 cmd=$3
   lim_begin "$log"; lim_enter "$log"
-  setsid bash -c "$LIM_ENTER$cmd" 9>&- > >(exec 9>&-; cap "$T/$log") 2>&1 < /dev/null &
+  # the step's first process is this subshell: it joins the step's groups with builtins (LIM_ENTER),
+  # then setsid execs the command line in its place (no fork: the subshell leads no process group), so
+  # $! is the step's session and group; one bash start fewer than `setsid bash -c` ($3 is one simple
+  # command, quoted by sandboxed())
+  ( eval "$LIM_ENTER"; eval "exec setsid $cmd" ) 9>&- > >(exec 9>&-; cap "$T/$log") 2>&1 < /dev/null &
   local pid=$!
   echo "$pid" > "$T/$log.pid"
   # the watchdog's sleeps are waited on, so killing the watchdog ends them too (no orphan `sleep`)

@@ -27,10 +27,11 @@ BWRAP = sandboxes.get("bwrap")
 needs_bwrap = pytest.mark.skipif(BWRAP.available() is not None, reason=f"bubblewrap is needed: {BWRAP.available()}")
 needs_strace = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is needed to count the processes")
 NOOP = "echo ---; echo score: 1"
-# Processes a no-op trial may start, its two sandboxes and steps included. This tree starts ~40
-# (~45 with every cgroup controller writable); the wrapper before the fork diet started ~390
-# sandboxed (a `$(printf %q)` per word of the ~130-word bwrap command line, twice) and ~130 bare.
-MAX_PROCESSES = 60
+# Processes a no-op trial may start, its two sandboxes and steps included. This tree starts 20
+# sandboxed, 18 bare (root, cgroups v2 + v1: the most groups limits.sh makes); 33 and 31 before the
+# fourth pass (docs/benchmarks.md "The wrapper, a fourth pass"), ~390 sandboxed before the first
+# (a `$(printf %q)` per word of the ~130-word bwrap command line, twice) and ~130 bare.
+MAX_PROCESSES = 24
 
 
 def stage(tmp_path: Path, kind: str, run: str = NOOP, frozen: list[str] | None = None,

@@ -1,0 +1,102 @@
+"""The trial wrapper's cgroups and host counts after its fourth cost pass (runners/limits.sh): what
+the cheaper paths replaced still does what it did.
+
+- the groups: one mkdir makes the trial's group in every writable hierarchy with its `run` and
+  `eval` groups; each step joins its own; one rmdir at the end removes them all, and a stale group
+  (an hour old, left by a killed wrapper) is swept by one find while a recent one is left alone;
+- the CPU count the process limit is derived from: read from /proc/self/status, not by `nproc`;
+  the same number, under a narrowed CPU affinity too.
+
+The group tests need root (cgroups this user may write), bubblewrap and a cgroup hierarchy; they
+skip, saying which, where one is missing. The CPU count needs only bash and coreutils' nproc.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from test_trial_cost import processes_of, stage
+
+from autoresearchd import runners
+from autoresearchd.runners import sandbox as sandboxes
+
+LIMITS_SH = Path(runners.__file__).parent / "limits.sh"
+BWRAP = sandboxes.get("bwrap")
+needs_bwrap = pytest.mark.skipif(BWRAP.available() is not None, reason=f"bubblewrap is needed: {BWRAP.available()}")
+needs_strace = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is needed to run the staged trial")
+
+
+def limits_sh(script: str, *pre: str) -> str:
+    """Run `script` in bash after sourcing limits.sh (T set to a scratch dir); its stdout."""
+    p = subprocess.run([*pre, "bash", "-c", f'T=$(mktemp -d); . "$1"; {script}', "-", str(LIMITS_SH)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.strip()
+
+
+def groups_of(trial: str) -> list[Path]:
+    """Every cgroup directory named for this trial, in every mounted hierarchy, at any depth."""
+    found = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        _dev, mnt, typ, *_ = line.split()
+        if typ in ("cgroup", "cgroup2"):
+            found += [Path(d) for d, _s, _f in os.walk(mnt) if Path(d).name == f"autoresearchd-{trial}"]
+    return found
+
+
+def writable_roots() -> list[Path]:
+    """The hierarchies' directories limits.sh would make a trial's group under (its own cgroups)."""
+    out = limits_sh('lim_v2_root; echo "$LIM_R"; for c in cpuacct memory pids; do lim_v1_root $c; echo "$LIM_R"; done')
+    return [Path(r) for r in dict.fromkeys(out.splitlines()) if r and os.access(Path(r) / "cgroup.procs", os.W_OK)]
+
+
+def test_the_cpu_count_is_what_nproc_counts():
+    both = 'lim_cpus; echo "$LIM_N $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"'
+    n, want = limits_sh(both).split()
+    assert n == want, (n, want)
+    if shutil.which("taskset") and os.cpu_count() and os.cpu_count() > 1:
+        n, want = limits_sh(both, "taskset", "-c", "0").split()
+        assert n == want == "1", (n, want)
+
+
+needs_groups = pytest.mark.skipif(os.geteuid() != 0 or not Path("/sys/fs/cgroup").is_dir(),
+                                  reason="root and a cgroup hierarchy are needed for the trial's own groups")
+
+
+@needs_bwrap
+@needs_strace
+@needs_groups
+def test_the_trials_groups_are_made_used_and_removed(tmp_path):
+    roots = writable_roots()
+    if not roots:
+        pytest.skip("no cgroup hierarchy here lets this user make a group")
+    # a stale group a killed wrapper left (two hours old, with a step group in it), and a recent one
+    stale, recent = [r / f"autoresearchd-stale-{os.getpid()}" for r in roots], roots[0] / f"autoresearchd-recent-{os.getpid()}"
+    try:
+        for s in stale:
+            (s / "run").mkdir(parents=True)
+            old = time.time() - 7200
+            os.utime(s, (old, old))
+        recent.mkdir()
+        tdir = stage(tmp_path, "bwrap", run="head -c 20000000 /dev/urandom | sha256sum; echo ---; echo score: 1")
+        processes_of(tdir)
+        assert (tdir / "done").exists() and (tdir / "run.rc").read_text().strip() == "0"
+        assert "score: 1" in (tdir / "eval.head").read_text()
+        limits = dict(ln.split(None, 1) for ln in (tdir / "limits").read_text().splitlines())
+        assert limits["cpu"].strip().startswith("cgroup"), limits     # root here: the CPU is the group's counter
+        # so a step's CPU is only there when the step joined its own group (made by lim_init's mkdir):
+        # the run hashes 20 MB (tens of ms), the no-op evaluation starts a shell at least
+        assert int((tdir / "run.cpu_us").read_text()) > 10_000
+        assert int((tdir / "eval.cpu_us").read_text()) > 0
+        assert groups_of("t1") == [], "the trial's groups are all removed at its end"
+        assert all(not s.exists() for s in stale), "a group an hour old and empty is swept"
+        assert recent.exists(), "a recent group (a trial running beside) is left alone"
+    finally:
+        for d in [recent, *[s / "run" for s in stale], *stale]:
+            if d.exists():
+                d.rmdir()
