@@ -6,6 +6,7 @@ baseline commit (never from a work tree a trial could edit).
 from __future__ import annotations
 
 import hashlib
+import os
 import shlex
 import shutil
 from dataclasses import dataclass, field
@@ -218,13 +219,50 @@ def configure(repo: GitRepo) -> list[str]:
             current = h.read_text(errors="replace")
         except OSError:
             current = None
-        if current == text or (current is not None and _OURS not in "\n".join(current.splitlines()[:2])):
-            continue            # up to date, or the user's own hook: left alone
+        if (current == text and os.access(h, os.X_OK)) or \
+                (current is not None and _OURS not in "\n".join(current.splitlines()[:2])):
+            continue            # up to date, or the user's own hook: left alone (guard_problem says so)
         h.write_text(text)
         h.chmod(0o755)
         wrote.append(f"hooks/{name}")
+    # hooks run from the directory core.hooksPath names, from any config git reads: a global one (a
+    # hooks manager's) would switch the guard off for every push. A local value wins over it
+    if not repo.git("config", "--local", "--get", "core.hooksPath", check=False).strip():
+        repo.config_set("core.hooksPath", str(hooks))
+        wrote.append(f"core.hooksPath={hooks}")
     (repo.git_dir / "autoresearch").mkdir(exist_ok=True)
+    problem = guard_problem(repo)
+    if problem:
+        raise ConfigError(f"pushes to {repo.path} would not be checked: {problem}; the daemon does not "
+                          "start on a repo whose pushes could forge its results (docs/security.md)")
     return wrote
+
+
+def guard_problem(repo: GitRepo) -> str | None:
+    """Why a push to this repo would not run the daemon's pre-receive hook, or None. Every way it
+    could be off: core.hooksPath naming another directory (the last value of any config git reads:
+    system, global, local, worktree, an included file; the daemon's own `-c` is not one), and the
+    hook missing, not the daemon's (the user's own is left alone) or not executable."""
+    hooks = (repo.git_dir / "hooks").resolve()
+    out = repo.git("config", "--show-scope", "--get-all", "core.hooksPath", check=False)
+    values = [ln.split("\t", 1) for ln in out.splitlines()]
+    values = [v for v in values if len(v) == 2 and v[0] != "command"]
+    if values:
+        scope, value = values[-1]
+        path = Path(os.path.expanduser(value))
+        if (path if path.is_absolute() else repo.git_dir / path).resolve() != hooks:    # push hooks run in $GIT_DIR
+            return (f"core.hooksPath = {value} (in the {scope} config) names another directory than "
+                    f"{hooks}, where its pre-receive hook is; unset it there or set it to {hooks}")
+    pre = hooks / "pre-receive"
+    try:
+        head = "\n".join(pre.read_text(errors="replace").splitlines()[:2])
+    except OSError:
+        return f"{pre} is missing"
+    if _OURS not in head:
+        return f"{pre} is a hook of your own, not the daemon's guard; move it away (or merge it into the guard)"
+    if not os.access(pre, os.X_OK):
+        return f"{pre} is not executable"
+    return None
 
 
 def consent_message(repo: GitRepo, wrote: list[str]) -> str | None:

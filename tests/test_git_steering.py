@@ -13,8 +13,8 @@ import tarfile
 
 import pytest
 
-from autoresearchd.config import load_config
-from autoresearchd.research import configure, open_research
+from autoresearchd.config import ConfigError, load_config
+from autoresearchd.research import configure, guard_problem, open_research
 from autoresearchd.store.gitrepo import GitError, GitRepo
 
 from conftest import TOY_RUN, git, run_until_settled, write_config
@@ -102,6 +102,74 @@ def test_a_push_of_anything_but_an_idea_branch_is_refused_with_its_reason(resear
     p = push(clone, "--force", refspec)
     assert p.returncode != 0 and f"refusing to update {ref} by push: {why}" in p.stderr, p.stderr
     assert git(research, "for-each-ref", "--format=%(refname) %(objectname)") == before
+
+
+# Every way the guard could be off for a push (docs/security.md, "The push guard is in force"): a
+# hooks directory named by core.hooksPath in a config git reads beside the repo's own (the pusher's
+# global config, the system's, a file the repo's config includes), a hook of the user's own in the
+# guard's place, a guard that lost its execute bit. Each: `configure` (what init and start run) puts the
+# guard in force or refuses, and a real push of a daemon ref is refused.
+FORGED = "HEAD:refs/autoresearch/ideas/e000-forged"
+
+
+def test_a_global_hooks_path_does_not_switch_the_guard_off(toy_env, tmp_path, monkeypatch):
+    """A hooks manager's global core.hooksPath (husky, pre-commit) names a directory without the guard;
+    receive-pack reads the pusher's global config. The repo's own value, which configure writes, wins."""
+    empty = tmp_path / "global-hooks"
+    empty.mkdir()
+    cfg = tmp_path / "gitconfig"
+    cfg.write_text(f"[core]\n\thooksPath = {empty}\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(cfg))
+    wrote = configure(GitRepo(toy_env))
+    assert any(w.startswith("core.hooksPath=") for w in wrote), wrote
+    cl = tmp_path / "cl"
+    git(tmp_path, "clone", "-q", f"file://{toy_env}", str(cl))
+    r = push(cl, FORGED)
+    assert r.returncode != 0 and "only the daemon writes" in r.stderr, r.stderr
+    assert not git(toy_env, "for-each-ref", "refs/autoresearch/ideas/").strip()
+
+
+@pytest.mark.parametrize("where", ["local", "included"])
+def test_a_hooks_path_of_the_repos_own_config_elsewhere_refuses_the_start(toy_env, tmp_path, where):
+    """The repo's own config (or a file it includes, read after it) names another hooks directory:
+    configure refuses, naming the key, and writes no daemon ref; the push it would have let through is
+    what the refusal prevents (shown with the guard off)."""
+    other = tmp_path / "hooks-elsewhere"
+    other.mkdir()
+    if where == "local":
+        git(toy_env, "config", "core.hooksPath", str(other))
+    else:
+        inc = tmp_path / "inc.cfg"
+        inc.write_text(f"[core]\n\thooksPath = {other}\n")
+        configure(GitRepo(toy_env))
+        git(toy_env, "config", "--add", "include.path", str(inc))
+    with pytest.raises(ConfigError, match="core.hooksPath") as e:
+        configure(GitRepo(toy_env))
+    assert "would not be checked" in str(e.value) and str(other) in str(e.value)
+    cl = tmp_path / "cl"
+    git(tmp_path, "clone", "-q", f"file://{toy_env}", str(cl))
+    assert push(cl, FORGED).returncode == 0, "the push the refusal guards against did not go through"
+
+
+def test_a_pre_receive_hook_of_the_users_own_is_left_alone_and_refuses_the_start(toy_env):
+    hook = toy_env / ".git" / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\nexit 0\n")
+    hook.chmod(0o755)
+    with pytest.raises(ConfigError, match="a hook of your own"):
+        configure(GitRepo(toy_env))
+    assert hook.read_text() == "#!/bin/sh\nexit 0\n"           # left alone: nothing of the user's lost
+
+
+def test_a_guard_that_lost_its_execute_bit_is_restored(research, tmp_path):
+    hook = research / ".git" / "hooks" / "pre-receive"
+    hook.chmod(0o644)
+    assert guard_problem(GitRepo(research)) and "not executable" in guard_problem(GitRepo(research))
+    assert "hooks/pre-receive" in configure(GitRepo(research))
+    assert guard_problem(GitRepo(research)) is None
+    cl = tmp_path / "cl"
+    git(tmp_path, "clone", "-q", f"file://{research}", str(cl))
+    r = push(cl, FORGED)
+    assert r.returncode != 0 and "only the daemon writes" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("kind", ["blob", "tree", "tag"])

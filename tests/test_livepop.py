@@ -226,6 +226,77 @@ def test_the_ticks_scan_lists_what_others_may_write_and_misses_nothing(tmp_path,
     assert len(set(ops)) >= 19, sorted(set(ops))
 
 
+def test_a_proposal_implemented_while_the_ticks_scan_starts_keeps_its_id(tmp_path):
+    """The implementer (another thread of the daemon) turns a proposal into a branch (mark, branch,
+    proposal deleted) after the tick's scan took its told refs and before its for-each-ref runs. The
+    scan lists the branches, not the marks: the mark, told meanwhile, is read by name after the
+    listing, so the branch is never seen without it (a human push under an `h-` id, its own id gone)."""
+    repo = build_population(tmp_path / "r", 0, seed=3)
+    main = repo.rev_parse(MAIN)
+    prop = commit_on(repo, main, "prop", {"Idea-Id": "p01", "Origin": "explore"})
+    repo.update_ref(PROPOSALS_PREFIX + "p01", prop)
+    live = LivePopulation(repo, MAIN, own_writes=True)
+    assert "p01" in live.refresh().by_id
+    impl = commit_on(repo, main, "impl", {"Idea-Id": "p01", "Origin": "explore"})
+    real, done = repo.git, []
+
+    def git(*a, **k):       # the implementer runs between the hand-over of the told refs and the listing
+        if a[0] == "for-each-ref" and "refs/notes/" in a and not done:
+            done.append(1)
+            repo.update_ref(IDEAS_PREFIX + "p01", impl)                  # Lifecycle.implemented's order
+            repo.update_ref(f"{IDEA_BRANCHES}explore/p01", impl)
+            repo.delete_ref(PROPOSALS_PREFIX + "p01")
+        return real(*a, **k)
+    repo.git = git
+    pop = live.refresh(scan=True)
+    assert done and "p01" in pop.by_id, sorted(pop.by_id)
+    assert pop.by_commit[impl].origin == "explore", pop.by_commit[impl].origin
+    assert_same(pop, repo)
+
+
+@pytest.mark.parametrize("seed,max_events,bulk", [(31, 500, False), (32, 3, False), (33, 1, True),
+                                                   (34, 500, True), (35, 2, False)])
+def test_the_ticks_read_with_writes_landing_during_its_scan(tmp_path, seed, max_events, bulk, monkeypatch):
+    """The tick's read (own_writes) through scans, refreshes on events alone, more events than
+    MAX_EVENT_REFS (a whole listing), bulk and in-place placing, and this process's own writes landing
+    between the hand-over of the told refs and the scan's listing; after the refresh that reads those
+    late events, the live read equals a full read, and its idea list is its order's."""
+    from autoresearchd.store import livepop
+    monkeypatch.setattr(livepop, "MAX_EVENT_REFS", max_events)
+    if bulk:
+        monkeypatch.setattr(defaults, "POPULATION_BULK_WINS", 0)
+    repo = build_population(tmp_path / "r", 30, seed=seed)
+    rng = random.Random(seed)
+    world = World(repo, rng, own=True)
+    live = LivePopulation(repo, MAIN, own_writes=True)
+    assert_same(live.refresh(), repo, "first")
+    real, state = repo.git, {"busy": False, "inject": False}
+    ops = []
+
+    def git(*a, **k):
+        if a[0] == "for-each-ref" and "refs/notes/" in a and state["inject"] and not state["busy"]:
+            state["busy"] = True
+            try:
+                ops.extend("during scan: " + world.step() for _ in range(rng.randint(1, 3)))
+            finally:
+                state["busy"] = False
+        return real(*a, **k)
+    repo.git = git
+    for n in range(100):
+        ops.append(world.step())
+        scan = rng.random() < 0.4 or n % 10 == 9
+        state["inject"] = scan and rng.random() < 0.4
+        live.refresh(scan=scan)
+        state["inject"] = False
+        if scan:
+            world.external = False
+        pop = live.refresh(scan=False) or live.pop      # the events that landed during the scan
+        if not world.external:
+            assert_same(pop, repo, f"step {n} ({ops[-6:]})")
+    assert live._seq == list(live.pop.ideas)
+    assert sum(o.startswith("during scan") for o in ops) >= 5, ops
+
+
 def test_a_daemon_namespace_moved_by_another_process_waits_for_the_whole_read(tmp_path):
     """The rule's edge, as documented (store/reflisting.py): a mark moved by hand (`git update-ref`,
     no event) is not seen by the tick's scan, is seen by the dashboard's scan (it lists every

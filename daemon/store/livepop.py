@@ -159,9 +159,18 @@ class LivePopulation:
             moved: dict[str, str | None] = {}
             for ns in scanned:
                 moved.update(self._list.compare(ns, found.get(ns, "")))
+            now = {ref: sha for ns in SCANNED if ns not in scanned
+                   for sha, _, ref in (ln.partition(" ") for ln in found.get(ns, "").splitlines())}
+            if not whole:
+                # own writes told while it listed (another thread): a mark written before a branch the
+                # listing shows is read with it (the implementer writes mark, branch, then deletes the
+                # proposal), as when the listing held the marks; they stay told for the next refresh
+                with self._told_lock:
+                    late = {r for r in self._told if not r.startswith(scanned) and not self._is_cheap(r)}
+                if late - set(named):
+                    named = sorted(set(named) | late)
+                    now = self.repo.refs(*named)
             if named:       # this process's own writes in the namespaces not listed, read by name
-                now = {ref: sha for ns in SCANNED if ns not in scanned
-                       for sha, _, ref in (ln.partition(" ") for ln in found.get(ns, "").splitlines())}
                 for ref in named:
                     old = self._old(ref)
                     if now.get(ref) != old:
