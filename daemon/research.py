@@ -18,6 +18,7 @@ from autoresearchd.envs import template_dir
 from autoresearchd.manifest import (EVAL_FILE, EXPORT_FILE, MANIFEST_FILE, EnvManifest, ManifestError, match_globs,
                                     parse_manifest)
 from autoresearchd.runners.prepare import prepare_key
+from autoresearchd.pushguard import _OURS, _stale_hooks, guard_problem
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.refs import DAEMON_GROUPS, DAEMON_PREFIX, IDEA_BRANCHES, NOTES_REF, branch_ref
 from autoresearchd.tune.knobs import file_error
@@ -171,7 +172,6 @@ exit $rc
        "kc": PUSH_MAX_KEYS[0], "ko": PUSH_MAX_KEYS[1], "kt": PUSH_MAX_KEYS[2],
        "dc": defaults.PUSH_MAX_COMMIT_BYTES, "do": defaults.PUSH_MAX_OBJECT_BYTES, "dt": defaults.PUSH_MAX_TOTAL_BYTES})
 HOOKS = {"reference-transaction": _POKE, "post-receive": _POKE, "pre-receive": _GUARD}
-_OURS = "# installed by autoresearchd"
 
 
 def template_path(cfg: Config, name: str) -> Path:
@@ -227,8 +227,9 @@ def configure(repo: GitRepo) -> list[str]:
         wrote.append(f"hooks/{name}")
     # hooks run from the directory core.hooksPath names, from any config git reads: a global one (a
     # hooks manager's) would switch the guard off for every push. A local value wins over it
-    if not repo.git("config", "--local", "--get", "core.hooksPath", check=False).strip():
-        repo.config_set("core.hooksPath", str(hooks))
+    local = repo.git("config", "--local", "--get", "core.hooksPath", check=False).strip()
+    if local != str(hooks) and (not local or _stale_hooks(Path(local))):
+        repo.config_set("core.hooksPath", str(hooks))       # unset, or ours before the repo moved
         wrote.append(f"core.hooksPath={hooks}")
     (repo.git_dir / "autoresearch").mkdir(exist_ok=True)
     problem = guard_problem(repo)
@@ -236,33 +237,6 @@ def configure(repo: GitRepo) -> list[str]:
         raise ConfigError(f"pushes to {repo.path} would not be checked: {problem}; the daemon does not "
                           "start on a repo whose pushes could forge its results (docs/security.md)")
     return wrote
-
-
-def guard_problem(repo: GitRepo) -> str | None:
-    """Why a push to this repo would not run the daemon's pre-receive hook, or None. Every way it
-    could be off: core.hooksPath naming another directory (the last value of any config git reads:
-    system, global, local, worktree, an included file; the daemon's own `-c` is not one), and the
-    hook missing, not the daemon's (the user's own is left alone) or not executable."""
-    hooks = (repo.git_dir / "hooks").resolve()
-    out = repo.git("config", "--show-scope", "--get-all", "core.hooksPath", check=False)
-    values = [ln.split("\t", 1) for ln in out.splitlines()]
-    values = [v for v in values if len(v) == 2 and v[0] != "command"]
-    if values:
-        scope, value = values[-1]
-        path = Path(os.path.expanduser(value))
-        if (path if path.is_absolute() else repo.git_dir / path).resolve() != hooks:    # push hooks run in $GIT_DIR
-            return (f"core.hooksPath = {value} (in the {scope} config) names another directory than "
-                    f"{hooks}, where its pre-receive hook is; unset it there or set it to {hooks}")
-    pre = hooks / "pre-receive"
-    try:
-        head = "\n".join(pre.read_text(errors="replace").splitlines()[:2])
-    except OSError:
-        return f"{pre} is missing"
-    if _OURS not in head:
-        return f"{pre} is a hook of your own, not the daemon's guard; move it away (or merge it into the guard)"
-    if not os.access(pre, os.X_OK):
-        return f"{pre} is not executable"
-    return None
 
 
 def consent_message(repo: GitRepo, wrote: list[str]) -> str | None:

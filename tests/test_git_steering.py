@@ -151,6 +151,21 @@ def test_a_hooks_path_of_the_repos_own_config_elsewhere_refuses_the_start(toy_en
     assert push(cl, FORGED).returncode == 0, "the push the refusal guards against did not go through"
 
 
+def test_a_moved_research_repo_gets_its_hooks_path_back(toy_env, tmp_path):
+    """The pinned value is absolute: a repo moved (or copied) after configure names its old hooks
+    directory, gone or holding the daemon's guard; configure points it at the new one."""
+    configure(GitRepo(toy_env))
+    moved = tmp_path / "moved"
+    toy_env.rename(moved)
+    assert guard_problem(GitRepo(moved)) and "core.hooksPath" in guard_problem(GitRepo(moved))
+    assert f"core.hooksPath={moved / '.git' / 'hooks'}" in configure(GitRepo(moved))
+    assert guard_problem(GitRepo(moved)) is None
+    cl = tmp_path / "cl"
+    git(tmp_path, "clone", "-q", f"file://{moved}", str(cl))
+    r = push(cl, FORGED)
+    assert r.returncode != 0 and "only the daemon writes" in r.stderr, r.stderr
+
+
 def test_a_pre_receive_hook_of_the_users_own_is_left_alone_and_refuses_the_start(toy_env):
     hook = toy_env / ".git" / "hooks" / "pre-receive"
     hook.write_text("#!/bin/sh\nexit 0\n")
