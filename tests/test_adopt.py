@@ -212,8 +212,9 @@ def test_adopt_nanogpt_shaped_repo_to_baseline_and_idea_notes(nano, tmp_path):
     p = cli("start", "--until", "idle", cwd=nano, env=env, timeout=540)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-3000:]
-    # consent: start said what it wrote and how to remove it
-    assert "notes.displayRef" in out and "to remove" in out and repo.config_get("notes.displayRef")
+    # consent: start said what it wrote and how to remove it (one log record, folded at the log's width)
+    flat = " ".join(out.split())
+    assert "notes.displayRef" in flat and "to remove" in flat and repo.config_get("notes.displayRef")
 
     pop = read_population(repo, "refs/heads/main")
     b = pop.baseline_note
@@ -274,6 +275,7 @@ def test_init_says_what_it_wrote_and_the_removal_line_removes_it(make_repo, tmp_
     subprocess.run(["bash", "-c", undo], cwd=repo, check=True)
     assert g.config_get("notes.displayRef") is None and g.config_get("receive.denyCurrentBranch") is None
     assert g.config_get("receive.fsckObjects") is None and g.config_get("receive.maxInputSize") is None
+    assert g.config_get("core.hooksPath") is None
     assert not (g.git_dir / "hooks" / "post-receive").exists()
     assert not (g.git_dir / "hooks" / "reference-transaction").exists()
 
