@@ -13,12 +13,18 @@ from autoresearchd.store.gitrepo import GitRepo
 _OURS = "# installed by autoresearchd"      # the hooks' second line: ours to rewrite, others' left alone
 
 
+def is_ours(text: str) -> bool:
+    """A hook's text is the daemon's (its marker in the first two lines): rewritten when it changes;
+    any other hook is the user's, left alone."""
+    return _OURS in "\n".join(text.splitlines()[:2])
+
+
 def _stale_hooks(path: Path) -> bool:
     """A hooks directory that is gone, or holds the daemon's own guard: this repo's, written before
     the repo was moved or copied (the value is absolute; a relative one would not name the same
     directory for every hook)."""
     try:
-        return not path.is_dir() or _OURS in (path / "pre-receive").read_text(errors="replace")[:200]
+        return not path.is_dir() or is_ours((path / "pre-receive").read_text(errors="replace"))
     except OSError:
         return False
 
@@ -40,10 +46,10 @@ def guard_problem(repo: GitRepo) -> str | None:
                     f"{hooks}, where its pre-receive hook is; unset it there or set it to {hooks}")
     pre = hooks / "pre-receive"
     try:
-        head = "\n".join(pre.read_text(errors="replace").splitlines()[:2])
+        text = pre.read_text(errors="replace")
     except OSError:
         return f"{pre} is missing"
-    if _OURS not in head:
+    if not is_ours(text):
         return f"{pre} is a hook of your own, not the daemon's guard; move it away (or merge it into the guard)"
     if not os.access(pre, os.X_OK):
         return f"{pre} is not executable"

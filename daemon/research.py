@@ -18,7 +18,7 @@ from autoresearchd.envs import template_dir
 from autoresearchd.manifest import (EVAL_FILE, EXPORT_FILE, MANIFEST_FILE, EnvManifest, ManifestError, match_globs,
                                     parse_manifest)
 from autoresearchd.runners.prepare import prepare_key
-from autoresearchd.pushguard import _OURS, _stale_hooks, guard_problem
+from autoresearchd.pushguard import _stale_hooks, guard_problem, is_ours
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.refs import DAEMON_GROUPS, DAEMON_PREFIX, IDEA_BRANCHES, NOTES_REF, branch_ref
 from autoresearchd.tune.knobs import file_error
@@ -220,7 +220,7 @@ def configure(repo: GitRepo) -> list[str]:
         except OSError:
             current = None
         if (current == text and os.access(h, os.X_OK)) or \
-                (current is not None and _OURS not in "\n".join(current.splitlines()[:2])):
+                (current is not None and not is_ours(current)):
             continue            # up to date, or the user's own hook: left alone (guard_problem says so)
         h.write_text(text)
         h.chmod(0o755)

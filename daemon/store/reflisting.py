@@ -33,21 +33,25 @@ def namespace(ref: str) -> str | None:
     return next((ns for ns in SCANNED if ref.startswith(ns)), None)
 
 
+def _run(out: str, needle: str) -> tuple[int, int] | None:
+    """(start, end) of the run of lines holding `needle` in a listing sorted by ref name (the refs
+    under one prefix are one run: found by its first and last line, str.find, not by splitting every
+    line; a listing holds every idea ref); None when no line holds it."""
+    i = out.find(needle)
+    if i < 0:
+        return None
+    return out.rfind("\n", 0, i) + 1, out.find("\n", out.rfind(needle)) + 1
+
+
 def cut(out: str, needles: list[str]) -> tuple[str, str]:
-    """(the lines of for-each-ref's output that hold a needle, the rest). The output is sorted by
-    ref name, so the refs under one prefix are one run of lines: cut by finding its first and last
-    line (str.find), not by splitting every line (a listing holds every idea ref)."""
+    """(the lines of for-each-ref's output that hold a needle, the rest)."""
     if out and not out.endswith("\n"):
         out += "\n"
     cut = []
     for needle in needles:
-        i = out.find(needle)
-        if i < 0:
-            continue
-        start = out.rfind("\n", 0, i) + 1
-        end = out.find("\n", out.rfind(needle) + 1) + 1
-        cut.append(out[start:end])
-        out = out[:start] + out[end:]
+        if (r := _run(out, needle)) is not None:
+            cut.append(out[r[0]:r[1]])
+            out = out[:r[0]] + out[r[1]:]
     return "".join(cut), out
 
 
@@ -56,16 +60,7 @@ def runs(out: str) -> dict[str, str]:
     A ref holds no space, so " <namespace>" is found only where a line's ref begins."""
     if out and not out.endswith("\n"):
         out += "\n"
-    found = {}
-    for ns in SCANNED:
-        needle = " " + ns
-        i = out.find(needle)
-        if i < 0:
-            continue
-        start = out.rfind("\n", 0, i) + 1
-        end = out.find("\n", out.rfind(needle)) + 1
-        found[ns] = out[start:end]
-    return found
+    return {ns: out[r[0]:r[1]] for ns in SCANNED if (r := _run(out, " " + ns)) is not None}
 
 
 class Listing:
