@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -330,8 +331,15 @@ def main() -> None:
         if cuda:
             print(f"peak_mem_mib: {torch.cuda.max_memory_allocated() // 2 ** 20}")
     if dist.is_initialized():
+        # A rank once aborted after the run had finished ("terminate called without an active
+        # exception", SIGABRT, in CI): gloo's threads torn down with the interpreter are the known
+        # cause (pytorch/pytorch#2530, #179291). Leaving by os._exit once the group is destroyed skips
+        # that teardown; nothing after this line has work to do.
         dist.barrier()                     # the other ranks wait while rank 0 exports
         dist.destroy_process_group()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":
