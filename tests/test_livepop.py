@@ -199,7 +199,7 @@ def test_random_writes_incremental_equals_full_read(tmp_path, seed, bulk, monkey
     assert pop.unlisted, "no note was left on a commit no ref shows (an old baseline, a deleted idea)"
     # the derived state is bounded by the live refs, however long it runs
     assert set(live._built) <= set(repo.refs(IDEA_BRANCHES, RECORDS_PREFIX, ARCHIVE_PREFIX, PROPOSALS_PREFIX))
-    assert set(live._placed) <= set(live._shown) <= set(live._built)
+    assert set(live._placed) <= set(live._shown.shown) <= set(live._built)
 
 
 @pytest.mark.parametrize("seed", [21, 22])
@@ -293,7 +293,7 @@ def test_the_ticks_read_with_writes_landing_during_its_scan(tmp_path, seed, max_
         pop = live.refresh(scan=False) or live.pop      # the events that landed during the scan
         if not world.external:
             assert_same(pop, repo, f"step {n} ({ops[-6:]})")
-    assert live._seq == list(live.pop.ideas)
+    assert live._shown.seq == list(live.pop.ideas)
     assert sum(o.startswith("during scan") for o in ops) >= 5, ops
 
 
@@ -355,7 +355,7 @@ def test_a_full_read_sorts_once(tmp_path, monkeypatch):
     monkeypatch.setattr(defaults, "POPULATION_BULK_WINS", 10)
     live = LivePopulation(repo, MAIN)
     assert_same(live.refresh(), repo, "first")
-    assert inserts == [] and len(live._order) >= 30
+    assert inserts == [] and len(live._shown.order) >= 30
     c = commit_on(repo, repo.rev_parse(MAIN), "one more")
     repo.update_ref(f"{IDEA_BRANCHES}bench/one", c)
     assert_same(live.refresh(), repo, "one idea more")
@@ -428,9 +428,10 @@ def test_the_tick_sees_pushes_at_once_and_reads_whole_periodically(toy_env, tmp_
         d.repo.update_ref(RECORDS_PREFIX + "idea-rec", rec)    # a record: never dispatched, never changes
         assert rec in d.tick().by_commit
         with d._tick_lock:                  # no tick meanwhile: the reads below are the test's
-            k = d.live._order.index(d.live._winner.pop(rec))   # damage the derived state: the record drops out
-            del d.live._order[k], d.live._seq[k]
-            d.live._by_commit.pop(rec)
+            shown = d.live._shown
+            k = shown.order.index(shown.winner.pop(rec))   # damage the derived state: the record drops out
+            del shown.order[k], shown.seq[k]
+            shown.by_commit.pop(rec)
             d.repo.note_write(NOTES_REF, base, format_note(ok_note(1.0, 1.0, "baseline", values=[1.0, 1.0])))
             d._passes = 4                       # not a full-read pass: the damage shows
             damaged = d.read(scan=True)

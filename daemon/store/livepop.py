@@ -28,9 +28,7 @@ with `scan=True` the population equals `read_population` on the same repo (tests
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import operator
 import threading
 from collections import Counter
 
@@ -40,13 +38,12 @@ from autoresearchd.store.gitrepo import GitError, GitRepo
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.population import (_IDEAS, _NOTES, Population, _at_baseline, _baseline_notes,
                                             _make_idea, _make_screen, _note, bulk, read_objects)
+from autoresearchd.store.liveorder import ShownOrder
 from autoresearchd.store.reflisting import BY_OTHERS, SCANNED, Listing, cut, runs
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_NAMESPACE, NOTES_REF,
                                       PROPOSALS_PREFIX, RUNS_REF, SCREENS_PREFIX)
 from autoresearchd.store.screens import LiveScreens
-from autoresearchd.vocab import Origin
 
-_REF = operator.itemgetter(3)              # an order key's ref
 MAX_EVENT_REFS = 500        # more refs told than this: one scan lists them all for less
 
 
@@ -91,18 +88,9 @@ class LivePopulation:
         self._own: Counter = Counter()           # sha -> marks on it
         self._by_sha: dict[str, set[str]] = {}   # sha -> idea refs on it
         self._built: dict[str, tuple[tuple, Idea]] = {}    # ref -> (what it was built from, unplaced idea)
-        self._winner: dict[str, tuple] = {}      # sha -> the order key of the ref that shows it
-        self._order: list[tuple] = []            # sorted (committed_at, idea_id, not branch, ref)
-        self._seq: list[Idea] = []               # the shown ideas in that order: the population's list,
-        # patched as the order is (a copy per refresh, not 100k lookups: 56 ms a tick at 100k ideas)
-        self._shown: dict[str, Idea] = {}        # winning ref -> the idea the population holds
-        self._ids: dict[str, list[tuple]] = {}   # idea id -> the sorted order keys of its shown ideas
-        self._by_id: dict[str, Idea] = {}        # the population's by_id and by_commit, kept current
-        self._by_commit: dict[str, Idea] = {}
-        self._dirty: tuple[set, set] = (set(), set())     # ids and shas whose entries to look up again
+        self._shown = ShownOrder()               # the shown ideas in order, by id, by commit
         self._pushed: set[str] = set()           # winning refs of commits the daemon did not write
         self._placed: dict[str, tuple[Idea, Idea]] = {}    # ref -> (unplaced idea, its placed copy)
-        self._epochs: Counter = Counter()        # epochs of the shown ideas not of human origin
         self._bkey: tuple = (None, None, None)   # the baseline commit, its note and lease blobs
         self._screens = LiveScreens()            # the screened runs (store/screens.py)
         self._unlisted: dict[str, object] = {}   # commit -> note: Population.unlisted
@@ -273,20 +261,18 @@ class LivePopulation:
         for sha in shas:
             self._win(sha, baseline, many)
         if many:
-            self._order.sort()
-            self._seq = list(map(self._shown.__getitem__, map(_REF, self._order)))
-            for idea_id in self._dirty[0]:
-                self._ids[idea_id].sort()
+            self._shown.sort()
         self._bkey = bkey
         self._unlist(shas | sshas, notes, baseline)
         self._place()
-        self._index()
+        self._shown.index()
+        shown = self._shown
         objs = repo.cat_file_batch([b for b in bkey[1:] if b and b not in _NOTES])
-        self.pop = Population(list(self._seq), baseline,
+        self.pop = Population(list(shown.seq), baseline,
                               *_baseline_notes(baseline, bkey[1], bkey[2], objs),
                               at_baseline=_at_baseline({r: baseline for r in self._by_sha.get(baseline, ())},
                                                        baseline),
-                              by_id=dict(self._by_id), by_commit=dict(self._by_commit),
+                              by_id=dict(shown.by_id), by_commit=dict(shown.by_commit),
                               screens=dict(self._screens.screens), unlisted=dict(self._unlisted))
         return self.pop
 
@@ -308,24 +294,6 @@ class LivePopulation:
         wanted = [w for inputs in want.values() for w in inputs if w and w not in _NOTES and w not in _IDEAS]
         objs = read_objects(self.repo, wanted, {i[0] for i in want.values()}, {i[1] for i in want.values()} - {None})
         self._screens.rebuild(want, objs, _make_screen)
-
-    def _index(self) -> None:
-        """by_id (the first idea of an id in the order) and by_commit, for the ids and commits touched."""
-        ids, shas = self._dirty
-        for sha in shas:
-            w = self._winner.get(sha)
-            if w is not None:
-                self._by_commit[sha] = self._shown[w[3]]
-            else:
-                self._by_commit.pop(sha, None)
-        for idea_id in ids:
-            keys = self._ids.get(idea_id)
-            if keys:
-                self._by_id[idea_id] = self._shown[keys[0][3]]
-            else:
-                self._ids.pop(idea_id, None)
-                self._by_id.pop(idea_id, None)
-        self._dirty = (set(), set())
 
     def _move_mark(self, ref: str, sha: str | None, shas: set[str]) -> None:
         old = self._marks.pop(ref, None)
@@ -374,20 +342,9 @@ class LivePopulation:
 
     def _unwin(self, sha: str) -> None:
         """`sha` out of the ordered list (its winner is chosen again by _win)."""
-        old = self._winner.pop(sha, None)
-        if old is not None:
-            k = bisect.bisect_left(self._order, old)
-            del self._order[k], self._seq[k]
-            keys = self._ids[old[1]]
-            del keys[bisect.bisect_left(keys, old)]
-            self._dirty[0].add(old[1])
-            self._dirty[1].add(sha)
-            idea = self._shown.pop(old[3])
-            self._pushed.discard(old[3])
-            if idea.origin != Origin.HUMAN:
-                self._epochs[idea.epoch] -= 1
-                if not self._epochs[idea.epoch]:
-                    del self._epochs[idea.epoch]
+        ref = self._shown.remove(sha)
+        if ref is not None:
+            self._pushed.discard(ref)
 
     def _win(self, sha: str, baseline: str | None, append: bool = False) -> None:
         """Which ref shows `sha` now (none for the baseline or an unreadable commit), and its place
@@ -397,29 +354,17 @@ class LivePopulation:
             return
         ref = cands[0] if len(cands) == 1 else min(cands, key=_rank)     # one ref: no key call
         idea = self._built[ref][1]
-        key = (idea.committed_at, idea.idea_id, *_rank(ref))
-        if append:
-            self._order.append(key)         # _seq: rebuilt once the order is sorted
-            self._ids.setdefault(idea.idea_id, []).append(key)
-        else:
-            bisect.insort(self._order, key)
-            self._seq.insert(bisect.bisect_left(self._order, key), idea)
-            bisect.insort(self._ids.setdefault(idea.idea_id, []), key)
-        self._dirty[0].add(idea.idea_id)
-        self._dirty[1].add(sha)
-        self._winner[sha], self._shown[ref] = key, idea
+        self._shown.add(sha, ref, idea, (idea.committed_at, idea.idea_id, *_rank(ref)), append)
         if idea.branch and sha not in self._own:
             self._pushed.add(ref)
-        if idea.origin != Origin.HUMAN:
-            self._epochs[idea.epoch] += 1
 
     def _place(self) -> None:
         """Pushed ideas get the daemon's lineage and epoch (population._placements), on copies."""
-        current = max(self._epochs, default=0)
+        current = max(self._shown.epochs, default=0)
         placed = {}
         for ref in self._pushed:
             i = self._built[ref][1]
-            w = self._winner.get(i.base_commit) if i.base_commit else None
+            w = self._shown.winner.get(i.base_commit) if i.base_commit else None
             parent = self._built[w[3]][1] if w is not None else None
             parents = [parent.idea_id] if parent is not None and parent is not i else []
             epoch = i.note.epoch if i.note is not None and i.note.epoch is not None else current
@@ -427,9 +372,6 @@ class LivePopulation:
             if prev is None or prev[0] is not i or prev[1].parents != parents or prev[1].epoch != epoch:
                 prev = (i, dataclasses.replace(i, placed_parents=parents, placed_epoch=epoch))
             placed[ref] = prev
-            if self._shown[ref] is not prev[1]:
-                self._shown[ref] = prev[1]
-                self._seq[bisect.bisect_left(self._order, self._winner[i.commit])] = prev[1]
-                self._dirty[0].add(i.idea_id)
-                self._dirty[1].add(i.commit)
+            if self._shown.shown[ref] is not prev[1]:
+                self._shown.replace(ref, i.commit, prev[1])
         self._placed = placed
