@@ -16,6 +16,20 @@ from autoresearchd.store.population import read_population
 from conftest import branch_idea, write_config
 
 
+def heard_daemon(tmp_path, toy_env):
+    """A daemon as build_daemon builds it without an LLM, whose one writer is built with an observer
+    that records what it hears (observers are given at construction, never added)."""
+    from autoresearchd.app import make_runner
+    from autoresearchd.engine.loop import Daemon
+    from autoresearchd.research import open_research
+    from autoresearchd.store.lifecycle import Lifecycle
+    cfg = load_config(write_config(tmp_path, toy_env))
+    research = open_research(cfg, configure_repo=True)
+    events = []
+    lifecycle = Lifecycle(research.repo, observers=[events.append])
+    return Daemon(cfg, research, make_runner(cfg, research), lifecycle=lifecycle), events
+
+
 def harvest_until(d, done, timeout=90.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -30,9 +44,7 @@ def harvest_until(d, done, timeout=90.0):
 
 
 def test_lease_before_submit_then_note_before_the_lease_goes(toy_env, tmp_path):
-    d = build_daemon(load_config(write_config(tmp_path, toy_env)), with_llm=False)
-    events = []
-    d.lifecycle.observe(events.append)
+    d, events = heard_daemon(tmp_path, toy_env)
     try:
         disp, seen = d.dispatcher, {}
         real = disp.runner.submit
@@ -86,9 +98,7 @@ def test_a_deleted_branch_or_a_moved_baseline_loses_nothing(toy_env, tmp_path):
     slow = (toy_env / "run.py").read_text().replace("x = 1.0", "import time; time.sleep(4)\nx = 1.0")
     (toy_env / "run.py").write_text(slow)
     git(toy_env, "commit", "-qam", "a slower run")
-    d = build_daemon(load_config(write_config(tmp_path, toy_env)), with_llm=False)
-    events = []
-    d.lifecycle.observe(events.append)
+    d, events = heard_daemon(tmp_path, toy_env)
     try:
         disp = d.dispatcher
         pop = read_population(d.repo, d.research.baseline_ref)

@@ -2,7 +2,7 @@
 each of its methods says, against a real git repository.
 
 1. The project's code (daemon/, policies/, runners/) is read as ASTs: a call that moves a ref or writes
-   a note (update_ref, delete_ref, write_note, write_leases, note_write, note_remove, or a `.git(...)`
+   a note (update_ref, delete_ref, write_note, write_result, write_leases, note_write, note_remove, or a `.git(...)`
    call of a ref- or notes-writing subcommand) may stand only in the modules listed in WRITERS, each
    with why. The benchmarks and tests fabricate populations directly and are not scanned.
 2. Every method writes its refs and notes, and tells the observers; an observer that raises stops
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("daemon", "policies", "runners")
 
 # the calls that move a ref or write a note
-WRITE_CALLS = {"update_ref", "delete_ref", "write_note", "write_leases", "note_write", "note_remove"}
+WRITE_CALLS = {"update_ref", "delete_ref", "write_note", "write_result", "write_leases", "note_write", "note_remove"}
 # git subcommands that move refs or write notes, run through a repo's `.git(...)`
 WRITE_SUBCOMMANDS = {"update-ref", "notes", "branch", "tag", "push", "fetch", "reset"}
 
@@ -38,7 +38,8 @@ WRITE_SUBCOMMANDS = {"update-ref", "notes", "branch", "tag", "push", "fetch", "r
 WRITERS = {
     "daemon/store/lifecycle.py": "the lifecycle writer: every idea, proposal, record and archive ref, "
                                  "every result and lease note",
-    "daemon/store/ledger.py": "the note and lease I/O the lifecycle writer calls (and log blobs' anchors)",
+    "daemon/store/ledger.py": "the note and lease I/O the lifecycle writer calls (and the refs that keep what "
+                              "they name: log blobs' anchors, archive refs)",
     "daemon/store/gitrepo.py": "the repo handle: defines update_ref/delete_ref (compare-and-swap)",
     "daemon/store/gitnotes.py": "notes I/O: defines note_write/note_remove and the batched notes commit",
     "daemon/store/lessons.py": "the lessons ref: the policies' memory, not idea state",
@@ -200,9 +201,11 @@ def test_results_leases_and_logs(repo, life, heard):
     back = Ledger(repo).note(c)
     assert back.decision == "improved" and (back.origin, back.epoch) == ("seed", 0)
 
-    assert [w.change for w in heard] == [Change.RESULT, Change.RESULT, Change.CANCELLED, Change.REJECTED,
+    noted = [w for w in heard if w.change != Change.LEASED]
+    assert [w.change for w in noted] == [Change.RESULT, Change.RESULT, Change.CANCELLED, Change.REJECTED,
                                          Change.LINKED, Change.BACKFILLED]
-    assert all(w.note is not None and w.change in NOTED for w in heard)
+    assert all(w.note is not None and w.change in NOTED for w in noted)
+    assert [w.commit for w in heard if w.change == Change.LEASED] == [c, c, c]
 
 
 def test_every_change_is_told(repo, life, heard):
@@ -225,9 +228,8 @@ def test_every_change_is_told(repo, life, heard):
     life.screened_out(c, idea_at(c), Note(status=Status.SCREENED_OUT))
     life.leased(c, [lease(0)])
     told = {w.change for w in heard}
-    assert set(Change) - {Change.LEASED} <= told, set(Change) - told
-    # leases are the dispatcher's bookkeeping: written through the writer (observers may or may not hear)
-    assert [lz.trial_id for lz in life.ledger.leases(c)] == ["t0"]
+    assert set(Change) <= told, set(Change) - told
+    assert heard[-1] == Written(Change.LEASED, c) and [lz.trial_id for lz in life.ledger.leases(c)] == ["t0"]
 
 
 def test_an_observer_that_raises_stops_neither_the_write_nor_the_others(repo, heard):
@@ -241,11 +243,10 @@ def test_an_observer_that_raises_stops_neither_the_write_nor_the_others(repo, he
     assert [w.change for w in heard] == [Change.RESULT, Change.PROPOSED]
 
 
-def test_observers_are_given_at_construction_or_added_once(repo, heard):
-    life = Lifecycle(repo)
-    life.observe(heard.append)
-    life.observe(heard.append)
-    assert life.observers == (heard.append,)
+def test_observers_are_given_at_construction_only(repo, heard):
+    """Wiring by construction: the writer's observers are fixed when it is built (no `observe`)."""
+    life = Lifecycle(repo, observers=[heard.append])
+    assert life.observers == (heard.append,) and not hasattr(life, "observe")
     life.propose("e001-abcd1234", commit_on(repo, "p"))
     assert len(heard) == 1
 

@@ -2,23 +2,28 @@
 
 It alone creates or moves the idea, proposal, record and archive refs, and writes result and lease
 notes. One typed method per state change (propose, dropped, implemented, failed, tuned, leased,
-result, rejected, linked, cancelled, stopped, backfilled). After each result it tells its observers itself
-(the W&B mirror, the dashboard's cache, lessons), so no write path can skip them: before this
-module, a backfilled decision was written straight to the ledger and never reached W&B.
+result, rejected, linked, cancelled, stopped, backfilled, and screening's three), and each tells the
+observers itself, so no write path can skip them: before this module, a backfilled decision was
+written straight to the ledger and never reached W&B. The one observer wired today is the W&B mirror
+(app.make_lifecycle); the dashboard and `status` are other processes and read git by its changes
+(store/livepop.py), not by hearing events.
 
-Observers are given at construction (`Lifecycle(repo, observers=[...])`) or added with `observe`
-while the daemon is being built; each is called as `observer(event)` with a `Written`. An observer
-that raises is logged and never stops the loop.
+Observers are given at construction (`Lifecycle(repo, observers=[...])`), never added later; each is
+called as `observer(event)` with a `Written`. An observer that raises is logged and never stops the
+loop. An observer hears of a change only once it is in git: inside `batch()` the writes are queued
+(store/gitnotes.py), so the events are queued too and told after the batch's writes are flushed; a
+flush that fails tells nobody (what it wrote may then go unheard, but nothing is heard that git lacks).
 
 Write order is the crash-safety rule (store/ledger.py): a lease before its trial starts; a log, then
-the result note, then the lease cleared; an implemented idea's mark before its branch, and its
-proposal deleted last.
+the archive ref, the result note and the lease cleared, in one ledger call (`Ledger.write_result`);
+an implemented idea's mark before its branch, and its proposal deleted last.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
@@ -27,7 +32,7 @@ from typing import Callable, Iterable
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ledger import Ledger
 from autoresearchd.store.notes import Lease, Note
-from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, PROPOSALS_PREFIX,
+from autoresearchd.store.refs import (IDEA_BRANCHES, IDEAS_PREFIX, PROPOSALS_PREFIX,
                                       RECORDS_PREFIX, SCREENS_PREFIX)
 
 log = logging.getLogger("autoresearchd")
@@ -50,7 +55,7 @@ class Change(str, Enum):
     IMPLEMENTED = "implemented"    # the mark and the idea branch; the proposal goes
     FAILED = "failed"              # implementation failed or was rejected: a record with its note
     TUNED = "tuned"                # a tuned commit (daemon/tune/): the mark and its branch
-    LEASED = "leased"              # lease notes written or rewritten
+    LEASED = "leased"              # lease notes written or rewritten (the dispatcher's and the harvest's)
     RESULT = "result"              # a result note from measured trials
     REJECTED = "rejected"          # the gate refused a commit before it ran
     LINKED = "linked"              # identical tree: another commit's result, linked
@@ -89,24 +94,46 @@ class Lifecycle:
     def __init__(self, repo: GitRepo, observers: Iterable[Observer] = ()):
         self.repo = repo
         self.ledger = Ledger(repo)       # reads stay public through self.ledger; writes go through here
-        self._observers: list[Observer] = list(observers)
-
-    def observe(self, observer: Observer) -> None:
-        """Add an observer while the daemon is built (app.build_daemon); idempotent."""
-        if observer not in self._observers:
-            self._observers.append(observer)
+        self._observers: tuple[Observer, ...] = tuple(observers)
+        self._held = threading.local()   # batch(): this thread's events, told once its writes are in git
 
     @property
     def observers(self) -> tuple[Observer, ...]:
-        return tuple(self._observers)
+        return self._observers
 
     @contextmanager
     def batch(self):
-        """Every note written inside: one notes commit per notes ref (store/gitnotes.py)."""
-        with self.repo.notes_batch():
+        """Every note written inside: one notes commit per notes ref (store/gitnotes.py). The observers
+        hear of the changes made inside after those writes are flushed, never before (a W&B run for a
+        note never written, when the flush failed); a failed flush raises, as it always did, and tells
+        nobody. Nested: the outer block flushes and tells."""
+        if getattr(self._held, "events", None) is not None:
             yield
+            return
+        self._held.events = []
+        raised = None
+        try:
+            with self.repo.notes_batch():
+                try:
+                    yield
+                except BaseException as e:   # noqa: BLE001 - re-raised below, after the flush and the telling
+                    raised = e              # notes_batch flushes what was queued even when the block raised
+            events = self._held.events       # the flush succeeded: all of it is in git
+        finally:
+            self._held.events = None
+        for event in events:
+            self._tell_now(event)
+        if raised is not None:
+            raise raised
 
     def _tell(self, event: Written) -> None:
+        held = getattr(self._held, "events", None)
+        if held is not None:
+            held.append(event)              # inside batch(): queued with the writes, told after the flush
+        else:
+            self._tell_now(event)
+
+    def _tell_now(self, event: Written) -> None:
         for obs in self._observers:
             try:
                 obs(event)
@@ -114,8 +141,9 @@ class Lifecycle:
                 log.exception("observer of %s failed", event.change)
 
     def _note(self, change: Change, commit: str, idea, note: Note, kept: list[Lease] | None = None) -> Note:
-        """The note, the archive ref, the leases still kept (None: left as they are), then the observers:
-        told of the whole change, never of a note whose finished trials still look leased."""
+        """The archive ref, the note and the leases still kept (None: left as they are), in one ledger
+        call, then the observers: told of the whole change, never of a note whose finished trials still
+        look leased."""
         if note.model_config.get("frozen"):
             note = note.model_copy()        # a population's note is shared (store/frozen.py): write a copy
         if idea is not None and change != Change.BACKFILLED:
@@ -123,11 +151,9 @@ class Lifecycle:
             note.origin, note.epoch = idea.origin, idea.epoch
             if idea.trailers.tune_study:       # believed: only the daemon's own commits keep trailers
                 note.tune = tune_fields(idea)
-        self.ledger.write_note(commit, note)
-        if idea is not None and idea.branch and idea.branch.startswith(IDEA_BRANCHES):
-            self.archive(commit)            # survives a force-push or deletion of the branch
-        if kept is not None:
-            self.ledger.write_leases(commit, kept)
+        # archived: survives a force-push or deletion of the branch
+        archive = idea is not None and bool(idea.branch) and idea.branch.startswith(IDEA_BRANCHES)
+        self.ledger.write_result(commit, note, kept, archive=archive)
         self._tell(Written(change, commit, idea, note))
         return note
 
@@ -138,7 +164,7 @@ class Lifecycle:
 
     def dropped(self, idea_id: str, commit: str, note: Note) -> None:
         """A proposal dropped before implementation: its note, then its record."""
-        self.ledger.write_note(commit, note)
+        self.ledger.write_result(commit, note)
         self.repo.update_ref(RECORDS_PREFIX + idea_id, commit)
         self._tell(Written(Change.DROPPED, commit, note=note, ref=RECORDS_PREFIX + idea_id))
 
@@ -152,7 +178,7 @@ class Lifecycle:
     def failed(self, idea_id: str, record: str, note: Note) -> None:
         """Implementation failed (or a safety rule refused it): the note, the record, then the
         proposal goes."""
-        self.ledger.write_note(record, note)
+        self.ledger.write_result(record, note)
         self.repo.update_ref(RECORDS_PREFIX + idea_id, record)
         self.repo.delete_ref(PROPOSALS_PREFIX + idea_id)
         self._tell(Written(Change.FAILED, record, note=note, ref=RECORDS_PREFIX + idea_id))
@@ -165,11 +191,12 @@ class Lifecycle:
     # -- trials ---------------------------------------------------------------------------------------
     def archive(self, commit: str) -> None:
         """Keep a commit that runs or ran: a branch deleted or force-pushed meanwhile loses nothing."""
-        self.repo.update_ref(ARCHIVE_PREFIX + commit, commit)
+        self.ledger.archive(commit)
 
     def leased(self, commit: str, leases: list[Lease]) -> None:
         """Write the commit's lease note as given (an empty list removes it)."""
         self.ledger.write_leases(commit, leases)
+        self._tell(Written(Change.LEASED, commit))
 
     def store_log(self, name: str, data: bytes) -> str:
         """Anchor a trial's or a transcript's log blob; returns its sha."""
@@ -207,9 +234,7 @@ class Lifecycle:
     def screen_result(self, commit: str, note: Note, kept: list[Lease] | None = None) -> Note:
         """A screened run's note on the screened commit (low fidelity: no decision, never a best), then
         the leases still kept. Not archived: the screens/ ref keeps the commit."""
-        self.ledger.write_note(commit, note)
-        if kept is not None:
-            self.ledger.write_leases(commit, kept)
+        self.ledger.write_result(commit, note, kept)
         self._tell(Written(Change.SCREEN_RESULT, commit, note=note))
         return note
 
