@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from autoresearchd.app import make_llm
+from autoresearchd.app import make_lifecycle, make_llm
 from autoresearchd.config import load_config
 from autoresearchd.implement.implementer import make_implementer
 from autoresearchd.policies.base import Proposal
@@ -109,7 +109,7 @@ def _run_case(kind: str, exe: str | None, attempts: list, root: Path) -> bool:
         cfg_path.write_text(f'[research]\nrepo = "{research_dir}"\n[llm]\n{llm}[implementer]\nkind = "{kind}"\n{agent}')
         cfg = load_config(cfg_path)
         research = open_research(cfg)
-        impl = make_implementer(research, make_llm(cfg, research)[0], cfg)
+        impl = make_implementer(research, make_llm(cfg, research)[0], cfg, make_lifecycle(cfg, research))
         idea_id = impl.record_proposal(Proposal(title="Scale down", text="Halve the output.", origin="explore",
                                                 epoch=1, model="m"))
         return impl.implement(idea_id) is not None

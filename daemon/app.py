@@ -88,6 +88,14 @@ def make_policy(cfg: Config, lessons_store=None, tuning=None):
         raise ConfigError(f"policy.name: {e.args[0]}") from None
 
 
+def make_lifecycle(cfg: Config, research) -> Lifecycle:
+    """The one writer of idea state changes for this research repo, with the observers the config
+    names (the W&B mirror, with [wandb] enabled): the daemon's parts and the `queue` command write
+    through it, so no writer is built without them."""
+    mirror = make_mirror(cfg, research)
+    return Lifecycle(research.repo, observers=[mirror.written] if mirror is not None else [])
+
+
 def build_daemon(cfg: Config, with_llm: bool = True):
     research = open_research(cfg, configure_repo=True)
     if research.configured:
@@ -98,8 +106,7 @@ def build_daemon(cfg: Config, with_llm: bool = True):
     runner = make_runner(cfg, research)
     # the one writer of idea state changes, shared by every part and told of every note by itself: the
     # W&B mirror, given to it here, hears the backfill too
-    mirror = make_mirror(cfg, research)
-    lifecycle = Lifecycle(research.repo, observers=[mirror.written] if mirror is not None else [])
+    lifecycle = make_lifecycle(cfg, research)
     llm = note = policy = implementer = None
     name, why = llm_registry.resolve_provider_name(cfg.llm, research.manifest.name)
     if name == "none":      # chosen, or `auto` with no key and nothing recorded to replay for this env

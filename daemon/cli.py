@@ -188,8 +188,11 @@ def cmd_show(args, cfg) -> int:
 
 
 def cmd_queue(args, cfg) -> int:
+    from autoresearchd.app import make_lifecycle    # lazy: per command
     from autoresearchd.human import queue_text      # lazy: per command
-    idea_id = queue_text(cfg, args.text, parent=args.parent, title=args.title)
+    research = open_research(cfg)
+    idea_id = queue_text(cfg, research, make_lifecycle(cfg, research), args.text, parent=args.parent,
+                         title=args.title)
     console.print(f"queued {idea_id}: the daemon will implement it (Origin: human)")
     return 0
 

@@ -15,18 +15,19 @@ from autoresearchd.llm import default_replay_file, resolve_provider_name
 from autoresearchd.llm.base import LLMError
 from autoresearchd.llm.replay import ReplayProvider, title_of
 from autoresearchd.policies.base import Proposal
-from autoresearchd.research import open_research
 from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.population import read_population
 from autoresearchd.store.proposals import record_proposal
 from autoresearchd.vocab import Origin
 
 
-def queue_text(cfg, text: str, parent: str | None = None, title: str | None = None) -> str:
+def queue_text(cfg, research, lifecycle: Lifecycle, text: str, parent: str | None = None,
+               title: str | None = None) -> str:
+    """Record an idea in words as a proposal of `research`, through `lifecycle` (app.make_lifecycle:
+    the writer with its observers, as the daemon builds it). Returns its idea id."""
     text = text.strip()
     if not text:
         raise ConfigError("queue: the idea text is empty")
-    research = open_research(cfg)
     pop = read_population(research.repo, research.baseline_ref)
     base, parents = None, []
     if parent:
@@ -37,7 +38,7 @@ def queue_text(cfg, text: str, parent: str | None = None, title: str | None = No
     title = replay_title(cfg, research, text, title) or title or text.splitlines()[0][:100]
     prop = Proposal(title=title, text=text, origin=Origin.HUMAN, epoch=max(pop.max_epoch(), 0), parents=parents,
                     base_commit=base)
-    idea_id = record_proposal(research.repo, Lifecycle(research.repo), prop, research.baseline_commit,
+    idea_id = record_proposal(research.repo, lifecycle, prop, research.baseline_commit,
                               research.manifest.metric)
     if idea_id is None:
         raise ConfigError("queue: this exact idea is already queued or recorded")

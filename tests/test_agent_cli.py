@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from autoresearchd.app import make_llm
+from autoresearchd.app import make_lifecycle, make_llm
 from autoresearchd.config import load_config
 from autoresearchd.implement.implementer import make_implementer
 from autoresearchd.policies.base import Proposal
@@ -81,7 +81,7 @@ def agent_setup(make_repo, tmp_path, monkeypatch):
         cfg = load_config(cfg_path)
         research = open_research(cfg)
         llm, _ = make_llm(cfg, research)
-        impl = make_implementer(research, llm, cfg)
+        impl = make_implementer(research, llm, cfg, make_lifecycle(cfg, research))
         idea_id = impl.record_proposal(Proposal(title="Lower x", text="Set x to 0.5 and scale in lib/util.py.",
                                                 origin="explore", epoch=1, model="m"))
         return api, research, impl, idea_id
@@ -240,7 +240,8 @@ def test_agent_cli_unknown_kind_lists_valid_ones(tmp_path, toy_env):
     cfg_path.write_text(f'[research]\nrepo = "{toy_env}"\n[implementer]\nkind = "cursor"\n')
     cfg = load_config(cfg_path)
     with pytest.raises(KeyError, match="valid implementers: claude-code, codex, diff"):
-        make_implementer(open_research(cfg), None, cfg)
+        research = open_research(cfg)
+        make_implementer(research, None, cfg, make_lifecycle(cfg, research))
     cfg_path.write_text(f'[research]\nrepo = "{toy_env}"\n[implementer.agent]\nmax_usdd = 1\n')
     with pytest.raises(ConfigError, match="did you mean 'max_usd'"):
         load_config(cfg_path)

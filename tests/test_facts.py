@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from autoresearchd.app import build_daemon, restore_spend
+from autoresearchd.app import build_daemon, make_lifecycle, restore_spend
 from autoresearchd.config import load_config
 from autoresearchd.llm.base import Budget
 from autoresearchd.policies.bandit import arm_stats
@@ -261,7 +261,7 @@ def test_the_tuner_tunes_the_same_best(world):
     from autoresearchd.manifest import Knob
     research.manifest = research.manifest.model_copy(
         update={"knobs": [Knob(name="x", low=-2.0, high=2.0, baseline=1.5)]})
-    assert [idea.commit for _, _, idea in Tuner(research, cfg).targets(pop)] == [sha["C"], sha["P"]]
+    assert [idea.commit for _, _, idea in Tuner(research, cfg, make_lifecycle(cfg, research)).targets(pop)] == [sha["C"], sha["P"]]
 
 
 def test_running_totals_move_to_the_same_facts(tmp_path):

@@ -272,13 +272,13 @@ def test_a_stopped_tuned_trial_is_pruned_in_the_rebuilt_study(tmp_path, make_rep
     repo = GitRepo(env)
     cfg = load_config(tune_cfg(tmp_path, env))
     research = SimpleNamespace(repo=repo, manifest=parse_manifest(NO_KNOBS))
-    tuner = Tuner(research, cfg)
+    life = Lifecycle(repo)          # one writer for the tuner and the results below; nothing observes
+    tuner = Tuner(research, cfg, life)
     root = next(i for i in read_population(repo, "refs/heads/main").ideas if i.commit == sha)
     for n, y in ((1, 0.2), (2, 0.9), (3, 0.6)):       # three trials of the idea's study, written by the tuner
         tuner.write(root.idea_id, sha, root, {"y": y}, n)
     pop = read_population(repo, "refs/heads/main")
     t1, t2, t3 = tuned_of(pop, root.idea_id)
-    life = Lifecycle(repo)
     # trial 1 stopped at 40% of its run by its curve (engine/stopping.py's note); trial 2 measured
     life.stopped(t1.commit, t1, Note(status=Status.STOPPED, idea_id=t1.idea_id, metric="score",
                                      stopped={"t": 0.4, "value": 0.9, "margin": 3.0}), [])
@@ -305,13 +305,13 @@ def test_the_prompt_shows_manifest_and_declared_knobs_of_a_study(tmp_path, make_
                      DECLARE_FILE: DECLARE_Y.replace('"y"', '"z"')}, "research")
     sha = commit_files(env, "idea/me/y", {"run.py": IDEA_RUN, DECLARE_FILE: DECLARE_Y})
     repo, m = GitRepo(env), parse_manifest(knob_manifest(KNOB_X))
-    tuner = Tuner(SimpleNamespace(repo=repo, manifest=m), load_config(tune_cfg(tmp_path, env)))
+    life = Lifecycle(repo)          # one writer for the tuner and the results below; nothing observes
+    tuner = Tuner(SimpleNamespace(repo=repo, manifest=m), load_config(tune_cfg(tmp_path, env)), life)
     root = next(i for i in read_population(repo, "refs/heads/main").ideas if i.commit == sha)
     for n, (x, y) in enumerate(((-1.5, 0.1), (0.2, 0.5), (1.9, 0.95)), 1):
         tuner.write(root.idea_id, sha, root, {"x": x, "y": y}, n)
     tuner.write("gone", sha, None, {"x": 0.0, "y": 0.5}, 1)          # a study named after no idea here
     pop = read_population(repo, "refs/heads/main")
-    life = Lifecycle(repo)
     for i in (i for i in pop.ideas if i.trailers.tune_study):
         v = i.trailers.tune_trial / 10
         life.result(i.commit, i, Note(status=Status.SUCCEEDED, idea_id=i.idea_id, metric="score", value=v, values=[v]))

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from autoresearchd.app import make_llm
+from autoresearchd.app import make_lifecycle, make_llm
 from autoresearchd.config import load_config
 from autoresearchd.implement.implementer import Implementer, render_files
 from autoresearchd.llm import BudgetExhausted
@@ -68,7 +68,7 @@ def setup(make_repo, tmp_path):
         cfg = load_config(cfg_path)
         research = open_research(cfg)
         llm, _ = make_llm(cfg, research)
-        return cfg, research, Implementer(research, llm, cfg)
+        return cfg, research, Implementer(research, llm, cfg, make_lifecycle(cfg, research))
     yield make, fake
     fake.close()
 

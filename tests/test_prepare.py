@@ -4,7 +4,7 @@ a failure is a note that says so, and `check` runs where prepare has run."""
 
 from __future__ import annotations
 
-from autoresearchd.app import make_llm
+from autoresearchd.app import make_lifecycle, make_llm
 from autoresearchd.config import load_config
 from autoresearchd.implement.implementer import Implementer
 from autoresearchd.manifest import parse_manifest
@@ -101,7 +101,7 @@ def test_check_runs_where_prepare_has_run(make_repo, tmp_path):
                             'model = "m"\nbackoff_s = 0.01\ntimeout_s = 5\n[implementer]\nmax_revisions = 0\n')
         cfg = load_config(cfg_path)
         research = open_research(cfg)
-        impl = Implementer(research, make_llm(cfg, research)[0], cfg)
+        impl = Implementer(research, make_llm(cfg, research)[0], cfg, make_lifecycle(cfg, research))
         fake.script(Reply(GOOD))
         idea_id = impl.record_proposal(Proposal(title="Lower x", text="x = 0.5", origin="explore", epoch=1))
         branch = impl.implement(idea_id)

@@ -46,7 +46,7 @@ logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: max instan
 
 class Daemon:
     def __init__(self, cfg, research, runner, llm=None, policy=None, implementer=None, console=None,
-                 llm_note: str | None = None, lifecycle: Lifecycle | None = None, tuner=None, stopper=None,
+                 llm_note: str | None = None, *, lifecycle: Lifecycle, tuner=None, stopper=None,
                  screener=None):
         self.cfg, self.research, self.runner = cfg, research, runner
         self.repo = research.repo
@@ -54,8 +54,9 @@ class Daemon:
         self.llm_note = llm_note
         self.tuner = tuner                            # daemon/tune/tuner.py, with [tune] enabled
         self.stopper = stopper                        # engine/stopping.py, with [stopping] enabled
-        # the one writer of idea state changes; its observers (W&B, lessons) hear of every result
-        self.lifecycle = lifecycle if lifecycle is not None else Lifecycle(self.repo)
+        # the one writer of idea state changes, built with its observers (app.make_lifecycle: the W&B
+        # mirror), which hear of every change once it is in git
+        self.lifecycle = lifecycle
         engine = build_engine(cfg, research, runner, self.lifecycle, wake=self.poke, screener=screener)
         self.slots, self.recovery = engine.slots, engine.recovery
         self.collector, self.dispatcher = engine.collector, engine.dispatcher

@@ -47,7 +47,7 @@ CHECK_HELPER = "autoresearch-check"
 
 
 class AgentImplementer(Implementer):
-    def __init__(self, research, llm, cfg, lifecycle=None):
+    def __init__(self, research, llm, cfg, lifecycle):
         super().__init__(research, llm, cfg, lifecycle)
         self.kind = cfg.implementer.kind
         self.cli = agent_cli.get(self.kind)

@@ -75,12 +75,12 @@ def render_files(repo: GitRepo, commit: str, manifest, max_file_bytes: int = 200
 
 class Implementer:
     """Writes ideas as code: one diff-writing LLM call with self-revision. Every ref and note it writes
-    goes through `lifecycle` (store/lifecycle.py), given by app.build_daemon; one of its own when None."""
+    goes through `lifecycle` (store/lifecycle.py), given by app.build_daemon with its observers."""
 
-    def __init__(self, research, llm, cfg, lifecycle: Lifecycle | None = None):
+    def __init__(self, research, llm, cfg, lifecycle: Lifecycle):
         self.research, self.llm, self.cfg = research, llm, cfg
         self.repo: GitRepo = research.repo
-        self.lifecycle = lifecycle or Lifecycle(self.repo)
+        self.lifecycle = lifecycle
 
     # -- proposals -----------------------------------------------------------------------------------
     def record_proposal(self, prop) -> str | None:
@@ -310,7 +310,7 @@ _REGISTRY = Registry("implementer", "implementers", {
 names, get = _REGISTRY.names, _REGISTRY.get
 
 
-def make_implementer(research, llm, cfg, lifecycle: Lifecycle | None = None) -> Implementer:
+def make_implementer(research, llm, cfg, lifecycle: Lifecycle) -> Implementer:
     """The implementer that `implementer.kind` names (KeyError lists the valid kinds), writing through
     `lifecycle`."""
     return get(cfg.implementer.kind)(research, llm, cfg, lifecycle)

@@ -133,9 +133,9 @@ class Tuner:
     """Writes tuned commits for the studies worth tuning. One writer: the daemon's tick calls it. Their
     marks and branches go through `lifecycle` (store/lifecycle.py), given by app.build_daemon."""
 
-    def __init__(self, research, cfg, lifecycle: Lifecycle | None = None):
+    def __init__(self, research, cfg, lifecycle: Lifecycle):
         self.research, self.cfg, self.repo = research, cfg, research.repo
-        self.lifecycle = lifecycle or Lifecycle(self.repo)
+        self.lifecycle = lifecycle
         self._lock = threading.Lock()           # the tick and the proposing worker both write trials
         self.router = Router(self)
         # commit -> (the manifest it was read against, that manifest with the knobs the commit declares)
