@@ -23,7 +23,7 @@ from autoresearchd.store.notes import Status
 from autoresearchd.store.refs import NOTES_REF, branch_name
 from autoresearchd.views.progress import running_trials
 from autoresearchd.views.safe import UNTRUSTED, one_line, untrusted_lines
-from autoresearchd.views.summary import idea_tokens, idea_usd, leaderboard, load, summary
+from autoresearchd.views.summary import idea_tokens, idea_usd, load, read_leaderboard, summary
 from autoresearchd.views.versus import (DELTA_LEGEND, baseline_running, baseline_tag, decision_text, delta_short,
                                         delta_text)
 from autoresearchd.views.progress import trials_table
@@ -181,8 +181,7 @@ def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=Fals
     if status and status not in known:
         _plain(console, f"unknown status '{status}'; valid: {', '.join(sorted(known))}")
         return 2
-    research, pop = load(cfg)
-    rows = leaderboard(cfg, status, origin, epoch, research=research, pop=pop)
+    pop, rows = read_leaderboard(cfg, status, origin, epoch)
     if pop.at_baseline and not as_json:
         _plain(console, f"{', '.join(branch_name(b) for b in pop.at_baseline)}: at the baseline commit "
                         "(no change to measure; `show baseline` has its result)")

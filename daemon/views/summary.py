@@ -210,6 +210,13 @@ def rank_rows(rows: list[dict], goal: str) -> None:
     rows.sort(key=lambda r: rank_key(r, goal))
 
 
+def read_leaderboard(cfg, status=None, origin=None, epoch=None) -> tuple:
+    """(population, rows): the one read `ideas` makes and its leaderboard, in one call (the view asked
+    this module twice, load then leaderboard: docs/architecture.md, "Walk: one result")."""
+    research, pop = load(cfg)
+    return pop, leaderboard(cfg, status, origin, epoch, research=research, pop=pop)
+
+
 def leaderboard(cfg, status=None, origin=None, epoch=None, research=None, pop=None) -> list[dict]:
     """Every idea as a row, best first under the env's goal; unmeasured ideas last."""
     if pop is None:
