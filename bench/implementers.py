@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from autoresearchd.app import make_lifecycle, make_llm
+from autoresearchd.app import make_llm
+from autoresearchd.makelifecycle import make_lifecycle
 from autoresearchd.config import load_config
 from autoresearchd.implement.implementer import make_implementer
 from autoresearchd.policies.base import Proposal

@@ -16,18 +16,17 @@ from autoresearchd.engine.screener import Screener
 from autoresearchd.engine.stopping import Stopper
 from autoresearchd.implement.implementer import make_implementer
 from autoresearchd.llm.ensemble import build
+from autoresearchd.makelifecycle import make_lifecycle
 from autoresearchd.makerunner import make_runner
 from autoresearchd.research import Research, open_research
 from autoresearchd.store import gitrepo
 from autoresearchd.store.lessons import GitLessonsStore
-from autoresearchd.store.lifecycle import Lifecycle
 from autoresearchd.store.population import read_population
 from autoresearchd.store.replaypos import load_position, saver
 from autoresearchd.store.spend import total
 from autoresearchd.tune.surface import prompt_block
 from autoresearchd.tune.tuner import Tuner
 from autoresearchd.validate import unpriced_message
-from autoresearchd.views.wandb_mirror import make_mirror
 
 log = logging.getLogger("autoresearchd")
 
@@ -86,14 +85,6 @@ def make_policy(cfg: Config, lessons_store=None, tuning=None):
         return policy_registry.get(cfg.policy.name)(cfg.policy, lessons_store=lessons_store, tuning=tuning)
     except KeyError as e:
         raise ConfigError(f"policy.name: {e.args[0]}") from None
-
-
-def make_lifecycle(cfg: Config, research) -> Lifecycle:
-    """The one writer of idea state changes for this research repo, with the observers the config
-    names (the W&B mirror, with [wandb] enabled): the daemon's parts and the `queue` command write
-    through it, so no writer is built without them."""
-    mirror = make_mirror(cfg, research)
-    return Lifecycle(research.repo, observers=[mirror.written] if mirror is not None else [])
 
 
 def build_daemon(cfg: Config, with_llm: bool = True):

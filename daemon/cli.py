@@ -188,7 +188,7 @@ def cmd_show(args, cfg) -> int:
 
 
 def cmd_queue(args, cfg) -> int:
-    from autoresearchd.app import make_lifecycle    # lazy: per command
+    from autoresearchd.makelifecycle import make_lifecycle     # lazy: per command
     from autoresearchd.human import queue_text      # lazy: per command
     research = open_research(cfg)
     idea_id = queue_text(cfg, research, make_lifecycle(cfg, research), args.text, parent=args.parent,

@@ -23,8 +23,8 @@ from autoresearchd.vocab import Origin
 
 def queue_text(cfg, research, lifecycle: Lifecycle, text: str, parent: str | None = None,
                title: str | None = None) -> str:
-    """Record an idea in words as a proposal of `research`, through `lifecycle` (app.make_lifecycle:
-    the writer with its observers, as the daemon builds it). Returns its idea id."""
+    """Record an idea in words as a proposal of `research`, through `lifecycle` (makelifecycle.py: the
+    writer with its observers, as the daemon's is built). Returns its idea id."""
     text = text.strip()
     if not text:
         raise ConfigError("queue: the idea text is empty")

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from autoresearchd.app import make_lifecycle, make_llm
+from autoresearchd.app import make_llm
+from autoresearchd.makelifecycle import make_lifecycle
 from autoresearchd.config import load_config
 from autoresearchd.implement.implementer import make_implementer
 from autoresearchd.policies.base import Proposal

@@ -17,7 +17,8 @@ import subprocess
 
 import pytest
 
-from autoresearchd.app import build_daemon, make_lifecycle, restore_spend
+from autoresearchd.app import build_daemon, restore_spend
+from autoresearchd.makelifecycle import make_lifecycle
 from autoresearchd.config import load_config
 from autoresearchd.llm.base import Budget
 from autoresearchd.policies.bandit import arm_stats

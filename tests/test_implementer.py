@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from autoresearchd.app import make_lifecycle, make_llm
+from autoresearchd.app import make_llm
+from autoresearchd.makelifecycle import make_lifecycle
 from autoresearchd.config import load_config
 from autoresearchd.implement.implementer import Implementer, render_files
 from autoresearchd.llm import BudgetExhausted

@@ -87,6 +87,21 @@ def test_the_lifecycle_writer_is_the_only_writer_of_idea_state():
                          f"write through it, or list the module in WRITERS with why: {outside}")
 
 
+def test_only_the_writer_opens_a_notes_batch():
+    """Lifecycle.batch() holds the observers' events until the batch's writes are flushed; a notes
+    batch opened around the writer by anyone else would flush after the writer told them (a note heard
+    of before it is in git). So the project opens one only through the writer."""
+    opened = []
+    for top in SCANNED:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                        and node.func.attr == "notes_batch" and rel != "daemon/store/lifecycle.py":
+                    opened.append(f"{rel}:{node.lineno}")
+    assert not opened, f"a notes batch opened outside store/lifecycle.py (use lifecycle.batch()): {opened}"
+
+
 def test_the_allowlists_name_modules_that_exist_and_write():
     """An entry whose module no longer writes is stale: remove it."""
     found = project_writes()

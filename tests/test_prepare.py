@@ -4,7 +4,8 @@ a failure is a note that says so, and `check` runs where prepare has run."""
 
 from __future__ import annotations
 
-from autoresearchd.app import make_lifecycle, make_llm
+from autoresearchd.app import make_llm
+from autoresearchd.makelifecycle import make_lifecycle
 from autoresearchd.config import load_config
 from autoresearchd.implement.implementer import Implementer
 from autoresearchd.manifest import parse_manifest

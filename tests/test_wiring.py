@@ -2,8 +2,8 @@
 (the one lifecycle writer, its observers, the lessons store, the tuner, the prompts' tuning section)
 and sets nothing on a part afterwards; the parts it builds share the one writer.
 
-The rule, read from the source with `ast`: the builders (`make_*`, `build_*` in daemon/app.py and
-daemon/makerunner.py) assign no attribute of what they built (`cfg.*`, the config itself, may be
+The rule, read from the source with `ast`: the builders (`make_*`, `build_*` in daemon/app.py,
+daemon/makerunner.py and daemon/makelifecycle.py) assign no attribute of what they built (`cfg.*`, the config itself, may be
 adjusted before use), and the engine (daemon/engine/) assigns nothing on what it was given
 (`self.policy.prompts.x = ...`) and wires nothing with `hasattr`/`setattr` (nor makes its own attributes
 lazily, `getattr(self, name, default)`)."""
@@ -23,7 +23,7 @@ from autoresearchd.manifest import parse_manifest
 from autoresearchd.store.lessons import GitLessonsStore
 
 
-BUILDERS = ("daemon/app.py", "daemon/makerunner.py")
+BUILDERS = ("daemon/app.py", "daemon/makerunner.py", "daemon/makelifecycle.py")
 
 
 def late_in_builders(root: Path = REPO_ROOT) -> list[str]:
@@ -84,6 +84,7 @@ def test_the_scans_catch_late_wiring(tmp_path):
         "def restore(p):\n    p.budget.usd += 1\n")
     (tmp_path / "daemon" / "makerunner.py").write_text(
         "def make_runner(cfg):\n    r = cls(cfg)\n    r.sandbox_fallback = True\n    r.mirror.attach(x)\n    return r\n")
+    (tmp_path / "daemon" / "makelifecycle.py").write_text("def make_lifecycle(cfg, research):\n    return Lifecycle(research.repo)\n")
     (tmp_path / "daemon" / "engine" / "loop.py").write_text(
         "class D:\n    def f(self, pop):\n        self.n = 1\n        self.a.b = 2\n"
         "        if hasattr(self.policy, 'prompts'):\n            self.policy.prompts.tuning = pop\n"

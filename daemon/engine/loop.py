@@ -54,8 +54,8 @@ class Daemon:
         self.llm_note = llm_note
         self.tuner = tuner                            # daemon/tune/tuner.py, with [tune] enabled
         self.stopper = stopper                        # engine/stopping.py, with [stopping] enabled
-        # the one writer of idea state changes, built with its observers (app.make_lifecycle: the W&B
-        # mirror), which hear of every change once it is in git
+        # the one writer of idea state changes, built with its observers (makelifecycle.py: the
+        # W&B mirror), which hear of every change once it is in git
         self.lifecycle = lifecycle
         engine = build_engine(cfg, research, runner, self.lifecycle, wake=self.poke, screener=screener)
         self.slots, self.recovery = engine.slots, engine.recovery

@@ -5,7 +5,7 @@ notes. One typed method per state change (propose, dropped, implemented, failed,
 result, rejected, linked, cancelled, stopped, backfilled, and screening's three), and each tells the
 observers itself, so no write path can skip them: before this module, a backfilled decision was
 written straight to the ledger and never reached W&B. The one observer wired today is the W&B mirror
-(app.make_lifecycle); the dashboard and `status` are other processes and read git by its changes
+(daemon/makelifecycle.py); the dashboard and `status` are other processes and read git by its changes
 (store/livepop.py), not by hearing events.
 
 Observers are given at construction (`Lifecycle(repo, observers=[...])`), never added later; each is
@@ -106,7 +106,8 @@ class Lifecycle:
         """Every note written inside: one notes commit per notes ref (store/gitnotes.py). The observers
         hear of the changes made inside after those writes are flushed, never before (a W&B run for a
         note never written, when the flush failed); a failed flush raises, as it always did, and tells
-        nobody. Nested: the outer block flushes and tells."""
+        nobody. Nested: the outer block flushes and tells. The project opens a notes batch only here
+        (tests/test_lifecycle.py): one opened around the writer would flush after the writer told."""
         if getattr(self._held, "events", None) is not None:
             yield
             return

@@ -1,7 +1,8 @@
 """Mirror finished trials to Weights & Biases: one W&B run per result note (an observer of
 the lifecycle writer, store/lifecycle.py: results, linked, rejected and backfilled notes, each told
-once it is in git). app.make_lifecycle builds it (`make_mirror`) before the writer and gives the
-writer `mirror.written` as an observer, so no write path can skip it; a backfilled decision updates the run of the same note (`resume="allow"`).
+once it is in git). makelifecycle.make_lifecycle builds it (`make_mirror`) before the writer and
+gives the writer `mirror.written` as an observer, so no write path can skip it; a backfilled
+decision updates the run of the same note (`resume="allow"`).
 
 Runs are grouped by epoch (`group`), typed by origin (`job_type`) and tagged with origin, status and
 decision. The config is built from an explicit allow-list (idea id, title, origin, parents, epoch,
@@ -197,7 +198,7 @@ class WandbMirror:
 
 
 def make_mirror(cfg, research) -> WandbMirror | None:
-    """The mirror when [wandb] enabled = true (and wandb is installed), for app.make_lifecycle to give the
+    """The mirror when [wandb] enabled = true (and wandb is installed), for makelifecycle.py to give the
     lifecycle writer as an observer (`mirror.written`) when it builds it; None otherwise. W&B files go
     to the state dir (inside the research repo's git dir) unless WANDB_DIR says otherwise."""
     if not cfg.wandb.enabled or cfg.wandb.mode == "disabled":
