@@ -92,8 +92,9 @@ def build_daemon(cfg: Config, with_llm: bool = True):
     if research.configured:
         log.info("%s", research.configured)
     if research.manifest.deterministic:
-        # a deterministic run gives the same value for every seed: more baseline seeds measure nothing
-        cfg.policy.baseline_seeds = 1
+        # a deterministic run gives the same value for every seed: more baseline seeds measure nothing.
+        # Every part below is built with a config derived from the caller's, which stays as it was loaded
+        cfg = cfg.model_copy(update={"policy": cfg.policy.model_copy(update={"baseline_seeds": 1})})
     runner = make_runner(cfg, research)
     # the one writer of idea state changes, shared by every part and told of every note by itself: the
     # W&B mirror, given to it here, hears the backfill too

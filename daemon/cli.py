@@ -87,8 +87,8 @@ def cmd_start(args, cfg) -> int:
     from autoresearchd.app import build_daemon
     from autoresearchd.validate import require_valid
     from autoresearchd.views.progress import render_progress
-    if args.max_ideas is not None:
-        cfg.daemon.max_ideas = args.max_ideas
+    if args.max_ideas is not None:      # a config derived from the loaded one, which stays as it was loaded
+        cfg = cfg.model_copy(update={"daemon": cfg.daemon.model_copy(update={"max_ideas": args.max_ideas})})
     warnings = require_valid(cfg)        # the same checks as `doctor`, before anything is created
     _refuse_second_daemon(cfg)
     daemon = build_daemon(cfg)
@@ -223,6 +223,15 @@ def cmd_adopt(args, cfg) -> int:
     return 0
 
 
+def _count(text: str) -> int:
+    """An argument that counts (0 or more): checked when parsed, as daemon.max_ideas is in a file (the
+    derived config is not validated again)."""
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{n}: must be 0 or more")
+    return n
+
+
 def _ask_command(f) -> int | None:
     """On a terminal: which of the training commands found becomes `run` (Enter keeps the first)."""
     console.print("training commands found:", markup=False)
@@ -287,7 +296,7 @@ def parser() -> argparse.ArgumentParser:
     s = _command(sub, "start", help="run the daemon (foreground unless --detach)")
     s.add_argument("--detach", action="store_true", help="run in the background; log to the state dir")
     s.add_argument("--until", choices=["idle", "first-note"], help="exit when idle / at the first result note")
-    s.add_argument("--max-ideas", type=int, default=None, help="stop proposing after this many ideas")
+    s.add_argument("--max-ideas", type=_count, default=None, help="stop proposing after this many ideas")
     s = _command(sub, "stop", help="stop a running daemon (graceful; --now for immediate)")
     s.add_argument("--now", action="store_true", help="stop at once instead of finishing the tick")
     s = _command(sub, "status", help="daemon, slots, counts, spend and best result (reads git)")

@@ -1,4 +1,5 @@
-"""The daemon's vocabulary: every status, decision, lease state, origin and trial purpose, as enums.
+"""The daemon's vocabulary: every status, decision, lease state, origin, trial purpose, host and slot
+state, as enums.
 
 One module, so a decision is spelled once. Each enum is a `str` enum: a member equals its value
 (`Decision.PROMOTED == "promoted"`), so notes written before this module read back unchanged, a
@@ -88,6 +89,23 @@ class Purpose(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class HostState(StrEnum):
+    """A host as this daemon sees it now (engine/health.py's breaker, the runner's connection): daemon.json's
+    `hosts`, read by `status`. In memory only, never in git. A StrEnum: it prints as its value."""
+    OK = "ok"
+    DEGRADED = "degraded"          # its breaker is open (a host fault): no new trial until a probe passes
+    UNREACHABLE = "unreachable"    # the runner cannot reach it (the connection error is the reason)
+
+
+class SlotState(StrEnum):
+    """A runner slot in daemon.json's `slots` (engine/slots.py), read by `status`, the progress line and
+    the dashboard's slot table."""
+    FREE = "free"
+    BUSY = "busy"                  # a trial runs there (more may be staged behind it)
+    DEGRADED = "degraded"          # its host's breaker is open
+    UNREACHABLE = "unreachable"    # its host does not answer
 
 
 # The best results, and the good ones (a dashboard colour, a policy's parent pool).

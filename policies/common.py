@@ -57,9 +57,13 @@ class LLMPolicy(Policy):
 
     def __init__(self, cfg, prompts_dir=None, lessons_store=None, tuning=None):
         super().__init__(cfg, prompts_dir, lessons_store, tuning)
-        self.prompts = Prompts(prompts_dir, cfg.prompt_token_budget, tuning)
         # the daemon passes one kept in git (store/lessons.py); the simulator keeps them in memory
         self.lessons_store = lessons_store if lessons_store is not None else lessons.MemoryStore()
+        # the prompts read the lessons from the store when they are rendered (its load is cached, and
+        # save updates the cache), so an update is in the next prompt with nothing set afterwards
+        shown = self.shows_lessons and cfg.lessons_every > 0
+        self.prompts = Prompts(prompts_dir, cfg.prompt_token_budget, tuning,
+                               lessons=(lambda: self.lessons_store.load().text) if shown else None)
         self._index: DuplicateIndex | None = None
         self._novel: DuplicateIndex | None = None      # the novelty gate's looser index
         self._llm = None                               # for the novelty judge
@@ -145,12 +149,11 @@ class LLMPolicy(Policy):
         return out
 
     def _lessons(self, population, env, llm) -> None:
-        """Bring the lessons scratchpad up to date (when due) and put it in the prompts."""
+        """Bring the lessons scratchpad up to date (when due): the prompts read it from the store."""
         c = lessons.update(self.lessons_store, self.prompts, population, env, llm, self.cfg.lessons_every)
         if c is not None:          # billed like the judge's calls: onto the next proposal
             usd, tok = self._unbilled
             self._unbilled = (usd + c.cost_usd, tok + c.input_tokens + c.output_tokens)
-        self.prompts.lessons = self.lessons_store.load().text
 
     def _pick_model(self, population, env, llm) -> str | None:
         """With a model ensemble, the bandit's model for the next batch; else None (the one model)."""

@@ -72,8 +72,9 @@ class DuplicateIndex:
         proto = MinHash(num_perm=num_perm)
         # Shared permutations: no per-text regeneration. datasketch >= 2 also wants their scheme.
         self._mh_kw = {"num_perm": num_perm, "permutations": proto.permutations, "hashfunc": _word_hash}
-        if hasattr(proto, "scheme"):
-            self._mh_kw["scheme"] = proto.scheme
+        scheme = getattr(proto, "scheme", None)         # a datasketch version probe: set from 2.0 on
+        if scheme is not None:
+            self._mh_kw["scheme"] = scheme
         self._texts: dict[str, str] = {}                         # key -> normalized text
         self._exact: dict[str, str] = {}                         # normalized text -> first key
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -267,11 +268,13 @@ def avoid_titles(titles: list[str]) -> str:
 class Prompts:
     """Loads a policy's templates (overridable per file) and renders the shared blocks."""
 
-    def __init__(self, prompts_dir: str | Path | None = None, token_budget: int | None = None, tuning=None):
+    def __init__(self, prompts_dir: str | Path | None = None, token_budget: int | None = None, tuning=None,
+                 lessons: Callable[[], str] | None = None):
         self.prompts_dir = prompts_dir
         self._cache: dict[str, str] = {}
         self.token_budget = token_budget      # prompt size cap (policy.prompt_token_budget); None: none
-        self.lessons = ""                     # the lessons scratchpad (policies/lessons.py), when kept
+        # () -> the lessons scratchpad's text as kept now (policies/lessons.py), when the policy shows it
+        self.lessons = lessons
         # (population, env) -> the tuning section (daemon/tune/surface.py's prompt_block), with [tune] on
         self.tuning = tuning
 
@@ -305,10 +308,11 @@ class Prompts:
     def lessons_block(self, population, env) -> str:
         text = self.tuning(population, env).strip() if self.tuning is not None else ""
         tuning = ("\n" + text + "\n") if text else ""
-        if not self.lessons.strip():
+        lessons = self.lessons().strip() if self.lessons is not None else ""
+        if not lessons:
             return tuning
         return ("## Lessons from earlier results\n\nWhat all results so far taught, including those "
-                "not shown here:\n\n" + self.lessons.strip() + "\n") + tuning
+                "not shown here:\n\n" + lessons + "\n") + tuning
 
     def page(self, name: str, population, env, n: int, with_baseline: bool = True, **values) -> str:
         """A full user prompt: template `name` with the task and format blocks filled in. Values that

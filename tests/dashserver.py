@@ -75,12 +75,13 @@ def ok_note(value: float, baseline: float, decision: str, values: list[float] | 
 
 def chromium():
     """A headless Chromium driven by Selenium (skips when either is missing), logging the JS console."""
-    import pytest
+    import pytest   # lazy: bench/dashboard_shots.py imports this module outside pytest
+    from needs import need
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the dev extra)")
     driver_path = shutil.which("chromedriver")
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not driver_path or not browser:
-        pytest.skip("chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)")
+    need("chromium", None if driver_path and browser else
+         "chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)")
     from selenium.webdriver.chrome.service import Service
     opts = webdriver.ChromeOptions()
     opts.binary_location = browser

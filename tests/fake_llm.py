@@ -183,6 +183,7 @@ class FakeLLM:
             def _answer(self, item: Any, req: Request) -> None:
                 while isinstance(item, Delay):
                     if fake._stop.wait(item.seconds):
+                        self.close_connection = True    # closing: hang up, or the client waits out its time-out
                         return
                     item = item.then
                 openai = req.path.rstrip("/").endswith("/chat/completions")

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from needs import need
 
 from autoresearchd.app import build_daemon
 from autoresearchd.config import load_config
@@ -98,7 +99,7 @@ def tiny_disk(ssh_fleet):
     p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)], capture_output=True, text=True)
     if p.returncode != 0:
         d.rmdir()
-        pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()}")
+        need("tmpfs", f"cannot mount one here: {p.stderr.strip()}")
     d.chmod(0o777)
     yield d
     ssh_fleet.kill_trials()

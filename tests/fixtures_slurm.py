@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from needs import need
 
 SBIN = Path("/usr/sbin")
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -324,7 +325,7 @@ def slurm_cluster():
         try:
             _SHARED = start_cluster()
         except SlurmUnavailable as e:
-            pytest.skip(str(e))
+            need("slurm", str(e))
     _USERS += 1
     try:
         yield _SHARED

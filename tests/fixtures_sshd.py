@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from needs import need
 
 SSHD = "/usr/sbin/sshd"
 TEST_USER = "ardtest"
@@ -51,6 +52,11 @@ MaxStartups 64
 
 def have_sshd() -> bool:
     return os.access(SSHD, os.X_OK) and shutil.which("ssh-keygen") is not None
+
+
+def sshd_missing() -> str | None:
+    """None where sshd (and ssh-keygen) are installed, else why not: for tests/needs.py."""
+    return None if have_sshd() else f"{SSHD} is not installed (apt-get install openssh-server)"
 
 
 def free_port() -> int:
@@ -268,8 +274,7 @@ _SHARED: Fleet | None = None
 def ssh_fleet():
     """Two loopback sshd hosts for the whole session (one instance even if several modules import this)."""
     global _SHARED
-    if not have_sshd():
-        pytest.skip(f"{SSHD} is not installed (apt-get install openssh-server)")
+    need("sshd", sshd_missing())
     if _SHARED is None:
         _SHARED = Fleet(n=2)
     yield _SHARED

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from needs import not_here
 
 from test_adopt import fill_in as adopt_fill_in
 
@@ -35,7 +36,7 @@ from test_adopt import MODEL
 pytest.importorskip("torch", reason="the nanoGPT-shaped repo trains with torch")
 pytest.importorskip("numpy", reason="the nanoGPT-shaped repo keeps its tokens as numpy uint16")
 if local_gpu_count():
-    pytest.skip("these tests check adopt's choices on a host without a CUDA device", allow_module_level=True)
+    not_here("these tests check adopt's choices on a host without a CUDA device", module=True)
 
 TRAIN = '''"""Train the small GPT on data/<dataset>/{train,val}.bin (uint16 tokens) and save out_dir/ckpt.pt."""
 import os

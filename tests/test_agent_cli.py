@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from needs import need
 from rich.console import Console
 
 from autoresearchd.app import make_llm
@@ -42,12 +43,9 @@ def cli_binary(kind: str) -> str | None:
 def needs(kind: str) -> str:
     exe = cli_binary(kind)
     if exe is None:
-        pytest.skip(f"the {BIN[kind]} CLI is not installed (npm install --prefix tests/agent_cli; .ci/run does)")
-    if shutil.which("node") is None:
-        pytest.skip("node is not installed")
-    why = sandbox.get("bwrap").available()
-    if why:
-        pytest.skip(f"bubblewrap sandbox unavailable: {why}")
+        need(f"the {BIN[kind]} CLI", "not installed (npm install --prefix tests/agent_cli; .ci/run does)")
+    need("node", None if shutil.which("node") else "not installed")
+    need("bwrap", sandbox.get("bwrap").available())
     return exe
 
 

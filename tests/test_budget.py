@@ -12,6 +12,7 @@ ssh (an unprivileged account: the rusage of the sandbox's reaped tree).
 from __future__ import annotations
 
 import pytest
+from needs import needs
 
 from autoresearchd.manifest import EnvManifest
 from autoresearchd.runners import sandbox as sandboxes
@@ -66,8 +67,7 @@ def ssh_runner(fleet) -> str:
             f'work_root = "{h.work_root}"\n')
 
 
-@pytest.mark.skipif(sandboxes.get("bwrap").available() is not None,
-                    reason=f"bubblewrap is needed: {sandboxes.get('bwrap').available()}")
+@needs("bwrap", sandboxes.get("bwrap").available())
 @pytest.mark.parametrize("where", ["local", "ssh"])
 def test_an_idea_that_trains_longer_is_over_budget_and_never_promoted(make_repo, tmp_path, request, where):
     runner = ('kind = "local"\nslots = 2\nsandbox = "bwrap"' if where == "local"

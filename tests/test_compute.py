@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from needs import needs
 from fixtures_sshd import ssh_fleet  # noqa: F401  (fixture, started only when an ssh case runs)
 from test_runner_contract import make_local, make_ssh, manifest, wait_done
 
@@ -26,8 +27,7 @@ from autoresearchd.runners import sandbox as sandboxes
 from autoresearchd.runners.base import PollState, TrialSpec
 from autoresearchd.runners.limits import Limit
 
-pytestmark = pytest.mark.skipif(sandboxes.get("bwrap").available() is not None,
-                                reason=f"bubblewrap is needed: {sandboxes.get('bwrap').available()}")
+pytestmark = needs("bwrap", sandboxes.get("bwrap").available())
 
 RUNNERS = {"local": make_local, "ssh": make_ssh}
 CODE = {"x.txt": "x\n"}

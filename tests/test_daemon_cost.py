@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from needs import needs
 
 from autoresearchd.app import build_daemon
 from autoresearchd.config import RunnerCfg, load_config
@@ -30,7 +31,7 @@ from autoresearchd.store.refs import ARCHIVE_PREFIX, LOGS_PREFIX, NOTES_REF
 from conftest import branch_idea, git, write_config
 from fixtures_slurm import tar_of
 
-needs_strace = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is needed to count the processes")
+needs_strace = needs("strace", None if shutil.which("strace") else "not installed (apt-get install strace)")
 
 
 @contextmanager

@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from needs import need
 
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ledger import Ledger
@@ -278,8 +279,7 @@ def test_doctor_run_log_tail_is_labelled_and_inert(make_repo, tmp_path):
 def test_a_real_terminal_shows_the_real_lines(hostile, tmp_path, term):
     """tmux at 80x40: after status and show, the screen still holds the real lines (nothing cleared or
     overwritten), no text is concealed, and the window title is the session's own."""
-    if not shutil.which("tmux"):
-        pytest.skip("tmux is not installed (apt-get install tmux)")
+    need("tmux", None if shutil.which("tmux") else "not installed (apt-get install tmux)")
     cfg, best, failed, branch = hostile
     sock = f"esc-{uuid.uuid4().hex[:8]}"
     done = tmp_path / "done"

@@ -16,7 +16,8 @@ import time
 
 import pytest
 from fixtures_hosts import Running, counted_run, host_toml, no_ssh_config, on_host, shared_dir, ssh_cfg  # noqa: F401
-from fixtures_sshd import have_sshd, ssh_fleet  # noqa: F401
+from fixtures_sshd import ssh_fleet, sshd_missing  # noqa: F401
+from needs import needs
 
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.notes import Status
@@ -25,8 +26,7 @@ from autoresearchd.store.population import read_population
 from conftest import TOY_RUN, branch_idea
 from fixtures_reliability import invariants, wait_for
 
-if not have_sshd():
-    pytest.skip("/usr/sbin/sshd is not installed (apt-get install openssh-server)", allow_module_level=True)
+pytestmark = needs("sshd", sshd_missing())
 
 
 @pytest.mark.parametrize("ttl", [120.0, 3.0], ids=["harvest-after-restart", "requeue-after-ttl"])

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from fixtures_hosts import (Running, counted_run, host_toml, no_ssh_config, on_host, shared_dir,  # noqa: F401
                             ssh_cfg, tiny_disk)
-from fixtures_sshd import have_sshd, ssh_fleet  # noqa: F401
+from fixtures_sshd import ssh_fleet, sshd_missing  # noqa: F401
+from needs import needs
 from rich.console import Console
 
 from autoresearchd.store.gitrepo import GitRepo
@@ -31,8 +32,7 @@ from autoresearchd.views.observe import status
 from conftest import TOY_RUN, branch_idea
 from fixtures_reliability import invariants, wait_for
 
-if not have_sshd():
-    pytest.skip("/usr/sbin/sshd is not installed (apt-get install openssh-server)", allow_module_level=True)
+pytestmark = needs("sshd", sshd_missing())
 
 
 def started(counter: Path) -> list[str]:

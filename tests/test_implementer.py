@@ -4,6 +4,7 @@ checks. Self-revision, API errors, garbage, budgets, frozen files, and the promp
 import json
 
 import pytest
+from needs import needs
 
 from autoresearchd.app import make_llm
 from autoresearchd.makelifecycle import make_lifecycle
@@ -201,7 +202,7 @@ def test_complete_diff_with_wrong_counts_is_recounted(setup):
     assert b"x = 0.5" in research.repo.read_files(branch, ["run.py"])["run.py"]
 
 
-@pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap is needed for the sandboxed check")
+@needs("bwrap", None if __import__("shutil").which("bwrap") else "bubblewrap is needed for the sandboxed check")
 def test_the_check_runs_the_ideas_code_in_the_sandbox(setup):
     """The check executes LLM-written code on the daemon's machine: in the sandbox, the research
     repo's .git (its hooks) is out of reach."""

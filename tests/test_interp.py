@@ -19,20 +19,22 @@ import uuid
 from pathlib import Path
 
 import pytest
+from needs import need, needs, not_here
 
 from autoresearchd.config import HostCfg, RunnerCfg
 from autoresearchd.manifest import EnvManifest
 from autoresearchd.runners import sandbox as sandboxes
 from autoresearchd.runners.local import LocalRunner
 
-from fixtures_sshd import Fleet, have_sshd
+from fixtures_sshd import Fleet, sshd_missing
 from test_runner_contract import run_trial
 
 BWRAP = sandboxes.get("bwrap")
-needs_bwrap = pytest.mark.skipif(BWRAP.available() is not None, reason=f"bubblewrap is needed: {BWRAP.available()}")
+needs_bwrap = needs("bwrap", BWRAP.available())
 SYSTEM_PY = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.access(p, os.X_OK)), None)
-needs_system_python = pytest.mark.skipif(SYSTEM_PY is None, reason="a system python3 (/usr/bin/python3) is "
-                                         "needed to build the layouts (the fleet's login cannot read this venv's)")
+NO_SYSTEM_PY = None if SYSTEM_PY else ("no /usr/bin/python3: it builds the layouts (the fleet's login cannot "
+                                       "read this venv's)")
+needs_system_python = needs("system python3", NO_SYSTEM_PY)
 KINDS = ("pyenv", "asdf", "mise", "conda", "venv")
 BASH = "#!/usr/bin/env bash\n"
 
@@ -131,8 +133,7 @@ def build(kind: str, root: Path, base_py: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def layouts():
     """{kind: PATH entries} under one world-readable root (the fleet's login must read it)."""
-    if SYSTEM_PY is None:
-        pytest.skip("a system python3 is needed to build the layouts")
+    need("system python3", NO_SYSTEM_PY)
     root = Path(tempfile.mkdtemp(prefix="ard-interp-"))
     root.chmod(0o755)
     try:
@@ -175,8 +176,7 @@ def test_local_trial_runs_the_configured_interpreter_through_its_shim(kind, layo
 @pytest.fixture(scope="module")
 def env_fleet():
     """One sshd host that takes PATH from authorized_keys (`environment=`), rewritten per test."""
-    if not have_sshd():
-        pytest.skip("/usr/sbin/sshd is not installed (apt-get install openssh-server)")
+    need("sshd", sshd_missing())
     with Fleet(n=1, extra_config="PermitUserEnvironment yes\n") as f:
         yield f
 
@@ -352,10 +352,11 @@ def _real_pyenv_shim() -> str | None:
 
 
 @needs_bwrap
-@pytest.mark.skipif(_real_pyenv_shim() is None, reason="this machine's python3 is not a pyenv shim")
 def test_the_machines_own_pyenv_shim(tmp_path):
     """This machine's real pyenv (when python3 on PATH is its shim), named as runner.python."""
     shim = _real_pyenv_shim()
+    if shim is None:
+        not_here("this machine's python3 is not a pyenv shim")
     m = EnvManifest(run="python3 -c 'import sys; print(sys.executable)' && echo --- && echo 'score: 1'",
                     metric="score", time_budget_s=60)
     r = LocalRunner(RunnerCfg(sandbox="bwrap", python=shim), m, tmp_path / "trials")

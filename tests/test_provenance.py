@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from needs import needs
 from rich.console import Console
 
 from autoresearchd.config import WandbCfg, load_config
@@ -24,7 +25,7 @@ from autoresearchd.store.trailers import Trailers
 from autoresearchd.store.trust import suspicion
 
 from conftest import TOY_EVAL, TOY_RUN, branch_idea, git, run_until_settled, write_config
-from fixtures_sshd import have_sshd, ssh_fleet  # noqa: F401
+from fixtures_sshd import ssh_fleet, sshd_missing  # noqa: F401
 
 M = EnvManifest(run="x", metric="val_loss", goal="min", plausible=(2.5, 12.0))
 FAKE_KEY = "sk-ant-FAKE-trust-test-0123456789"
@@ -280,7 +281,7 @@ def test_progress_renders_a_markup_title_as_text():
 
 
 # -- the same policy on the ssh runner (real sshd on loopback) ---------------------------------------------
-@pytest.mark.skipif(not have_sshd(), reason="/usr/sbin/sshd is not installed (apt-get install openssh-server)")
+@needs("sshd", sshd_missing())
 def test_ssh_runner_hack_and_tamper_are_suspicious_forged_trailers_ignored(ssh_fleet, make_repo, tmp_path,  # noqa: F811
                                                                            monkeypatch):
     monkeypatch.setenv("AUTORESEARCHD_SSH_CONFIG", os.devnull)

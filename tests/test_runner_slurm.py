@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from needs import need
 from fixtures_slurm import make_slurm_runner, slurm_cluster, tar_of  # noqa: F401  (fixture)
 
 from fixtures_sshd import ssh_fleet  # noqa: F401  (fixture: the ssh runner's loopback fleet, for the login node)
@@ -151,8 +152,7 @@ def test_sbatch_argv_quotes_and_orders():
 
 def test_controller_down_is_unreachable_not_lost(tmp_path):
     """Real client commands against a controller port nobody listens on (no cluster needed)."""
-    if not shutil.which("squeue"):
-        pytest.skip("Slurm client commands not installed (apt-get install slurm-client)")
+    need("slurm", None if shutil.which("squeue") else "Slurm client commands not installed (apt-get install slurm-client)")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -10,10 +10,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from fixtures_sshd import free_port, have_sshd, ssh_fleet  # noqa: F401
+from fixtures_sshd import free_port, ssh_fleet, sshd_missing  # noqa: F401
+from needs import needs
 
-if not have_sshd():
-    pytest.skip("/usr/sbin/sshd is not installed (apt-get install openssh-server)", allow_module_level=True)
+pytestmark = needs("sshd", sshd_missing())
 
 from autoresearchd.config import HostCfg, RunnerCfg  # noqa: E402
 from autoresearchd.manifest import EnvManifest  # noqa: E402

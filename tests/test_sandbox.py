@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from needs import needs
 
 from autoresearchd.config import RunnerCfg
 from autoresearchd.manifest import EnvManifest
@@ -24,7 +25,7 @@ from autoresearchd.runners.local import LocalRunner, LocalShell
 from conftest import TOY_EVAL, TOY_MANIFEST, TOY_RUN, sleeper, sleeper_pids
 
 BWRAP = sandboxes.get("bwrap")
-needs_bwrap = pytest.mark.skipif(BWRAP.available() is not None, reason=f"bubblewrap is needed: {BWRAP.available()}")
+needs_bwrap = needs("bwrap", BWRAP.available())
 PATH = f"{os.path.dirname(sys.executable)}:/usr/bin:/bin"
 
 

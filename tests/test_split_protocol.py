@@ -19,6 +19,7 @@ import time
 import uuid
 
 import pytest
+from needs import need, needs
 
 from autoresearchd.config import RunnerCfg
 from autoresearchd.manifest import EnvManifest
@@ -26,10 +27,9 @@ from autoresearchd.runners import sandbox as sandboxes
 from autoresearchd.runners.base import PollState, TrialSpec
 from autoresearchd.runners.local import LocalRunner
 
-from fixtures_sshd import have_sshd, ssh_fleet  # noqa: F401  (fixture)
+from fixtures_sshd import ssh_fleet, sshd_missing  # noqa: F401  (fixture)
 
-pytestmark = pytest.mark.skipif(sandboxes.get("bwrap").available() is not None,
-                                reason=f"bubblewrap is needed: {sandboxes.get('bwrap').available()}")
+pytestmark = needs("bwrap", sandboxes.get("bwrap").available())
 
 SCORER = r'''import os, sys
 phase, io = os.environ.get("AUTORESEARCH_EVAL_PHASE"), os.environ.get("AUTORESEARCH_MODEL_IO")
@@ -113,8 +113,7 @@ def outcomes(request, tmp_path_factory):
     if request.param == "local":
         runner = LocalRunner(RunnerCfg(kind="local", slots=2, sandbox="bwrap"), m, str(work))
     else:
-        if not have_sshd():
-            pytest.skip("/usr/sbin/sshd is not installed (apt-get install openssh-server)")
+        need("sshd", sshd_missing())
         import os
         from autoresearchd.runners.ssh import SSHRunner
         fleet = request.getfixturevalue("ssh_fleet")

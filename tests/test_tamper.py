@@ -31,6 +31,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from needs import needs
 
 from autoresearchd.runners import sandbox as sandboxes
 from autoresearchd.store.gitrepo import GitRepo
@@ -40,8 +41,7 @@ from conftest import branch_idea
 from fixtures_reliability import run_until_idle, write_cfg
 from fixtures_sshd import ssh_fleet  # noqa: F401  (fixture)
 
-pytestmark = pytest.mark.skipif(sandboxes.get("bwrap").available() is not None,
-                                reason=f"bubblewrap is needed: {sandboxes.get('bwrap').available()}")
+pytestmark = needs("bwrap", sandboxes.get("bwrap").available())
 
 MANIFEST = """[env]
 name = "tamper"

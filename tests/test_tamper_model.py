@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from needs import need, needs
 
 torch = pytest.importorskip("torch", reason="torch is needed to build the TorchScript artifacts")
 
@@ -38,10 +39,9 @@ from autoresearchd.runners.base import PollState, TrialSpec  # noqa: E402
 from autoresearchd.runners.local import LocalRunner  # noqa: E402
 from autoresearchd.store.notes import Note, Status, Trial, format_note, parse_note  # noqa: E402
 
-from fixtures_sshd import have_sshd, ssh_fleet  # noqa: E402,F401  (fixture)
+from fixtures_sshd import ssh_fleet, sshd_missing  # noqa: E402,F401  (fixture)
 
-pytestmark = pytest.mark.skipif(sandboxes.get("bwrap").available() is not None,
-                                reason=f"bubblewrap is needed: {sandboxes.get('bwrap').available()}")
+pytestmark = needs("bwrap", sandboxes.get("bwrap").available())
 
 ENV = Path(__file__).resolve().parent.parent / "envs" / "tinygpt"
 HONEST = math.log(256)            # a zeros model's val_loss: the uniform guess
@@ -252,8 +252,7 @@ def outcomes(request, tmp_path_factory):
         runner = LocalRunner(RunnerCfg(kind="local", slots=2, sandbox="bwrap", sandbox_binds=deps_binds()),
                              parse_manifest((ENV / ".autoresearch.toml").read_text()), work)
     else:
-        if not have_sshd():
-            pytest.skip("/usr/sbin/sshd is not installed (apt-get install openssh-server)")
+        need("sshd", sshd_missing())
         fleet = request.getfixturevalue("ssh_fleet")
         os.makedirs(work, exist_ok=True)
         os.chmod(root, 0o755)

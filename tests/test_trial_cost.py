@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from needs import needs
 
 from autoresearchd.config import RunnerCfg
 from autoresearchd.manifest import EnvManifest
@@ -24,8 +25,8 @@ from autoresearchd.runners.local import LocalRunner
 from fixtures_slurm import tar_of     # the runner tests' shared in-memory tar
 
 BWRAP = sandboxes.get("bwrap")
-needs_bwrap = pytest.mark.skipif(BWRAP.available() is not None, reason=f"bubblewrap is needed: {BWRAP.available()}")
-needs_strace = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is needed to count the processes")
+needs_bwrap = needs("bwrap", BWRAP.available())
+needs_strace = needs("strace", None if shutil.which("strace") else "not installed (apt-get install strace)")
 NOOP = "echo ---; echo score: 1"
 # Processes a no-op trial may start, its two sandboxes and steps included. This tree starts 20
 # sandboxed, 18 bare (root, cgroups v2 + v1: the most groups limits.sh makes); 33 and 31 before the

@@ -19,7 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
+from needs import need, needs
 from test_trial_cost import processes_of, stage
 
 from autoresearchd import runners
@@ -27,8 +27,8 @@ from autoresearchd.runners import sandbox as sandboxes
 
 LIMITS_SH = Path(runners.__file__).parent / "limits.sh"
 BWRAP = sandboxes.get("bwrap")
-needs_bwrap = pytest.mark.skipif(BWRAP.available() is not None, reason=f"bubblewrap is needed: {BWRAP.available()}")
-needs_strace = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is needed to run the staged trial")
+needs_bwrap = needs("bwrap", BWRAP.available())
+needs_strace = needs("strace", None if shutil.which("strace") else "not installed (apt-get install strace)")
 
 
 def limits_sh(script: str, *pre: str) -> str:
@@ -64,8 +64,8 @@ def test_the_cpu_count_is_what_nproc_counts():
         assert n == want == "1", (n, want)
 
 
-needs_groups = pytest.mark.skipif(os.geteuid() != 0 or not Path("/sys/fs/cgroup").is_dir(),
-                                  reason="root and a cgroup hierarchy are needed for the trial's own groups")
+needs_groups = needs("cgroups", None if os.geteuid() == 0 and Path("/sys/fs/cgroup").is_dir() else
+                     "root and a cgroup hierarchy are needed for the trial's own groups")
 
 
 @needs_bwrap
@@ -74,7 +74,7 @@ needs_groups = pytest.mark.skipif(os.geteuid() != 0 or not Path("/sys/fs/cgroup"
 def test_the_trials_groups_are_made_used_and_removed(tmp_path):
     roots = writable_roots()
     if not roots:
-        pytest.skip("no cgroup hierarchy here lets this user make a group")
+        need("cgroups", "no cgroup hierarchy here lets this user make a group")
     # a stale group a killed wrapper left (two hours old, with a step group in it), and a recent one
     stale, recent = [r / f"autoresearchd-stale-{os.getpid()}" for r in roots], roots[0] / f"autoresearchd-recent-{os.getpid()}"
     try:

@@ -58,11 +58,16 @@ def test_the_scan_flags_every_position_and_nothing_unrelated(tmp_path):
         'RANK = {"baseline": 0, "confirm": 2}': "Purpose values",
         'class Lease:\n    state: str = "running"': "LeaseState.RUNNING",
         'def decide(v):\n    return "improved" if v else "worse"': "Decision.IMPROVED",
+        'ok = h.state != "degraded"': "HostState.DEGRADED",
+        'row = {"state": "ok", "reason": None}': "HostState.OK",
+        'row.update(state="unreachable")': "HostState.UNREACHABLE",
+        'n = sum(1 for s in slots if s.get("state") == "busy")': "SlotState.BUSY",
+        'ok = n.decision == "suspicious"': "Status.SUSPICIOUS: a dead comparison",   # a status, never a decision
+        'ok = (n.decision or "") == "suspicious"': "Status.SUSPICIOUS: a dead comparison",
     }
     unrelated = [
         'row = {"running": 3, "queued": 1, "epoch": 2}',              # a payload's field names
         'word = "done"\nok = word in ("done", "here", "missing")',     # a runner's own poll words
-        'ok = n.decision == "suspicious"',                               # not a Decision: a newer daemon's
         'row = dict(status="baseline", colour="failed")',               # a view's own words
         'name = "best_of_n"\nPAGE = self.page("exploit")',               # a policy's name, a prompt page
         'pairs = (("implementing", "implementing"), ("duplicates", "x"))',
@@ -78,6 +83,36 @@ def test_the_scan_flags_every_position_and_nothing_unrelated(tmp_path):
     for k, (src, member) in enumerate(flagged.items()):
         assert any(f.startswith(f"daemon/f{k}.py:") and member in f for f in found), (src, found)
     assert not [f for f in found if f.startswith("daemon/u")], found
+
+
+def test_the_scan_flags_any_vocabulary_word_compared_or_returned_where_ideas_are_judged_and_shown(tmp_path):
+    """In daemon/engine/, daemon/views/ and policies/ a status, decision, host or slot state word is flagged
+    in any comparison, return or container, whatever the name (the literals views/board.py had); elsewhere
+    only keyed positions are; a line saying `# own word:` is passed over."""
+    anywhere = {
+        'def reason(n):\n    st = n.note.status\n    if st == "duplicate":\n        return "x"': "Status.DUPLICATE",
+        'def reason(n):\n    return "implement_failed"': "Status.IMPLEMENT_FAILED",
+        'GROUPS = ("implement_failed", "check_failed", "crashed", "timed_out")': "Status.TIMED_OUT",
+        'def f(word):\n    return word in ("free", "gone")': "SlotState.FREE",
+        'def colour(i):\n    return "worse"': "Decision.WORSE",
+    }
+    passed = [
+        'def colour(i):\n    return "worse"  # own word: a CSS class',
+        'def counts(h):\n    return {"queued": 1, "running": 2, "epoch": 3}',        # a payload's field names
+        'def pick(name):\n    return name == "exploit"',                              # an origin: keyed positions only
+    ]
+    dirs = ("daemon/engine", "daemon/views", "policies")
+    for d in (*dirs, "daemon/store"):
+        (tmp_path / d).mkdir(parents=True)
+        for k, src in enumerate(anywhere):
+            (tmp_path / d / f"a{k}.py").write_text(src + "\n")
+        for k, src in enumerate(passed):
+            (tmp_path / d / f"p{k}.py").write_text(src + "\n")
+    found = scan(tmp_path)
+    for d in dirs:
+        for k, (src, member) in enumerate(anywhere.items()):
+            assert any(f.startswith(f"{d}/a{k}.py:") and member in f for f in found), (d, src, found)
+    assert not [f for f in found if f.startswith("daemon/store/") or "/p" in f.split(":")[0]], found
 
 
 # -- the vocabulary table in docs/notes.md --------------------------------------------------------
@@ -233,3 +268,32 @@ def test_payloads_are_byte_identical_with_the_enums(tmp_path, monkeypatch):
     assert enums == words
     for word in ('"origin":"exploit"', '"decision":"pending"', '"status":"queued"', '"origin":"baseline"'):
         assert word in enums
+
+
+def test_daemon_json_holds_the_plain_host_and_slot_words(tmp_path):
+    """The host and slot tables daemon.json publishes (engine/health.py, engine/slots.py) hold the
+    members, and their JSON the plain words `status`, the progress line and the dashboard's slot table
+    compare with; the readers count them the same either way."""
+    from autoresearchd.config import Config, RunnerCfg
+    from autoresearchd.engine.health import HostHealth
+    from autoresearchd.engine.slots import SlotTable
+    from autoresearchd.manifest import parse_manifest
+    from autoresearchd.runners.local import LocalRunner
+    from autoresearchd.vocab import HostState, SlotState
+    from conftest import TOY_MANIFEST
+
+    runner = LocalRunner(RunnerCfg(kind="local", slots=2, sandbox="none"), parse_manifest(TOY_MANIFEST), tmp_path)
+    health = HostHealth()
+    table = SlotTable(Config(), runner, health)
+    table.occupy("local/0", "t1")
+    runner.errors["gpu9"] = "connection refused"
+    rows = table.table()
+    assert [r["state"] for r in rows] == [SlotState.BUSY, SlotState.FREE]
+    assert json.loads(json.dumps(rows))[0]["state"] == "busy"
+    health.fault("local", "disk full")
+    assert {r["state"] for r in table.table()} == {SlotState.DEGRADED}
+    hosts = json.loads(json.dumps(table.hosts()))
+    assert hosts["local"]["state"] == "degraded" and hosts["gpu9"] == {"state": "unreachable", "reason": "connection refused"}
+    assert isinstance(table.hosts()["local"]["state"], HostState)
+    health.recovered("local")
+    assert health.usable("local") and table.hosts()["local"]["state"] == HostState.OK == "ok"

@@ -3,10 +3,12 @@
 and sets nothing on a part afterwards; the parts it builds share the one writer.
 
 The rule, read from the source with `ast`: the builders (`make_*`, `build_*` in daemon/app.py,
-daemon/makerunner.py and daemon/makelifecycle.py) assign no attribute of what they built (`cfg.*`, the config itself, may be
-adjusted before use), and the engine (daemon/engine/) assigns nothing on what it was given
-(`self.policy.prompts.x = ...`) and wires nothing with `hasattr`/`setattr` (nor makes its own attributes
-lazily, `getattr(self, name, default)`)."""
+daemon/makerunner.py and daemon/makelifecycle.py) assign no attribute of what they built; the engine (daemon/engine/) and the
+policies (policies/) assign nothing on what they were given (`self.policy.prompts.x = ...`,
+`self.prompts.lessons = ...`) and wire nothing with `hasattr`/`setattr` (nor make their own attributes
+lazily, `getattr(self, name, default)`); and no code changes a loaded config (`cfg.daemon.x = ...`)
+outside daemon/config.py, which loads it: a part that needs another value is given a derived config
+(`cfg.model_copy(update=...)`), so the caller's config stays what the file and the environment said."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ from autoresearchd.store.lessons import GitLessonsStore
 
 
 BUILDERS = ("daemon/app.py", "daemon/makerunner.py", "daemon/makelifecycle.py")
+PARTS = ("daemon/engine", "policies")
+CONFIG_NAMES = ("cfg", "config", "self.cfg", "self.config")      # what the project calls a loaded config
 
 
 def late_in_builders(root: Path = REPO_ROOT) -> list[str]:
@@ -37,19 +41,18 @@ def late_in_builders(root: Path = REPO_ROOT) -> list[str]:
             for n in ast.walk(fn):
                 targets = (n.targets if isinstance(n, ast.Assign) else [n.target]
                            if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else [])
-                bad += [f"{rel}:{n.lineno}: {ast.unparse(t)} =" for t in targets if isinstance(t, ast.Attribute)
-                        and not ast.unparse(t).startswith("cfg.")]
+                bad += [f"{rel}:{n.lineno}: {ast.unparse(t)} =" for t in targets if isinstance(t, ast.Attribute)]
                 if isinstance(n, ast.Call) and ast.unparse(n.func).endswith("attach"):
                     bad.append(f"{rel}:{n.lineno}: {ast.unparse(n.func)}()")
     return bad
 
 
-def late_in_engine(root: Path = REPO_ROOT) -> list[str]:
-    """`file:line: what` for each assignment on an object the engine holds (`self.a.b = ...`) and each
+def late_in_parts(root: Path = REPO_ROOT) -> list[str]:
+    """`file:line: what` for each assignment on an object a part holds (`self.a.b = ...`) and each
     `hasattr`/`setattr` call, or `getattr(self..., name, default)` (an attribute that may not be there
-    yet), in daemon/engine/."""
+    yet), in daemon/engine/ and policies/."""
     bad = []
-    for path in sorted((root / "daemon" / "engine").glob("*.py")):
+    for path in sorted(p for d in PARTS for p in (root / d).rglob("*.py")):
         rel = path.relative_to(root).as_posix()
         for n in ast.walk(ast.parse(path.read_text())):
             targets = (n.targets if isinstance(n, ast.Assign) else [n.target]
@@ -68,17 +71,38 @@ def late_in_engine(root: Path = REPO_ROOT) -> list[str]:
     return bad
 
 
+def config_changed(root: Path = REPO_ROOT) -> list[str]:
+    """`file:line: what` for each assignment to a loaded config's attribute (`cfg.daemon.max_ideas = 3`,
+    `self.cfg.x += 1`) in daemon/ (but daemon/config.py), policies/ and runners/."""
+    bad = []
+    files = [p for d in ("daemon", "policies", "runners") for p in (root / d).rglob("*.py")]
+    for path in sorted(p for p in files if p.relative_to(root).as_posix() != "daemon/config.py"):
+        rel = path.relative_to(root).as_posix()
+        for n in ast.walk(ast.parse(path.read_text())):
+            targets = (n.targets if isinstance(n, ast.Assign) else [n.target]
+                       if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else [])
+            for t in (e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])):
+                if isinstance(t, ast.Attribute) and ast.unparse(t).startswith(tuple(f"{c}." for c in CONFIG_NAMES)):
+                    bad.append(f"{rel}:{n.lineno}: {ast.unparse(t)} =")
+    return bad
+
+
 def test_the_builders_set_no_attribute_after_construction():
     assert not late_in_builders(), late_in_builders()
 
 
-def test_the_engine_sets_nothing_on_what_it_is_given():
-    assert not late_in_engine(), late_in_engine()
+def test_the_engine_and_the_policies_set_nothing_on_what_they_are_given():
+    assert not late_in_parts(), late_in_parts()
+
+
+def test_no_code_changes_a_loaded_config():
+    assert not config_changed(), config_changed()
 
 
 def test_the_scans_catch_late_wiring(tmp_path):
     """The rules themselves, on the late wiring issue 28 and its audit found."""
     (tmp_path / "daemon" / "engine").mkdir(parents=True)
+    (tmp_path / "policies").mkdir()
     (tmp_path / "daemon" / "app.py").write_text(
         "def make_llm(cfg):\n    p = cls(cfg)\n    p.on_served = saver()\n    cfg.x = 1\n    return p\n"
         "def restore(p):\n    p.budget.usd += 1\n")
@@ -89,12 +113,26 @@ def test_the_scans_catch_late_wiring(tmp_path):
         "class D:\n    def f(self, pop):\n        self.n = 1\n        self.a.b = 2\n"
         "        if hasattr(self.policy, 'prompts'):\n            self.policy.prompts.tuning = pop\n"
         "        if pop != getattr(self, '_said', None):\n            self._said = pop\n")
-    assert late_in_builders(tmp_path) == ["daemon/app.py:3: p.on_served =", "daemon/makerunner.py:3: r.sandbox_fallback =",
+    # the policies' own (policies/common.py set the lessons on its prompts at each proposal)
+    (tmp_path / "policies" / "common.py").write_text(
+        "class P:\n    def _lessons(self):\n        self.prompts.lessons = self.store.load().text\n"
+        "        scheme = getattr(proto, 'scheme', None)\n        if hasattr(self.llm, 'members'):\n            pass\n")
+    # the config changed after loading (app.py's deterministic baseline seeds, cli.py's --max-ideas)
+    (tmp_path / "daemon" / "cli.py").write_text(
+        "def cmd_start(args, cfg):\n    cfg.daemon.max_ideas = args.max_ideas\n"
+        "    cfg = cfg.model_copy(update={})\n    self.cfg.x, n = 1, 2\n")
+    (tmp_path / "daemon" / "config.py").write_text("def load_config():\n    cfg = Config()\n    cfg.path = p\n")
+    assert late_in_builders(tmp_path) == ["daemon/app.py:3: p.on_served =", "daemon/app.py:4: cfg.x =",
+                                          "daemon/makerunner.py:3: r.sandbox_fallback =",
                                           "daemon/makerunner.py:4: r.mirror.attach()"]
-    assert late_in_engine(tmp_path) == ["daemon/engine/loop.py:4: self.a.b =",
-                                        "daemon/engine/loop.py:5: hasattr(self.policy, 'prompts')",
-                                        "daemon/engine/loop.py:6: self.policy.prompts.tuning =",
-                                        "daemon/engine/loop.py:7: getattr(self, '_said', None)"]
+    assert late_in_parts(tmp_path) == ["daemon/engine/loop.py:4: self.a.b =",
+                                       "daemon/engine/loop.py:5: hasattr(self.policy, 'prompts')",
+                                       "daemon/engine/loop.py:6: self.policy.prompts.tuning =",
+                                       "daemon/engine/loop.py:7: getattr(self, '_said', None)",
+                                       "policies/common.py:3: self.prompts.lessons =",
+                                       "policies/common.py:5: hasattr(self.llm, 'members')"]
+    assert config_changed(tmp_path) == ["daemon/app.py:4: cfg.x =", "daemon/cli.py:2: cfg.daemon.max_ideas =",
+                                        "daemon/cli.py:4: self.cfg.x ="]
 
 
 def test_the_parts_share_the_one_writer(make_repo, tmp_path):
@@ -124,3 +162,32 @@ def test_the_runner_is_built_with_its_sandbox_fallback(tmp_path):
     assert make_runner(demo, None, manifest=m, local_dir=tmp_path / "a").sandbox_fallback is True
     chosen = Config(runner={"sandbox": "bwrap"})
     assert make_runner(chosen, None, manifest=m, local_dir=tmp_path / "b").sandbox_fallback is False
+
+
+def test_a_derived_config_leaves_the_loaded_one_as_it_was(make_repo, tmp_path, monkeypatch):
+    """A deterministic env's one baseline seed and `start --max-ideas N` reach the parts through a derived
+    config; the config the caller loaded is not changed (before, both were set on it)."""
+    import autoresearchd.app as app
+    from autoresearchd.cli import main
+    research = make_repo({".autoresearch.toml": TOY_MANIFEST.replace('metric = "score"',
+                                                                     'metric = "score"\ndeterministic = true'),
+                          "run.py": TOY_RUN, "evaluate.py": TOY_EVAL}, "research")
+    cfg = load_config(write_config(tmp_path, research))
+    assert cfg.policy.baseline_seeds == 2
+    d = build_daemon(cfg)
+    assert d.cfg.policy.baseline_seeds == 1 and d.dispatcher.cfg.policy.baseline_seeds == 1
+    assert cfg.policy.baseline_seeds == 2
+    d.runner.close()
+
+    built = []
+
+    def stop_at_build(c, *a, **k):          # the derived config start builds the daemon with
+        built.append(c)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(app, "build_daemon", stop_at_build)
+    path = str(tmp_path / ".autoresearch.toml")
+    assert main(["--config", path, "start", "--max-ideas", "3"]) == 130
+    assert built[0].daemon.max_ideas == 3 and built[0].policy == load_config(path).policy
+    with pytest.raises(SystemExit) as e:
+        main(["--config", path, "start", "--max-ideas", "-1"])
+    assert e.value.code == 2

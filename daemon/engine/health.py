@@ -20,17 +20,19 @@ import time
 from dataclasses import asdict, dataclass
 
 from autoresearchd import defaults
+from autoresearchd.vocab import HostState
 
 log = logging.getLogger("autoresearchd")
 
 
 @dataclass
-class HostState:
-    state: str = "ok"            # ok | degraded
-    reason: str | None = None    # why it is degraded (the fault's text, whole)
-    since: float | None = None   # degraded since (epoch seconds)
-    faults: int = 0              # consecutive faults and failed probes
-    probe_at: float = 0.0        # monotonic time of the next probe
+class Breaker:
+    """One host's breaker (its fields but the last two are the host's row in daemon.json)."""
+    state: HostState = HostState.OK   # DEGRADED while the breaker is open
+    reason: str | None = None         # why it is degraded (the fault's text, whole)
+    since: float | None = None        # degraded since (epoch seconds)
+    faults: int = 0                   # consecutive faults and failed probes
+    probe_at: float = 0.0             # monotonic time of the next probe
     probing: bool = False
 
 
@@ -39,21 +41,21 @@ class HostHealth:
 
     def __init__(self, backoff: tuple[float, float] = defaults.HOST_PROBE_S):
         self.backoff = backoff
-        self._hosts: dict[str, HostState] = {}
+        self._hosts: dict[str, Breaker] = {}
         self._lock = threading.Lock()
 
-    def _get(self, host: str) -> HostState:
-        return self._hosts.setdefault(host, HostState())
+    def _get(self, host: str) -> Breaker:
+        return self._hosts.setdefault(host, Breaker())
 
     def fault(self, host: str, reason: str) -> None:
         """The host failed: open its breaker (again), with backoff."""
         with self._lock:
             h = self._get(host)
-            if h.state != "degraded" or h.reason != reason:
+            if h.state != HostState.DEGRADED or h.reason != reason:
                 log.warning("host %s degraded: %s", host, reason)
-            if h.state != "degraded":
+            if h.state != HostState.DEGRADED:
                 h.since = time.time()
-            h.state, h.reason, h.faults = "degraded", reason, h.faults + 1
+            h.state, h.reason, h.faults = HostState.DEGRADED, reason, h.faults + 1
             lo, hi = self.backoff
             h.probe_at = time.monotonic() + min(hi, lo * 2 ** (h.faults - 1))
 
@@ -61,28 +63,28 @@ class HostHealth:
         """A probe passed: close the breaker."""
         with self._lock:
             h = self._get(host)
-            if h.state == "degraded":
+            if h.state == HostState.DEGRADED:
                 log.info("host %s healthy again (was: %s)", host, h.reason)
-            self._hosts[host] = HostState()
+            self._hosts[host] = Breaker()
 
     def seen(self, host: str) -> None:
         """The host answered (a poll worked): a degraded host is probed at once rather than after
         its backoff, since the cause may be gone (it was only unreachable)."""
         with self._lock:
             h = self._hosts.get(host)
-            if h is not None and h.state == "degraded" and not h.probing:
+            if h is not None and h.state == HostState.DEGRADED and not h.probing:
                 h.probe_at = min(h.probe_at, time.monotonic())
 
     def usable(self, host: str) -> bool:
         with self._lock:
             h = self._hosts.get(host)
-            return h is None or h.state == "ok"
+            return h is None or h.state == HostState.OK
 
     def due(self) -> list[str]:
         """Degraded hosts whose probe is due; each is marked probing until `probed` is called."""
         now = time.monotonic()
         with self._lock:
-            out = [n for n, h in self._hosts.items() if h.state == "degraded" and not h.probing and h.probe_at <= now]
+            out = [n for n, h in self._hosts.items() if h.state == HostState.DEGRADED and not h.probing and h.probe_at <= now]
             for n in out:
                 self._hosts[n].probing = True
         return out
@@ -99,12 +101,12 @@ class HostHealth:
     def reason(self, host: str) -> str | None:
         with self._lock:
             h = self._hosts.get(host)
-            return h.reason if h is not None and h.state == "degraded" else None
+            return h.reason if h is not None and h.state == HostState.DEGRADED else None
 
     def table(self) -> dict[str, dict]:
         """For daemon.json: every host that has had a fault, with its state and reason."""
         now = time.monotonic()
         with self._lock:
             return {n: {**{k: v for k, v in asdict(h).items() if k not in ("probe_at", "probing")},
-                        "next_probe_s": max(0.0, h.probe_at - now) if h.state == "degraded" else None}
+                        "next_probe_s": max(0.0, h.probe_at - now) if h.state == HostState.DEGRADED else None}
                     for n, h in self._hosts.items()}

@@ -323,14 +323,19 @@ class Daemon:
         tmp.write_text(json.dumps(state))
         os.replace(tmp, self.state_dir / "daemon.json")
 
+    def stop(self) -> None:
+        """No new dispatch; run_forever returns after the pass in progress (the first SIGTERM, a test's
+        deadline). Detached runs keep going."""
+        self._stopping.set()
+        self._stopped.set()
+
     def _on_signal(self, signum, frame) -> None:
         self._signals += 1
         if self._signals >= 2:
             log.warning("second signal: exiting now")
             os._exit(130)
         log.info("stopping: no new dispatches; detached runs keep going (signal again to exit at once)")
-        self._stopping.set()
-        self._stopped.set()
+        self.stop()
         # the heartbeat stops with the scheduler, while implementations in flight may take minutes
         # (their checks train under load): say so in the state file, so `status` shows "stopping"
         try:

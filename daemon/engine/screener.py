@@ -136,7 +136,7 @@ class Screener:
                   saved_s=None if per is None else round(per, 3), saved_unit=unit)
         m = self.manifest
         why = (f"screened out at {sc.knob} x {sc.fraction:g}: its screened run failed ({ev['why']})"
-               if ev["rule"] == "failed" else
+               if ev["rule"] == "failed" else          # own word: the screening rule (engine/screening.py's)
                f"screened out at {sc.knob} x {sc.fraction:g}: {m.metric} {ev['value']:.4g} against the baseline's "
                f"screened {ev['baseline_mean']:.4g} (margin {ev['margin']:.3g}) and the cutoff "
                f"{'-' if ev['cutoff'] is None else format(ev['cutoff'], '.4g')} of {ev['peers']} screened ideas")

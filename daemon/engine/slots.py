@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 from autoresearchd.engine.health import HostHealth
+from autoresearchd.vocab import HostState, SlotState
 
 
 class SlotTable:
@@ -66,8 +67,9 @@ class SlotTable:
 
     def table(self) -> list[dict]:
         """Each slot for daemon.json: its state, why it is not usable, its trial and staged ones."""
-        return [{"slot": s.key, "state": "unreachable" if not s.reachable else
-                 "degraded" if not self.health.usable(s.host) else ("busy" if self._busy.get(s.key) else "free"),
+        return [{"slot": s.key, "state": SlotState.UNREACHABLE if not s.reachable else
+                 SlotState.DEGRADED if not self.health.usable(s.host) else
+                 (SlotState.BUSY if self._busy.get(s.key) else SlotState.FREE),
                  "reason": self.health.reason(s.host) if s.reachable else self.unreachable_why(s.host),
                  "trial": (self._busy.get(s.key) or [None])[0], "staged": (self._busy.get(s.key) or [])[1:]}
                 for s in self.slots()]
@@ -76,7 +78,7 @@ class SlotTable:
         """Each host's health for daemon.json: breaker state and reason, or the connection error."""
         table = self.health.table()
         for host, why in self.runner.errors.items():
-            row = table.setdefault(host, {"state": "ok", "reason": None})
-            if row.get("state") == "ok":
-                row.update(state="unreachable", reason=why)
+            row = table.setdefault(host, {"state": HostState.OK, "reason": None})
+            if row.get("state") == HostState.OK:
+                row.update(state=HostState.UNREACHABLE, reason=why)
         return table

@@ -13,34 +13,47 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 
-from autoresearchd.store.notes import FAILURES, Status
 from autoresearchd.views.summary import leaderboard_row, rank_key
 from autoresearchd.views.versus import baseline_running
+from autoresearchd.vocab import FAILURES, Status
 
-FAILURE_GROUPS = ("implement_failed", "check_failed", "crashed", "timed_out", "rejected", "duplicate",
-                  "tamper_or_suspicious", "over_budget", "lost", "refused", "cancelled", "stopped")
+# The failures view's groups, in the order it shows them. A failed status is its own group (its value),
+# except three the view's own words name: an implementation that failed its checks (split out of
+# implement_failed), a run that failed (`failed` reads as "crashed"), and a tampered or implausible result
+# (merged from the status, the note's flags and its trials).
+CHECK_FAILED, CRASHED, TAMPER_OR_SUSPICIOUS = "check_failed", "crashed", "tamper_or_suspicious"
+FAILURE_GROUPS = (Status.IMPLEMENT_FAILED.value, CHECK_FAILED, CRASHED, Status.TIMED_OUT.value,
+                  Status.REJECTED.value, Status.DUPLICATE.value, TAMPER_OR_SUSPICIOUS, Status.OVER_BUDGET.value,
+                  Status.LOST.value, Status.REFUSED.value, Status.CANCELLED.value, Status.STOPPED.value)
 FACETS = {"status": lambda r: r["status"], "origin": lambda r: r["origin"],
           "decision": lambda r: r["decision"] or "none", "epoch": lambda r: r["epoch"]}
 
 
+def suspicious(n) -> bool:
+    """The note's result is not to be trusted: its status says so (tampered with, or outside the
+    plausible range), or its tamper list, a flag, a trial's tamper list or a newer daemon's own key
+    (`suspicious: true`) does."""
+    word = Status.SUSPICIOUS.value          # the flag's and the newer key's name
+    flags = {str(f).lower() for f in (n.flags or [])}
+    extra = n.model_extra or {}
+    return (n.status == Status.SUSPICIOUS or bool(n.tamper) or word in flags or any(t.tamper for t in n.trials)
+            or str(extra.get(word) or "").lower() in ("true", "1"))
+
+
 def failure_reason(i) -> str | None:
-    """The failures view's group for an idea, or None when it did not fail."""
+    """The failures view's group for an idea (FAILURE_GROUPS, or another failed status's value), or
+    None when it did not fail."""
     n = i.note
     if n is None:
         return None
-    flags = {str(f).lower() for f in (n.flags or [])}
-    extra = n.model_extra or {}             # newer daemons may file `suspicious: true` as its own key
-    if n.tamper or (n.decision or "") == "suspicious" or "suspicious" in flags or \
-            any(t.tamper for t in n.trials) or str(extra.get("suspicious") or "").lower() in ("true", "1"):
-        return "tamper_or_suspicious"
+    if suspicious(n):
+        return TAMPER_OR_SUSPICIOUS
     st = n.status
-    if st == Status.IMPLEMENT_FAILED:
-        return "check_failed" if "check" in (n.error or "").lower() else "implement_failed"
-    if st == Status.DUPLICATE:
-        return "duplicate"
+    if st == Status.IMPLEMENT_FAILED and "check" in (n.error or "").lower():
+        return CHECK_FAILED
     if st == Status.FAILED:
-        return "crashed"
-    if st in FAILURES:
+        return CRASHED
+    if st in FAILURES or st == Status.DUPLICATE:
         return st.value
     return None
 

@@ -60,15 +60,15 @@ def _colour(i) -> str:
     """A result class the page colours by: best, good, neutral, worse, failed, live, pending."""
     n = i.note
     if n is None:
-        return "live" if i.status in (Status.RUNNING, Status.IMPLEMENTING) else "pending"
+        return "live" if i.status in (Status.RUNNING, Status.IMPLEMENTING) else "pending"  # own word: a CSS class
     if i.value is None:
-        return "failed"
+        return "failed"         # own word: a CSS class (app.css), for every result without a value
     if n.decision in BEST_DECISIONS:
         return "best"
     if n.decision in GOOD_DECISIONS or n.decision == Decision.PENDING:
         return "good"
     if n.decision in BAD_DECISIONS:
-        return "worse"
+        return "worse"          # own word: a CSS class
     return "neutral"
 
 

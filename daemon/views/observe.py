@@ -26,6 +26,7 @@ from autoresearchd.views.safe import UNTRUSTED, one_line, untrusted_lines
 from autoresearchd.views.summary import idea_tokens, idea_usd, load, read_leaderboard, summary
 from autoresearchd.views.versus import (DELTA_LEGEND, baseline_running, baseline_tag, decision_text, delta_short,
                                         delta_text)
+from autoresearchd.vocab import HostState, SlotState
 from autoresearchd.views.progress import trials_table
 from autoresearchd.views.learning import curve_lines
 from autoresearchd.implement.agent_cli import steps
@@ -83,10 +84,11 @@ def status(cfg, console, as_json: bool = False) -> int:
         console.print("[bold]daemon not running[/] (status read from git)")
     if d["alive"]:
         c = s["slot_counts"]
-        console.print(f"slots: {c.get('busy', 0)} busy, {c.get('free', 0)} free, {c.get('unreachable', 0)} unreachable"
-                      + (f", {c['degraded']} degraded" if c.get("degraded") else ""))
+        console.print(f"slots: {c.get(SlotState.BUSY, 0)} busy, {c.get(SlotState.FREE, 0)} free, "
+                      f"{c.get(SlotState.UNREACHABLE, 0)} unreachable"
+                      + (f", {c[SlotState.DEGRADED]} degraded" if c.get(SlotState.DEGRADED) else ""))
         for name, h in sorted(s["hosts"].items()):
-            if h.get("state") != "ok":
+            if h.get("state") != HostState.OK:
                 nxt = f" (next probe in {h['next_probe_s']:.0f}s)" if h.get("next_probe_s") is not None else ""
                 console.print(f"host {name} {h['state']}: {h.get('reason') or 'no reason given'}{nxt}",
                               markup=False, highlight=False)

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from autoresearchd.store.notes import LeaseState, Origin, Status
 from autoresearchd.views.safe import one_line
+from autoresearchd.vocab import SlotState
 
 
 def mmss(s: float) -> str:
@@ -85,8 +86,8 @@ def render_progress(state: dict | None, population, time_budget_s: float | None 
     slots = state.get("slots") or []
     info = []
     if slots:
-        busy = sum(1 for s in slots if s.get("state") == "busy")
-        down = sum(1 for s in slots if s.get("state") == "unreachable")
+        busy = sum(1 for s in slots if s.get("state") == SlotState.BUSY)
+        down = sum(1 for s in slots if s.get("state") == SlotState.UNREACHABLE)
         info.append(f"slots {busy}/{len(slots)} busy" + (f", {down} unreachable" if down else ""))
     if time_budget_s:
         info.append(f"run budget {mmss(time_budget_s)}")
