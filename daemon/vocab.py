@@ -110,6 +110,28 @@ class SlotState(StrEnum):
 
 # The best results, and the good ones (a dashboard colour, a policy's parent pool).
 BEST_DECISIONS = (Decision.PROMOTED, Decision.CONFIRMED)
+class Change(str, Enum):
+    """The state changes the lifecycle writer makes (store/lifecycle.py: one method each), as its observers hear them."""
+    PROPOSED = "proposed"          # a proposal ref: recorded before anything is spent on it
+    DROPPED = "dropped"            # a proposal the policy dropped (a duplicate): a record with its note
+    IMPLEMENTED = "implemented"    # the mark and the idea branch; the proposal goes
+    FAILED = "failed"              # implementation failed or was rejected: a record with its note
+    TUNED = "tuned"                # a tuned commit (daemon/tune/): the mark and its branch
+    LEASED = "leased"              # lease notes written or rewritten (the dispatcher's and the harvest's)
+    RESULT = "result"              # a result note from measured trials
+    REJECTED = "rejected"          # the gate refused a commit before it ran
+    LINKED = "linked"              # identical tree: another commit's result, linked
+    CANCELLED = "cancelled"        # trials cancelled (e.g. the baseline moved)
+    BACKFILLED = "backfilled"      # a note gets its baseline, delta and decision after the fact
+    STOPPED = "stopped"            # stopped early by its learning curve (engine/stopping.py)
+    SCREEN = "screen"              # a screened commit (engine/screening.py): its ref under screens/
+    SCREEN_RESULT = "screen_result"  # a screened run's note, on the screened commit (never an idea's result)
+    SCREENED_OUT = "screened_out"  # an idea whose screened run lost: its note with the evidence
+
+    def __str__(self) -> str:
+        return self.value
+
+
 GOOD_DECISIONS = (Decision.PROMOTED, Decision.CONFIRMED, Decision.IMPROVED)
 BAD_DECISIONS = (Decision.WORSE, Decision.DEMOTED)
 # Results that measured the idea's code (a run finished, with or without a value).

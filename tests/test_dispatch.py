@@ -10,7 +10,7 @@ import time
 
 from autoresearchd.app import build_daemon
 from autoresearchd.config import load_config
-from autoresearchd.store.lifecycle import Change
+from autoresearchd.vocab import Change
 from autoresearchd.store.population import read_population
 
 from conftest import branch_idea, write_config

@@ -20,7 +20,8 @@ from conftest import git
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.ledger import Ledger
-from autoresearchd.store.lifecycle import NOTED, Change, Lifecycle, Written
+from autoresearchd.store.lifecycle import NOTED, Lifecycle, Written
+from autoresearchd.vocab import Change
 from autoresearchd.store.notes import Lease, Note, Status
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, LOGS_PREFIX, NOTES_REF,
                                       PROPOSALS_PREFIX, RECORDS_PREFIX)

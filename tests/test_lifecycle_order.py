@@ -16,7 +16,8 @@ import pytest
 from autoresearchd.store.gitproc import GitError
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ledger import Ledger
-from autoresearchd.store.lifecycle import Change, Lifecycle
+from autoresearchd.store.lifecycle import Lifecycle
+from autoresearchd.vocab import Change
 from autoresearchd.store.notes import Lease, Note, Status, parse_leases, parse_note
 from autoresearchd.store.population import read_population
 from autoresearchd.store.refs import ARCHIVE_PREFIX, NOTES_REF, RUNS_REF

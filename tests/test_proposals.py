@@ -13,7 +13,8 @@ from conftest import git
 from autoresearchd.policies.base import Proposal
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import parse_message
-from autoresearchd.store.lifecycle import Change, Lifecycle
+from autoresearchd.store.lifecycle import Lifecycle
+from autoresearchd.vocab import Change
 from autoresearchd.store.notes import Status
 from autoresearchd.store.proposals import id_taken, proposal_id, record_proposal
 from autoresearchd.store.refs import IDEA_BRANCHES, PROPOSALS_PREFIX, RECORDS_PREFIX

@@ -13,7 +13,8 @@ from autoresearchd.config import ScreeningCfg
 from autoresearchd.engine import screening
 from autoresearchd.manifest import ManifestError, parse_manifest
 from autoresearchd.store.gitrepo import GitRepo
-from autoresearchd.store.lifecycle import Change, Lifecycle
+from autoresearchd.store.lifecycle import Lifecycle
+from autoresearchd.vocab import Change
 from autoresearchd.store.notes import Note, Status
 from autoresearchd.store.refs import SCREENS_PREFIX
 from autoresearchd.tune.knobs import KNOBS_FILE

@@ -14,7 +14,8 @@ import pytest
 from autoresearchd.app import build_daemon
 from autoresearchd.config import WandbCfg, load_config
 from autoresearchd.store.population import read_population
-from autoresearchd.store.lifecycle import Change, Written
+from autoresearchd.store.lifecycle import Written
+from autoresearchd.vocab import Change
 from autoresearchd.views.wandb_mirror import CONFIG_KEYS, MIRRORED, WandbMirror, make_mirror
 
 from popbuilder import build_population, write_cfg

@@ -26,7 +26,6 @@ import logging
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import Enum
 from typing import Callable, Iterable
 
 from autoresearchd.store.gitrepo import GitRepo
@@ -34,6 +33,7 @@ from autoresearchd.store.ledger import Ledger
 from autoresearchd.store.notes import Lease, Note
 from autoresearchd.store.refs import (IDEA_BRANCHES, IDEAS_PREFIX, PROPOSALS_PREFIX,
                                       RECORDS_PREFIX, SCREENS_PREFIX)
+from autoresearchd.vocab import Change
 
 log = logging.getLogger("autoresearchd")
 
@@ -46,28 +46,6 @@ def tune_fields(idea) -> dict:
     except ValueError:
         knobs = {}
     return {"study": tr.tune_study, "sampler": tr.tune_sampler, "trial": tr.tune_trial, "knobs": knobs}
-
-
-class Change(str, Enum):
-    """The state changes the writer makes (each is one method below)."""
-    PROPOSED = "proposed"          # a proposal ref: recorded before anything is spent on it
-    DROPPED = "dropped"            # a proposal the policy dropped (a duplicate): a record with its note
-    IMPLEMENTED = "implemented"    # the mark and the idea branch; the proposal goes
-    FAILED = "failed"              # implementation failed or was rejected: a record with its note
-    TUNED = "tuned"                # a tuned commit (daemon/tune/): the mark and its branch
-    LEASED = "leased"              # lease notes written or rewritten (the dispatcher's and the harvest's)
-    RESULT = "result"              # a result note from measured trials
-    REJECTED = "rejected"          # the gate refused a commit before it ran
-    LINKED = "linked"              # identical tree: another commit's result, linked
-    CANCELLED = "cancelled"        # trials cancelled (e.g. the baseline moved)
-    BACKFILLED = "backfilled"      # a note gets its baseline, delta and decision after the fact
-    STOPPED = "stopped"            # stopped early by its learning curve (engine/stopping.py)
-    SCREEN = "screen"              # a screened commit (engine/screening.py): its ref under screens/
-    SCREEN_RESULT = "screen_result"  # a screened run's note, on the screened commit (never an idea's result)
-    SCREENED_OUT = "screened_out"  # an idea whose screened run lost: its note with the evidence
-
-    def __str__(self) -> str:
-        return self.value
 
 
 # the changes that write a result note: the ones observers of results hear about

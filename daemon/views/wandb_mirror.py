@@ -32,7 +32,7 @@ from pathlib import Path
 from autoresearchd import defaults
 from autoresearchd.store.diffbase import diff_base
 from autoresearchd.store.gitrepo import state_dir
-from autoresearchd.store.lifecycle import Change
+from autoresearchd.vocab import Change
 from autoresearchd.store.notes import Origin, Status, delta_kind, mean_delta
 from autoresearchd.store.refs import branch_name
 from autoresearchd.views.safe import html_text
