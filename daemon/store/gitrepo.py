@@ -59,6 +59,7 @@ class GitRepo(NotesIO, TreesIO, DiffsIO):
         self.git_dir = Path(self._py.git_dir).resolve()
         self._notes_lock = threading.Lock()
         self._notes_refs_seen: set[str] = set()  # notes refs this handle wrote: fast-import reads their tips
+        self._notes_tips: dict[str, str] = {}    # notes ref -> the commit this handle last wrote there
         self._trees: dict[str, tuple] = {}       # tree id -> its parsed entries (gitexport.tree_listing)
         self._batch = threading.local()          # notes_batch(): queued note writes of this thread
 
