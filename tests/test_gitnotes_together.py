@@ -16,7 +16,7 @@ from conftest import git
 
 from autoresearchd.store.gitrepo import GitError, GitRepo
 from autoresearchd.store.ledger import Ledger
-from autoresearchd.store.notes import Lease
+from autoresearchd.store.notes import Lease, Note, Status, format_note
 from autoresearchd.store.refs import LOGS_PREFIX, NOTES_REF, RUNS_REF
 from test_daemon_cost import processes
 
@@ -139,3 +139,65 @@ def test_a_kill_between_the_import_and_the_transaction_leaves_every_ref_as_it_wa
     assert git(repo.path, "for-each-ref") == before           # no log ref, no note, the lease still there
     assert [lz.trial_id for lz in Ledger(GitRepo(repo.path)).leases(commits[0])] == ["t0"]
     git(repo.path, "fsck", "--no-progress")       # what the import wrote is whole (dangling: gc's to drop)
+
+
+def test_the_tick_reads_a_harvest_back_from_the_values_its_writes_told(setup):
+    """After a harvest (log, result note, archive ref, lease cleared) the tick's refresh starts no
+    process: the notes refs' and the archive ref's new values came with their events
+    (store/refevents.py), and equal what a full read finds. A write that tells no value (a branch
+    moved, a `git notes` write) is read from git, as before."""
+    from test_livepop import assert_same
+
+    from autoresearchd.store import refevents
+    from autoresearchd.store.lifecycle import Lifecycle
+    from autoresearchd.store.livepop import LivePopulation
+    repo, ledger, commits = setup
+    git(repo.path, "branch", "-m", "main")
+    for i, c in enumerate(commits):
+        git(repo.path, "update-ref", f"refs/heads/idea/a/i{i}", c)
+    life = Lifecycle(repo)
+    with life.batch():                              # both notes refs exist, as in a running daemon
+        repo.note_write(NOTES_REF, commits[1], format_note(Note(status=Status.SUCCEEDED, idea_id="i1")))
+        for c in commits:
+            ledger.write_leases(c, [_lease(c[:6])])
+    live = LivePopulation(repo, "refs/heads/main", own_writes=True)
+    try:
+        live.refresh(scan=True)
+        repo.read_object(commits[0])                # the persistent cat-file runs, as in a daemon
+        with life.batch():
+            sha = ledger.store_log("t0", b"the log\n")
+            repo.note_write(NOTES_REF, commits[0], format_note(Note(status=Status.SUCCEEDED, idea_id="i0", log=sha)))
+            life.archive(commits[0])
+            ledger.write_leases(commits[0], [])
+        with processes() as started:
+            pop = live.refresh(scan=False)
+        assert started == []
+        assert pop.by_commit[commits[0]].note is not None and pop.by_commit[commits[0]].leases == []
+        assert_same(pop, repo, "after a harvest")
+        repo.update_ref("refs/heads/idea/a/i1", commits[0])         # told without a value: read from git
+        repo.note_write(NOTES_REF, commits[2], format_note(Note(status=Status.FAILED, idea_id="i2")))  # `git notes add`
+        with processes() as started:
+            pop = live.refresh(scan=False)
+        assert started == ["git for-each-ref"]
+        assert_same(pop, repo, "after writes that told no value")
+        # a value told, then a write of the same ref that told none: git has the last word
+        refevents.moved(repo.git_dir, RUNS_REF, "f" * 40)
+        refevents.moved(repo.git_dir, RUNS_REF)
+        assert refevents.read(repo, {RUNS_REF}) == {RUNS_REF: repo.rev_parse(RUNS_REF)}
+    finally:
+        live.close()
+
+
+def test_told_values_past_the_cap_are_forgotten_and_read_from_git(setup, monkeypatch):
+    from autoresearchd.store import refevents
+    repo, ledger, commits = setup
+    monkeypatch.setattr(refevents, "MAX_KNOWN", 2)
+    with repo.notes_batch():
+        for i, c in enumerate(commits):
+            repo.note_write(NOTES_REF, c, f"n{i}\n")
+            ledger.write_leases(c, [_lease(c[:6])])
+            repo.update_ref(f"refs/autoresearch/archive/{c}", c)
+    want = {ref: repo.rev_parse(ref) for ref in (NOTES_REF, RUNS_REF, *(f"refs/autoresearch/archive/{c}" for c in commits))}
+    with processes() as started:
+        assert refevents.read(repo, set(want)) == want
+    assert started == ["git for-each-ref"]          # the values beyond the last two were forgotten

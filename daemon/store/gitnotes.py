@@ -1,6 +1,7 @@
 """Git notes I/O, mixed into GitRepo: list and read notes in one batch, write or remove one note
 (serialised per ref, retried while another process holds the ref's lock), and batched writes that
-land as one `git fast-import` commit per ref instead of a process per note.
+land as one `git fast-import` commit per ref instead of a process per note; a batch that also writes
+blobs and refs, or several notes refs (a harvest), lands as one fast-import and one ref transaction.
 """
 
 from __future__ import annotations
@@ -9,11 +10,12 @@ import hashlib
 import os
 import re
 import threading
-import time
 from contextlib import contextmanager
 
 from autoresearchd.store.gitproc import IDENTITY, GitError
+from autoresearchd.store.notestream import commit_head as _commit_head, note_lines as _note_lines, per_ref as _per_ref
 from autoresearchd.store.refevents import moved as _moved
+from autoresearchd.store.refs import ARCHIVE_PREFIX
 
 REF_REASON = "autoresearchd"         # the reflog message of the daemon's ref writes
 
@@ -177,9 +179,9 @@ class NotesIO:
             self.notes_write_many(ref, items)
 
     def _write_together(self) -> None:
-        """The batch's blobs, refs and notes in two processes (a harvest's: was a hash-object, an
-        update-ref and a fast-import per notes ref), all landing or none (_together). When that fails,
-        the notes queued before any blob or ref are written as _flush_notes writes them, and it raises."""
+        """The batch's blobs, refs and notes in two processes (_together; was a hash-object, an update-ref
+        and a fast-import per notes ref). If that fails, the notes queued before any blob or ref are
+        written as _flush_notes writes them, and it raises."""
         b = self._batch
         blobs, refs, queue, mark = b.blobs, b.refs, b.queue, b.mark
         b.blobs, b.refs, b.queue, b.mark = {}, {}, [], None     # cleared first: the git run below flushes nothing
@@ -187,15 +189,16 @@ class NotesIO:
         try:
             with self._notes_lock:
                 self._together(blobs, refs, per_ref)
-        except GitError:
+        except BaseException as e:
+            for ref in [*refs, *per_ref]:
+                _moved(self.git_dir, ref)
+            if not isinstance(e, GitError):
+                raise
             self._notes_tips.clear()
             b.queue = queue[:mark] if mark is not None else queue
             self._write_queue()             # no blob or ref queued: each notes ref alone, as before
             if mark is not None:
                 raise
-        finally:
-            for ref in [*refs, *per_ref]:
-                _moved(self.git_dir, ref)
 
     def _together(self, blobs: dict[str, bytes], refs: dict[str, str], per_ref: dict[str, dict]) -> None:
         """One `git fast-import` writes the blobs and a notes commit per notes ref, each on the tip this
@@ -230,6 +233,10 @@ class NotesIO:
                 continue
             tips.update(zip(made, news))
             self._notes_refs_seen.update(made)
+            for ref, new in [*refs.items(), *((r, tips[r]) for r in made)]:     # events, with the values that
+                _moved(self.git_dir, ref, *([new] if ref in per_ref or ref == ARCHIVE_PREFIX + new else []))  # cannot be stale
+            for ref in set(per_ref) - set(made):
+                _moved(self.git_dir, ref)
             return
         raise GitError(["update-ref"], 1, f"could not update {', '.join(per_ref)}: they kept moving")
 
@@ -310,7 +317,7 @@ class NotesIO:
         if not items:
             return
         body = _note_lines(items)
-        seen = self._notes_refs_seen
+        seen, told = self._notes_refs_seen, None
         with self._notes_lock:
             try:
                 for attempt in range(40):
@@ -329,7 +336,7 @@ class NotesIO:
                         new = self._run(["-c", "fastimport.unpackLimit=1000000", "fast-import", "--quiet"],
                                         input=stream).strip()
                         seen.add(ref)
-                        self._notes_tips[ref] = new
+                        self._notes_tips[ref] = told = new
                         return
                     except GitError as e:
                         if ref in seen and "Invalid ref name or SHA1 expression" in e.stderr:
@@ -340,38 +347,8 @@ class NotesIO:
                             raise
                         threading.Event().wait(0.02 * (attempt + 1))
                 raise GitError(["fast-import"], 1, f"could not update {ref}: it kept moving")
-            finally:
-                _moved(self.git_dir, ref)       # a write of this process is an event (store/refevents.py)
-
-
-def _per_ref(queue: list) -> dict[str, dict[str, str | None]]:
-    """Queued note writes by notes ref, refs in the order of their last write, a later write to the
-    same note winning."""
-    per_ref: dict[str, dict[str, str | None]] = {}
-    for ref, obj, text in queue:
-        per_ref.setdefault(ref, {})[obj] = text
-    last = {ref: i for i, (ref, _, _) in enumerate(queue)}
-    return {ref: per_ref[ref] for ref in sorted(per_ref, key=last.get)}
-
-
-def _commit_head(ref: str, mark: int) -> bytes:
-    """A notes commit's first lines in a fast-import stream (its parent and notes follow)."""
-    msg = b"Notes added by autoresearchd\n"
-    return b"commit %s\nmark :%d\ncommitter %s <%s> %d +0000\ndata %d\n%s\n" % (
-        ref.encode(), mark, IDENTITY["GIT_COMMITTER_NAME"].encode(), IDENTITY["GIT_COMMITTER_EMAIL"].encode(),
-        int(time.time()), len(msg), msg)
-
-
-def _note_lines(items: dict[str, str | None]) -> list[bytes]:
-    """fast-import's lines that write (text) or remove (None) the notes on these objects."""
-    body = []
-    for obj, text in items.items():
-        if text is None:
-            body.append(f"N {'0' * 40} {obj}\n".encode())
-        else:
-            data = _stripspace(text).encode()
-            body.append(b"N inline %s\ndata %d\n%s\n" % (obj.encode(), len(data), data))
-    return body
+            finally:     # a write of this process is an event, with its value once git took it (store/refevents.py)
+                _moved(self.git_dir, ref, *([told] if told else []))
 
 
 def _note_object(path: str) -> str | None:
@@ -389,11 +366,3 @@ def _drop_crash_report(cwd, stderr: str) -> None:
             os.unlink(os.path.join(cwd, m.group(1)))      # relative to the repo, or absolute
         except OSError:
             pass
-
-
-def _stripspace(text: str) -> str:
-    """What `git notes add` stores for a message: lines right-stripped, runs of blank lines
-    collapsed, no blank lines at either end, a final newline."""
-    lines = [ln.rstrip() for ln in text.splitlines()]
-    text = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip("\n")
-    return text + "\n" if text else ""

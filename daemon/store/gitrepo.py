@@ -40,6 +40,9 @@ _FULL_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _PLAIN_PATH_REV = re.compile(r"[0-9a-f]{40}:(?!\.{1,2}(?:/|$))[^/:^~{}@\\]+(?:/(?!\.{1,2}(?:/|$))[^/:^~{}@\\]+)*")
 
 
+_NOTES_LOCKS: dict[Path, threading.Lock] = {}
+
+
 @dataclass(frozen=True)
 class TreeEntry:
     mode: str
@@ -57,7 +60,9 @@ class GitRepo(NotesIO, TreesIO, DiffsIO):
         self.path = Path(path).resolve()
         self._py = PyRepo(self.path)
         self.git_dir = Path(self._py.git_dir).resolve()
-        self._notes_lock = threading.Lock()
+        # one per repository in this process, whatever the handle: writes of a notes ref are ordered, so
+        # the value a write tells (store/refevents.py) is never older than git's
+        self._notes_lock = _NOTES_LOCKS.setdefault(self.git_dir, threading.Lock())
         self._notes_refs_seen: set[str] = set()  # notes refs this handle wrote: fast-import reads their tips
         self._notes_tips: dict[str, str] = {}    # notes ref -> the commit this handle last wrote there
         self._trees: dict[str, tuple] = {}       # tree id -> its parsed entries (gitexport.tree_listing)

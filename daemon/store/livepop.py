@@ -181,7 +181,7 @@ class LivePopulation:
             cheap = dict(self._cheap)
             if not told:
                 return cheap, {}
-            now = self.repo.refs(*sorted(told))
+            now = refevents.read(self.repo, told)      # the values its writes told; the rest from git
         else:       # the cheap refs and the refs told, in one listing
             now = self.repo.refs(NOTES_NAMESPACE, PROPOSALS_PREFIX, *spec,
                                  *sorted(r for r in told if not self._is_cheap(r)))
