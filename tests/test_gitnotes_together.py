@@ -189,9 +189,10 @@ def test_the_tick_reads_a_harvest_back_from_the_values_its_writes_told(setup):
 
 
 def test_told_values_past_the_cap_are_forgotten_and_read_from_git(setup, monkeypatch):
+    from autoresearchd import defaults
     from autoresearchd.store import refevents
     repo, ledger, commits = setup
-    monkeypatch.setattr(refevents, "MAX_KNOWN", 2)
+    monkeypatch.setattr(defaults, "REF_VALUES_KEPT", 2)
     with repo.notes_batch():
         for i, c in enumerate(commits):
             repo.note_write(NOTES_REF, c, f"n{i}\n")

@@ -16,11 +16,12 @@ import threading
 import weakref
 from pathlib import Path
 
+from autoresearchd import defaults
+
 _LISTENERS: dict[Path, list] = {}
 _KNOWN: dict[Path, dict[str, str | None]] = {}    # git dir -> ref -> its value as this process's last write left it
 _LOCK = threading.Lock()
 _UNSAID = object()
-MAX_KNOWN = 4096            # values kept per repo; beyond it they are forgotten (a ref not known is read from git)
 
 
 def listen(git_dir: Path, method) -> None:
@@ -44,7 +45,7 @@ def moved(git_dir: Path, ref: str, value=_UNSAID) -> None:
         if value is _UNSAID:
             known.pop(ref, None)
         else:
-            if len(known) >= MAX_KNOWN:
+            if len(known) >= defaults.REF_VALUES_KEPT:
                 known.clear()
             known[ref] = value
     for w in list(_LISTENERS.get(git_dir, ())):
