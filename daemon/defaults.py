@@ -52,6 +52,10 @@ GIT_SMALL_READ = 64
 GIT_TREE_CACHE = 4096
 """Parsed tree objects a repo handle keeps (by id; emptied when full): a trial's archive lists its
 commit from them instead of a `git ls-tree`, and re-reads only the trees its idea changed."""
+REF_VALUES_KEPT = 4096
+"""Ref values this process's writes told, kept per repository (store/refevents.py; emptied when full,
+after which a ref is read from git again): the tick reads a harvest's notes and archive refs from them
+instead of a `for-each-ref`."""
 
 TICK_S = 2.0                 # reconcile interval
 LEASE_TTL_S = 120.0          # host unreachable this long -> trial is lost

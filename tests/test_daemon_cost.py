@@ -24,9 +24,9 @@ from autoresearchd.runners.base import TrialSpec
 from autoresearchd.runners.local import LocalRunner, LocalShell
 from autoresearchd.store.gitrepo import GitError, GitRepo
 from autoresearchd.store.lifecycle import Lifecycle
-from autoresearchd.store.notes import Note, Status, format_note
+from autoresearchd.store.notes import Lease, Note, Status, format_note
 from autoresearchd.store.population import read_population
-from autoresearchd.store.refs import ARCHIVE_PREFIX, LOGS_PREFIX, NOTES_REF
+from autoresearchd.store.refs import ARCHIVE_PREFIX, LOGS_PREFIX, NOTES_REF, RUNS_REF
 
 from conftest import branch_idea, git, write_config
 from fixtures_slurm import tar_of
@@ -97,12 +97,16 @@ def test_a_moved_notes_ref_is_not_overwritten(tmp_path):
 
 
 # -- a harvest's logs, archive refs and notes: one process each ------------------------------------------
-def test_a_harvest_of_three_trials_writes_logs_refs_and_notes_in_three_processes(tmp_path):
+def test_a_harvest_of_three_trials_writes_logs_refs_notes_and_lease_clears_in_two_processes(tmp_path):
     repo, c = repo_with_commit(tmp_path)
     life = Lifecycle(repo)
-    repo.notes_write_many(NOTES_REF, {c: "warm\n"})       # the notes ref exists, as in a running daemon
     commits = [git(repo.path, "commit-tree", "-p", c, "-m", f"idea {i}",
                    git(repo.path, "rev-parse", f"{c}^{{tree}}").strip()).strip() for i in range(3)]
+    with life.batch():                                    # the notes refs exist, as in a running daemon
+        repo.note_write(NOTES_REF, c, "warm\n")
+        for i, commit in enumerate(commits):
+            life.ledger.write_leases(commit, [Lease(trial_id=f"t{i}", seed=i, runner="local", host="h", slot="0")])
+    tips = {ref: repo.rev_parse(ref) for ref in (NOTES_REF, RUNS_REF)}
     logs = [f"log of trial {i}\n".encode() * 50 for i in range(3)]
     with processes() as started:
         with life.batch():
@@ -110,13 +114,20 @@ def test_a_harvest_of_three_trials_writes_logs_refs_and_notes_in_three_processes
             for i, commit in enumerate(commits):
                 life.archive(commit)
                 life.ledger.write_note(commit, Note(status=Status.SUCCEEDED, idea_id=f"i{i}", log=shas[i]))
-    # was 10: a hash-object and an update-ref per log, an update-ref per archive ref, rev-parse + fast-import
-    assert sorted(started) == ["git fast-import", "git fast-import", "git update-ref"]
+                life.ledger.write_leases(commit, [])
+    # was 10: a hash-object and an update-ref per log, an update-ref per archive ref, rev-parse + fast-import;
+    # then 4: a fast-import for the blobs, an update-ref for the refs, a fast-import per notes ref
+    assert sorted(started) == ["git fast-import", "git update-ref"]
     for i, commit in enumerate(commits):
         assert repo.read_blob(LOGS_PREFIX + f"t{i}") == logs[i]
         assert shas[i] == git(repo.path, "hash-object", "--stdin", input=logs[i].decode()).strip()
         assert repo.rev_parse(ARCHIVE_PREFIX + commit) == commit
         assert f"log: {shas[i]}" in repo.git("notes", "--ref", NOTES_REF, "show", commit)
+        assert git(repo.path, "notes", "--ref", RUNS_REF, "list", commit, check=False) == ""
+    for ref, tip in tips.items():                         # one commit on each notes ref, on the tip it had
+        assert git(repo.path, "rev-list", "--parents", "-n", "1", ref).split()[1:] == [tip]
+        assert "autoresearchd" in git(repo.path, "reflog", "-1", "--format=%gs", ref)
+    git(repo.path, "fsck", "--no-progress")
     with processes() as started:                            # one log: hash-object, a third of fast-import's cost
         with life.batch():
             life.store_log("t9", b"one\n")
@@ -476,8 +487,9 @@ def test_the_populations_listings_one_a_scan_none_without_writes(tmp_path):
     repo.notes_write_many(NOTES_REF, {ideas[1]: text(1, Status.SUCCEEDED)})
     with processes() as started:
         pop = live.refresh(scan=False)
-    # (and the note's blob, read as every changed note is)
-    assert started.count("git for-each-ref") == 1 and pop.by_commit[ideas[1]].note is not None
+    # the notes ref's new commit is the one the write told (was one for-each-ref of the refs told); the
+    # note's blob is read through the persistent cat-file, as every few changed objects are
+    assert started == [] and pop.by_commit[ideas[1]].note is not None
     git(repo.path, "notes", "--ref", NOTES_REF, "add", "-m", text(2, Status.FAILED), ideas[2])
     assert live.refresh(scan=False) is None                # not this process's: the next scan's
     pop = live.refresh(scan=True)

@@ -28,9 +28,9 @@ FULL = os.environ.get("ARD_FULL") == "1"
 CYCLES = 24 if FULL else 10          # kill/restart cycles of the dispatch test
 LLM_CYCLES = 16 if FULL else 6       # of the implement test (16 kills in CI in all)
 SHIM = """#!/bin/bash
-# slows note and lease writes (`git notes add`, or `git fast-import` for batched ones) so that a kill -9
-# lands while git writes one
-case " $* " in *" notes "*" add "*|*" fast-import "*) sleep {delay};; esac
+# slows note and lease writes (`git notes add`, or `git fast-import` and the `update-ref --stdin` that
+# moves the refs for batched ones) so that a kill -9 lands while git writes one
+case " $* " in *" notes "*" add "*|*" fast-import "*|*" update-ref "*" --stdin "*) sleep {delay};; esac
 exec {git} "$@"
 """
 
@@ -69,7 +69,8 @@ def kill_at(d: Daemon, rng: random.Random, mode: str, timeout: float = 5.0) -> s
     """Kill the daemon at a point chosen by `mode`; returns what was hit."""
     # the shim holds each note or lease write for a moment (leases are written just before the runner's
     # submit); `runner` catches the submit itself (tar into the trial dir, the wrapper's launch)
-    pattern = {"note": (" notes ", "fast-import"), "runner": ("tar -x -C", "trial.sh"), "random": None}[mode]
+    pattern = {"note": (" notes ", "fast-import", "update-ref -m autoresearchd --stdin"), "runner": ("tar -x -C", "trial.sh"),
+               "random": None}[mode]
     hit = "random"
     if pattern is None:
         time.sleep(rng.uniform(0.3, 3.0))

@@ -1,6 +1,7 @@
 """Git notes I/O, mixed into GitRepo: list and read notes in one batch, write or remove one note
 (serialised per ref, retried while another process holds the ref's lock), and batched writes that
-land as one `git fast-import` commit per ref instead of a process per note.
+land as one `git fast-import` commit per ref instead of a process per note; a batch that also writes
+blobs and refs, or several notes refs (a harvest), lands as one fast-import and one ref transaction.
 """
 
 from __future__ import annotations
@@ -9,18 +10,20 @@ import hashlib
 import os
 import re
 import threading
-import time
 from contextlib import contextmanager
 
 from autoresearchd.store.gitproc import IDENTITY, GitError
+from autoresearchd.store.notestream import commit_head as _commit_head, note_lines as _note_lines, per_ref as _per_ref
 from autoresearchd.store.refevents import moved as _moved
+from autoresearchd.store.refs import ARCHIVE_PREFIX
 
 REF_REASON = "autoresearchd"         # the reflog message of the daemon's ref writes
 
 
 class NotesIO:
     """The notes half of GitRepo (it provides path, _run, git, rev_parse, _pyrepo, cat_file_batch,
-    tree_of, _tree_entries, commit_tree, update_ref, _notes_lock, _notes_refs_seen and _batch)."""
+    tree_of, _tree_entries, commit_tree, update_ref, _notes_lock, _notes_refs_seen, _notes_tips and
+    _batch)."""
 
     # -- notes -------------------------------------------------------------------------------
     def notes_list(self, ref: str) -> dict[str, str]:
@@ -122,6 +125,7 @@ class NotesIO:
                         threading.Event().wait(0.02 * (attempt + 1))
                 raise GitError(args, 1, f"could not lock {ref} to write the note on {obj}")
             finally:
+                self._notes_tips.pop(ref, None)     # its new tip is git's to tell
                 _moved(self.git_dir, ref)       # a write of this process is an event (store/refevents.py)
 
     def note_remove(self, ref: str, obj: str) -> None:
@@ -132,6 +136,7 @@ class NotesIO:
             try:
                 self._run(["notes", "--ref", ref, "remove", "--ignore-missing", obj], env=IDENTITY, check=False)
             finally:
+                self._notes_tips.pop(ref, None)
                 _moved(self.git_dir, ref)
 
     # -- batched notes: one `git fast-import` commit per ref instead of a process per note ------
@@ -155,6 +160,9 @@ class NotesIO:
                 self._batch.queue = self._batch.refs = self._batch.blobs = self._batch.mark = None
 
     def _flush_notes(self) -> None:
+        b, queue = self._batch, getattr(self._batch, "queue", None)
+        if queue and (b.blobs or b.refs or len({ref for ref, _, _ in queue}) > 1):
+            return self._write_together()
         try:
             self._flush_refs()      # the blobs and refs queued meanwhile go first (a log before its note)
         except BaseException:
@@ -167,12 +175,70 @@ class NotesIO:
         if not queue:
             return
         self._batch.queue = []
-        per_ref: dict[str, dict[str, str | None]] = {}
-        for ref, obj, text in queue:
-            per_ref.setdefault(ref, {})[obj] = text      # a later write to the same note wins
-        last = {ref: i for i, (ref, _, _) in enumerate(queue)}
-        for ref in sorted(per_ref, key=last.get):
-            self.notes_write_many(ref, per_ref[ref])
+        for ref, items in _per_ref(queue).items():
+            self.notes_write_many(ref, items)
+
+    def _write_together(self) -> None:
+        """The batch's blobs, refs and notes in two processes (_together; was a hash-object, an update-ref
+        and a fast-import per notes ref). If that fails, the notes queued before any blob or ref are
+        written as _flush_notes writes them, and it raises."""
+        b = self._batch
+        blobs, refs, queue, mark = b.blobs, b.refs, b.queue, b.mark
+        b.blobs, b.refs, b.queue, b.mark = {}, {}, [], None     # cleared first: the git run below flushes nothing
+        per_ref = _per_ref(queue)
+        try:
+            with self._notes_lock:
+                self._together(blobs, refs, per_ref)
+        except BaseException as e:
+            for ref in [*refs, *per_ref]:
+                _moved(self.git_dir, ref)
+            if not isinstance(e, GitError):
+                raise
+            self._notes_tips.clear()
+            b.queue = queue[:mark] if mark is not None else queue
+            self._write_queue()             # no blob or ref queued: each notes ref alone, as before
+            if mark is not None:
+                raise
+
+    def _together(self, blobs: dict[str, bytes], refs: dict[str, str], per_ref: dict[str, dict]) -> None:
+        """One `git fast-import` writes the blobs and a notes commit per notes ref, each on the tip this
+        handle last wrote or read, and moves no ref (`reset`); one `update-ref --stdin` transaction then
+        moves every ref, each notes ref only from the tip its commit was built on: a lease is never
+        cleared without its result note, no note names a log or archive ref that is not there. A notes
+        ref that another writer moved is read again and its commit made anew."""
+        tips, zero = self._notes_tips, "0" * (64 if self._object_format() == "sha256" else 40)
+        for attempt in range(40):
+            olds = {ref: tips[ref] if ref in tips else self.rev_parse(ref) for ref in per_ref}
+            made = [ref for ref, items in per_ref.items()      # nothing to remove from an absent ref
+                    if olds[ref] is not None or any(t is not None for t in items.values())]
+            stream = [b"blob\ndata %d\n%s\n" % (len(d), d) for d in blobs.values()]
+            for k, ref in enumerate(made, 1):
+                stream += [_commit_head(ref, k), b"from %s\n" % olds[ref].encode() if olds[ref] else b"",
+                           *_note_lines(per_ref[ref]), b"\nreset %s\n\n" % ref.encode()]
+            stream += [b"get-mark :%d\n" % k for k in range(1, len(made) + 1)]
+            news = self._run(["-c", "fastimport.unpackLimit=1000000", "fast-import", "--quiet", "--done"],
+                             input=b"".join(stream) + b"done\n").split() if stream else []
+            blobs = {}                            # written: a retry makes only the commits again
+            lines = [f"update {ref} {new}\n" for ref, new in refs.items()]
+            lines += [f"update {ref} {new} {olds[ref] or zero}\n" for ref, new in zip(made, news)]
+            try:
+                if lines:
+                    self._run(["update-ref", "-m", REF_REASON, "--stdin"], input="".join(lines).encode())
+            except GitError as e:
+                now = {ref: self.rev_parse(ref) for ref in made}
+                if all(now[ref] == olds[ref] for ref in made) and "File exists" not in e.stderr:
+                    raise                         # not a race with another writer: no retry helps
+                tips.update(now)
+                threading.Event().wait(0.02 * attempt)
+                continue
+            tips.update(zip(made, news))
+            self._notes_refs_seen.update(made)
+            for ref, new in [*refs.items(), *((r, tips[r]) for r in made)]:     # events, with the values that
+                _moved(self.git_dir, ref, *([new] if ref in per_ref or ref == ARCHIVE_PREFIX + new else []))  # cannot be stale
+            for ref in set(per_ref) - set(made):
+                _moved(self.git_dir, ref)
+            return
+        raise GitError(["update-ref"], 1, f"could not update {', '.join(per_ref)}: they kept moving")
 
     def _pending(self) -> None:
         """A blob or ref write is queued: the notes queued from now on may name it (a log blob, its
@@ -250,15 +316,8 @@ class NotesIO:
         moves only if nobody moved it meanwhile (fast-import refuses a non-fast-forward); retried."""
         if not items:
             return
-        body = []
-        for obj, text in items.items():
-            if text is None:
-                body.append(f"N {'0' * 40} {obj}\n".encode())
-            else:
-                data = _stripspace(text).encode()
-                body.append(b"N inline %s\ndata %d\n%s\n" % (obj.encode(), len(data), data))
-        msg = b"Notes added by autoresearchd\n"
-        seen = self._notes_refs_seen
+        body = _note_lines(items)
+        seen, told = self._notes_refs_seen, None
         with self._notes_lock:
             try:
                 for attempt in range(40):
@@ -271,13 +330,13 @@ class NotesIO:
                         if old is None and all(t is None for t in items.values()):
                             return                       # nothing to remove from a ref that does not exist
                         parent = b"from %s\n" % old.encode() if old else b""
-                    head = b"commit %s\ncommitter %s <%s> %d +0000\ndata %d\n%s\n" % (
-                        ref.encode(), IDENTITY["GIT_COMMITTER_NAME"].encode(), IDENTITY["GIT_COMMITTER_EMAIL"].encode(),
-                        int(time.time()), len(msg), msg)
-                    stream = head + parent + b"".join(body) + b"\n"
+                    # the new tip is asked for (get-mark): a batch that writes several refs builds on it
+                    stream = _commit_head(ref, 1) + parent + b"".join(body) + b"\nget-mark :1\n"
                     try:   # small imports as loose objects: no pack file per batch
-                        self._run(["-c", "fastimport.unpackLimit=1000000", "fast-import", "--quiet"], input=stream)
+                        new = self._run(["-c", "fastimport.unpackLimit=1000000", "fast-import", "--quiet"],
+                                        input=stream).strip()
                         seen.add(ref)
+                        self._notes_tips[ref] = told = new
                         return
                     except GitError as e:
                         if ref in seen and "Invalid ref name or SHA1 expression" in e.stderr:
@@ -288,8 +347,8 @@ class NotesIO:
                             raise
                         threading.Event().wait(0.02 * (attempt + 1))
                 raise GitError(["fast-import"], 1, f"could not update {ref}: it kept moving")
-            finally:
-                _moved(self.git_dir, ref)       # a write of this process is an event (store/refevents.py)
+            finally:     # a write of this process is an event, with its value once git took it (store/refevents.py)
+                _moved(self.git_dir, ref, *([told] if told else []))
 
 
 def _note_object(path: str) -> str | None:
@@ -307,11 +366,3 @@ def _drop_crash_report(cwd, stderr: str) -> None:
             os.unlink(os.path.join(cwd, m.group(1)))      # relative to the repo, or absolute
         except OSError:
             pass
-
-
-def _stripspace(text: str) -> str:
-    """What `git notes add` stores for a message: lines right-stripped, runs of blank lines
-    collapsed, no blank lines at either end, a final newline."""
-    lines = [ln.rstrip() for ln in text.splitlines()]
-    text = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip("\n")
-    return text + "\n" if text else ""

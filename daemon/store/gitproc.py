@@ -1,7 +1,9 @@
 """Running git: the clean environment (no secrets, no pager, a fixed identity fallback), the
 hook-free command line, git's errors, the removal of a stale lock left by a killed git, a stream of
 objects from one `cat-file --batch` (stream_objects); and
-GitPython's command wrapper and Repo, made to start their git children the same way.
+GitPython's command wrapper and Repo, made to start their git children the same way, with its
+persistent `cat-file` processes read a few objects at a time (PyRepo.read_objects) and started again
+when they die.
 Only the store's git modules call it.
 """
 
@@ -183,6 +185,30 @@ class CleanGit(git.Git):
         return run_git(args, env=full_env, cwd=Path(self._working_dir)).removesuffix("\n")
 
 
+_PERSISTENT = ("cat_file_all", "cat_file_header")      # GitPython's attributes for its two cat-files
+_FULL_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def _read_answers(out, ids: list[str]) -> dict[str, tuple[str, bytes]]:
+    """The answers of `cat-file --batch` to `ids`, in order, from its stdout; EOFError when it broke off."""
+    res = {}
+    for sha in ids:
+        header = out.readline()
+        if not header.endswith(b"\n"):
+            raise EOFError("cat-file's output ended")
+        parts = header.split()           # "<id> <type> <size>", or "<name> missing"
+        if len(parts) != 3:
+            if parts[-1:] in ([b"missing"], [b"ambiguous"]):
+                continue
+            raise ValueError(f"cat-file answered {header[:80]!r}")
+        size = int(parts[2])
+        data = out.read(size)
+        if len(data) != size or out.read(1) != b"\n":
+            raise EOFError("cat-file's output ended inside an object")
+        res[sha] = (parts[1].decode(), data)
+    return res
+
+
 class PyRepo(git.Repo):
     """A GitPython Repo whose every git child is started by CleanGit; objects are read through
     GitCmdObjectDB, i.e. persistent `git cat-file --batch` and `--batch-check` processes."""
@@ -204,6 +230,10 @@ class PyRepo(git.Repo):
             self.forget_inherited()
             self._lock, self._pid = threading.RLock(), os.getpid()
         with self._lock:
+            for attr in _PERSISTENT:    # one that died (killed, OOM) since the last read starts again on
+                c = getattr(self.git, attr)     # demand: GitPython would write into its broken pipe forever
+                if c is not None and c.proc is not None and c.proc.poll() is not None:
+                    self._drop(attr)
             yield self
 
     def config_value(self, key: str) -> str | None:
@@ -222,11 +252,55 @@ class PyRepo(git.Repo):
     def read_object(self, sha: str) -> tuple[str, bytes] | None:
         """(type, content) of one object by full id through the persistent `cat-file --batch`;
         None when it is missing or the id is malformed."""
+        return self.read_objects([sha]).get(sha)
+
+    def read_objects(self, shas: list[str]) -> dict[str, tuple[str, bytes]]:
+        """id -> (type, content) of each object by full id (missing or malformed ones left out) through
+        the persistent `cat-file --batch`, every request written at once, then the answers read: a few
+        objects (defaults.GIT_SMALL_READ: the requests always fit the pipe, so git never waits on us
+        while we wait on it) cost one round trip, not a process. git finds an object written after it
+        started (loose, or a pack it looks for again on a miss). A cat-file that died, or whose answer
+        broke off, is ended and started again once; a second failure is a GitError."""
+        ids = [s for s in dict.fromkeys(shas) if isinstance(s, str) and _FULL_ID.fullmatch(s)]
+        if len(ids) > defaults.GIT_SMALL_READ:
+            step = defaults.GIT_SMALL_READ
+            return {k: v for i in range(0, len(ids), step) for k, v in self.read_objects(ids[i:i + step]).items()}
+        if not ids:
+            return {}
+        request = "".join(s + "\n" for s in ids).encode()
+        attempt = 0
+        while True:
+            attempt += 1
+            cmd = self.git._get_persistent_cmd("cat_file_all", "cat_file", batch=True)
+            try:
+                cmd.stdin.write(request)
+                cmd.stdin.flush()
+                return _read_answers(cmd.stdout, ids)
+            except (OSError, EOFError, ValueError) as e:
+                err = self._drop("cat_file_all")
+                if attempt == 2:
+                    raise GitError(["cat-file", "--batch"], 1, err or f"persistent cat-file failed: {e}") from None
+            except BaseException:       # interrupted half-way: its unread answers would go to the next caller
+                self._drop("cat_file_all")
+                raise
+
+    def _drop(self, attr: str) -> str:
+        """End (kill, reap) and forget one persistent cat-file; GitPython starts a new one on demand.
+        What it wrote on stderr is returned (its reason, when it failed)."""
+        c = getattr(self.git, attr)
+        setattr(self.git, attr, None)
+        if c is None or c.proc is None:
+            return ""
+        proc, err = c.proc, b""
         try:
-            stream = self.odb.stream(hex_to_bin(sha))
-        except (ValueError, TypeError):
-            return None
-        return stream.type.decode(), stream.read()
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            err = proc.stderr.read() if proc.stderr else b""
+        except (OSError, ValueError):
+            pass
+        c._terminate()          # closes its pipes (the process is reaped: nothing to signal)
+        return err.decode(errors="replace").strip()
 
     def object_size(self, sha: str) -> int | None:
         """An object's size by full id through the persistent `cat-file --batch-check`; None when it
@@ -238,7 +312,7 @@ class PyRepo(git.Repo):
 
     def close(self) -> None:
         """End the persistent cat-file processes and wait for them (GitPython only signals them)."""
-        procs = [c.proc for c in (self.git.cat_file_all, self.git.cat_file_header) if c and c.proc]
+        procs = [c.proc for c in map(self.git.__getattribute__, _PERSISTENT) if c and c.proc]
         super().close()
         for p in procs:
             try:
@@ -250,7 +324,7 @@ class PyRepo(git.Repo):
     def forget_inherited(self) -> None:
         """In a forked child: drop the parent's cat-file pipes without signalling the parent's
         processes (GitPython would terminate them on garbage collection); new ones start on demand."""
-        for c in (self.git.cat_file_all, self.git.cat_file_header):
+        for c in map(self.git.__getattribute__, _PERSISTENT):
             if c:
                 c.proc = None
         self.git.cat_file_all = self.git.cat_file_header = None

@@ -34,9 +34,13 @@ from autoresearchd.store.gitproc import GIT, IDENTITY, GitError, PyRepo, git_env
 # through its persistent cat-file, with no process. Ref names go to `git rev-parse`: GitPython reads
 # packed-refs line by line per candidate name, 80-490 ms a name at 37k packed refs against 4 ms.
 _OBJECT_REV = re.compile(r"[0-9a-f]{40}(?:[\^~:][^@]*)?")
+_FULL_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 # "<id>:<path>" whose path is plain (no `.` or `..` part, no empty part, no revision syntax): when
 # GitPython, having read the tree, finds no such entry (KeyError), git would not either
 _PLAIN_PATH_REV = re.compile(r"[0-9a-f]{40}:(?!\.{1,2}(?:/|$))[^/:^~{}@\\]+(?:/(?!\.{1,2}(?:/|$))[^/:^~{}@\\]+)*")
+
+
+_NOTES_LOCKS: dict[Path, threading.Lock] = {}
 
 
 @dataclass(frozen=True)
@@ -56,8 +60,11 @@ class GitRepo(NotesIO, TreesIO, DiffsIO):
         self.path = Path(path).resolve()
         self._py = PyRepo(self.path)
         self.git_dir = Path(self._py.git_dir).resolve()
-        self._notes_lock = threading.Lock()
+        # one per repository in this process, whatever the handle: writes of a notes ref are ordered, so
+        # the value a write tells (store/refevents.py) is never older than git's
+        self._notes_lock = _NOTES_LOCKS.setdefault(self.git_dir, threading.Lock())
         self._notes_refs_seen: set[str] = set()  # notes refs this handle wrote: fast-import reads their tips
+        self._notes_tips: dict[str, str] = {}    # notes ref -> the commit this handle last wrote there
         self._trees: dict[str, tuple] = {}       # tree id -> its parsed entries (gitexport.tree_listing)
         self._batch = threading.local()          # notes_batch(): queued note writes of this thread
 
@@ -213,8 +220,9 @@ class GitRepo(NotesIO, TreesIO, DiffsIO):
         if not shas:
             return {}
         uniq = list(dict.fromkeys(shas))
-        if len(uniq) <= defaults.GIT_SMALL_READ:       # a few: the persistent cat-file, no process
-            return {sha: obj[1] for sha in uniq if (obj := self.read_object(sha)) is not None}
+        if len(uniq) <= defaults.GIT_SMALL_READ and all(map(_FULL_ID.fullmatch, uniq)):
+            with self._pyrepo() as r:           # a few: the persistent cat-file, no process
+                return {sha: obj[1] for sha, obj in r.read_objects(uniq).items()}
         # --buffer: git writes its output in blocks, not one write per object (200k of them in a cold
         # read of 100k ideas); the input is all there at once, so nothing waits on a flush
         raw = self.git("cat-file", "--batch", "--buffer", input=("\n".join(uniq) + "\n").encode(), binary=True)
@@ -233,7 +241,12 @@ class GitRepo(NotesIO, TreesIO, DiffsIO):
 
     def cat_file_stream(self, shas: list[str]):
         """(id, content) of each object, as one `git cat-file --batch` writes it (missing ones left
-        out): the caller parses one object while git reads the next (gitproc.stream_objects)."""
+        out): the caller parses one object while git reads the next (gitproc.stream_objects). A few
+        full ids (the tick's changed ideas and notes, ~1 a trial) are read through the persistent
+        cat-file instead: no process."""
+        uniq = list(dict.fromkeys(shas))
+        if len(uniq) <= defaults.GIT_SMALL_READ and all(map(_FULL_ID.fullmatch, uniq)):
+            return (item for item in self.cat_file_batch(uniq).items())     # a generator: it has close()
         return stream_objects(self.path, shas)
 
     def read_blob(self, rev: str) -> bytes | None:

@@ -9,8 +9,8 @@
   no process);
 - the refs this process wrote itself (update_ref/delete_ref: the implementer's marks, branches,
   proposals and records, the dispatcher's archives; every notes write) are events
-  (store/refevents.py); the refs named are read again with one for-each-ref, so an event never has
-  to be right about the ref's new value, and a refresh after no write of its own starts no process;
+  (store/refevents.py); the refs named are read again with one for-each-ref, none for the values
+  a write told (refevents.read), and a refresh after no write of its own starts no process;
 - a scan (`scan=True`, the start of each tick) lists the idea refs (branches, records, archives, the
   daemon's marks, the screens/ refs; with `own_writes`, only the namespaces another process may
   write, store/reflisting.py), the notes refs, the proposals and the baseline in one for-each-ref
@@ -169,7 +169,7 @@ class LivePopulation:
             cheap = dict(self._cheap)
             if not told:
                 return cheap, {}
-            now = self.repo.refs(*sorted(told))
+            now = refevents.read(self.repo, told)      # the values its writes told; the rest from git
         else:       # the cheap refs and the refs told, in one listing
             now = self.repo.refs(NOTES_NAMESPACE, PROPOSALS_PREFIX, *spec,
                                  *sorted(r for r in told if not self._is_cheap(r)))
