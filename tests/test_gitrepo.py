@@ -5,11 +5,11 @@ reads it answers through GitPython giving what git itself prints."""
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import pytest
 from conftest import git
+from threads import run_in_threads
 
 from autoresearchd.store.gitrepo import GitError, GitRepo
 
@@ -78,11 +78,7 @@ def test_threads_share_one_handle_without_mixing_answers(repo):
             name = f"f{(j + k) % 8}.txt"
             if repo.read_blob(f"{commit}:{name}") != blobs[name]:
                 wrong.append(name)
-    threads = [threading.Thread(target=reader, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(reader, 4)
     assert wrong == []
 
 

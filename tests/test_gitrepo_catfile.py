@@ -8,11 +8,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
 from contextlib import closing
 
 import pytest
 from conftest import git
+from threads import run_in_threads
 
 from autoresearchd import defaults
 from autoresearchd.store.gitrepo import GitRepo
@@ -132,11 +132,7 @@ def test_threads_read_through_it_without_mixing_answers(repo):
                 wrong.append(pick)
             if repo.read_blob(f"{pick[0]}") != want[pick[0]]:
                 wrong.append(pick[0])
-    threads = [threading.Thread(target=reader, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(reader, 4)
     assert wrong == []
 
 

@@ -12,16 +12,16 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from conftest import git
 
 from autoresearchd.store.gitproc import GitError
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ledger import Ledger
 from autoresearchd.store.lifecycle import Lifecycle
-from autoresearchd.vocab import Change
 from autoresearchd.store.notes import Lease, Note, Status, parse_leases, parse_note
 from autoresearchd.store.population import read_population
 from autoresearchd.store.refs import ARCHIVE_PREFIX, NOTES_REF, RUNS_REF
-from autoresearchd.vocab import LeaseState
+from autoresearchd.vocab import Change, LeaseState
 
 from popbuilder import build_population
 
@@ -100,9 +100,10 @@ def test_inside_a_batch_the_observers_hear_only_after_the_flush(population):
 
 
 def test_a_failed_flush_tells_nobody_and_raises(population):
-    """The batch's ref transaction fails (a lock another git holds on the archive ref): nothing of the
-    result is written, the failure surfaces as before, and no observer hears of a note git lacks. The
-    next harvest's batch writes it, and then it is told."""
+    """The batch's ref transaction fails (the archive ref cannot be made: a ref below its name holds
+    the path): nothing of the result is written, the failure surfaces as before, and no observer hears
+    of a note git lacks. The next harvest's batch writes it, and then it is told. (A lock another git
+    holds is waited for, and taken as stale after defaults.STALE_LOCK_S: not a failure.)"""
     repo, ideas = population
     idea = ideas[0]
     heard = []
@@ -111,9 +112,8 @@ def test_a_failed_flush_tells_nobody_and_raises(population):
     lc.leased(idea.commit, [done, live])
     heard.clear()
     before = in_git(repo, NOTES_REF, idea.commit)
-    lock = repo.git_dir / (ARCHIVE_PREFIX + idea.commit + ".lock")
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    lock.write_text("")                      # fresh: another git is writing it, not a stale lock
+    blocker = ARCHIVE_PREFIX + idea.commit + "/held"
+    git(repo.path, "update-ref", blocker, idea.commit)     # another process's ref: a directory at the path
     note = Note(status=Status.SUCCEEDED, idea_id=idea.idea_id, metric="val_loss", value=0.5)
     try:
         with pytest.raises(GitError):
@@ -121,7 +121,7 @@ def test_a_failed_flush_tells_nobody_and_raises(population):
                 lc.result(idea.commit, idea, note.model_copy(), kept=[live])
                 lc.leased(ideas[1].commit, [])
     finally:
-        lock.unlink()
+        git(repo.path, "update-ref", "-d", blocker)
     assert heard == []
     assert in_git(repo, NOTES_REF, idea.commit) == before            # nothing of the result was written
     assert [lz.trial_id for lz in parse_leases(in_git(repo, RUNS_REF, idea.commit))] == [done.trial_id, live.trial_id]
