@@ -186,7 +186,7 @@ class CleanGit(git.Git):
 
 
 _PERSISTENT = ("cat_file_all", "cat_file_header")      # GitPython's attributes for its two cat-files
-_FULL_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+FULL_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")    # an object id, sha1 or sha256
 
 
 def _read_answers(out, ids: list[str]) -> dict[str, tuple[str, bytes]]:
@@ -261,7 +261,7 @@ class PyRepo(git.Repo):
         while we wait on it) cost one round trip, not a process. git finds an object written after it
         started (loose, or a pack it looks for again on a miss). A cat-file that died, or whose answer
         broke off, is ended and started again once; a second failure is a GitError."""
-        ids = [s for s in dict.fromkeys(shas) if isinstance(s, str) and _FULL_ID.fullmatch(s)]
+        ids = [s for s in dict.fromkeys(shas) if isinstance(s, str) and FULL_ID.fullmatch(s)]
         if len(ids) > defaults.GIT_SMALL_READ:
             step = defaults.GIT_SMALL_READ
             return {k: v for i in range(0, len(ids), step) for k, v in self.read_objects(ids[i:i + step]).items()}

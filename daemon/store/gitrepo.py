@@ -28,19 +28,23 @@ from autoresearchd.store.gitexport import TreesIO
 from autoresearchd.store.gitnotes import REF_REASON, NotesIO
 from autoresearchd.store.refevents import moved as _moved
 # GitError and git_env are part of this module's interface: callers catch the one and test the other
-from autoresearchd.store.gitproc import GIT, IDENTITY, GitError, PyRepo, git_env, run_git, stream_objects  # noqa: F401
+from autoresearchd.store.gitproc import FULL_ID, GIT, IDENTITY, GitError, PyRepo, git_env, run_git, stream_objects  # noqa: F401
 
 # GitPython resolves a name that starts from a full object id (`<id>^{tree}`, `<id>:path`, `<id>~2`)
 # through its persistent cat-file, with no process. Ref names go to `git rev-parse`: GitPython reads
 # packed-refs line by line per candidate name, 80-490 ms a name at 37k packed refs against 4 ms.
 _OBJECT_REV = re.compile(r"[0-9a-f]{40}(?:[\^~:][^@]*)?")
-_FULL_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 # "<id>:<path>" whose path is plain (no `.` or `..` part, no empty part, no revision syntax): when
 # GitPython, having read the tree, finds no such entry (KeyError), git would not either
 _PLAIN_PATH_REV = re.compile(r"[0-9a-f]{40}:(?!\.{1,2}(?:/|$))[^/:^~{}@\\]+(?:/(?!\.{1,2}(?:/|$))[^/:^~{}@\\]+)*")
 
 
 _NOTES_LOCKS: dict[Path, threading.Lock] = {}
+
+
+def _few_full_ids(uniq: list[str]) -> bool:
+    """Few enough full object ids for the persistent cat-file (no process; PyRepo.read_objects)."""
+    return len(uniq) <= defaults.GIT_SMALL_READ and all(map(FULL_ID.fullmatch, uniq))
 
 
 @dataclass(frozen=True)
@@ -220,7 +224,7 @@ class GitRepo(NotesIO, TreesIO, DiffsIO):
         if not shas:
             return {}
         uniq = list(dict.fromkeys(shas))
-        if len(uniq) <= defaults.GIT_SMALL_READ and all(map(_FULL_ID.fullmatch, uniq)):
+        if _few_full_ids(uniq):
             with self._pyrepo() as r:           # a few: the persistent cat-file, no process
                 return {sha: obj[1] for sha, obj in r.read_objects(uniq).items()}
         # --buffer: git writes its output in blocks, not one write per object (200k of them in a cold
@@ -245,7 +249,7 @@ class GitRepo(NotesIO, TreesIO, DiffsIO):
         full ids (the tick's changed ideas and notes, ~1 a trial) are read through the persistent
         cat-file instead: no process."""
         uniq = list(dict.fromkeys(shas))
-        if len(uniq) <= defaults.GIT_SMALL_READ and all(map(_FULL_ID.fullmatch, uniq)):
+        if _few_full_ids(uniq):
             return (item for item in self.cat_file_batch(uniq).items())     # a generator: it has close()
         return stream_objects(self.path, shas)
 
