@@ -143,7 +143,10 @@ def test_a_trial_cancelled_before_its_wrapper_is_found_never_starts(runner_for, 
     """A cancel right after the submit found no pgid yet (the wrapper had not written it), killed
     nothing, and the trial ran once the slot freed: `started` in 1 of 3 tries on the local runner. The
     cancel now leaves a mark the wrapper checks before it runs anything and again after the slot's lock."""
-    m = manifest("sleep 2; echo ---; echo score: 1")
+    # the first trial holds the slot until the test lets it go: a cancel that finds a wrapper's pgid
+    # waits 1 s before its SIGKILL, so under load four cancels outlasted a fixed `sleep 2` and the
+    # last trial took the freed slot and started before its cancel was sent (a true start, not a leak)
+    m = manifest("while [ ! -e go ]; do sleep 0.05; done; echo ---; echo score: 1")
     r = runner_for(m)
     slot = r.slots()[0]
     tar = code_tar(tmp_path, {"x.txt": "x"})
@@ -153,6 +156,8 @@ def test_a_trial_cancelled_before_its_wrapper_is_found_never_starts(runner_for, 
         h = r.submit(spec(m, tar), slot)
         r.cancel(h)                                      # at once: before its wrapper wrote its pgid
         cancelled.append(h)
+    wait_file(Path(first["dir"], "started"))
+    Path(first["dir"], "code", "go").touch()             # the run's working directory is code/
     wait_states(r, [first], {PollState.DONE})
     time.sleep(1.0)                                      # what a wrapper let through would start now
     for h in cancelled:
