@@ -2,7 +2,7 @@
 each of its methods says, against a real git repository.
 
 1. The project's code (daemon/, policies/, runners/) is read as ASTs: a call that moves a ref or writes
-   a note (update_ref, delete_ref, write_note, write_result, write_leases, note_write, note_remove, or a `.git(...)`
+   a note (update_ref, delete_ref, move_refs, write_note, write_result, write_leases, note_write, note_remove, or a `.git(...)`
    call of a ref- or notes-writing subcommand) may stand only in the modules listed in WRITERS, each
    with why. The benchmarks and tests fabricate populations directly and are not scanned.
    The calls that make a commit object (commit_tree, fast_import, `git commit-tree`) may stand only in
@@ -14,12 +14,13 @@ each of its methods says, against a real git repository.
 from __future__ import annotations
 
 import ast
+import threading
 from pathlib import Path
 
 import pytest
 from conftest import git
 
-from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.gitrepo import GitError, GitRepo
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.ledger import Ledger
 from autoresearchd.store.lifecycle import NOTED, Lifecycle, Made, Written
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("daemon", "policies", "runners")
 
 # the calls that move a ref or write a note
-WRITE_CALLS = {"update_ref", "delete_ref", "write_note", "write_result", "write_leases", "note_write", "note_remove"}
+WRITE_CALLS = {"update_ref", "delete_ref", "move_refs", "write_note", "write_result", "write_leases", "note_write", "note_remove"}
 # git subcommands that move refs or write notes, run through a repo's `.git(...)`
 WRITE_SUBCOMMANDS = {"update-ref", "notes", "branch", "tag", "push", "fetch", "reset"}
 
@@ -43,7 +44,8 @@ WRITERS = {
                                  "every result and lease note",
     "daemon/store/ledger.py": "the note and lease I/O the lifecycle writer calls (and the refs that keep what "
                               "they name: log blobs' anchors, archive refs)",
-    "daemon/store/gitrepo.py": "the repo handle: defines update_ref/delete_ref (compare-and-swap)",
+    "daemon/store/gitrepo.py": "the repo handle: defines update_ref/delete_ref (compare-and-swap) and "
+                               "move_refs (one transaction)",
     "daemon/store/gitnotes.py": "notes I/O: defines note_write/note_remove and the batched notes commit",
     "daemon/store/lessons.py": "the lessons ref: the policies' memory, not idea state",
     "daemon/store/replaypos.py": "the replay position ref: where a replay file stopped, not idea state",
@@ -232,6 +234,31 @@ def test_proposals_and_implementations(repo, life, heard):
         (Change.DROPPED, dup), (Change.TUNED, tuned), (Change.SCREEN, screen)]
     assert heard[0].ref == PROPOSALS_PREFIX + "e001-abcd1234" and heard[1].ref == branch
     assert heard[3].note.status == Status.IMPLEMENT_FAILED and heard[4].note.error == "same"
+
+
+def test_an_implemented_ideas_refs_move_together_or_not_at_all(repo, life, heard):
+    """The mark, the branch and the proposal's deletion are one transaction: a branch git refuses (its
+    name under an existing branch's) leaves no mark without a branch, and the proposal in place."""
+    prop = life.propose("e001-abcd1234", on_main(repo, "proposal"))
+    git(repo.path, "branch", "idea/e001", "main")
+    with pytest.raises(GitError):
+        life.implemented("e001-abcd1234", on_main(repo, "implemented"), IDEA_BRANCHES + "e001/x-abcd1234")
+    assert repo.rev_parse(IDEAS_PREFIX + "e001-abcd1234") is None
+    assert repo.rev_parse(PROPOSALS_PREFIX + "e001-abcd1234") == prop
+    assert [w.change for w in heard] == [Change.PROPOSED]          # nothing told of what git refused
+
+
+def test_a_lock_another_git_holds_is_waited_for(repo, life):
+    """Deleting the proposal takes packed-refs.lock, which another git may hold a moment (a harvest's
+    transaction, a gc): the writer's transaction waits for it, as the notes flush does, and moves all.
+    Held past git's own wait for it (core.packedRefsTimeout, 1 s), so the writer's wait is what counts."""
+    life.propose("e001-abcd1234", on_main(repo, "proposal"))
+    lock = repo.git_dir / "packed-refs.lock"
+    lock.touch()
+    threading.Timer(1.5, lock.unlink).start()
+    done = life.implemented("e001-abcd1234", on_main(repo, "implemented"), IDEA_BRANCHES + "e001/x-abcd1234")
+    assert not lock.exists() and repo.rev_parse(IDEAS_PREFIX + "e001-abcd1234") == done
+    assert repo.rev_parse(PROPOSALS_PREFIX + "e001-abcd1234") is None
 
 
 def test_results_leases_and_logs(repo, life, heard):

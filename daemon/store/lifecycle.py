@@ -20,8 +20,8 @@ flush that fails tells nobody (what it wrote may then go unheard, but nothing is
 
 Write order is the crash-safety rule (store/ledger.py): a lease before its trial starts; a log, then
 the archive ref, the result note and the lease cleared, in one ledger call (`Ledger.write_result`);
-a commit the writer makes before any ref that names it; an implemented idea's mark before its
-branch, and its proposal deleted last.
+a commit the writer makes before any ref that names it; an implemented idea's mark, its branch and
+its proposal's deletion in one ref transaction (a record and its proposal's deletion likewise).
 """
 
 from __future__ import annotations
@@ -174,10 +174,10 @@ class Lifecycle:
     def implemented(self, idea_id: str, made: Made, branch: str) -> str:
         """The idea's commit, its mark, its branch; then its proposal goes. Returns the commit."""
         commit = self._commit(made)
-        # the mark first: it is what makes the population believe this commit's trailers
-        self.repo.update_ref(IDEAS_PREFIX + idea_id, commit)
-        self.repo.update_ref(branch, commit)
-        self.repo.delete_ref(PROPOSALS_PREFIX + idea_id)
+        # one transaction: a branch git refuses leaves no mark behind (three update-refs did). A reader
+        # meanwhile sees the mark first (given first, and first by name; it is what makes the
+        # population believe this commit's trailers), then the branch; the proposal goes last
+        self.repo.move_refs({IDEAS_PREFIX + idea_id: commit, branch: commit, PROPOSALS_PREFIX + idea_id: None})
         self._tell(Written(Change.IMPLEMENTED, commit, ref=branch))
         return commit
 
@@ -186,16 +186,14 @@ class Lifecycle:
         record ref, then the proposal goes. Returns the record."""
         record = self._commit(made)
         self.ledger.write_result(record, note)
-        self.repo.update_ref(RECORDS_PREFIX + idea_id, record)
-        self.repo.delete_ref(PROPOSALS_PREFIX + idea_id)
+        self.repo.move_refs({RECORDS_PREFIX + idea_id: record, PROPOSALS_PREFIX + idea_id: None})   # deletion last
         self._tell(Written(Change.FAILED, record, note=note, ref=RECORDS_PREFIX + idea_id))
         return record
 
     def tuned(self, idea_id: str, made: Made, branch: str) -> str:
         """A tuned trial's commit, its mark, its branch (tune/tuner.py). Returns the commit."""
         commit = self._commit(made)
-        self.repo.update_ref(IDEAS_PREFIX + idea_id, commit)    # the mark first, as for implemented
-        self.repo.update_ref(branch, commit)
+        self.repo.move_refs({IDEAS_PREFIX + idea_id: commit, branch: commit})    # as for implemented
         self._tell(Written(Change.TUNED, commit, ref=branch))
         return commit
 
