@@ -2,9 +2,11 @@
 each of its methods says, against a real git repository.
 
 1. The project's code (daemon/, policies/, runners/) is read as ASTs: a call that moves a ref or writes
-   a note (update_ref, delete_ref, write_note, write_result, write_leases, note_write, note_remove, or a `.git(...)`
+   a note (update_ref, delete_ref, move_refs, write_note, write_result, write_leases, note_write, note_remove, or a `.git(...)`
    call of a ref- or notes-writing subcommand) may stand only in the modules listed in WRITERS, each
    with why. The benchmarks and tests fabricate populations directly and are not scanned.
+   The calls that make a commit object (commit_tree, fast_import, `git commit-tree`) may stand only in
+   the modules listed in COMMITTERS: the writer makes the commits its refs name.
 2. Every method writes its refs and notes, and tells the observers; an observer that raises stops
    neither the write nor the other observers.
 """
@@ -12,26 +14,27 @@ each of its methods says, against a real git repository.
 from __future__ import annotations
 
 import ast
+import threading
 from pathlib import Path
 
 import pytest
 from conftest import git
 
-from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.gitrepo import GitError, GitRepo
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.ledger import Ledger
-from autoresearchd.store.lifecycle import NOTED, Lifecycle, Written
+from autoresearchd.store.lifecycle import NOTED, Lifecycle, Made, Written
 from autoresearchd.vocab import Change
 from autoresearchd.store.notes import Lease, Note, Status
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, LOGS_PREFIX, NOTES_REF,
-                                      PROPOSALS_PREFIX, RECORDS_PREFIX)
+                                      PROPOSALS_PREFIX, RECORDS_PREFIX, SCREENS_PREFIX)
 from autoresearchd.store.trailers import Trailers
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("daemon", "policies", "runners")
 
 # the calls that move a ref or write a note
-WRITE_CALLS = {"update_ref", "delete_ref", "write_note", "write_result", "write_leases", "note_write", "note_remove"}
+WRITE_CALLS = {"update_ref", "delete_ref", "move_refs", "write_note", "write_result", "write_leases", "note_write", "note_remove"}
 # git subcommands that move refs or write notes, run through a repo's `.git(...)`
 WRITE_SUBCOMMANDS = {"update-ref", "notes", "branch", "tag", "push", "fetch", "reset"}
 
@@ -41,7 +44,8 @@ WRITERS = {
                                  "every result and lease note",
     "daemon/store/ledger.py": "the note and lease I/O the lifecycle writer calls (and the refs that keep what "
                               "they name: log blobs' anchors, archive refs)",
-    "daemon/store/gitrepo.py": "the repo handle: defines update_ref/delete_ref (compare-and-swap)",
+    "daemon/store/gitrepo.py": "the repo handle: defines update_ref/delete_ref (compare-and-swap) and "
+                               "move_refs (one transaction)",
     "daemon/store/gitnotes.py": "notes I/O: defines note_write/note_remove and the batched notes commit",
     "daemon/store/lessons.py": "the lessons ref: the policies' memory, not idea state",
     "daemon/store/replaypos.py": "the replay position ref: where a replay file stopped, not idea state",
@@ -88,6 +92,48 @@ def test_the_lifecycle_writer_is_the_only_writer_of_idea_state():
                          f"write through it, or list the module in WRITERS with why: {outside}")
 
 
+# the calls that make a commit object, and module -> why it may make one itself. An idea's, a
+# proposal's, a record's and a screen's commit are made by the writer with their refs (lifecycle.Made):
+# a caller that made one itself would hold a commit no ref keeps, and enter git once more to hand it on.
+COMMIT_CALLS = {"commit_tree", "fast_import"}
+COMMITTERS = {
+    "daemon/store/lifecycle.py": "the lifecycle writer: every commit an idea, proposal, record or screen ref names",
+    "daemon/store/gitnotes.py": "a notes ref's first, empty commit (notes I/O, not idea state)",
+}
+
+
+def commit_calls(path: Path) -> list[tuple[int, str]]:
+    """(line, what) of every call in one module that makes a commit object."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+        if name in COMMIT_CALLS:
+            out.append((node.lineno, name))
+        elif name == "git" and node.args and isinstance(node.args[0], ast.Constant) \
+                and node.args[0].value == "commit-tree":
+            out.append((node.lineno, "git commit-tree"))
+    return out
+
+
+def test_only_the_writer_makes_the_commits_it_records(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("repo.commit_tree('t', [], 'm')\nrepo.fast_import(b'')\nrepo.git('commit-tree', 't')\n"
+                   "repo.tree_of('x')\n")
+    assert [what for _, what in commit_calls(src)] == ["commit_tree", "fast_import", "git commit-tree"]
+    found = {}
+    for top in SCANNED:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if calls := commit_calls(path):
+                found[path.relative_to(ROOT).as_posix()] = calls
+    outside = {mod: calls for mod, calls in found.items() if mod not in COMMITTERS}
+    assert not outside, ("a commit made outside the lifecycle writer: hand it what the commit is made of "
+                         f"(store/lifecycle.py Made), or list the module in COMMITTERS with why: {outside}")
+    assert set(COMMITTERS) <= set(found), f"makes no commit any more: {set(COMMITTERS) - set(found)}"
+
+
 def test_only_the_writer_opens_a_notes_batch():
     """Lifecycle.batch() holds the observers' events until the batch's writes are flushed; a notes
     batch opened around the writer by anyone else would flush after the writer told them (a note heard
@@ -132,6 +178,11 @@ def commit_on(repo: GitRepo, message: str) -> str:
     return repo.commit_tree(repo.tree_of(head), [head], message)
 
 
+def on_main(repo: GitRepo, message: str, tree: str | None = None) -> Made:
+    """What a commit on main is made of: the writer makes it (main's tree unless `tree`)."""
+    return Made((repo.rev_parse("refs/heads/main"),), message, tree)
+
+
 def idea_at(commit: str, branch: str | None = None, origin: str = "explore", epoch: int = 3,
             trailers: Trailers | None = None) -> Idea:
     """An idea of the daemon's own: its provenance from its trailers (no note read yet)."""
@@ -144,37 +195,70 @@ def lease(n: int) -> Lease:
 
 
 def test_proposals_and_implementations(repo, life, heard):
-    prop = commit_on(repo, "proposal")
-    life.propose("e001-abcd1234", prop)
+    head = repo.rev_parse("refs/heads/main")
+    prop = life.propose("e001-abcd1234", on_main(repo, "proposal"))
     assert repo.rev_parse(PROPOSALS_PREFIX + "e001-abcd1234") == prop
+    # the writer made the commit: main's tree, main its parent, the message as given
+    assert repo.tree_of(prop) == repo.tree_of(head) and git(repo.path, "rev-parse", prop + "^").strip() == head
+    assert repo.commit_message(prop) == "proposal\n"
 
-    done = commit_on(repo, "implemented")
+    tree = repo.tree_with_files(head, {"train.py": b"x = 2\n"})
     branch = IDEA_BRANCHES + "e001/faster-abcd1234"
-    life.implemented("e001-abcd1234", done, branch)
+    done = life.implemented("e001-abcd1234", on_main(repo, "implemented", tree), branch)
     assert repo.rev_parse(IDEAS_PREFIX + "e001-abcd1234") == done and repo.rev_parse(branch) == done
+    assert repo.tree_of(done) == tree and repo.commit_message(done) == "implemented\n"
     assert repo.rev_parse(PROPOSALS_PREFIX + "e001-abcd1234") is None       # the proposal went
 
-    life.propose("e001-fail0001", prop)
+    prop2 = life.propose("e001-fail0001", on_main(repo, "proposal 2"))
     note = Note(status=Status.IMPLEMENT_FAILED, idea_id="e001-fail0001", error="no diff")
-    life.failed("e001-fail0001", prop, note)
-    assert repo.rev_parse(RECORDS_PREFIX + "e001-fail0001") == prop
+    rec = life.failed("e001-fail0001", on_main(repo, "failed"), note)
+    assert repo.rev_parse(RECORDS_PREFIX + "e001-fail0001") == rec and repo.tree_of(rec) == repo.tree_of(head)
     assert repo.rev_parse(PROPOSALS_PREFIX + "e001-fail0001") is None
-    assert life.ledger.note(prop).status == Status.IMPLEMENT_FAILED
+    assert life.ledger.note(rec).status == Status.IMPLEMENT_FAILED
 
-    dup = commit_on(repo, "duplicate")
-    life.dropped("e001-dup00001", dup, Note(status=Status.DUPLICATE, idea_id="e001-dup00001", error="same"))
+    dup = life.dropped("e001-dup00001", on_main(repo, "duplicate"),
+                       Note(status=Status.DUPLICATE, idea_id="e001-dup00001", error="same"))
     assert repo.rev_parse(RECORDS_PREFIX + "e001-dup00001") == dup
     assert life.ledger.note(dup).status == Status.DUPLICATE
 
-    tuned = commit_on(repo, "tuned")
-    life.tuned("base-t1", tuned, IDEA_BRANCHES + "tune/base/1")
+    tuned = life.tuned("base-t1", on_main(repo, "tuned", tree), IDEA_BRANCHES + "tune/base/1")
     assert repo.rev_parse(IDEAS_PREFIX + "base-t1") == tuned == repo.rev_parse(IDEA_BRANCHES + "tune/base/1")
+    assert repo.tree_of(tuned) == tree
+
+    screen = life.screen("e001-abcd1234", Made((done,), "screen", tree))
+    assert repo.rev_parse(SCREENS_PREFIX + "e001-abcd1234") == screen
+    assert git(repo.path, "rev-parse", screen + "^").strip() == done
 
     assert [(w.change, w.commit) for w in heard] == [
-        (Change.PROPOSED, prop), (Change.IMPLEMENTED, done), (Change.PROPOSED, prop), (Change.FAILED, prop),
-        (Change.DROPPED, dup), (Change.TUNED, tuned)]
+        (Change.PROPOSED, prop), (Change.IMPLEMENTED, done), (Change.PROPOSED, prop2), (Change.FAILED, rec),
+        (Change.DROPPED, dup), (Change.TUNED, tuned), (Change.SCREEN, screen)]
     assert heard[0].ref == PROPOSALS_PREFIX + "e001-abcd1234" and heard[1].ref == branch
     assert heard[3].note.status == Status.IMPLEMENT_FAILED and heard[4].note.error == "same"
+
+
+def test_an_implemented_ideas_refs_move_together_or_not_at_all(repo, life, heard):
+    """The mark, the branch and the proposal's deletion are one transaction: a branch git refuses (its
+    name under an existing branch's) leaves no mark without a branch, and the proposal in place."""
+    prop = life.propose("e001-abcd1234", on_main(repo, "proposal"))
+    git(repo.path, "branch", "idea/e001", "main")
+    with pytest.raises(GitError):
+        life.implemented("e001-abcd1234", on_main(repo, "implemented"), IDEA_BRANCHES + "e001/x-abcd1234")
+    assert repo.rev_parse(IDEAS_PREFIX + "e001-abcd1234") is None
+    assert repo.rev_parse(PROPOSALS_PREFIX + "e001-abcd1234") == prop
+    assert [w.change for w in heard] == [Change.PROPOSED]          # nothing told of what git refused
+
+
+def test_a_lock_another_git_holds_is_waited_for(repo, life):
+    """Deleting the proposal takes packed-refs.lock, which another git may hold a moment (a harvest's
+    transaction, a gc): the writer's transaction waits for it, as the notes flush does, and moves all.
+    Held past git's own wait for it (core.packedRefsTimeout, 1 s), so the writer's wait is what counts."""
+    life.propose("e001-abcd1234", on_main(repo, "proposal"))
+    lock = repo.git_dir / "packed-refs.lock"
+    lock.touch()
+    threading.Timer(1.5, lock.unlink).start()
+    done = life.implemented("e001-abcd1234", on_main(repo, "implemented"), IDEA_BRANCHES + "e001/x-abcd1234")
+    assert not lock.exists() and repo.rev_parse(IDEAS_PREFIX + "e001-abcd1234") == done
+    assert repo.rev_parse(PROPOSALS_PREFIX + "e001-abcd1234") is None
 
 
 def test_results_leases_and_logs(repo, life, heard):
@@ -226,20 +310,18 @@ def test_results_leases_and_logs(repo, life, heard):
 
 def test_every_change_is_told(repo, life, heard):
     """Each Change member is made by a method, and every method tells the observers."""
-    p, c = commit_on(repo, "p"), commit_on(repo, "c")
-    life.propose("e001-aaaa0001", p)
-    life.dropped("e001-aaaa0002", p, Note(status=Status.DUPLICATE))
-    life.implemented("e001-aaaa0001", c, IDEA_BRANCHES + "e001/a-aaaa0001")
-    life.failed("e001-aaaa0003", p, Note(status=Status.IMPLEMENT_FAILED))
-    life.tuned("b-t1", c, IDEA_BRANCHES + "tune/b/1")
+    life.propose("e001-aaaa0001", on_main(repo, "p"))
+    life.dropped("e001-aaaa0002", on_main(repo, "d"), Note(status=Status.DUPLICATE))
+    c = life.implemented("e001-aaaa0001", on_main(repo, "c"), IDEA_BRANCHES + "e001/a-aaaa0001")
+    life.failed("e001-aaaa0003", on_main(repo, "f"), Note(status=Status.IMPLEMENT_FAILED))
+    life.tuned("b-t1", on_main(repo, "t"), IDEA_BRANCHES + "tune/b/1")
     life.result(c, idea_at(c), Note(status=Status.SUCCEEDED, value=1.0))
     life.rejected(idea_at(c), Note(status=Status.REJECTED))
     life.linked(idea_at(c), Note(status=Status.SUCCEEDED, value=1.0))
     life.cancelled(c, idea_at(c), Note(status=Status.CANCELLED), [])
     life.stopped(c, idea_at(c), Note(status=Status.STOPPED), [])
     life.backfilled(c, idea_at(c), Note(status=Status.SUCCEEDED, value=1.0, decision="improved"))
-    s = commit_on(repo, "screen")
-    life.screen("e001-aaaa0001", s)
+    s = life.screen("e001-aaaa0001", Made((c,), "screen"))
     life.screen_result(s, Note(status=Status.SUCCEEDED, screened={"value": 1.2}))
     life.screened_out(c, idea_at(c), Note(status=Status.SCREENED_OUT))
     life.leased(c, [lease(0)])
@@ -254,8 +336,8 @@ def test_an_observer_that_raises_stops_neither_the_write_nor_the_others(repo, he
     life = Lifecycle(repo, observers=[broken, heard.append])
     c = commit_on(repo, "idea")
     life.result(c, idea_at(c), Note(status=Status.SUCCEEDED, metric="val_loss", value=3.1))
-    life.propose("e001-abcd1234", c)
-    assert Ledger(repo).note(c).value == 3.1 and repo.rev_parse(PROPOSALS_PREFIX + "e001-abcd1234") == c
+    p = life.propose("e001-abcd1234", on_main(repo, "p"))
+    assert Ledger(repo).note(c).value == 3.1 and repo.rev_parse(PROPOSALS_PREFIX + "e001-abcd1234") == p
     assert [w.change for w in heard] == [Change.RESULT, Change.PROPOSED]
 
 
@@ -263,7 +345,7 @@ def test_observers_are_given_at_construction_only(repo, heard):
     """Wiring by construction: the writer's observers are fixed when it is built (no `observe`)."""
     life = Lifecycle(repo, observers=[heard.append])
     assert life.observers == (heard.append,) and not hasattr(life, "observe")
-    life.propose("e001-abcd1234", commit_on(repo, "p"))
+    life.propose("e001-abcd1234", on_main(repo, "p"))
     assert len(heard) == 1
 
 

@@ -18,7 +18,7 @@ from autoresearchd.engine.screening import screen_message
 from autoresearchd.manifest import parse_manifest
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import format_message
-from autoresearchd.store.lifecycle import Lifecycle
+from autoresearchd.store.lifecycle import Lifecycle, Made
 from autoresearchd.store.livepop import LivePopulation
 from autoresearchd.store.notes import Note, Status, Trial
 from autoresearchd.store.population import read_population
@@ -51,9 +51,7 @@ def every_note_cpu(path) -> float:
 
 
 def screen(repo, lc, of: str, key: str) -> str:
-    c = repo.commit_tree(repo.tree_of(of), [of], screen_message(key, of, "steps", 25, 0.25))
-    lc.screen(key, c)
-    return c
+    return lc.screen(key, Made((of,), screen_message(key, of, "steps", 25, 0.25)))
 
 
 def test_every_kind_of_run_counts_once(make_repo):
@@ -67,9 +65,9 @@ def test_every_kind_of_run_counts_once(make_repo):
              for k in ("confirmed", "stopped", "continued", "out", "linked", "deleted")}
     # a tuned commit, as the tuner writes it (its knobs, its study's trailers, the daemon's mark)
     tree = repo.tree_with_files(old_base, {".autoresearch-knobs.json": b'{"steps": 50}'})
-    ideas["tuned"] = repo.commit_tree(tree, [old_base], format_message("tune baseline t0", "steps=50", {
-        "Idea-Id": "baseline-t0", "Origin": "tune", "Tune-Study": "baseline", "Tune-Trial": 0}))
-    lc.tuned("baseline-t0", ideas["tuned"], "refs/heads/idea/tune/baseline-t0")
+    ideas["tuned"] = lc.tuned("baseline-t0", Made((old_base,), format_message("tune baseline t0", "steps=50", {
+        "Idea-Id": "baseline-t0", "Origin": "tune", "Tune-Study": "baseline", "Tune-Trial": 0}), tree),
+        "refs/heads/idea/tune/baseline-t0")
     # the baseline moves on (a new commit on main): the old one's note is on a commit no ref shows
     git(path, "commit", "-q", "--allow-empty", "-m", "new baseline")
     base = git(path, "rev-parse", "main").strip()

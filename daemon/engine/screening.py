@@ -34,6 +34,7 @@ import statistics
 from autoresearchd import defaults
 from autoresearchd.manifest import EnvManifest, screened_value
 from autoresearchd.store.ideas import parse_message
+from autoresearchd.store.lifecycle import Made
 from autoresearchd.store.refs import SCREENS_PREFIX
 from autoresearchd.store.screens import screen_key  # noqa: F401  (the screener names screens by it)
 from autoresearchd.store.trailers import parse_trailers
@@ -57,9 +58,7 @@ def make_screen(repo, lifecycle, manifest: EnvManifest, of: str, key: str) -> st
     v = screened_value(k, sc.fraction)
     values = {**commit_values(repo, of, manifest), sc.knob: v}
     tree = repo.tree_with_files(of, {KNOBS_FILE: values_file(values)})
-    commit = repo.commit_tree(tree, [of], screen_message(key, of, sc.knob, v, sc.fraction))
-    lifecycle.screen(key, commit)
-    return commit
+    return lifecycle.screen(key, Made((of,), screen_message(key, of, sc.knob, v, sc.fraction), tree))
 
 
 def screen_of(repo, commit: str) -> str | None:

@@ -28,7 +28,7 @@ from autoresearchd.runners.sandbox import SandboxRequest
 from autoresearchd.runners.sandbox import get as get_sandbox
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import branch_for, format_message, parse_message, prompt_hash
-from autoresearchd.store.lifecycle import Lifecycle
+from autoresearchd.store.lifecycle import Lifecycle, Made
 from autoresearchd.store.notes import Note, Status
 from autoresearchd.store.proposals import record_proposal
 from autoresearchd.store.refs import PROPOSALS_PREFIX, branch_name
@@ -167,8 +167,9 @@ class Implementer:
     def _finish(self, idea_id: str, title: str, body: str, trailers: dict, base: str, tree: str | None,
                 status: Status, error: str | None, transcript: list, *, cost: float, tokens: int,
                 model: str | None, attempts: int) -> str | None:
-        """Store the transcript; then commit the idea's branch (tree set) or write a record with a
-        note saying why it failed. Returns the branch ref on success."""
+        """Store the transcript; then the idea's commit and branch (tree set), or a record with a note
+        saying why it failed, each made by the lifecycle writer from the tree and the message. Returns
+        the branch ref on success."""
         m = self.research.manifest
         proposed = parse_trailers(trailers)        # typed: a malformed number is absent, not a crash
         idea_cost, idea_tokens = proposed.idea_cost_usd or 0.0, proposed.idea_tokens or 0
@@ -178,12 +179,12 @@ class Implementer:
                          "Tokens": tokens + idea_tokens, "Implement-Cost-USD": f"{cost:.6f}",
                          "Cost-USD": f"{cost + idea_cost:.6f}", "Transcript": blob})
         if tree is not None:
-            commit = self.repo.commit_tree(tree, [base], format_message(title, body, trailers))
             branch = branch_for(idea_id, title, trailers.get("Origin", Origin.SEED))
-            self.lifecycle.implemented(idea_id, commit, branch)     # the mark, the branch; the proposal goes
+            # the commit, the mark, the branch; the proposal goes
+            self.lifecycle.implemented(idea_id, Made((base,), format_message(title, body, trailers), tree), branch)
             log.info("implemented %s in %d attempt(s): %s", idea_id, attempts, branch_name(branch))
             return branch
-        record = self.repo.commit_tree(self.repo.tree_of(base), [base], format_message(title, body, trailers))
+        record = Made((base,), format_message(title, body, trailers))      # the base's tree: no code kept
         self.lifecycle.failed(idea_id, record, Note(status=status, idea_id=idea_id, metric=m.metric, error=error,
                                                     log=blob, tokens=tokens + idea_tokens, cost_usd=cost + idea_cost,
                                                     cost={"ideation": idea_cost, "implementation": cost}))

@@ -203,6 +203,27 @@ class GitRepo(NotesIO, TreesIO, DiffsIO):
         finally:
             _moved(self.git_dir, ref)
 
+    def move_refs(self, moves: dict[str, str | None]) -> None:
+        """Several refs in one `update-ref --stdin` transaction, one process: a ref git refuses (a name
+        taken, a lock held) moves none of them, and no crash of this process stops between them (None
+        deletes; an absent ref deleted is no error, as in delete_ref). A reader meanwhile still sees
+        them move one by one: git writes the updates first, then the deletions."""
+        lines = "".join(f"delete {ref}\n" if new is None else f"update {ref} {new}\n" for ref, new in moves.items())
+        try:
+            for attempt in range(40):
+                try:
+                    self.git("update-ref", "-m", REF_REASON, "--stdin", input=lines.encode())
+                    return
+                except GitError as e:
+                    # a lock another git holds (a deletion takes packed-refs.lock, which a harvest's
+                    # transaction or a gc may hold): wait, as the notes flush does (gitnotes._together)
+                    if "File exists" not in e.stderr or attempt == 39:
+                        raise
+                    threading.Event().wait(0.02 * attempt)
+        finally:
+            for ref in moves:
+                _moved(self.git_dir, ref)
+
     def merge_base(self, a: str, b: str) -> str | None:
         out = self.git("merge-base", a, b, check=False).strip()
         return out or None

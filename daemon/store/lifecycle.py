@@ -1,7 +1,11 @@
 """The lifecycle writer: the only code that moves an idea from one state to the next in git.
 
 It alone creates or moves the idea, proposal, record and archive refs, and writes result and lease
-notes. One typed method per state change (propose, dropped, implemented, failed, tuned, leased,
+notes. It also makes the commits those refs name (a proposal, an implemented or tuned idea, a record, a
+screen): the caller says what the commit is made of (`Made`: its parents, its message, its tree) and
+the writer writes the commit object and its refs in one run, so a caller never holds a commit that no
+ref keeps and never goes to git itself only to hand the writer an id (docs/architecture.md, the idea
+walk). One typed method per state change (propose, dropped, implemented, failed, tuned, leased,
 result, rejected, linked, cancelled, stopped, backfilled, and screening's three), and each tells the
 observers itself, so no write path can skip them: before this module, a backfilled decision was
 written straight to the ledger and never reached W&B. The one observer wired today is the W&B mirror
@@ -16,7 +20,8 @@ flush that fails tells nobody (what it wrote may then go unheard, but nothing is
 
 Write order is the crash-safety rule (store/ledger.py): a lease before its trial starts; a log, then
 the archive ref, the result note and the lease cleared, in one ledger call (`Ledger.write_result`);
-an implemented idea's mark before its branch, and its proposal deleted last.
+a commit the writer makes before any ref that names it; an implemented idea's mark, its branch and
+its proposal's deletion in one ref transaction (a record and its proposal's deletion likewise).
 """
 
 from __future__ import annotations
@@ -64,6 +69,15 @@ class Written:
 
 
 Observer = Callable[[Written], None]
+
+
+@dataclass(frozen=True)
+class Made:
+    """What a commit the writer makes is made of. `tree` None: its first parent's tree (a proposal, a
+    record: the idea in words on its base, no code changed)."""
+    parents: tuple[str, ...]
+    message: str
+    tree: str | None = None
 
 
 class Lifecycle:
@@ -136,36 +150,52 @@ class Lifecycle:
         self._tell(Written(change, commit, idea, note))
         return note
 
+    def _commit(self, made: Made) -> str:
+        """The commit object `made` describes (no ref names it yet: the caller's next call does)."""
+        tree = made.tree or self.repo.tree_of(made.parents[0])
+        return self.repo.commit_tree(tree, list(made.parents), made.message)
+
     # -- proposals and implementations --------------------------------------------------------------
-    def propose(self, idea_id: str, commit: str) -> None:
+    def propose(self, idea_id: str, made: Made) -> str:
+        """The proposal commit and its proposal/<id> ref; returns the commit."""
+        commit = self._commit(made)
         self.repo.update_ref(PROPOSALS_PREFIX + idea_id, commit)
         self._tell(Written(Change.PROPOSED, commit, ref=PROPOSALS_PREFIX + idea_id))
+        return commit
 
-    def dropped(self, idea_id: str, commit: str, note: Note) -> None:
-        """A proposal dropped before implementation: its note, then its record."""
+    def dropped(self, idea_id: str, made: Made, note: Note) -> str:
+        """A proposal dropped before implementation: its commit, its note, then its record."""
+        commit = self._commit(made)
         self.ledger.write_result(commit, note)
         self.repo.update_ref(RECORDS_PREFIX + idea_id, commit)
         self._tell(Written(Change.DROPPED, commit, note=note, ref=RECORDS_PREFIX + idea_id))
+        return commit
 
-    def implemented(self, idea_id: str, commit: str, branch: str) -> None:
-        # the mark first: it is what makes the population believe this commit's trailers
-        self.repo.update_ref(IDEAS_PREFIX + idea_id, commit)
-        self.repo.update_ref(branch, commit)
-        self.repo.delete_ref(PROPOSALS_PREFIX + idea_id)
+    def implemented(self, idea_id: str, made: Made, branch: str) -> str:
+        """The idea's commit, its mark, its branch; then its proposal goes. Returns the commit."""
+        commit = self._commit(made)
+        # one transaction: a branch git refuses leaves no mark behind (three update-refs did). A reader
+        # meanwhile sees the mark first (given first, and first by name; it is what makes the
+        # population believe this commit's trailers), then the branch; the proposal goes last
+        self.repo.move_refs({IDEAS_PREFIX + idea_id: commit, branch: commit, PROPOSALS_PREFIX + idea_id: None})
         self._tell(Written(Change.IMPLEMENTED, commit, ref=branch))
+        return commit
 
-    def failed(self, idea_id: str, record: str, note: Note) -> None:
-        """Implementation failed (or a safety rule refused it): the note, the record, then the
-        proposal goes."""
+    def failed(self, idea_id: str, made: Made, note: Note) -> str:
+        """Implementation failed (or a safety rule refused it): the record's commit, its note, the
+        record ref, then the proposal goes. Returns the record."""
+        record = self._commit(made)
         self.ledger.write_result(record, note)
-        self.repo.update_ref(RECORDS_PREFIX + idea_id, record)
-        self.repo.delete_ref(PROPOSALS_PREFIX + idea_id)
+        self.repo.move_refs({RECORDS_PREFIX + idea_id: record, PROPOSALS_PREFIX + idea_id: None})   # deletion last
         self._tell(Written(Change.FAILED, record, note=note, ref=RECORDS_PREFIX + idea_id))
+        return record
 
-    def tuned(self, idea_id: str, commit: str, branch: str) -> None:
-        self.repo.update_ref(IDEAS_PREFIX + idea_id, commit)    # the mark first, as for implemented
-        self.repo.update_ref(branch, commit)
+    def tuned(self, idea_id: str, made: Made, branch: str) -> str:
+        """A tuned trial's commit, its mark, its branch (tune/tuner.py). Returns the commit."""
+        commit = self._commit(made)
+        self.repo.move_refs({IDEAS_PREFIX + idea_id: commit, branch: commit})    # as for implemented
         self._tell(Written(Change.TUNED, commit, ref=branch))
+        return commit
 
     # -- trials ---------------------------------------------------------------------------------------
     def archive(self, commit: str) -> None:
@@ -204,11 +234,13 @@ class Lifecycle:
         return self._note(Change.BACKFILLED, commit, idea, note)
 
     # -- screening (engine/screening.py) ----------------------------------------------------------------
-    def screen(self, key: str, commit: str) -> None:
-        """A screened commit's ref, screens/<key> (an idea id, or baseline-<commit>): kept from gc, and
-        outside every prefix the population lists, so it is never an idea of its own."""
+    def screen(self, key: str, made: Made) -> str:
+        """A screened commit and its ref, screens/<key> (an idea id, or baseline-<commit>): kept from gc,
+        and outside every prefix the population lists, so it is never an idea of its own. Returns it."""
+        commit = self._commit(made)
         self.repo.update_ref(SCREENS_PREFIX + key, commit)
         self._tell(Written(Change.SCREEN, commit, ref=SCREENS_PREFIX + key))
+        return commit
 
     def screen_result(self, commit: str, note: Note, kept: list[Lease] | None = None) -> Note:
         """A screened run's note on the screened commit (low fidelity: no decision, never a best), then

@@ -3,9 +3,10 @@
 One function for every source of ideas: the daemon's policy (engine/loop.py, through the implementer),
 a person's `autoresearchd queue "..."` (daemon/human.py) and the benchmarks. It picks the idea's id
 (stable: the same text, epoch and origin give the same id across restarts), refuses an id already
-taken (a proposal, a record or an idea branch holds it), writes the proposal commit (the base's tree,
-its message the idea with its trailers) and hands the ref to the lifecycle writer: a `proposal/*` ref,
-or for a proposal the policy dropped (a duplicate) a record with its `duplicate` note.
+taken (a proposal, a record or an idea branch holds it), and hands the lifecycle writer what the
+proposal commit is made of (the base's tree, its message the idea with its trailers): the writer makes
+the commit and its ref, a `proposal/*` ref, or for a proposal the policy dropped (a duplicate) a record
+with its `duplicate` note.
 
 The proposal is any object with the fields of `policies.base.Proposal` (title, text, origin, epoch,
 parents, model, cost_usd, tokens, prompt_hash, base_commit, dropped_reason, duplicate_of): store/ does
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import format_message, make_idea_id
-from autoresearchd.store.lifecycle import Lifecycle
+from autoresearchd.store.lifecycle import Lifecycle, Made
 from autoresearchd.store.notes import Note, Status
 from autoresearchd.store.refs import IDEA_BRANCHES, PROPOSALS_PREFIX, RECORDS_PREFIX
 
@@ -49,11 +50,11 @@ def record_proposal(repo: GitRepo, lifecycle: Lifecycle, prop, baseline: str, me
                 "Idea-Cost-USD": f"{prop.cost_usd:.6f}" if prop.cost_usd else None,
                 "Idea-Tokens": prop.tokens or None, "Prompt-Hash": getattr(prop, "prompt_hash", None),
                 "Base": base}
-    commit = repo.commit_tree(repo.tree_of(base), [base], format_message(prop.title, prop.text, trailers))
+    made = Made((base,), format_message(prop.title, prop.text, trailers))    # the base's tree: no code yet
     if prop.dropped_reason:
         dup = getattr(prop, "duplicate_of", None)
-        lifecycle.dropped(idea_id, commit, Note(status=Status.DUPLICATE, idea_id=idea_id, error=prop.dropped_reason,
-                                                duplicate_of=dup or None, metric=metric))
+        lifecycle.dropped(idea_id, made, Note(status=Status.DUPLICATE, idea_id=idea_id, error=prop.dropped_reason,
+                                              duplicate_of=dup or None, metric=metric))
     else:
-        lifecycle.propose(idea_id, commit)
+        lifecycle.propose(idea_id, made)
     return idea_id

@@ -1,6 +1,6 @@
 """This process's ref writes as events, for whoever keeps a population current (store/livepop.py).
 
-GitRepo.update_ref and delete_ref tell the listeners of their repository which ref they moved, so the
+GitRepo.update_ref, delete_ref and move_refs tell the listeners of their repository which ref they moved, so the
 daemon's tick re-reads only the refs it moved itself instead of listing every idea ref again (100k
 of them in a big search). A listener gets the ref's name only and reads the ref through `read`: from
 git itself, so a failed or raced write misleads nobody, except where the write told its value

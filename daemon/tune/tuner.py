@@ -29,7 +29,7 @@ from typing import Any
 from autoresearchd.config import ConfigError
 from autoresearchd.manifest import EnvManifest, KnobType
 from autoresearchd.store.ideas import Idea, format_message
-from autoresearchd.store.lifecycle import Lifecycle
+from autoresearchd.store.lifecycle import Lifecycle, Made
 from autoresearchd.store.lifecycle import tune_fields as note_fields  # noqa: F401 - the tuner's readers
 from autoresearchd.store import ranking
 from autoresearchd.store.notes import Origin, Status
@@ -242,8 +242,8 @@ class Tuner:
         tr = _trailers(study, sampler, number, params)
         tr = tr.model_copy(update={"parents": (root.idea_id,) if root is not None else (),
                                    "epoch": root.epoch if root is not None else 0, "base": base, **(extra or {})})
-        commit = self.repo.commit_tree(tree, [base], format_message(title, body, tr))
-        self.lifecycle.tuned(idea_id, commit, branch)    # the mark first: it makes the trailers count
+        # the writer makes the commit, then its mark (first: the mark makes the trailers count), its branch
+        self.lifecycle.tuned(idea_id, Made((base,), format_message(title, body, tr), tree), branch)
         log.info("tuned trial %s: %s", idea_id, shown)
         return branch
 
