@@ -22,7 +22,7 @@ for _k in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-STOP_GRACE_S = 30           # run_until_settled: how long a daemon past its deadline may take to stop
+STOP_GRACE_S = 30           # run_until_settled, run_for: how long a stopped daemon may take to stop
 
 
 def git(cwd, *args, input=None, check=True) -> str:
@@ -122,48 +122,78 @@ def branch_idea(repo: Path, name: str, message: str, edits: dict[str, str], base
     return sha
 
 
-def run_until_settled(cfg_path, timeout=120, with_llm=False):
+def run_until_settled(cfg_path=None, timeout=120, with_llm=False, *, daemon=None, until=None):
     """Run the real daemon in-process until nothing is queued (but what a spent budget holds),
     implementing or running: the daemon's own judgement (Daemon.settled), as `--until idle` uses it.
+    `until(pop)` waits for something else instead; `daemon` is one the test built (and instrumented)
+    instead of cfg_path's. Returns the population read after the daemon stopped.
 
     The daemon runs on a thread of its own and this one keeps the deadline: a run that has not settled
     after `timeout` seconds fails the test then, whatever holds it (a trial, a busy proposer or
     implementer, a stuck pass). The loop consults `until` only between passes and while no worker is
-    busy, so a deadline kept there would wait on them (up to pytest-timeout's 600 s)."""
-    import sys
-    import threading
-    import traceback
-
+    busy, so a deadline kept there would wait on them (up to pytest-timeout's 600 s), and one folded
+    into `until` (`... or time.time() - t0 > N`) returned quietly into asserts that may pass."""
     from autoresearchd.app import build_daemon
     from autoresearchd.config import load_config
     from autoresearchd.store.population import read_population
-    d = build_daemon(load_config(cfg_path), with_llm=with_llm)
+    d = daemon if daemon is not None else build_daemon(load_config(cfg_path), with_llm=with_llm)
+    t, raised = _daemon_thread(d, until or d.settled)
+    t.join(timeout)
+    if t.is_alive():
+        st = d.last_state
+        busy = f"proposing: {bool(st.get('proposing'))}, implementing: {st.get('implementing') or []}"
+        stuck = _stop(d, t)
+        pop = read_population(d.repo, d.research.baseline_ref)
+        what = "settle" if until is None else f"reach {getattr(until, '__name__', 'its until')}"
+        # a run that never settles is a failed test, not a quiet return into asserts that may pass
+        raise AssertionError(f"the daemon did not {what} within {timeout}s ({busy}): "
+                             f"{[(i.idea_id, i.status.value) for i in pop.ideas][:20]}{stuck}")
+    if raised:
+        raise raised[0]
+    return read_population(d.repo, d.research.baseline_ref)
+
+
+def run_for(daemon, seconds: float):
+    """Run a built daemon for a fixed time, then stop it: for a test that counts what the daemon does
+    meanwhile (an idle daemon's passes), not one that waits for a state. Fails if the daemon raised,
+    or did not stop within STOP_GRACE_S of the stop. Returns the population read after."""
+    from autoresearchd.store.population import read_population
+    t, raised = _daemon_thread(daemon, None)
+    t.join(seconds)
+    if t.is_alive():
+        stuck = _stop(daemon, t)
+        if stuck:
+            raise AssertionError(f"the daemon, run for {seconds}s, did not stop{stuck}")
+    if raised:
+        raise raised[0]
+    return read_population(daemon.repo, daemon.research.baseline_ref)
+
+
+def _daemon_thread(d, until):
+    """d.run_forever on a thread of its own (started); what it raised, to raise on the test's thread."""
+    import threading
     raised: list[BaseException] = []
 
     def run() -> None:
         try:
-            d.run_forever(install_signals=False, until=d.settled)
+            d.run_forever(install_signals=False, until=until)
         except BaseException as e:      # noqa: BLE001 - raised again on the test's thread
             raised.append(e)
 
     t = threading.Thread(target=run, name="daemon-under-test", daemon=True)
     t.start()
-    t.join(timeout)
-    if t.is_alive():
-        st = d.last_state
-        busy = f"proposing: {bool(st.get('proposing'))}, implementing: {st.get('implementing') or []}"
-        d.stop()                        # ends the loop after the pass in progress
-        t.join(STOP_GRACE_S)
-        stuck = "" if not t.is_alive() else (
-            f"; it did not stop within {STOP_GRACE_S}s of the deadline, at:\n"
-            + "".join(traceback.format_stack(sys._current_frames()[t.ident])))
-        pop = read_population(d.repo, d.research.baseline_ref)
-        # a run that never settles is a failed test, not a quiet return into asserts that may pass
-        raise AssertionError(f"the daemon did not settle within {timeout}s ({busy}): "
-                             f"{[(i.idea_id, i.status.value) for i in pop.ideas][:20]}{stuck}")
-    if raised:
-        raise raised[0]
-    return read_population(d.repo, d.research.baseline_ref)
+    return t, raised
+
+
+def _stop(d, t) -> str:
+    """Stop the daemon on thread t; "" once it stopped, else where it is stuck (for the failure)."""
+    import sys
+    import traceback
+    d.stop()                        # ends the loop after the pass in progress
+    t.join(STOP_GRACE_S)
+    return "" if not t.is_alive() else (
+        f"; it did not stop within {STOP_GRACE_S}s of the deadline, at:\n"
+        + "".join(traceback.format_stack(sys._current_frames()[t.ident])))
 
 
 def wait_file(p: Path, timeout: float = 30.0) -> str:

@@ -158,3 +158,14 @@ def test_run_until_settled_fails_at_its_deadline_while_the_daemon_is_busy(toy_en
             run_until_settled(cfg, timeout=6, with_llm=True)
         took = time.monotonic() - t0
     assert took < 6 + 20, f"failed {took:.0f}s after it began, not at its 6s deadline"
+
+
+def test_a_test_that_waits_for_its_own_state_fails_at_its_deadline_naming_it(toy_env, tmp_path):
+    """A test's own `until` keeps the same deadline: before, such tests folded `or time.time() - t0 > N`
+    into it, so a run stuck past N returned quietly into their asserts."""
+    from conftest import run_until_settled, write_config
+
+    def never(pop):
+        return False
+    with pytest.raises(AssertionError, match="did not reach never within 3s"):
+        run_until_settled(write_config(tmp_path, toy_env), timeout=3, until=never)

@@ -28,7 +28,7 @@ from autoresearchd.store.notes import Lease, Note, Status, format_note
 from autoresearchd.store.population import read_population
 from autoresearchd.store.refs import ARCHIVE_PREFIX, LOGS_PREFIX, NOTES_REF, RUNS_REF
 
-from conftest import branch_idea, git, write_config
+from conftest import branch_idea, git, run_until_settled, write_config
 from fixtures_slurm import tar_of
 
 needs_strace = needs("strace", None if shutil.which("strace") else "not installed (apt-get install strace)")
@@ -413,7 +413,6 @@ def test_a_local_run_starts_one_shell_a_trial_and_few_gits(toy_env, tmp_path):
     pass's own writes. Was (main before issue 29's third pass): a `bash -c` for every poll, fetch,
     clean-up and event wait, and two for-each-ref a read."""
     import collections
-    import time
 
     from autoresearchd.engine import loop
     run = (toy_env / "run.py").read_text()
@@ -434,15 +433,13 @@ def test_a_local_run_starts_one_shell_a_trial_and_few_gits(toy_env, tmp_path):
     loop.Daemon.tick = counted_tick
     # once a host, not a trial: its sandbox probe and its fingerprint (cached), taken before counting
     d.runner.host_sandbox("local"), d.runner.probe(d.runner.shell_for("local"), {"host": "local"})
-    t0 = time.time()
     try:
         with processes() as started:
-            d.run_forever(install_signals=False, until=lambda pop: d.settled(pop) or time.time() - t0 > 120)
+            pop = run_until_settled(daemon=d, timeout=120)
     finally:
         loop.Daemon.tick = tick
         d.runner.close()
-    pop = read_population(d.repo, d.research.baseline_ref)
-    assert time.time() - t0 < 120 and len(submits) >= 6, [(i.idea_id, i.status) for i in pop.ideas]
+    assert len(submits) >= 6, [(i.idea_id, i.status) for i in pop.ideas]
     assert all(i.note is not None and i.note.status == Status.SUCCEEDED for i in pop.ideas)
     print(f"{len(submits)} trials, {len(passes)} passes:", sorted(collections.Counter(started).items()))
     shells = [p for p in started if not p.startswith("git ")]

@@ -22,9 +22,8 @@ from autoresearchd.runners.base import PollState, TrialSpec, trial_script
 from autoresearchd.runners.local import LocalRunner
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.notes import Status
-from autoresearchd.store.population import read_population
 
-from conftest import branch_idea, git, wait_file
+from conftest import branch_idea, git, run_for, run_until_settled, wait_file
 
 
 def _local(request, tmp_path, m):
@@ -286,14 +285,6 @@ def config(tmp_path, repo, slots=1, tick=0.3) -> Path:
     return cfg
 
 
-def run_daemon(cfg_path, until, timeout=90):
-    from autoresearchd.app import build_daemon
-    d = build_daemon(load_config(cfg_path), with_llm=False)
-    t0 = time.time()
-    d.run_forever(install_signals=False, until=lambda pop: until(pop) or time.time() - t0 > timeout)
-    return d, read_population(d.repo, d.research.baseline_ref)
-
-
 def all_noted(pop) -> bool:
     return pop.baseline_note is not None and all(i.note is not None for i in pop.ideas) and not any(
         i.leases for i in pop.ideas)
@@ -320,7 +311,7 @@ def test_kill_9_while_a_prestaged_trial_waits_gives_one_result_each(make_repo, t
     assert waiting, "the daemon never staged a trial behind the running one"
     os.killpg(p.pid, signal.SIGKILL)                     # the daemon dies; the staged trial keeps waiting
     p.wait()
-    d, pop = run_daemon(cfg, all_noted)
+    pop = run_until_settled(cfg, timeout=90, until=all_noted)
     assert pop.baseline_note.status == Status.SUCCEEDED
     for c, k in zip(ideas, (5, 6)):
         note = pop.by_commit[c].note
@@ -335,10 +326,11 @@ def test_kill_9_while_a_prestaged_trial_waits_gives_one_result_each(make_repo, t
 def test_a_finished_trial_wakes_the_daemon_before_the_clock(make_repo, tmp_path):
     repo = toy(make_repo, tmp_path / "runs.log", 0.5)
     cfg = config(tmp_path, repo, slots=2, tick=120)      # the clock alone would take two minutes
-    t0 = time.time()
-    d, pop = run_daemon(cfg, lambda pop: pop.baseline_note is not None, timeout=60)
-    assert pop.baseline_note is not None and pop.baseline_note.status == Status.SUCCEEDED
-    assert time.time() - t0 < 60
+
+    def baseline_noted(pop):
+        return pop.baseline_note is not None
+    pop = run_until_settled(cfg, timeout=60, until=baseline_noted)    # fails at 60 s, half the clock
+    assert pop.baseline_note.status == Status.SUCCEEDED
 
 
 def test_an_idle_daemon_does_not_tick_itself(make_repo, tmp_path):
@@ -350,8 +342,7 @@ def test_an_idle_daemon_does_not_tick_itself(make_repo, tmp_path):
     passes = []
     harvest = d.collector.harvest
     d.collector.harvest = lambda pop: passes.append(time.time()) or harvest(pop)
-    t0 = time.time()
-    d.run_forever(install_signals=False, until=lambda pop: time.time() - t0 > 4)
+    run_for(d, 4)                                        # a fixed time: what it does idle is the test
     assert len(passes) < 20, f"{len(passes)} reconcile passes in 4 s with a 5 s clock"
 
 

@@ -15,17 +15,19 @@ from autoresearchd.app import build_daemon
 from autoresearchd.config import load_config
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.notes import Status
-from autoresearchd.store.population import read_population
 
+from conftest import run_until_settled
 from fixtures_reliability import ToyLLM, invariants, llm_config, toy_diff, write_cfg
 
 
 def run_daemon(cfg, until, timeout=90):
+    """The daemon of cfg, run until `until(d, pop)`; past `timeout` the test fails (conftest)."""
     d = build_daemon(load_config(cfg))
-    t0 = time.time()
-    d.run_forever(install_signals=False, until=lambda pop: until(d, pop) or time.time() - t0 > timeout)
-    assert time.time() - t0 < timeout, "the daemon did not reach the expected state in time"
-    return d, read_population(d.repo, d.research.baseline_ref)
+
+    def reached(pop):
+        return until(d, pop)
+    reached.__name__ = until.__name__       # the failure names what was waited for
+    return d, run_until_settled(daemon=d, timeout=timeout, until=reached)
 
 
 # fault per idea number k: a list of answers, one per attempt (llm.max_retries = 1: two attempts)
@@ -105,7 +107,9 @@ def test_budgets_hold_exactly_across_a_restart(toy_env, tmp_path, limit):
             # each call costs 2.6-3.2 thousandths: the budget stops the next call, never overshoots by more
             assert b.usd >= 0.012 and b.usd < 0.012 + 0.0032 * d.cfg.implementer.concurrency, b.usd
         # a restart spends nothing more: the spend so far is restored from git
-        d2, _ = run_daemon(cfg, lambda d, pop: not pop.running() and time.sleep(2) is None, timeout=60)
+        def quiet_for_2s(d, pop):           # nothing running, then 2 s in which a call would show
+            return not pop.running() and time.sleep(2) is None
+        d2, _ = run_daemon(cfg, quiet_for_2s, timeout=60)
         assert fake.count == served, f"the restarted daemon made {fake.count - served} more LLM calls"
         assert d2.llm.budget.exhausted
     invariants(GitRepo(toy_env), proposals_ok=True)    # the budget stop keeps unimplemented proposals

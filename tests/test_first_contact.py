@@ -70,12 +70,12 @@ def test_status_shows_seed_0_before_the_other_seeds(toy_env, tmp_path):
     d = build_daemon(cfg, with_llm=False)
     seen = {}
 
-    def until(pop):
+    def baseline_noted(pop):
         if pop.baseline_note is not None:
             seen["pop"] = pop
             return True
         return False
-    d.run_forever(install_signals=False, until=until)
+    run_until_settled(daemon=d, timeout=90, until=baseline_noted)
     pop = seen["pop"]
     assert pop.baseline_note.seeds == [0] and pop.baseline_note.seeds_planned == 2
     out = StringIO()
@@ -159,7 +159,6 @@ def test_init_then_start_inside_runs_that_repo_and_pushed_branches(tmp_path, mon
     from autoresearchd.cli import main
     from autoresearchd.config import load_config
     from autoresearchd.engine.plan import settled
-    from autoresearchd.store.population import read_population
     from autoresearchd.validate import require_valid
     from conftest import TOY_EVAL, TOY_RUN
     template = tmp_path / "toy-template"
@@ -190,8 +189,7 @@ def test_init_then_start_inside_runs_that_repo_and_pushed_branches(tmp_path, mon
     require_valid(load_config())
     daemon = build_daemon(load_config(), with_llm=False)
     assert daemon.repo.path.resolve() == d.resolve() and "[env] manifest" in daemon.research.why
-    daemon.run_forever(install_signals=False, until=settled)
-    pop = read_population(daemon.repo, daemon.research.baseline_ref)
+    pop = run_until_settled(daemon=daemon, until=settled)
     assert pop.by_commit[pushed].note.status == Status.SUCCEEDED
     assert not (d / ".autoresearch").exists()
     shown = git(d, "log", "--oneline", "--notes", "--branches")
@@ -239,7 +237,7 @@ def test_one_slot_runs_baseline_seed_0_first(toy_env, tmp_path):
     try:
         d.tick()
         assert [lz.seed for lz in read_population(d.repo, d.research.baseline_ref).baseline_leases] == [0]
-        d.run_forever(install_signals=False, until=settled)
+        run_until_settled(daemon=d, until=settled)
     finally:
         d.runner.close()
     assert [n.seeds for n in _note_history(toy_env, d.research.baseline_commit)] == [[0], [0, 1]]

@@ -10,7 +10,7 @@ from autoresearchd.engine.plan import settled
 from autoresearchd.store.notes import Status
 from autoresearchd.store.population import read_population
 
-from conftest import git, write_config
+from conftest import git, run_until_settled, write_config
 
 
 def clone(src, dst):
@@ -36,15 +36,14 @@ def set_x(value):
 def run_daemon(cfg, timeout=120, watcher=True):
     d = build_daemon(load_config(cfg), with_llm=False)
     if not watcher:
-        import autoresearchd.engine.watch as w
-        w_start, w.start_watcher = w.start_watcher, lambda repo, poke: None
-    t0 = time.time()
+        # the name the loop calls (loop.py imports it): patching engine/watch.py's left the watcher on
+        import autoresearchd.engine.loop as loop
+        w_start, loop.start_watcher = loop.start_watcher, lambda repo, poke: None
     try:
-        d.run_forever(install_signals=False, until=lambda pop: settled(pop) or time.time() - t0 > timeout)
+        return run_until_settled(daemon=d, timeout=timeout, until=settled)
     finally:
         if not watcher:
-            w.start_watcher = w_start
-    return read_population(d.repo, d.research.baseline_ref)
+            loop.start_watcher = w_start
 
 
 def test_push_from_clone_runs_and_result_is_fetchable(toy_env, tmp_path):

@@ -146,3 +146,26 @@ def test_a_block_that_raises_still_flushes_and_tells_what_it_wrote(population):
             raise RuntimeError("mid-harvest")
     assert parse_note(in_git(repo, NOTES_REF, idea.commit)).value == 0.25
     assert [(w.change, w.commit) for w in heard] == [(Change.RESULT, idea.commit)]
+
+
+def test_a_block_that_raises_and_a_flush_that_fails_keep_both_errors(population):
+    """The block raises, then its flush fails too (the archive ref's path held, as above): the flush's
+    error surfaces, raised from the block's, so neither is lost (the block's was), and nobody is told."""
+    repo, ideas = population
+    idea = ideas[0]
+    heard = []
+    lc = Lifecycle(repo, observers=[heard.append])
+    before = in_git(repo, NOTES_REF, idea.commit)
+    blocker = ARCHIVE_PREFIX + idea.commit + "/held"
+    git(repo.path, "update-ref", blocker, idea.commit)
+    try:
+        with pytest.raises(GitError) as caught:
+            with lc.batch():
+                lc.result(idea.commit, idea, Note(status=Status.SUCCEEDED, idea_id=idea.idea_id,
+                                                  metric="val_loss", value=0.5))
+                raise RuntimeError("mid-harvest")
+    finally:
+        git(repo.path, "update-ref", "-d", blocker)
+    cause = caught.value.__cause__
+    assert isinstance(cause, RuntimeError) and str(cause) == "mid-harvest", repr(cause)
+    assert heard == [] and in_git(repo, NOTES_REF, idea.commit) == before

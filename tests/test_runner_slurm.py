@@ -383,14 +383,11 @@ def test_login_node_over_ssh(slurm_cluster, request):
 def test_daemon_kill_9_then_restart_harvests_slurm_job_once(slurm_cluster, toy_env, tmp_path, monkeypatch):
     """The loop dispatches baseline seeds and an idea as Slurm jobs; the daemon is killed with -9
     while the idea's job runs; a new daemon harvests it from the lease note, exactly once."""
-    from conftest import branch_idea
+    from conftest import branch_idea, run_until_settled
 
-    from autoresearchd.app import build_daemon
-    from autoresearchd.config import load_config
     from autoresearchd.engine.plan import settled
     from autoresearchd.store.gitrepo import GitRepo
     from autoresearchd.store.notes import Status
-    from autoresearchd.store.population import read_population
 
     monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
     counter = tmp_path / "runs.log"
@@ -412,10 +409,7 @@ def test_daemon_kill_9_then_restart_harvests_slurm_job_once(slurm_cluster, toy_e
     finally:
         os.killpg(p.pid, signal.SIGKILL)       # the daemon dies; the Slurm job keeps running
         p.wait()
-    d = build_daemon(load_config(cfg), with_llm=False)
-    t0 = time.monotonic()
-    d.run_forever(install_signals=False, until=lambda pop: settled(pop) or time.monotonic() - t0 > 90)
-    pop = read_population(d.repo, d.research.baseline_ref)
+    pop = run_until_settled(cfg, timeout=90, until=settled)
     assert pop.baseline_note.status == Status.SUCCEEDED and len(pop.baseline_note.values) == 2
     note = pop.by_commit[idea].note
     assert note.status == Status.SUCCEEDED and 0.9 <= note.value < 0.92, note

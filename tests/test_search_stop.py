@@ -6,7 +6,6 @@ only, and tuning then gets every trial (docs/policies.md, "Tuning knobs: the hyb
 from __future__ import annotations
 
 import os
-import time
 import subprocess
 import sys
 
@@ -94,9 +93,7 @@ def test_a_spent_budget_holds_the_queued_ideas_and_confirms_what_was_measured(tm
     for k in range(3):          # pushed after the spend: none of them may start
         branch_idea(burn_env, f"h/x{k}", f"x = {k}", {"run.py": BURN_RUN.replace('"1.5"', f'"{0.2 + k}"')})
     d = build_daemon(load_config(cfg), with_llm=False)
-    t0 = time.time()
-    d.run_forever(install_signals=False, until=lambda pop: d.idle(pop) or time.time() - t0 > 240)
-    pop = read_population(d.repo, d.research.baseline_ref)
+    pop = run_until_settled(daemon=d, timeout=240, until=d.idle)
     assert d.idle(pop), [(i.idea_id, i.status) for i in pop.ideas]
     assert pop.baseline_note is not None and len(pop.baseline_note.values) == 2     # the baseline ran
     assert budget_hours(pop, 0) >= 0.0002

@@ -6,16 +6,15 @@ tests/fake_llm.py; the daemon runs in-process on the local runner."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from fake_llm import Empty, FakeLLM, Reply
 
 from autoresearchd.app import build_daemon
 from autoresearchd.config import load_config
-from autoresearchd.store.population import read_population
 from autoresearchd.views.summary import summary
 
+from conftest import run_until_settled
 from fixtures_reliability import ToyLLM, is_propose, llm_config, write_cfg
 
 
@@ -64,12 +63,7 @@ def test_spend_recorded_equals_the_sum_of_the_calls(toy_env, tmp_path):
         cfg = write_cfg(tmp_path / "cfg", toy_env, rest="",
                         llm=llm_config(fake.openai_url, max_ideas=4, extra="budget_usd = 5.0") + prices)
         d = build_daemon(load_config(cfg))
-        t0 = time.time()
-
-        def idle(pop):
-            return d.idle(pop) or time.time() - t0 > 120
-        d.run_forever(install_signals=False, until=idle)
-    pop = read_population(d.repo, d.research.baseline_ref)
+        pop = run_until_settled(daemon=d, timeout=120, until=d.idle)
     assert bill.calls >= 4 and bill.proposals >= 2, (bill.calls, bill.proposals)
     assert any(i.note is not None and "empty response" in (i.note.error or "") for i in pop.ideas)
     s = summary(load_config(cfg))

@@ -106,7 +106,12 @@ class Collector(Part):
                 try:
                     updated = [self._poll_one(lz, states.get(id(lz)), outcomes.get(id(lz))) for lz in leases]
                     seeds = {t.seed for t in note.trials} if note else set()
-                    updated, _ = self.recovery.settle_stale(updated, states, outcomes, seeds, self._collect)
+                    # Recovery finds the stale trials that finished while their host was away; they are
+                    # collected here, as any finished trial is, and Recovery settles the twins with them
+                    found = self.recovery.stale_finished(updated, states, seeds)
+                    collected = {id(lz): self._collect(lz.model_copy(deep=True), outcomes.get(id(lz)))
+                                 for lz in found}
+                    updated, _ = self.recovery.settle_stale(updated, states, seeds, collected)
                     # the seed's result is already in the note: a superseded twin, or a finished trial
                     # (a twin that ended after the note, or the counted one whose lease a kill left
                     # behind between the note and the lease clear): drop the leases, and name in the

@@ -38,6 +38,13 @@ def poll_states(runner, live: list[Lease]) -> list:
         return [PollState.UNREACHABLE] * len(live)
 
 
+def _has_result(lz: Lease, leases: list, note_seeds: set[int]) -> bool:
+    """The lease's seed has its result: in the note, or a done lease of the same seed (None: a lease
+    settle_stale dropped earlier in its pass; reading its state raised and stalled the commit)."""
+    return lz.seed in note_seeds or any(o is not None and o.state == LeaseState.DONE and o.seed == lz.seed
+                                        for o in leases)
+
+
 class Recovery:
     """Host faults, silence and stale trials. Its own state: when each trial was last seen alive."""
 
@@ -138,11 +145,21 @@ class Recovery:
             states[id(lz)] = st
 
     # -- stale trials ----------------------------------------------------------------------------------
-    def settle_stale(self, leases: list[Lease], states: dict, outcomes: dict, note_seeds: set[int],
-                     collect) -> tuple[list[Lease], list[str]]:
-        """Resolve the stale trials of one commit whose host answers again. `collect(lease, outcome)`
-        (the Collector's) turns a finished trial into a done lease. Returns the new lease list and the
-        trial ids superseded now (for the note)."""
+    def stale_finished(self, leases: list[Lease], states: dict, note_seeds: set[int]) -> list[Lease]:
+        """The stale trials of one commit that finished while their host was away, now that it answers,
+        and whose seed has no result yet: the caller collects them (engine/collect.py) and hands what
+        it collected to settle_stale. Recovery finds them and never collects (calls go one way). Two
+        of one seed (from two hosts back at once) are both found and collected; settle_stale counts
+        the first that came back done and supersedes the other, as when only the first was collected."""
+        known = self.runner.hosts
+        return [lz for lz in leases if lz.state == LeaseState.STALE and states.get(id(lz)) == PollState.DONE
+                and (known is None or lz.host in known) and not _has_result(lz, leases, note_seeds)]
+
+    def settle_stale(self, leases: list[Lease], states: dict, note_seeds: set[int],
+                     collected: dict[int, Lease]) -> tuple[list[Lease], list[str]]:
+        """Resolve the stale trials of one commit whose host answers again. `collected` holds, by the
+        id of each lease stale_finished found, the lease its collection made (`stale` again when the
+        fetch failed). Returns the new lease list and the trial ids superseded now (for the note)."""
         out = list(leases)
         superseded: list[str] = []
         for k, lz in enumerate(out):
@@ -157,10 +174,11 @@ class Recovery:
             if st is None or st == PollState.UNREACHABLE:
                 continue
             self.health.seen(lz.host)
-            has_result = lz.seed in note_seeds or any(o.state == LeaseState.DONE and o.seed == lz.seed for o in out)
-            twins = [o for o in out if o is not lz and o.state == LeaseState.RUNNING and o.seed == lz.seed]
+            has_result = _has_result(lz, out, note_seeds)
+            twins = [o for o in out if o is not None and o is not lz and o.state == LeaseState.RUNNING
+                     and o.seed == lz.seed]
             if st == PollState.DONE and not has_result:
-                got = collect(lz.model_copy(deep=True), outcomes.get(id(lz)))
+                got = collected.get(id(lz), lz)     # not found (cannot be): still stale, next tick
                 if got.state == LeaseState.STALE:
                     continue               # the fetch failed: try again on the next tick
                 if got.state == LeaseState.DONE:

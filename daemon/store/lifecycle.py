@@ -98,8 +98,9 @@ class Lifecycle:
         """Every note written inside: one notes commit per notes ref (store/gitnotes.py). The observers
         hear of the changes made inside after those writes are flushed, never before (a W&B run for a
         note never written, when the flush failed); a failed flush raises, as it always did, and tells
-        nobody. Nested: the outer block flushes and tells. The project opens a notes batch only here
-        (tests/test_lifecycle.py): one opened around the writer would flush after the writer told."""
+        nobody (raised from the block's own error when the block raised too). Nested: the outer block
+        flushes and tells. The project opens a notes batch only here (tests/test_lifecycle.py): one
+        opened around the writer would flush after the writer told."""
         if getattr(self._held, "events", None) is not None:
             yield
             return
@@ -112,6 +113,14 @@ class Lifecycle:
                 except BaseException as e:   # noqa: BLE001 - re-raised below, after the flush and the telling
                     raised = e              # notes_batch flushes what was queued even when the block raised
             events = self._held.events       # the flush succeeded: all of it is in git
+        except BaseException as flush_error:
+            if raised is None:
+                raise
+            # Both failed. The flush's error is the one raised: it says what is true of git now (what
+            # the block wrote before it raised is not all there), which a caller must not take for the
+            # block's failure alone. Chained `from` the block's error, a traceback shows that one
+            # first: where the change went wrong, then that its flush failed too (it was lost before).
+            raise flush_error from raised
         finally:
             self._held.events = None
         for event in events:
