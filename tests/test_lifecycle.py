@@ -51,20 +51,26 @@ WRITERS = {
     "daemon/store/replaypos.py": "the replay position ref: where a replay file stopped, not idea state",
 }
 
-def write_calls(path: Path) -> list[tuple[int, str]]:
-    """(line, what) of every ref- or note-writing call in one module."""
+def calls_in(path: Path, names: set[str], subcommands: set[str]) -> list[tuple[int, str]]:
+    """(line, what) of every call in one module to a function named in `names`, or to `git` with a
+    subcommand in `subcommands`."""
     out = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if not isinstance(node, ast.Call):
             continue
         f = node.func
         name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-        if name in WRITE_CALLS:
+        if name in names:
             out.append((node.lineno, name))
         elif name == "git" and node.args and isinstance(node.args[0], ast.Constant) \
-                and node.args[0].value in WRITE_SUBCOMMANDS:
+                and node.args[0].value in subcommands:
             out.append((node.lineno, f"git {node.args[0].value}"))
     return out
+
+
+def write_calls(path: Path) -> list[tuple[int, str]]:
+    """(line, what) of every ref- or note-writing call in one module."""
+    return calls_in(path, WRITE_CALLS, WRITE_SUBCOMMANDS)
 
 
 def project_writes() -> dict[str, list[tuple[int, str]]]:
@@ -104,18 +110,7 @@ COMMITTERS = {
 
 def commit_calls(path: Path) -> list[tuple[int, str]]:
     """(line, what) of every call in one module that makes a commit object."""
-    out = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if not isinstance(node, ast.Call):
-            continue
-        f = node.func
-        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-        if name in COMMIT_CALLS:
-            out.append((node.lineno, name))
-        elif name == "git" and node.args and isinstance(node.args[0], ast.Constant) \
-                and node.args[0].value == "commit-tree":
-            out.append((node.lineno, "git commit-tree"))
-    return out
+    return calls_in(path, COMMIT_CALLS, {"commit-tree"})
 
 
 def test_only_the_writer_makes_the_commits_it_records(tmp_path):
