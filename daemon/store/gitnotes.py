@@ -226,7 +226,7 @@ class NotesIO:
                     self._run(["update-ref", "-m", REF_REASON, "--stdin"], input="".join(lines).encode())
             except GitError as e:
                 now = {ref: self.rev_parse(ref) for ref in made}
-                if all(now[ref] == olds[ref] for ref in made) and "File exists" not in e.stderr:
+                if all(now[ref] == olds[ref] for ref in made) and not e.lock_held:
                     raise                         # not a race with another writer: no retry helps
                 tips.update(now)
                 threading.Event().wait(0.02 * attempt)

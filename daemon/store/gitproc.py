@@ -32,6 +32,12 @@ class GitError(RuntimeError):
         super().__init__(f"git {' '.join(args[:3])}... failed ({code}): {stderr.strip()}")
         self.code, self.stderr = code, stderr
 
+    @property
+    def lock_held(self) -> bool:
+        """git could not take a lock because another git holds it (or a killed one left it): a
+        caller whose write is safe to repeat may wait and try again."""
+        return _LOCK_RE.search(self.stderr) is not None
+
 
 # A clean, deterministic environment for plumbing: no pager, no user hooks prompting, fixed identity
 # fallback so commits work on hosts without user.name configured. Variables whose names look secret

@@ -217,7 +217,7 @@ class GitRepo(NotesIO, TreesIO, DiffsIO):
                 except GitError as e:
                     # a lock another git holds (a deletion takes packed-refs.lock, which a harvest's
                     # transaction or a gc may hold): wait, as the notes flush does (gitnotes._together)
-                    if "File exists" not in e.stderr or attempt == 39:
+                    if not e.lock_held or attempt == 39:
                         raise
                     threading.Event().wait(0.02 * attempt)
         finally:
