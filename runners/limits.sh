@@ -26,6 +26,11 @@ LIM_SWEEP=()                # the parents where lim_init looks for stale groups 
 LIM_SPARE=()                # groups made and not used (a v1 cpuacct where v2 counts the CPU)
 declare -A LIM_FRESH=()     # steps whose groups lim_mkgroup made and no step has used yet
 LIM_STEPS="run eval"        # the steps whose groups lim_mkgroup makes with the trial's own (one mkdir)
+# The trial's group name: its directory's name and this wrapper's PID. Two wrappers of one trial id can
+# run at once under one parent group (two daemons on a host whose searches share a baseline commit, two
+# work roots): named by the trial id alone they shared one group, and one's lim_end killed the other's
+# run. Two live wrappers never share a PID; a retried trial's old group is the sweep's (an hour, empty).
+LIM_NAME="autoresearchd-${T##*/}-$$"
 
 lim_now() {                 # LIM_NOW: the time as `date +%s.%N` gives it (bash 5 has it without a process)
   if [ -n "${EPOCHREALTIME:-}" ]; then LIM_NOW=${EPOCHREALTIME/,/.}; else LIM_NOW=$(date +%s.%N); fi
@@ -90,13 +95,13 @@ lim_cpus() {                # LIM_N: the CPUs this process may run on (what npro
 
 lim_mkgroup() {             # $1 parent dir: LIM_R=<parent>/autoresearchd-<trial>, and adds it and a
   # group in it per step of LIM_STEPS to LIM_MK, which lim_init makes with one mkdir for all hierarchies
-  local g="$1/autoresearchd-${T##*/}" old
+  local g="$1/$LIM_NAME" old
   LIM_R=
   [ -w "$1/cgroup.procs" ] || return 1
   # groups a killed wrapper left (SIGKILL skips its EXIT trap): lim_init's sweep looks here only where
   # some trial's group is there at all (the glob costs no process)
   for old in "$1"/autoresearchd-*; do [ -d "$old" ] && { LIM_SWEEP+=("$1"); break; }; done
-  [ -d "$g" ] && { rmdir "$g"/*/ 2>/dev/null; rmdir "$g" 2>/dev/null; }     # a retry of the same trial id
+  [ -d "$g" ] && { rmdir "$g"/*/ 2>/dev/null; rmdir "$g" 2>/dev/null; }     # a killed wrapper's, its PID reused
   [ -d "$g" ] && return 1     # still there: not ours to use
   local s
   LIM_MK+=("$g"); for s in $LIM_STEPS; do LIM_MK+=("$g/$s"); done
@@ -139,7 +144,7 @@ lim_init() {                # once per trial: the limits' values, and which mech
   for c in cpuacct memory pids; do
     lim_v1_root "$c" && [ -n "$LIM_R" ] || continue
     # two controllers in one hierarchy share its group (listed once)
-    for r in ${v1[@]+"${v1[@]}"}; do [ "$r" = "$LIM_R/autoresearchd-${T##*/}" ] && { v1[$c]=$r; continue 2; }; done
+    for r in ${v1[@]+"${v1[@]}"}; do [ "$r" = "$LIM_R/$LIM_NAME" ] && { v1[$c]=$r; continue 2; }; done
     lim_mkgroup "$LIM_R" && v1[$c]=$LIM_R
   done
   # the sweep of stale groups: an hour old and empty (rmdir refuses a group with a process; a live

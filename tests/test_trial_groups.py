@@ -39,13 +39,15 @@ def limits_sh(script: str, *pre: str) -> str:
     return p.stdout.strip()
 
 
-def groups_of(trial: str) -> list[Path]:
-    """Every cgroup directory named for this trial, in every mounted hierarchy, at any depth."""
+def groups_of(tdir: Path) -> list[Path]:
+    """Every cgroup directory named for this trial's wrapper (its directory's name and the wrapper's
+    PID, which it wrote to `pgid`), in every mounted hierarchy, at any depth."""
+    name = f"autoresearchd-{tdir.name}-{(tdir / 'pgid').read_text().strip()}"
     found = []
     for line in Path("/proc/self/mounts").read_text().splitlines():
         _dev, mnt, typ, *_ = line.split()
         if typ in ("cgroup", "cgroup2"):
-            found += [Path(d) for d, _s, _f in os.walk(mnt) if Path(d).name == f"autoresearchd-{trial}"]
+            found += [Path(d) for d, _s, _f in os.walk(mnt) if Path(d).name == name]
     return found
 
 
@@ -93,10 +95,46 @@ def test_the_trials_groups_are_made_used_and_removed(tmp_path):
         # the run hashes 20 MB (tens of ms), the no-op evaluation starts a shell at least
         assert int((tdir / "run.cpu_us").read_text()) > 10_000
         assert int((tdir / "eval.cpu_us").read_text()) > 0
-        assert groups_of("t1") == [], "the trial's groups are all removed at its end"
+        assert groups_of(tdir) == [], "the trial's groups are all removed at its end"
         assert all(not s.exists() for s in stale), "a group an hour old and empty is swept"
         assert recent.exists(), "a recent group (a trial running beside) is left alone"
     finally:
         for d in [recent, *[s / "run" for s in stale], *stale]:
             if d.exists():
                 d.rmdir()
+
+
+@needs_bwrap
+@needs_groups
+def test_two_wrappers_of_one_trial_id_each_count_in_a_group_of_their_own(tmp_path):
+    """Two wrappers named alike run at once (two daemons on one host whose searches share a baseline
+    commit, so a trial id; two work roots): each makes and joins groups of its own, so both get the same
+    limits and accounting. Named by the trial id alone, the second found the first's group and fell back
+    to rlimits (memory, processes), and two that started together both took the one group, so the first
+    to end its run killed the other's."""
+    if not writable_roots():
+        need("cgroups", "no cgroup hierarchy here lets this user make a group")
+    slow = stage(tmp_path / "a", "bwrap", run="sleep 3; echo ---; echo score: 1")
+    quick = stage(tmp_path / "b", "bwrap")
+    assert slow.name == quick.name
+    a = subprocess.Popen(["bash", str(slow / "trial.sh")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (slow / "run.pid").exists():      # its run step is in its groups
+            assert time.monotonic() < deadline and a.poll() is None, "the slow trial's run never started"
+            time.sleep(0.05)
+        mine = groups_of(slow)
+        assert mine, "the running wrapper has groups of its own"
+        subprocess.run(["bash", str(quick / "trial.sh")], capture_output=True, timeout=120, check=True)
+        assert a.wait(timeout=120) == 0
+    finally:
+        if a.poll() is None:
+            a.kill()
+    limits = [(t / "limits").read_text() for t in (slow, quick)]
+    assert limits[0] == limits[1], limits
+    assert dict(ln.split(None, 1) for ln in limits[0].splitlines())["cpu"].startswith("cgroup"), limits[0]
+    for t in (slow, quick):
+        assert (t / "run.rc").read_text().strip() == "0", t.parent.name
+        assert "score: 1" in (t / "eval.head").read_text(), t.parent.name
+        assert groups_of(t) == [], "each wrapper removes its own groups at its end"
+    assert not any(g.exists() for g in mine)
