@@ -65,8 +65,11 @@ def children(pid: int) -> list[str]:
     return out
 
 
-def kill_at(d: Daemon, rng: random.Random, mode: str, timeout: float = 5.0) -> str:
-    """Kill the daemon at a point chosen by `mode`; returns what was hit."""
+def kill_at(d: Daemon, rng: random.Random, mode: str, timeout: float = 20.0) -> str:
+    """Kill the daemon at a point chosen by `mode`; returns what was hit. `timeout`: how long to wait for
+    the restarted daemon to reach that point. Its start (imports, the first read, recovery) took over the
+    5 s this was at load 6-8 (the suite's other worker beside it), so kills landed before any write and
+    the test counted them missed; a wait that finds its point costs no more."""
     # the shim holds each note or lease write for a moment (leases are written just before the runner's
     # submit); `runner` catches the submit itself (tar into the trial dir, the wrapper's launch)
     pattern = {"note": (" notes ", "fast-import", "update-ref -m autoresearchd --stdin"), "runner": ("tar -x -C", "trial.sh"),
