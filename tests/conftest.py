@@ -22,6 +22,35 @@ for _k in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+
+SLURM_TOGETHER = "slurm"     # the nodeid word that keeps a test on the Slurm worker (below)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """The suite runs on pytest-xdist workers (pyproject's addopts). The test Slurm cluster has fixed
+    ports (tests/fixtures_slurm.py: one per machine), so every test whose id says "slurm" is one unit
+    of work, run by one worker, first (xdist orders units by size). xdist's own `xdist_group` mark
+    cannot do this here: it renames node ids in a way pytest 9.2's nodes no longer read. Each worker
+    starts its own sshd fleet on free ports."""
+    from xdist.scheduler import LoadScopeScheduling     # only called under xdist, which is a dev extra
+
+    class SlurmTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return SLURM_TOGETHER if SLURM_TOGETHER in nodeid else nodeid
+    return SlurmTogether(config, log)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """A test that starts or shares the Slurm cluster must say "slurm" in its id, or the scheduler
+    above would run it beside another worker's cluster: those asking for `slurm_cluster`, and the
+    cases parametrized on the Slurm runner."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if ("slurm_cluster" in getattr(item, "fixturenames", ()) or "slurm" in params.values()) \
+                and SLURM_TOGETHER not in item.nodeid:
+            raise pytest.UsageError(f"{item.nodeid} uses the test Slurm cluster: put 'slurm' in its name")
+
+
 STOP_GRACE_S = 30           # run_until_settled, run_for: how long a stopped daemon may take to stop
 
 

@@ -217,21 +217,22 @@ def _check_with(repo: GitRepo, base: str, diff: str, tmp: Path) -> subprocess.Co
     return p
 
 
-def test_replay_check_outcomes(template_repo, tmp_path):
-    """Every final diff passes `check`, except the ones meant to fail it (about 20 check runs)."""
+# one case per record (about 20 check runs in all), so the suite's workers share them out
+@pytest.mark.parametrize("r", replay_records(), ids=lambda r: r["title"][:40])
+def test_replay_check_outcomes(template_repo, tmp_path, r):
+    """Every final diff passes `check`, except the ones meant to fail it."""
     repo, base = template_repo
-    for r in replay_records():
-        title = r["title"]
-        attempts = [r["code_diff"], *r["revisions"]]
-        if title in NEEDS_REVISION:
-            attempts = attempts[1:]
-        results = [_check_with(repo, base, d, tmp_path / "wt").returncode == 0 for d in attempts]
-        if title in NEVER_PASSES:
-            assert not any(results), title
-        elif title in BREAKS_CHECK_THEN_FIXED:
-            assert results[0] is False and results[-1] is True, title
-        else:
-            assert results[-1], title
+    title = r["title"]
+    attempts = [r["code_diff"], *r["revisions"]]
+    if title in NEEDS_REVISION:
+        attempts = attempts[1:]
+    results = [_check_with(repo, base, d, tmp_path / "wt").returncode == 0 for d in attempts]
+    if title in NEVER_PASSES:
+        assert not any(results), title
+    elif title in BREAKS_CHECK_THEN_FIXED:
+        assert results[0] is False and results[-1] is True, title
+    else:
+        assert results[-1], title
 
 
 # -- (f) a real trial through LocalRunner and trial.sh --------------------------------------------
