@@ -120,6 +120,18 @@ class TreesIO:
             self._trees[sha] = hit
         return hit
 
+    def _tree_path(self, tree: str, path: str) -> str | None:
+        """The id of the entry at a plain path under a tree, from the parsed trees (TreesIO, kept by
+        id); None where git finds none: a missing name, or a non-tree on the way."""
+        parts = path.split("/")
+        sha = tree
+        for i, part in enumerate(parts):
+            hit = next((e for e in self._tree_entries(sha) if e[1] == part), None)
+            if hit is None or (i < len(parts) - 1 and hit[0] != "040000"):
+                return None
+            sha = hit[2]
+        return sha
+
     def tree_from_dir(self, base: str, workdir: str | os.PathLike, keep: list[str] = (),
                       max_file_bytes: int | None = None) -> str:
         """The tree of a scratch directory (a coding agent's worktree) as `git add -A` stages it on
