@@ -124,7 +124,8 @@ def test_an_absent_plain_path_is_answered_without_a_git_process(repo, monkeypatc
     revs = [f"{head}:{p}" for p in ("missing.txt", "dir/missing", "a.txt/x", "dir/b.txt", "a.txt", "dir",
                                     "./a.txt", "dir/../a.txt", "dir//b.txt", "a.txt^x")]
     want = {rev: git(repo.path, "rev-parse", "--verify", "-q", rev, check=False).strip() or None for rev in revs}
-    repo.read_blob(f"{head}:a.txt")                  # the persistent cat-file is up
+    repo.read_blob(f"{head}:a.txt")                  # the persistent cat-files are up
+    repo.rev_parse(f"{head}~0")
     started = []
     popen_init = subprocess.Popen.__init__
 
