@@ -307,21 +307,6 @@ class GitRepo(NotesIO, TreesIO, DiffsIO):
             args += ["-p", p]
         return self.git(*args, input=message.encode(), env=IDENTITY).strip()
 
-    def tree_of(self, commit: str) -> str:
-        if (tree := self._commit_trees.get(commit)) is not None:
-            return tree
-        obj = self.read_object(commit) if (full := FULL_ID.fullmatch(commit)) else None
-        if obj is not None and obj[0] in ("commit", "tree"):     # one read: GitPython's rev_parse made two
-            tree = commit if obj[0] == "tree" else obj[1][5:obj[1].find(b"\n")].decode() if obj[1][:5] == b"tree " else None
-        else:                     # a ref, a tag, a missing or an odd object: as git resolves it
-            tree = self.rev_parse(commit + "^{tree}")
-        if tree is None:
-            raise GitError(["rev-parse", commit + "^{tree}"], 128, f"no tree for {commit}")
-        if full:                  # an object's tree never changes (a ref's may); notes reads ask twice
-            self._commit_trees.clear() if len(self._commit_trees) >= defaults.GIT_TREE_CACHE else None
-            self._commit_trees[commit] = tree
-        return tree
-
     def ls_tree(self, rev: str, paths: list[str] | None = None) -> list[TreeEntry]:
         out = self.git("ls-tree", "-r", "-l", "-z", rev, "--", *(paths or []), binary=True)
         entries = []
