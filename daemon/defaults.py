@@ -51,7 +51,8 @@ GIT_SMALL_READ = 64
 (2-5 ms): the gate's few changed blobs of each arriving idea, a trial's archive."""
 GIT_TREE_CACHE = 4096
 """Parsed tree objects a repo handle keeps (by id; emptied when full): a trial's archive lists its
-commit from them instead of a `git ls-tree`, and re-reads only the trees its idea changed."""
+commit from them instead of a `git ls-tree`, and re-reads only the trees its idea changed; as many
+commit -> tree answers (GitRepo.tree_of), and "<commit>:<path>" is looked up in them."""
 REF_VALUES_KEPT = 4096
 """Ref values this process's writes told, kept per repository (store/refevents.py; emptied when full,
 after which a ref is read from git again): the tick reads a harvest's notes and archive refs from them

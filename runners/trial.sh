@@ -72,21 +72,28 @@ checksum_frozen() {  # one sha256sum for all; file by file (naming the absent, u
   [ -e "$1" ] || : > "$1"      # no code/ at all: an empty list, as before
 }
 
+# fd 8: a pipe nobody writes to, opened once (both ends in one descriptor), where /dev/fd allows: the
+# watchdog waits on it with `read -t`, a builtin, where it started a `sleep` per wait (a fork and an
+# exec each); it has then no child, and TERM (its default action) ends it at once
+WD=
+wd_wait() {      # $1 seconds
+  if [ -n "$WD" ]; then read -r -t "$1" -u 8 wd_x
+  else trap 'kill "$s" 2>/dev/null; exit 0' TERM; sleep "$1" & s=$!; wait "$s"; fi    # (no orphan `sleep`)
+}
 run_budgeted() {  # $1 budget seconds, $2 log prefix, $3 command string; records rc and time-out
-  local budget=$1 log=$2 cmd=$3
+  local budget=$1 log=$2 cmd=$3 s=
+  [ -n "$WD" ] || { { exec 8<> <(:); } 2>/dev/null && WD=1; }
   lim_begin "$log"; lim_enter "$log"
   # the step's first process is this subshell: it joins the step's groups with builtins (LIM_ENTER),
   # then setsid execs the command line in its place (no fork: the subshell leads no process group), so
   # $! is the step's session and group; one bash start fewer than `setsid bash -c` ($3 is one simple
-  # command, quoted by sandboxed())
-  ( eval "$LIM_ENTER"; eval "exec setsid $cmd" ) 9>&- > >(exec 9>&-; cap "$T/$log") 2>&1 < /dev/null &
+  # command, quoted by sandboxed()). Neither it nor the log cap keeps the slot lock or fd 8.
+  ( eval "$LIM_ENTER"; eval "exec setsid $cmd" ) 9>&- 8<&- > >(exec 9>&- 8<&-; cap "$T/$log") 2>&1 < /dev/null &
   local pid=$!
   echo "$pid" > "$T/$log.pid"
-  # the watchdog's sleeps are waited on, so killing the watchdog ends them too (no orphan `sleep`)
-  ( exec 9>&-; trap 'kill "$s" 2>/dev/null; exit 0' TERM
-    sleep "$budget" & s=$!; wait "$s"
+  ( exec 9>&-; wd_wait "$budget"
     if kill -0 "$pid" 2>/dev/null; then echo 1 > "$T/$log.timed_out";
-      kill -TERM -- "-$pid" 2>/dev/null; sleep "$AR_KILL_GRACE" & s=$!; wait "$s"; kill -KILL -- "-$pid" 2>/dev/null; fi ) &
+      kill -TERM -- "-$pid" 2>/dev/null; wd_wait "$AR_KILL_GRACE"; kill -KILL -- "-$pid" 2>/dev/null; fi ) &
   local watchdog=$!
   wait "$pid"; local rc=$?
   kill "$watchdog" 2>/dev/null; wait "$watchdog" 2>/dev/null

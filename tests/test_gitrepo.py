@@ -124,7 +124,8 @@ def test_an_absent_plain_path_is_answered_without_a_git_process(repo, monkeypatc
     revs = [f"{head}:{p}" for p in ("missing.txt", "dir/missing", "a.txt/x", "dir/b.txt", "a.txt", "dir",
                                     "./a.txt", "dir/../a.txt", "dir//b.txt", "a.txt^x")]
     want = {rev: git(repo.path, "rev-parse", "--verify", "-q", rev, check=False).strip() or None for rev in revs}
-    repo.read_blob(f"{head}:a.txt")                  # the persistent cat-file is up
+    repo.read_blob(f"{head}:a.txt")                  # the persistent cat-files are up
+    repo.rev_parse(f"{head}~0")
     started = []
     popen_init = subprocess.Popen.__init__
 
@@ -139,6 +140,11 @@ def test_an_absent_plain_path_is_answered_without_a_git_process(repo, monkeypatc
     assert not [g for g in gits if any(g.endswith(f":{p}") for p in plain)], gits
     assert len(gits) == 4, gits                      # ./a.txt, dir/../a.txt, dir//b.txt, a.txt^x: git answers
     assert repo.read_blob(f"{head}:missing.txt") is None
+    # from a tree's id, a blob's, and again (the tree and its entries kept): git's answers still
+    tree, blob = repo.tree_of(head), want[f"{head}:a.txt"]
+    assert repo.tree_of(head) == tree == git(repo.path, "rev-parse", f"{head}^{{tree}}").strip()
+    for rev in (f"{tree}:dir/b.txt", f"{tree}:dir", f"{tree}:nope", f"{blob}:x", f"{head}:dir/b.txt"):
+        assert repo.rev_parse(rev) == (git(repo.path, "rev-parse", "--verify", "-q", rev, check=False).strip() or None), rev
 
 
 def test_notes_read_through_the_tree_match_git_notes_show_with_fanout(repo):

@@ -304,3 +304,24 @@ def test_ssh_runner_hack_and_tamper_are_suspicious_forged_trailers_ignored(ssh_f
     assert tn.status == Status.SUSPICIOUS and tn.error.startswith("tamper:") and tn.decision is None
     assert (hn.origin, hn.epoch, hn.cost_usd, pop.by_commit[hack].idea_id) == ("human", 0, None, f"h-{hack[:10]}")
     assert pop.best("min") is None and pop.max_epoch() == -1
+
+
+def test_the_environment_is_read_again_when_it_changes(monkeypatch):
+    """git_env() and scrubbed_env() keep what they worked out while os.environ stays the same (it was
+    ~10% of the daemon's Python time a trial); a variable set, changed or removed since shows at once,
+    secrets still scrubbed, and each call's dict is the caller's own."""
+    from autoresearchd.scrub import scrubbed_env
+    for f in (git_env, scrubbed_env):
+        f()["AR_TEST_MUTATED"] = "x"                    # a caller's change to its dict reaches no one
+        assert "AR_TEST_MUTATED" not in f()
+        monkeypatch.setenv("AR_TEST_PLAIN", "1")
+        monkeypatch.setenv("AR_TEST_API_KEY", FAKE_KEY)
+        assert f()["AR_TEST_PLAIN"] == "1" and "AR_TEST_API_KEY" not in f()
+        monkeypatch.setenv("AR_TEST_PLAIN", "2")
+        assert f()["AR_TEST_PLAIN"] == "2"
+        monkeypatch.delenv("AR_TEST_PLAIN")
+        assert "AR_TEST_PLAIN" not in f()
+    monkeypatch.setenv("GIT_DIR", "/elsewhere")         # a redirecting GIT_* variable set later: still dropped
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    assert "GIT_DIR" not in git_env() and git_env()["GIT_CONFIG_COUNT"] == "1"
+    assert git_env({"X_EXTRA": "e"})["X_EXTRA"] == "e" and "X_EXTRA" not in git_env()

@@ -28,8 +28,9 @@ BWRAP = sandboxes.get("bwrap")
 needs_bwrap = needs("bwrap", BWRAP.available())
 needs_strace = needs("strace", None if shutil.which("strace") else "not installed (apt-get install strace)")
 NOOP = "echo ---; echo score: 1"
-# Processes a no-op trial may start, its two sandboxes and steps included. This tree starts 20
-# sandboxed, 18 bare (root, cgroups v2 + v1: the most groups limits.sh makes); 33 and 31 before the
+# Processes a no-op trial may start, its two sandboxes and steps included. This tree starts 19
+# sandboxed, 17 bare (root, cgroups v2 + v1: the most groups limits.sh makes); 20 and 18 before the
+# watchdog waited by `read -t` instead of `sleep` (issue 29's idle rerun), 33 and 31 before the
 # fourth pass (docs/benchmarks.md "The wrapper, a fourth pass"), ~390 sandboxed before the first
 # (a `$(printf %q)` per word of the ~130-word bwrap command line, twice) and ~130 bare.
 MAX_PROCESSES = 24

@@ -168,10 +168,12 @@ class Collector(Part):
     def _poll_one(self, lease: Lease, state=None, outcome=None) -> Lease:
         if lease.state != LeaseState.RUNNING:
             return lease
-        lz = lease.model_copy(deep=True)
         now = time.time()
         if state is None:
-            state = poll_states(self.runner, [lz])[0]
+            state = poll_states(self.runner, [lease])[0]     # (a poll reads the handle, never writes it)
+        # a running trial, the usual answer (every live trial, every pass), changes scalars only: a
+        # shallow copy (its handle, faults and result shared with the lease, unchanged); the rest get their own
+        lz = lease.model_copy(deep=state != PollState.RUNNING)
         if state == PollState.RUNNING:
             began = self.runner.started_at.pop(lz.handle.get("dir"), None)
             if lz.began is None:     # the run has begun (not just placed): views count elapsed time from here

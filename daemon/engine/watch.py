@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import logging
 
-from watchdog.events import FileSystemEventHandler
+from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirModifiedEvent, DirMovedEvent, FileClosedEvent,
+                             FileCreatedEvent, FileDeletedEvent, FileModifiedEvent, FileMovedEvent,
+                             FileSystemEventHandler)
 from watchdog.observers import Observer
 
 from autoresearchd.store.gitrepo import GitRepo
@@ -19,6 +21,15 @@ log = logging.getLogger("autoresearchd")
 def _relevant(path: str) -> bool:
     return ("/" + IDEA_BRANCHES.rstrip("/") in path or path.endswith("packed-refs") or path.endswith("/autoresearch/poke")
             ) and not path.endswith(".lock")
+
+
+# Every event but a file opened or closed unwritten, which only say that git read something (each git
+# process opens the git dir's config, HEAD and packed-refs; a ref listing opens every refs/heads
+# directory): the handler skipped them, but watchdog parsed, grouped and queued each in Python first,
+# and they came to more of the daemon's CPU than its tick (issue 29). With the filter inotify never
+# reports them.
+_EVENTS = [FileCreatedEvent, DirCreatedEvent, FileModifiedEvent, DirModifiedEvent, FileMovedEvent, DirMovedEvent,
+           FileDeletedEvent, DirDeletedEvent, FileClosedEvent]
 
 
 def start_watcher(repo: GitRepo, poke):
@@ -34,10 +45,12 @@ def start_watcher(repo: GitRepo, poke):
     (repo.git_dir / "refs" / "heads" / "idea").mkdir(parents=True, exist_ok=True)
     obs = Observer()
     handler = Handler()
-    obs.schedule(handler, str(repo.git_dir / "refs" / "heads"), recursive=True)
-    obs.schedule(handler, str(repo.git_dir), recursive=False)
     (repo.git_dir / "autoresearch").mkdir(exist_ok=True)
-    obs.schedule(handler, str(repo.git_dir / "autoresearch"), recursive=False)
+    for d, deep in ((repo.git_dir / "refs" / "heads", True), (repo.git_dir, False), (repo.git_dir / "autoresearch", False)):
+        try:
+            obs.schedule(handler, str(d), recursive=deep, event_filter=_EVENTS)
+        except TypeError:         # a watchdog without event_filter: every event, as before
+            obs.schedule(handler, str(d), recursive=deep)
     obs.daemon = True
     try:
         obs.start()

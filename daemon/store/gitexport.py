@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from autoresearchd import defaults
-from autoresearchd.store.gitproc import GitError
+from autoresearchd.store.gitproc import FULL_ID, GitError
 
 # git archive's own modes (tar.umask 0002): what trial directories have always been unpacked with
 _DIR_MODE, _FILE_MODE, _EXEC_MODE, _LINK_MODE = 0o775, 0o664, 0o775, 0o777
@@ -34,8 +34,8 @@ _OCTAL = re.compile(rb"[0-7]+")
 
 
 class TreesIO:
-    """The export half of GitRepo (it provides git, _run, rev_parse, read_object, tree_of,
-    cat_file_batch, ls_tree and the _trees cache)."""
+    """The export half of GitRepo (it provides git, _run, rev_parse, read_object, cat_file_batch,
+    ls_tree and the _trees and _commit_trees caches)."""
 
     def archive(self, rev: str, paths: list[str] | None = None, exclude: list[str] | None = None) -> bytes:
         """A tar of the tree at rev, so a host needs neither git nor access to the repo. `paths`
@@ -119,6 +119,36 @@ class TreesIO:
                 self._trees.clear()
             self._trees[sha] = hit
         return hit
+
+    def tree_of(self, commit: str) -> str:
+        """The id of the tree a commit (or a tree, a tag, a ref) names; a GitError where it names none."""
+        if (tree := self._commit_trees.get(commit)) is not None:
+            return tree
+        obj = self.read_object(commit) if (full := FULL_ID.fullmatch(commit)) else None
+        if obj is not None and obj[0] in ("commit", "tree"):     # one read: GitPython's rev_parse made two
+            head = obj[1].split(b"\n", 1)[0]
+            tree = commit if obj[0] == "tree" else head[5:].decode() if head.startswith(b"tree ") else None
+        else:                     # a ref, a tag, a missing or an odd object: as git resolves it
+            tree = self.rev_parse(commit + "^{tree}")
+        if tree is None:
+            raise GitError(["rev-parse", commit + "^{tree}"], 128, f"no tree for {commit}")
+        if full:                  # an object's tree never changes (a ref's may); notes reads ask twice
+            if len(self._commit_trees) >= defaults.GIT_TREE_CACHE:
+                self._commit_trees.clear()
+            self._commit_trees[commit] = tree
+        return tree
+
+    def _tree_path(self, tree: str, path: str) -> str | None:
+        """The id of the entry at a plain path under a tree, from the parsed trees (TreesIO, kept by
+        id); None where git finds none: a missing name, or a non-tree on the way."""
+        parts = path.split("/")
+        sha = tree
+        for i, part in enumerate(parts):
+            hit = next((e for e in self._tree_entries(sha) if e[1] == part), None)
+            if hit is None or (i < len(parts) - 1 and hit[0] != "040000"):
+                return None
+            sha = hit[2]
+        return sha
 
     def tree_from_dir(self, base: str, workdir: str | os.PathLike, keep: list[str] = (),
                       max_file_bytes: int | None = None) -> str:

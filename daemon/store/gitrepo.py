@@ -70,6 +70,7 @@ class GitRepo(NotesIO, TreesIO, DiffsIO):
         self._notes_refs_seen: set[str] = set()  # notes refs this handle wrote: fast-import reads their tips
         self._notes_tips: dict[str, str] = {}    # notes ref -> the commit this handle last wrote there
         self._trees: dict[str, tuple] = {}       # tree id -> its parsed entries (gitexport.tree_listing)
+        self._commit_trees: dict[str, str] = {}  # full object id -> its tree's id (tree_of)
         self._batch = threading.local()          # notes_batch(): queued note writes of this thread
 
     def _pyrepo(self):                 # the GitPython Repo, for this thread during the block
@@ -153,6 +154,11 @@ class GitRepo(NotesIO, TreesIO, DiffsIO):
     # -- refs --------------------------------------------------------------------------------
     def rev_parse(self, rev: str) -> str | None:
         spec = rev if ":" in rev else rev + "^{object}"  # rev:path names a blob; ^{object} would mangle it
+        if _PLAIN_PATH_REV.fullmatch(rev):   # (knob files) in the parsed trees kept: GitPython re-parsed each
+            try:
+                return self._tree_path(self.tree_of(rev[:40]), rev[41:])
+            except Exception:     # noqa: BLE001 - not a commit, tree or tag id here: git has the last word, as below
+                pass
         if _OBJECT_REV.fullmatch(rev):
             try:       # the persistent cat-file: no process (about 10x faster)
                 with self._pyrepo() as r:
@@ -300,12 +306,6 @@ class GitRepo(NotesIO, TreesIO, DiffsIO):
         for p in parents:
             args += ["-p", p]
         return self.git(*args, input=message.encode(), env=IDENTITY).strip()
-
-    def tree_of(self, commit: str) -> str:
-        tree = self.rev_parse(commit + "^{tree}")
-        if tree is None:
-            raise GitError(["rev-parse", commit + "^{tree}"], 128, f"no tree for {commit}")
-        return tree
 
     def ls_tree(self, rev: str, paths: list[str] | None = None) -> list[TreeEntry]:
         out = self.git("ls-tree", "-r", "-l", "-z", rev, "--", *(paths or []), binary=True)
