@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 
 # Untrusted code (LLM-written or pushed) must not see keys: names matching this stay behind.
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.I)
 
 
-# (a copy of os.environ's own bytes mapping, the daemon's environment scrubbed from it): see below
-_cache: tuple[dict, dict[str, str]] | None = None
+# build function -> (a copy of os.environ's own bytes mapping, what it built from that environment)
+_derived: dict[Callable[[], dict[str, str]], tuple[dict, dict[str, str]]] = {}
 
 
 def environ_key() -> dict | None:
@@ -27,17 +28,29 @@ def environ_key() -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def scrubbed_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The daemon's environment minus every variable whose name looks like a secret (a new dict
-    each call); worked out again whenever os.environ changed since the last call."""
-    global _cache
-    if environ is not None:
-        return {k: v for k, v in environ.items() if not SECRET_NAME.search(k)}
-    key, c = environ_key(), _cache
-    if key is None or c is None or c[0] != key:
-        snap = dict(key) if key is not None else None      # taken first: a change meanwhile misses next time
-        env = {k: v for k, v in os.environ.items() if not SECRET_NAME.search(k)}
-        if snap is None:
-            return env
-        c = _cache = (snap, env)
+def per_environ(build: Callable[[], dict[str, str]]) -> dict[str, str]:
+    """build()'s environment, built again only when os.environ changed since it was last built
+    (environ_key); a new dict each call, the caller's own. The one cache of the daemon's environment:
+    scrubbed_env() and git_env() (store/gitproc.py) keep theirs here."""
+    key = environ_key()
+    if key is None:
+        return build()
+    c = _derived.get(build)
+    if c is None or c[0] != key:
+        snap = dict(key)          # taken first: a change while build() runs is seen next time
+        c = _derived[build] = (snap, build())
     return dict(c[1])
+
+
+def _scrub(env) -> dict[str, str]:
+    return {k: v for k, v in env.items() if not SECRET_NAME.search(k)}
+
+
+def _scrubbed_now() -> dict[str, str]:
+    return _scrub(os.environ)
+
+
+def scrubbed_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The daemon's environment (or `environ`) minus every variable whose name looks like a secret
+    (a new dict each call)."""
+    return _scrub(environ) if environ is not None else per_environ(_scrubbed_now)

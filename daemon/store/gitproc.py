@@ -22,7 +22,7 @@ import git
 from git.util import hex_to_bin
 
 from autoresearchd import defaults
-from autoresearchd.scrub import environ_key, scrubbed_env
+from autoresearchd.scrub import per_environ, scrubbed_env
 
 
 class GitError(RuntimeError):
@@ -82,23 +82,12 @@ _KEEP_GIT_VAR = re.compile(r"GIT_(CONFIG_(GLOBAL|SYSTEM|NOSYSTEM|COUNT|PARAMETER
                            r"|DISCOVERY_ACROSS_FILESYSTEM)")
 
 
-_env_cache: tuple[dict, dict[str, str]] | None = None     # (environ_key() copy, git_env() without extra)
-
-
 def git_env(extra: dict | None = None) -> dict[str, str]:
     """The environment of every git process the daemon starts: its own, minus secrets and minus the
     GIT_* variables that would redirect a read, plus the fixed plumbing settings, the pins of
-    _PINNED_ENV and the identity fallback. Worked out again only when os.environ changed (scrub.py
-    environ_key): it was ~10% of the daemon's Python time a trial, a git process or two at a time."""
-    global _env_cache
-    key, c = environ_key(), _env_cache
-    if key is not None and c is not None and c[0] == key:
-        env = dict(c[1])
-    else:
-        snap = dict(key) if key is not None else None      # taken first: a change meanwhile misses next time
-        env = _git_env_now()
-        if snap is not None:
-            _env_cache = (snap, dict(env))
+    _PINNED_ENV and the identity fallback. Built again only when os.environ changed (scrub.py
+    per_environ): it was ~10% of the daemon's Python time a trial, a git process or two at a time."""
+    env = per_environ(_git_env_now)
     env.update(extra or {})
     return env
 
