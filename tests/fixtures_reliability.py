@@ -144,6 +144,7 @@ class Daemon:
     def __init__(self, cfg: Path, *args: str, env: dict | None = None, log: Path | None = None):
         self.log = log or cfg.parent / "daemon.out"
         self._out = open(self.log, "ab")
+        self.log_start = self._out.tell()      # where this daemon's own output begins in a shared log
         e = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         self.p = subprocess.Popen([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), "start", *args],
                                   env=e, stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

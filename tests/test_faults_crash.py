@@ -65,15 +65,22 @@ def children(pid: int) -> list[str]:
     return out
 
 
-def kill_at(d: Daemon, rng: random.Random, mode: str, timeout: float = 20.0) -> str:
-    """Kill the daemon at a point chosen by `mode`; returns what was hit. `timeout`: how long to wait for
-    the restarted daemon to reach that point. Its start (imports, the first read, recovery) took over the
-    5 s this was at load 6-8 (the suite's other worker beside it), so kills landed before any write and
-    the test counted them missed; a wait that finds its point costs no more."""
+def kill_at(d: Daemon, rng: random.Random, mode: str, timeout: float = 5.0) -> str:
+    """Kill the daemon at a point chosen by `mode`; returns what was hit. `timeout`: how long to wait
+    for that point once the daemon has started (its "research repo" line): its start (imports, the first
+    read) can take longer than 5 s at load 6-8, so a wait counted from the launch missed every point,
+    while a longer one let the first daemon run the whole queue and left no write for the later cycles."""
     # the shim holds each note or lease write for a moment (leases are written just before the runner's
     # submit); `runner` catches the submit itself (tar into the trial dir, the wrapper's launch)
     pattern = {"note": (" notes ", "fast-import", "update-ref -m autoresearchd --stdin"), "runner": ("tar -x -C", "trial.sh"),
                "random": None}[mode]
+    started = time.monotonic() + 60     # (a random kill may still land in the start)
+    while pattern is not None and time.monotonic() < started and d.p.poll() is None:
+        with open(d.log, "rb") as f:
+            f.seek(d.log_start)
+            if b"research repo:" in f.read():
+                break
+        time.sleep(0.02)
     hit = "random"
     if pattern is None:
         time.sleep(rng.uniform(0.3, 3.0))
