@@ -102,6 +102,18 @@ class ShellRunner:
     # `cd && setsid ...` list in a subshell that keeps our stdout open until the trial ends.
     LAUNCH = "{ setsid nohup bash trial.sh > wrapper.log 2>&1 < /dev/null & echo $!; }"
 
+    @staticmethod
+    def queued(last: str, launch: str) -> str:
+        """`launch` (run in the trial directory) as the tail of its slot's queue: the trial staged
+        before it on the slot (read from `last`, which then names this one) goes into `prev`, and this
+        trial's `turn` lock is taken here, before the wrapper starts, and inherited by it on fd 7.
+        trial.sh waits for prev's turn lock before the slot's, so staged trials run in submit order
+        (a wrapper launched later can reach a bare flock first). Submits to one slot come one at a time."""
+        q = shlex.quote
+        take = "flock 7 2>/dev/null || python3 -c 'import fcntl; fcntl.flock(7, fcntl.LOCK_EX)' 2>/dev/null || :"
+        return (f"{{ p=; [ ! -r {q(last)} ] || read -r p < {q(last)}; echo \"$p\" > prev && "
+                f"echo \"$PWD\" > {q(last)}; }} && {{ {take}; {launch}; }} 7>> turn")
+
     def launch(self, sh: Shell, tdir: str, spec: TrialSpec, slot: Slot) -> dict[str, Any]:
         """Start trial.sh detached; return extra handle fields. (A subclass that overrides this, e.g.
         with sbatch, gets a separate upload round trip; the default is fused into submit's.)"""
@@ -161,8 +173,9 @@ class ShellRunner:
         space = self.space_check(root, slot.host)
         mkdirs = f"mkdir -p {q(root)}/.slots {q(tdir)}" if space == "true" else \
             f"mkdir -p {q(root)}/.slots && {space} && mkdir -p {q(tdir)}"
+        launch = self.queued(f"{root}/.slots/{slot_file(slot.slot)}.last", self.LAUNCH) if lock else self.LAUNCH
         cmd = (f"{{ {{ [ ! -e {q(tdir)} ] && [ ! -L {q(tdir)} ] || rm -rf {q(tdir)}; }} && {mkdirs} && "
-               f"cd {q(tdir)} && tar -x --no-same-owner -f -" + (f" && {self.LAUNCH}" if fused else "") +
+               f"cd {q(tdir)} && tar -x --no-same-owner -f -" + (f" && {launch}" if fused else "") +
                f"; }} || {{ rc=$?; cd / && rm -rf {q(tdir)}; exit $rc; }}")
         submitted = time.time()
         rc, out, err = sh.run(cmd, stdin=bundle(spec, env_text), timeout=300)

@@ -32,7 +32,7 @@ if [ -n "${AR_PREPARE:-}" ]; then
   rm -rf "$T/prep-src" && mkdir "$T/prep-src" && { [ ! -s "$T/eval.tar" ] || tar -x --no-same-owner -f "$T/eval.tar" -C "$T/prep-src"; }
   for h in "${AR_HELDOUT[@]}"; do rm -rf -- "$T/prep-src/$h"; done
   AR_PREPARE=$AR_PREPARE AR_SETUP=$AR_SETUP AR_PREPARE_BUDGET=$AR_PREPARE_BUDGET AR_KILL_GRACE=$AR_KILL_GRACE \
-    bash "$T/prepare.sh" "${T%/*}" "$AR_PREPARE_KEY" "$T/prep-src" "$T/prepare.log"
+    bash "$T/prepare.sh" "${T%/*}" "$AR_PREPARE_KEY" "$T/prep-src" "$T/prepare.log" 7>&-
   rc=$?; echo "$rc" > "$T/prepare.rc"
   rm -rf "$T/prep-src"
   if [ "$rc" != 0 ]; then
@@ -42,13 +42,27 @@ if [ -n "${AR_PREPARE:-}" ]; then
   fi
 fi
 
+take_lock() {   # $1: an open descriptor; waits for its exclusive flock
+  if command -v flock > /dev/null 2>&1; then flock "$1"
+  elif command -v python3 > /dev/null 2>&1; then python3 -c "import fcntl; fcntl.flock($1, fcntl.LOCK_EX)"
+  fi
+}
 # The slot lock: held on fd 9 until this wrapper exits (however it exits: the kernel drops it), so a
 # trial staged behind the running one starts the moment the slot frees. Children do not inherit it.
+# Order: flock wakes its waiters in no set order, and a wrapper launched later may reach the lock
+# first, so trials staged on one slot queue in a chain. The launch (runners/base.py) took this trial's
+# `turn` lock on fd 7 and wrote `prev`, the trial staged before it; this one waits for prev's turn
+# lock (released when prev holds the slot, or ends), then for the slot, then releases its own turn.
+# Only a prev whose turn is older than this one's: a trial id staged again (its directory made anew)
+# may be named by a later trial's prev, and two trials must never wait on each other.
 if [ -n "${AR_SLOT_LOCK:-}" ]; then
-  exec 9>> "$AR_SLOT_LOCK" || exit 96
-  if command -v flock > /dev/null 2>&1; then flock 9
-  elif command -v python3 > /dev/null 2>&1; then python3 -c 'import fcntl; fcntl.flock(9, fcntl.LOCK_EX)'
+  prev=; [ ! -r "$T/prev" ] || read -r prev < "$T/prev"
+  if [ -n "$prev" ] && [ "$prev/turn" -ot "$T/turn" ] && { exec 6< "$prev/turn"; } 2> /dev/null; then
+    take_lock 6; exec 6<&-
   fi
+  exec 9>> "$AR_SLOT_LOCK" || exit 96
+  take_lock 9
+  exec 7>&-
 fi
 [ -e "$T/cancelled" ] && exit 0           # cancelled while it waited for the slot
 lim_now; echo "$LIM_NOW" > "$T/started"

@@ -113,6 +113,44 @@ def test_prestaged_trial_waits_for_the_slot_and_its_budget_starts_when_it_runs(r
     assert b.wall_s < 4
 
 
+def test_staged_trials_run_in_the_order_they_were_submitted(runner_for, tmp_path):
+    # The first trial's wrapper is held up before it reaches the slot lock (its prepare step runs
+    # first, and sleeps), so the wrappers staged after it reach the bare lock before it does: the
+    # slot's queue must still run them in the order the dispatcher submitted them.
+    m = manifest("sleep 0.2; echo ---; echo score: $AUTORESEARCH_SEED")
+    slow = EnvManifest(run=m.run, metric="score", time_budget_s=60, prepare="sleep 2")
+    r = runner_for(m)
+    slot = r.slots()[0]
+    tar = code_tar(tmp_path, {"x.txt": "x"})
+    handles = [r.submit(spec(slow, tar, seed=1), slot)] + [r.submit(spec(m, tar, seed=s), slot) for s in (2, 3, 4)]
+    wait_states(r, handles, {PollState.DONE})
+    outs = [r.fetch(h) for h in handles]
+    assert [o.metrics for o in outs] == [{"score": float(s)} for s in (1, 2, 3, 4)]
+    starts = [stamp(h, "started") for h in handles]
+    assert starts == sorted(starts), starts
+    for before, after in zip(handles, handles[1:]):       # and one at a time, as before
+        assert stamp(after, "started") >= stamp(before, "done") - 0.05
+
+
+def test_a_trial_staged_again_never_waits_on_a_trial_staged_after_it(runner_for, tmp_path):
+    # A is staged, then B behind it; A is cancelled and staged again under its own id (a fresh
+    # directory at the same path), so B's `prev` names the new A while the new A's names B. Had each
+    # waited on the other, neither would run; the queue is only ever on an earlier-staged trial.
+    m = manifest("echo ---; echo score: $AUTORESEARCH_SEED")
+    r = runner_for(m)
+    slot = r.slots()[0]
+    tar = code_tar(tmp_path, {"x.txt": "x"})
+    a = spec(EnvManifest(run=m.run, metric="score", time_budget_s=60, prepare="sleep 3"), tar, seed=1)
+    first_a = r.submit(a, slot)
+    b = r.submit(spec(EnvManifest(run=m.run, metric="score", time_budget_s=60, prepare="sleep 1.5"), tar, seed=2), slot)
+    r.cancel(first_a)
+    a.manifest = m
+    again = r.submit(a, slot)
+    states = wait_states(r, [b, again], {PollState.DONE}, timeout=30)
+    assert states == [PollState.DONE, PollState.DONE]
+    assert r.fetch(b).metrics == {"score": 2.0} and r.fetch(again).metrics == {"score": 1.0}
+
+
 def test_other_slots_do_not_wait(runner_for, tmp_path):
     m = manifest("sleep 2; echo ---; echo score: 1")
     r = runner_for(m)

@@ -123,24 +123,41 @@ class Dispatcher(Part):
                 self.lifecycle.leased(job.commit, have)
                 staged.append((job, slot, lease, dict(lease.handle)))
         # ... written before any trial starts: crash-safe
-        futures = [self._pool.submit(self._submit, job, slot, tar, frozen) for job, slot, _, _ in staged]
+        # One pool task per slot, its trials in batch order: the host queues a slot's staged trials in
+        # the order they arrive (runners/base.py queued), and that order is the dispatcher's.
+        by_slot: dict[str, list[int]] = {}
+        for i, (_, slot, _, _) in enumerate(staged):
+            by_slot.setdefault(slot.key, []).append(i)
+        futures = {key: self._pool.submit(self._submit_in_order, [staged[i] for i in idx], tar, frozen)
+                   for key, idx in by_slot.items()}
+        answers = {i: a for key, idx in by_slot.items() for i, a in zip(idx, futures[key].result())}
         keep = set(self.runner.REDERIVABLE)
         with self.lifecycle.batch():
-            for (job, slot, lease, predicted), fut in zip(staged, futures):
-                try:
-                    lease.handle = fut.result()
-                except Exception as e:  # noqa: BLE001 - a host failing at submit: the host's fault
-                    log.warning("submit %s to %s failed: %s", job.trial_id, slot.key, e)
-                    self.recovery.submit_failed(lease, slot.key, e)
+            for i, (job, slot, lease, predicted) in enumerate(staged):
+                got = answers[i]
+                if isinstance(got, Exception):        # a host failing at submit: the host's fault
+                    log.warning("submit %s to %s failed: %s", job.trial_id, slot.key, got)
+                    self.recovery.submit_failed(lease, slot.key, got)
                     self.slots.release(slot.key, job.trial_id)
                     lease.heartbeat = time.time()
                     self.lifecycle.leased(job.commit, current[job.commit])
                     continue
+                lease.handle = got
                 # the lease already names the trial dir; rewrite it only for what a poll cannot re-derive
                 if {k: v for k, v in lease.handle.items() if k not in keep} != \
                         {k: v for k, v in predicted.items() if k not in keep}:
                     self.lifecycle.leased(job.commit, current[job.commit])
                 log.info("dispatched %s to %s", job.trial_id, slot.key)
+
+    def _submit_in_order(self, items: list, tar, frozen) -> list:
+        """One slot's submits, one after another: each its handle, or the exception it raised."""
+        out: list = []
+        for job, slot, _, _ in items:
+            try:
+                out.append(self._submit(job, slot, tar, frozen))
+            except Exception as e:  # noqa: BLE001 - reported per trial by the caller
+                out.append(e)
+        return out
 
     def _submit(self, job: Job, slot, tar, frozen) -> dict:
         m = self.research.manifest
