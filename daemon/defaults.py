@@ -15,6 +15,11 @@ LEASE_VERSION = 1
 # A lock file left by a git process that was killed (kill -9 of the daemon's process group, OOM, power
 # loss) would block that ref forever. Git holds a ref lock for milliseconds, so one this old is stale.
 STALE_LOCK_S = 10.0
+GIT_LOCK_TRIES = 40
+"""Tries of a git write another git's lock refused, or another writer's move of its ref (store/gitproc.py
+lock_retry): each waits GIT_LOCK_WAIT_STEP_S longer than the one before, about 16 s in all."""
+GIT_LOCK_WAIT_STEP_S = 0.02
+"""How much longer each wait of lock_retry is than the one before (the first waits this long)."""
 # The receive-side git config `init`/`start` write into the research repo, each only where the repo
 # (or the user's global config) sets nothing for it (docs/security.md, "A push is data"): every pushed
 # object is checked by fsck (a tree entry named `..` or `.git`, a malformed commit or a `.gitmodules`

@@ -9,10 +9,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import threading
 from contextlib import contextmanager
 
-from autoresearchd.store.gitproc import IDENTITY, GitError
+from autoresearchd.store.gitproc import IDENTITY, GitError, RefBusy, lock_retry
 from autoresearchd.store.notestream import commit_head as _commit_head, note_lines as _note_lines, per_ref as _per_ref
 from autoresearchd.store.refevents import moved as _moved
 from autoresearchd.store.refs import ARCHIVE_PREFIX
@@ -114,16 +113,14 @@ class NotesIO:
         args = ["notes", "--ref", ref, "add", "-f", "-F", "-", obj]
         with self._notes_lock:
             try:
-                for attempt in range(40):
-                    try:
-                        self._run(args, input=text.encode(), env=IDENTITY)
-                        return
-                    except GitError as e:
-                        # another process (a CLI user, a second daemon) holds the ref lock: retry
-                        if "lock" not in e.stderr and "cannot lock" not in e.stderr:
-                            raise
-                        threading.Event().wait(0.02 * (attempt + 1))
-                raise GitError(args, 1, f"could not lock {ref} to write the note on {obj}")
+                for attempt in lock_retry():
+                    with attempt:
+                        try:
+                            self._run(args, input=text.encode(), env=IDENTITY)
+                        except GitError as e:
+                            # another process (a CLI user, a second daemon) holds the ref's lock, or moved
+                            # the ref between git's read and its write: written again on the new tip
+                            raise RefBusy.of(e) if _busy(e) else e from None
             finally:
                 self._notes_tips.pop(ref, None)     # its new tip is git's to tell
                 _moved(self.git_dir, ref)       # a write of this process is an event (store/refevents.py)
@@ -207,38 +204,38 @@ class NotesIO:
         cleared without its result note, no note names a log or archive ref that is not there. A notes
         ref that another writer moved is read again and its commit made anew."""
         tips, zero = self._notes_tips, "0" * (64 if self._object_format() == "sha256" else 40)
-        for attempt in range(40):
-            olds = {ref: tips[ref] if ref in tips else self.rev_parse(ref) for ref in per_ref}
-            made = [ref for ref, items in per_ref.items()      # nothing to remove from an absent ref
-                    if olds[ref] is not None or any(t is not None for t in items.values())]
-            stream = [b"blob\ndata %d\n%s\n" % (len(d), d) for d in blobs.values()]
-            for k, ref in enumerate(made, 1):
-                stream += [_commit_head(ref, k), b"from %s\n" % olds[ref].encode() if olds[ref] else b"",
-                           *_note_lines(per_ref[ref]), b"\nreset %s\n\n" % ref.encode()]
-            stream += [b"get-mark :%d\n" % k for k in range(1, len(made) + 1)]
-            news = self._run(["-c", "fastimport.unpackLimit=1000000", "fast-import", "--quiet", "--done"],
-                             input=b"".join(stream) + b"done\n").split() if stream else []
-            blobs = {}                            # written: a retry makes only the commits again
-            lines = [f"update {ref} {new}\n" for ref, new in refs.items()]
-            lines += [f"update {ref} {new} {olds[ref] or zero}\n" for ref, new in zip(made, news)]
-            try:
-                if lines:
-                    self._run(["update-ref", "-m", REF_REASON, "--stdin"], input="".join(lines).encode())
-            except GitError as e:
-                now = {ref: self.rev_parse(ref) for ref in made}
-                if all(now[ref] == olds[ref] for ref in made) and not e.lock_held:
-                    raise                         # not a race with another writer: no retry helps
-                tips.update(now)
-                threading.Event().wait(0.02 * attempt)
-                continue
-            tips.update(zip(made, news))
-            self._notes_refs_seen.update(made)
-            for ref, new in [*refs.items(), *((r, tips[r]) for r in made)]:     # events, with the values that
-                _moved(self.git_dir, ref, *([new] if ref in per_ref or ref == ARCHIVE_PREFIX + new else []))  # cannot be stale
-            for ref in set(per_ref) - set(made):
-                _moved(self.git_dir, ref)
-            return
-        raise GitError(["update-ref"], 1, f"could not update {', '.join(per_ref)}: they kept moving")
+        for attempt in lock_retry():
+            with attempt:
+                olds = {ref: tips[ref] if ref in tips else self.rev_parse(ref) for ref in per_ref}
+                made = [ref for ref, items in per_ref.items()      # nothing to remove from an absent ref
+                        if olds[ref] is not None or any(t is not None for t in items.values())]
+                stream = [b"blob\ndata %d\n%s\n" % (len(d), d) for d in blobs.values()]
+                for k, ref in enumerate(made, 1):
+                    stream += [_commit_head(ref, k), b"from %s\n" % olds[ref].encode() if olds[ref] else b"",
+                               *_note_lines(per_ref[ref]), b"\nreset %s\n\n" % ref.encode()]
+                stream += [b"get-mark :%d\n" % k for k in range(1, len(made) + 1)]
+                news = self._run(["-c", "fastimport.unpackLimit=1000000", "fast-import", "--quiet", "--done"],
+                                 input=b"".join(stream) + b"done\n").split() if stream else []
+                blobs = {}                            # written: a retry makes only the commits again
+                lines = [f"update {ref} {new}\n" for ref, new in refs.items()]
+                lines += [f"update {ref} {new} {olds[ref] or zero}\n" for ref, new in zip(made, news)]
+                try:
+                    if lines:
+                        self._run(["update-ref", "-m", REF_REASON, "--stdin"], input="".join(lines).encode())
+                except GitError as e:
+                    now = {ref: self.rev_parse(ref) for ref in made}
+                    if all(now[ref] == olds[ref] for ref in made) and not e.lock_held:
+                        raise                         # not a race with another writer: no retry helps
+                    tips.update(now)
+                    raise RefBusy.of(e) from None
+                tips.update(zip(made, news))
+                self._notes_refs_seen.update(made)
+                # events, with the values that cannot be stale
+                for ref, new in [*refs.items(), *((r, tips[r]) for r in made)]:
+                    _moved(self.git_dir, ref, *([new] if ref in per_ref or ref == ARCHIVE_PREFIX + new else []))
+                for ref in set(per_ref) - set(made):
+                    _moved(self.git_dir, ref)
+                return
 
     def _pending(self) -> None:
         """A blob or ref write is queued: the notes queued from now on may name it (a log blob, its
@@ -320,35 +317,39 @@ class NotesIO:
         seen, told = self._notes_refs_seen, None
         with self._notes_lock:
             try:
-                for attempt in range(40):
-                    if ref in seen:
-                        # fast-import resolves the tip itself (a `git rev-parse` per write was ~1.5 processes a
-                        # trial); a ref moved meanwhile is still refused as a non-fast-forward, as below
-                        parent = b"from %s^0\n" % ref.encode()
-                    else:
-                        old = self.rev_parse(ref)
-                        if old is None and all(t is None for t in items.values()):
-                            return                       # nothing to remove from a ref that does not exist
-                        parent = b"from %s\n" % old.encode() if old else b""
-                    # the new tip is asked for (get-mark): a batch that writes several refs builds on it
-                    stream = _commit_head(ref, 1) + parent + b"".join(body) + b"\nget-mark :1\n"
-                    try:   # small imports as loose objects: no pack file per batch
-                        new = self._run(["-c", "fastimport.unpackLimit=1000000", "fast-import", "--quiet"],
-                                        input=stream).strip()
-                        seen.add(ref)
-                        self._notes_tips[ref] = told = new
-                        return
-                    except GitError as e:
-                        if ref in seen and "Invalid ref name or SHA1 expression" in e.stderr:
-                            seen.discard(ref)            # deleted behind our back: read it again (no sleep)
-                            _drop_crash_report(self.path, e.stderr)
-                            continue
-                        if "Not updating" not in e.stderr and "lock" not in e.stderr:
-                            raise
-                        threading.Event().wait(0.02 * (attempt + 1))
-                raise GitError(["fast-import"], 1, f"could not update {ref}: it kept moving")
+                for attempt in lock_retry():
+                    with attempt:
+                        if ref in seen:
+                            # fast-import resolves the tip itself (a `git rev-parse` per write was ~1.5 processes a
+                            # trial); a ref moved meanwhile is still refused as a non-fast-forward, as below
+                            parent = b"from %s^0\n" % ref.encode()
+                        else:
+                            old = self.rev_parse(ref)
+                            if old is None and all(t is None for t in items.values()):
+                                return                       # nothing to remove from a ref that does not exist
+                            parent = b"from %s\n" % old.encode() if old else b""
+                        # the new tip is asked for (get-mark): a batch that writes several refs builds on it
+                        stream = _commit_head(ref, 1) + parent + b"".join(body) + b"\nget-mark :1\n"
+                        try:   # small imports as loose objects: no pack file per batch
+                            new = self._run(["-c", "fastimport.unpackLimit=1000000", "fast-import", "--quiet"],
+                                            input=stream).strip()
+                            seen.add(ref)
+                            self._notes_tips[ref] = told = new
+                            return
+                        except GitError as e:
+                            if ref in seen and "Invalid ref name or SHA1 expression" in e.stderr:
+                                seen.discard(ref)            # deleted behind our back: read it again
+                                _drop_crash_report(self.path, e.stderr)
+                                raise RefBusy.of(e) from None
+                            # moved meanwhile (fast-import refuses a non-fast-forward) or locked: again
+                            raise RefBusy.of(e) if "Not updating" in e.stderr or _busy(e) else e from None
             finally:     # a write of this process is an event, with its value once git took it (store/refevents.py)
                 _moved(self.git_dir, ref, *([told] if told else []))
+
+
+def _busy(e: GitError) -> bool:
+    """git refused a ref update for another writer: its lock held, or the ref not where git read it."""
+    return e.lock_held or "cannot lock ref" in e.stderr
 
 
 def _note_object(path: str) -> str | None:

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import git
+import tenacity
 from git.util import hex_to_bin
 
 from autoresearchd import defaults
@@ -30,13 +31,34 @@ class GitError(RuntimeError):
 
     def __init__(self, args: list[str], code: int, stderr: str):
         super().__init__(f"git {' '.join(args[:3])}... failed ({code}): {stderr.strip()}")
-        self.code, self.stderr = code, stderr
+        self.argv, self.code, self.stderr = args, code, stderr
 
     @property
     def lock_held(self) -> bool:
         """git could not take a lock because another git holds it (or a killed one left it): a
         caller whose write is safe to repeat may wait and try again."""
         return _LOCK_RE.search(self.stderr) is not None
+
+
+class RefBusy(GitError):
+    """A git write that another writer got in the way of (it held the ref's lock, or moved the ref
+    between this write's read and its update): safe to try again on the new tip (lock_retry)."""
+
+    @classmethod
+    def of(cls, e: GitError) -> RefBusy:
+        return cls(e.argv, e.code, e.stderr)
+
+
+def lock_retry() -> tenacity.Retrying:
+    """The one wait-and-try-again policy of the store's git writes (`for attempt in lock_retry(): with
+    attempt: ...`): a write refused because another git holds a lock it needs, or raised as RefBusy by
+    its caller, is tried again, each wait longer than the last; after defaults.GIT_LOCK_TRIES tries, or
+    at once for any other error, git's own error is raised."""
+    step = defaults.GIT_LOCK_WAIT_STEP_S
+    return tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(defaults.GIT_LOCK_TRIES), wait=tenacity.wait_incrementing(step, step),
+        retry=tenacity.retry_if_exception(lambda e: isinstance(e, RefBusy) or isinstance(e, GitError) and e.lock_held),
+        reraise=True)
 
 
 # A clean, deterministic environment for plumbing: no pager, no user hooks prompting, fixed identity

@@ -28,7 +28,7 @@ from autoresearchd.store.gitexport import TreesIO
 from autoresearchd.store.gitnotes import REF_REASON, NotesIO
 from autoresearchd.store.refevents import moved as _moved
 # GitError and git_env are part of this module's interface: callers catch the one and test the other
-from autoresearchd.store.gitproc import FULL_ID, GIT, IDENTITY, GitError, PyRepo, git_env, run_git, stream_objects  # noqa: F401
+from autoresearchd.store.gitproc import FULL_ID, GIT, IDENTITY, GitError, PyRepo, git_env, lock_retry, run_git, stream_objects  # noqa: F401
 
 # GitPython resolves a name that starts from a full object id (`<id>^{tree}`, `<id>:path`, `<id>~2`)
 # through its persistent cat-file, with no process. Ref names go to `git rev-parse`: GitPython reads
@@ -199,13 +199,23 @@ class GitRepo(NotesIO, TreesIO, DiffsIO):
         if old is not None:
             args.append(old)
         try:
-            self.git(*args)
+            for attempt in lock_retry():     # another git holding the ref's lock: wait (a moved `old` is final)
+                with attempt:
+                    self.git(*args)
         finally:
             _moved(self.git_dir, ref)
 
     def delete_ref(self, ref: str) -> None:
+        """Delete `ref` (an absent one is no error); waits while another git holds its lock, where it
+        used to give up at once, silently (lock_retry)."""
         try:
-            self.git("update-ref", "-d", ref, check=False)
+            for attempt in lock_retry():
+                with attempt:
+                    try:
+                        self.git("update-ref", "-d", ref)
+                    except GitError as e:
+                        if e.lock_held:
+                            raise
         finally:
             _moved(self.git_dir, ref)
 
@@ -216,16 +226,11 @@ class GitRepo(NotesIO, TreesIO, DiffsIO):
         them move one by one: git writes the updates first, then the deletions."""
         lines = "".join(f"delete {ref}\n" if new is None else f"update {ref} {new}\n" for ref, new in moves.items())
         try:
-            for attempt in range(40):
-                try:
+            # a lock another git holds (a deletion takes packed-refs.lock, which a harvest's transaction
+            # or a gc may hold): wait, as the notes flush does (gitnotes._together)
+            for attempt in lock_retry():
+                with attempt:
                     self.git("update-ref", "-m", REF_REASON, "--stdin", input=lines.encode())
-                    return
-                except GitError as e:
-                    # a lock another git holds (a deletion takes packed-refs.lock, which a harvest's
-                    # transaction or a gc may hold): wait, as the notes flush does (gitnotes._together)
-                    if not e.lock_held or attempt == 39:
-                        raise
-                    threading.Event().wait(0.02 * attempt)
         finally:
             for ref in moves:
                 _moved(self.git_dir, ref)
