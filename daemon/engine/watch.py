@@ -47,10 +47,8 @@ def start_watcher(repo: GitRepo, poke):
     handler = Handler()
     (repo.git_dir / "autoresearch").mkdir(exist_ok=True)
     for d, deep in ((repo.git_dir / "refs" / "heads", True), (repo.git_dir, False), (repo.git_dir / "autoresearch", False)):
-        try:
-            obs.schedule(handler, str(d), recursive=deep, event_filter=_EVENTS)
-        except TypeError:         # a watchdog without event_filter: every event, as before
-            obs.schedule(handler, str(d), recursive=deep)
+        # event_filter: watchdog 4.0 and later (pyproject's floor; checked in 4.0.0's wheel)
+        obs.schedule(handler, str(d), recursive=deep, event_filter=_EVENTS)
     obs.daemon = True
     try:
         obs.start()
