@@ -20,6 +20,8 @@ GIT_LOCK_TRIES = 40
 lock_retry): each waits GIT_LOCK_WAIT_STEP_S longer than the one before, about 16 s in all."""
 GIT_LOCK_WAIT_STEP_S = 0.02
 """How much longer each wait of lock_retry is than the one before (the first waits this long)."""
+GIT_LOCK_SAY_S = 0.5
+"""A git write that has waited this long for another process's lock says so in the log, once."""
 # The receive-side git config `init`/`start` write into the research repo, each only where the repo
 # (or the user's global config) sets nothing for it (docs/security.md, "A push is data"): every pushed
 # object is checked by fsck (a tree entry named `..` or `.git`, a malformed commit or a `.gitmodules`

@@ -104,15 +104,17 @@ class ShellRunner:
 
     @staticmethod
     def queued(last: str, launch: str) -> str:
-        """`launch` (run in the trial directory) as the tail of its slot's queue: the trial staged
-        before it on the slot (read from `last`, which then names this one) goes into `prev`, and this
-        trial's `turn` lock is taken here, before the wrapper starts, and inherited by it on fd 7.
-        trial.sh waits for prev's turn lock before the slot's, so staged trials run in submit order
-        (a wrapper launched later can reach a bare flock first). Submits to one slot come one at a time."""
+        """`launch` (run in the trial directory) as the tail of its slot's queue: the trial is numbered
+        one past the trial staged before it on the slot (`last` holds "<number> <dir>" and then names
+        this one), that trial goes into `prev`, and this trial's `turn` lock is taken here, its number
+        written in it, before the wrapper starts, which inherits it on fd 7. trial.sh waits for the
+        turns before its own, then for the slot, so staged trials run in submit order (a wrapper
+        launched later can reach a bare flock first). `>|`: a remote shell may set noclobber."""
         q = shlex.quote
         take = "flock 7 2>/dev/null || python3 -c 'import fcntl; fcntl.flock(7, fcntl.LOCK_EX)' 2>/dev/null || :"
-        return (f"{{ p=; [ ! -r {q(last)} ] || read -r p < {q(last)}; echo \"$p\" > prev && "
-                f"echo \"$PWD\" > {q(last)}; }} && {{ {take}; {launch}; }} 7>> turn")
+        return (f"{{ n= p=; [ ! -r {q(last)} ] || read -r n p < {q(last)}; case $n in ''|*[!0-9]*) n=0 p=;; esac; "
+                f"echo \"$n $p\" >| prev && echo \"$((n + 1)) $PWD\" >| {q(last)}; }} && "
+                f"{{ {take}; echo $((n + 1)) >&7; {launch}; }} 7>> turn")
 
     def launch(self, sh: Shell, tdir: str, spec: TrialSpec, slot: Slot) -> dict[str, Any]:
         """Start trial.sh detached; return extra handle fields. (A subclass that overrides this, e.g.

@@ -50,18 +50,28 @@ take_lock() {   # $1: an open descriptor; waits for its exclusive flock
 # The slot lock: held on fd 9 until this wrapper exits (however it exits: the kernel drops it), so a
 # trial staged behind the running one starts the moment the slot frees. Children do not inherit it.
 # Order: flock wakes its waiters in no set order, and a wrapper launched later may reach the lock
-# first, so trials staged on one slot queue in a chain. The launch (runners/base.py) took this trial's
-# `turn` lock on fd 7 and wrote `prev`, the trial staged before it; this one waits for prev's turn
-# lock (released when prev holds the slot, or ends), then for the slot, then releases its own turn.
-# Only a prev whose turn is older than this one's: a trial id staged again (its directory made anew)
-# may be named by a later trial's prev, and two trials must never wait on each other.
+# first, so the trials staged on one slot queue in a chain (docs/hosts.md, "A trial directory"). The
+# submit (runners/base.py queued) numbered this trial, wrote `prev` ("<number> <dir>" of the trial
+# staged before it) and took this trial's `turn` lock on fd 7, the number written in it. This wrapper
+# waits for prev's turn (released once prev holds the slot, or when it ends); where prev ended without
+# taking the slot (`slotted`: cancelled, its prepare failed, killed), for prev's prev, and so on. Each
+# wait is on a turn whose number, read from the file held open, is smaller than the last one's: a
+# trial id staged again (its directory made anew, numbered later) is not waited for, and no two
+# trials can wait on each other. Then the slot; then its own turn goes.
 if [ -n "${AR_SLOT_LOCK:-}" ]; then
-  prev=; [ ! -r "$T/prev" ] || read -r prev < "$T/prev"
-  if [ -n "$prev" ] && [ "$prev/turn" -ot "$T/turn" ] && { exec 6< "$prev/turn"; } 2> /dev/null; then
-    take_lock 6; exec 6<&-
-  fi
+  want= prev=; [ ! -r "$T/prev" ] || read -r want prev < "$T/prev"
+  below=$(( ${want:-0} + 1 ))
+  while [ -n "$prev" ] && [ "${want:-x}" -lt "$below" ] 2> /dev/null && { exec 6< "$prev/turn"; } 2> /dev/null; do
+    n=; read -r n <&6
+    [ "$n" = "$want" ] || break
+    take_lock 6
+    [ ! -e "$prev/slotted" ] || break
+    below=$want want= p=; [ ! -r "$prev/prev" ] || read -r want p < "$prev/prev"; prev=$p
+  done
+  exec 6<&-
   exec 9>> "$AR_SLOT_LOCK" || exit 96
   take_lock 9
+  : > "$T/slotted"
   exec 7>&-
 fi
 [ -e "$T/cancelled" ] && exit 0           # cancelled while it waited for the slot

@@ -132,6 +132,25 @@ def test_staged_trials_run_in_the_order_they_were_submitted(runner_for, tmp_path
         assert stamp(after, "started") >= stamp(before, "done") - 0.05
 
 
+@pytest.mark.parametrize("leaves", ["cancelled", "prepare-fails"])
+def test_a_trial_that_leaves_the_queue_keeps_the_order_behind_it(runner_for, tmp_path, leaves):
+    # A (held up in its prepare step), B, C on one slot; B leaves before its turn (cancelled, or its
+    # prepare fails): C must still wait for A, not only for B
+    m = manifest("echo ---; echo score: $AUTORESEARCH_SEED")
+    r = runner_for(m)
+    slot = r.slots()[0]
+    tar = code_tar(tmp_path, {"x.txt": "x"})
+    a = r.submit(spec(EnvManifest(run=m.run, metric="score", time_budget_s=60, prepare="sleep 2.5"), tar, seed=1), slot)
+    b_m = EnvManifest(run=m.run, metric="score", time_budget_s=60, prepare="exit 3") if leaves == "prepare-fails" else m
+    b = r.submit(spec(b_m, tar, seed=2), slot)
+    c = r.submit(spec(m, tar, seed=3), slot)
+    if leaves == "cancelled":
+        r.cancel(b)
+    wait_states(r, [a, c], {PollState.DONE})
+    assert r.fetch(a).metrics == {"score": 1.0} and r.fetch(c).metrics == {"score": 3.0}
+    assert stamp(c, "started") >= stamp(a, "done") - 0.05, "C ran before A"
+
+
 def test_a_trial_staged_again_never_waits_on_a_trial_staged_after_it(runner_for, tmp_path):
     # A is staged, then B behind it; A is cancelled and staged again under its own id (a fresh
     # directory at the same path), so B's `prev` names the new A while the new A's names B. Had each

@@ -16,7 +16,7 @@ from autoresearchd.engine.arrivals import Gate
 from autoresearchd.engine.judge import fill_baseline
 from autoresearchd.engine.plan import Job
 from autoresearchd.engine.shared import Part, Shared
-from autoresearchd.runners.base import TrialSpec
+from autoresearchd.runners.base import HostUnreachable, TrialSpec
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.notes import Lease
 from autoresearchd.store.population import Population
@@ -25,6 +25,10 @@ from autoresearchd.tune.knobs import commit_env
 from autoresearchd.vocab import MEASURED, LeaseState, Purpose
 
 log = logging.getLogger("autoresearchd")
+
+
+class NotTried(RuntimeError):
+    """A submit not made: the host did not answer the one before it on the slot (requeued, not stale)."""
 
 
 class Dispatcher(Part):
@@ -150,9 +154,14 @@ class Dispatcher(Part):
                 log.info("dispatched %s to %s", job.trial_id, slot.key)
 
     def _submit_in_order(self, items: list, tar, frozen) -> list:
-        """One slot's submits, one after another: each its handle, or the exception it raised."""
+        """One slot's submits, one after another: each its handle, or the exception it raised. Once
+        the host does not answer, the slot's later trials are not tried (each would wait out its own
+        time-out in turn, holding the tick); they go back to the queue, having started nowhere."""
         out: list = []
         for job, slot, _, _ in items:
+            if out and isinstance(out[-1], HostUnreachable | NotTried):
+                out.append(NotTried(f"not tried: {slot.host} did not answer the submit before it"))
+                continue
             try:
                 out.append(self._submit(job, slot, tar, frozen))
             except Exception as e:  # noqa: BLE001 - reported per trial by the caller

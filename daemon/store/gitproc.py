@@ -55,10 +55,21 @@ def lock_retry() -> tenacity.Retrying:
     its caller, is tried again, each wait longer than the last; after defaults.GIT_LOCK_TRIES tries, or
     at once for any other error, git's own error is raised."""
     step = defaults.GIT_LOCK_WAIT_STEP_S
+
+    told = []
+
+    def waiting(state: tenacity.RetryCallState) -> None:     # a wait the log shows, once, past a moment
+        if not told and (state.seconds_since_start or 0) >= defaults.GIT_LOCK_SAY_S:
+            told.append(True)
+            e = state.outcome.exception() if state.outcome else None
+            said = (getattr(e, "stderr", "") or str(e)).strip().splitlines()
+            said = [x for x in said if "lock" in x] or said or [""]      # git's line naming the lock
+            logging.getLogger("autoresearchd").warning("waiting for a git lock another process holds (up to %d tries): %s",
+                                                       defaults.GIT_LOCK_TRIES, said[0])
     return tenacity.Retrying(
         stop=tenacity.stop_after_attempt(defaults.GIT_LOCK_TRIES), wait=tenacity.wait_incrementing(step, step),
         retry=tenacity.retry_if_exception(lambda e: isinstance(e, RefBusy) or isinstance(e, GitError) and e.lock_held),
-        reraise=True)
+        before_sleep=waiting, reraise=True)
 
 
 # A clean, deterministic environment for plumbing: no pager, no user hooks prompting, fixed identity
