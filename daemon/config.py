@@ -148,7 +148,7 @@ class RunnerCfg(_Strict):
     python: str | None = None
     hosts: list[HostCfg] = Field(default_factory=list)
     slurm: SlurmCfg = Field(default_factory=SlurmCfg)
-    prestage: int | None = Field(None, ge=1)          # trials placed per slot (the next waits on the host); default 2
+    prestage: int | None = Field(None, ge=1, le=64)   # trials placed per slot (the next waits on the host); default 2; at most 64: the host queue is a ring of 256 turns
     log_head_bytes: int = Field(defaults.LOG_HEAD_BYTES, ge=0)
     log_tail_bytes: int = Field(defaults.LOG_TAIL_BYTES, ge=0)
 

@@ -103,18 +103,22 @@ class ShellRunner:
     LAUNCH = "{ setsid nohup bash trial.sh > wrapper.log 2>&1 < /dev/null & echo $!; }"
 
     @staticmethod
-    def queued(last: str, launch: str) -> str:
-        """`launch` (run in the trial directory) as the tail of its slot's queue: the trial is numbered
-        one past the trial staged before it on the slot (`last` holds "<number> <dir>" and then names
-        this one), that trial goes into `prev`, and this trial's `turn` lock is taken here, its number
-        written in it, before the wrapper starts, which inherits it on fd 7. trial.sh waits for the
-        turns before its own, then for the slot, so staged trials run in submit order (a wrapper
-        launched later can reach a bare flock first). `>|`: a remote shell may set noclobber."""
+    def queued(lock: str, launch: str) -> str:
+        """`launch` (run in the trial directory) as the tail of its slot's queue (docs/hosts.md, "The
+        slot's queue"): the trial is numbered one past the slot's last (`<slot>.last`; `seq` in the
+        trial directory), and the lock of its entry in the slot's ring of turns (`<slot>.q/<k mod
+        256>`, emptied) is taken here, before the wrapper starts, which inherits it on fd 7. trial.sh
+        waits for the turns before its own, then for the slot, so staged trials run in submit order (a
+        wrapper launched later can reach a bare flock first). `>|`: a remote shell may set noclobber;
+        `flock -w`: a turn a lost wrapper still held 256 trials ago does not hold the submit."""
         q = shlex.quote
-        take = "flock 7 2>/dev/null || python3 -c 'import fcntl; fcntl.flock(7, fcntl.LOCK_EX)' 2>/dev/null || :"
-        return (f"{{ n= p=; [ ! -r {q(last)} ] || read -r n p < {q(last)}; case $n in ''|*[!0-9]*) n=0 p=;; esac; "
-                f"echo \"$n $p\" >| prev && echo \"$((n + 1)) $PWD\" >| {q(last)}; }} && "
-                f"{{ {take}; echo $((n + 1)) >&7; {launch}; }} 7>> turn")
+        base = lock[:-len(".lock")]
+        take = ("flock -w 5 7 2>/dev/null || python3 -c 'import fcntl; fcntl.flock(7, fcntl.LOCK_EX | fcntl.LOCK_NB)' "
+                "2>/dev/null || :")
+        return (f"{{ n=; [ ! -r {q(base + '.last')} ] || read -r n < {q(base + '.last')}; "
+                f"case $n in ''|*[!0-9]*|0?*|?????????*) n=0;; esac; k=$((n + 1)); "
+                f"echo $k >| seq && echo $k >| {q(base + '.last')} && mkdir -p {q(base + '.q')}; }} && "
+                f"{{ {take}; {launch}; }} 7>| {q(base + '.q')}/$((k % 256))")
 
     def launch(self, sh: Shell, tdir: str, spec: TrialSpec, slot: Slot) -> dict[str, Any]:
         """Start trial.sh detached; return extra handle fields. (A subclass that overrides this, e.g.
@@ -175,7 +179,7 @@ class ShellRunner:
         space = self.space_check(root, slot.host)
         mkdirs = f"mkdir -p {q(root)}/.slots {q(tdir)}" if space == "true" else \
             f"mkdir -p {q(root)}/.slots && {space} && mkdir -p {q(tdir)}"
-        launch = self.queued(f"{root}/.slots/{slot_file(slot.slot)}.last", self.LAUNCH) if lock else self.LAUNCH
+        launch = self.queued(lock, self.LAUNCH) if lock else self.LAUNCH
         cmd = (f"{{ {{ [ ! -e {q(tdir)} ] && [ ! -L {q(tdir)} ] || rm -rf {q(tdir)}; }} && {mkdirs} && "
                f"cd {q(tdir)} && tar -x --no-same-owner -f -" + (f" && {launch}" if fused else "") +
                f"; }} || {{ rc=$?; cd / && rm -rf {q(tdir)}; exit $rc; }}")

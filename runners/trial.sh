@@ -50,28 +50,26 @@ take_lock() {   # $1: an open descriptor; waits for its exclusive flock
 # The slot lock: held on fd 9 until this wrapper exits (however it exits: the kernel drops it), so a
 # trial staged behind the running one starts the moment the slot frees. Children do not inherit it.
 # Order: flock wakes its waiters in no set order, and a wrapper launched later may reach the lock
-# first, so the trials staged on one slot queue in a chain (docs/hosts.md, "A trial directory"). The
-# submit (runners/base.py queued) numbered this trial, wrote `prev` ("<number> <dir>" of the trial
-# staged before it) and took this trial's `turn` lock on fd 7, the number written in it. This wrapper
-# waits for prev's turn (released once prev holds the slot, or when it ends); where prev ended without
-# taking the slot (`slotted`: cancelled, its prepare failed, killed), for prev's prev, and so on. Each
-# wait is on a turn whose number, read from the file held open, is smaller than the last one's: a
-# trial id staged again (its directory made anew, numbered later) is not waited for, and no two
-# trials can wait on each other. Then the slot; then its own turn goes.
+# first, so the trials staged on one slot queue (docs/hosts.md, "The slot's queue"). The submit
+# (runners/base.py queued) numbered this trial k (`seq`) and took the lock of its entry in the slot's
+# ring of turns (<slot>.q/<k mod 256>, emptied) on fd 7. This wrapper waits on k-1's turn (released
+# once that trial holds the slot, or when it ends); where k-1 ended without taking the slot (its entry
+# does not say `slotted`: cancelled, its prepare failed, killed), on k-2's, and so on. The entries
+# live outside trial directories, so a trial cleaned away leaves its turn; every wait is on a smaller
+# number, so no two trials wait on each other. Then the slot; then its own turn says `slotted`, and goes.
 if [ -n "${AR_SLOT_LOCK:-}" ]; then
-  want= prev=; [ ! -r "$T/prev" ] || read -r want prev < "$T/prev"
-  below=$(( ${want:-0} + 1 ))
-  while [ -n "$prev" ] && [ "${want:-x}" -lt "$below" ] 2> /dev/null && { exec 6< "$prev/turn"; } 2> /dev/null; do
-    n=; read -r n <&6
-    [ "$n" = "$want" ] || break
-    take_lock 6
-    [ ! -e "$prev/slotted" ] || break
-    below=$want want= p=; [ ! -r "$prev/prev" ] || read -r want p < "$prev/prev"; prev=$p
+  q=${AR_SLOT_LOCK%.lock}.q k=; [ ! -r "$T/seq" ] || read -r k < "$T/seq"
+  case $k in ''|*[!0-9]*|0?*|?????????*) k=0;; esac
+  j=$(( k - 1 )) last=$(( k - 255 ))
+  while [ "$j" -gt 0 ] && [ "$j" -ge "$last" ] && { exec 6< "$q/$(( j % 256 ))"; } 2> /dev/null; do
+    take_lock 6; said=; read -r said <&6
+    [ "$said" != slotted ] || break
+    j=$(( j - 1 ))
   done
   exec 6<&-
   exec 9>> "$AR_SLOT_LOCK" || exit 96
   take_lock 9
-  : > "$T/slotted"
+  [ "$k" = 0 ] || echo slotted >&7
   exec 7>&-
 fi
 [ -e "$T/cancelled" ] && exit 0           # cancelled while it waited for the slot

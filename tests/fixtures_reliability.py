@@ -145,6 +145,7 @@ class Daemon:
         self.log = log or cfg.parent / "daemon.out"
         self._out = open(self.log, "ab")
         self.log_start = self._out.tell()      # where this daemon's own output begins in a shared log
+        self.env = dict(env or {})
         e = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         self.p = subprocess.Popen([sys.executable, "-m", "autoresearchd.cli", "--config", str(cfg), "start", *args],
                                   env=e, stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

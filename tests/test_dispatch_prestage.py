@@ -151,6 +151,24 @@ def test_a_trial_that_leaves_the_queue_keeps_the_order_behind_it(runner_for, tmp
     assert stamp(c, "started") >= stamp(a, "done") - 0.05, "C ran before A"
 
 
+def test_a_trial_cleaned_away_before_the_next_is_staged_keeps_the_order(runner_for, tmp_path):
+    # A (held up in its prepare step), then B, which leaves (cancelled) and whose directory the daemon
+    # cleans away once it has its result; only then is C staged: the queue is not in trial directories
+    m = manifest("echo ---; echo score: $AUTORESEARCH_SEED")
+    r = runner_for(m)
+    slot = r.slots()[0]
+    tar = code_tar(tmp_path, {"x.txt": "x"})
+    a = r.submit(spec(EnvManifest(run=m.run, metric="score", time_budget_s=60, prepare="sleep 2.5"), tar, seed=1), slot)
+    b = r.submit(spec(m, tar, seed=2), slot)
+    r.cancel(b)
+    wait_states(r, [b], {PollState.LOST, PollState.DONE})
+    r.cleanup(b)
+    assert not Path(b["dir"]).exists()
+    c = r.submit(spec(m, tar, seed=3), slot)
+    wait_states(r, [a, c], {PollState.DONE})
+    assert stamp(c, "started") >= stamp(a, "done") - 0.05, "C ran before A"
+
+
 def test_a_trial_staged_again_never_waits_on_a_trial_staged_after_it(runner_for, tmp_path):
     # A is staged, then B behind it; A is cancelled and staged again under its own id (a fresh
     # directory at the same path), so B's `prev` names the new A while the new A's names B. Had each

@@ -30,7 +30,10 @@ LLM_CYCLES = 16 if FULL else 6       # of the implement test (16 kills in CI in 
 SHIM = """#!/bin/bash
 # slows note and lease writes (`git notes add`, or `git fast-import` and the `update-ref --stdin` that
 # moves the refs for batched ones) so that a kill -9 lands while git writes one
-case " $* " in *" notes "*" add "*|*" fast-import "*|*" update-ref "*" --stdin "*) sleep {delay};; esac
+# (each such write is also told, one line to $ARD_SHIM_SEEN, so the test sees every one of them, however
+# loaded the machine: a walk of /proc every few ms could miss one)
+case " $* " in *" notes "*" add "*|*" fast-import "*|*" update-ref "*" --stdin "*)
+  [ -z "${{ARD_SHIM_SEEN:-}}" ] || echo "$$" >> "$ARD_SHIM_SEEN"; sleep {delay};; esac
 exec {git} "$@"
 """
 
@@ -41,7 +44,7 @@ def git_shim(tmp: Path, delay: float = 0.15) -> dict:
     d.mkdir()
     (d / "git").write_text(SHIM.format(delay=delay, git=shutil.which("git")))
     (d / "git").chmod(0o755)
-    return {"PATH": f"{d}:{os.environ['PATH']}"}
+    return {"PATH": f"{d}:{os.environ['PATH']}", "ARD_SHIM_SEEN": str(d / "seen")}
 
 
 def children(pid: int) -> list[str]:
@@ -65,25 +68,43 @@ def children(pid: int) -> list[str]:
     return out
 
 
+def started(d: Daemon, limit: float = 60.0) -> None:
+    """Wait for this daemon's start (its "research repo" line): its imports and first read can take
+    longer than a kill window at load 6-8, so a window counted from the launch missed every point."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and d.p.poll() is None:
+        with open(d.log, "rb") as f:
+            f.seek(d.log_start)
+            if b"research repo:" in f.read():
+                return
+        time.sleep(0.02)
+
+
 def kill_at(d: Daemon, rng: random.Random, mode: str, timeout: float = 5.0) -> str:
     """Kill the daemon at a point chosen by `mode`; returns what was hit. `timeout`: how long to wait
-    for that point once the daemon has started (its "research repo" line): its start (imports, the first
-    read) can take longer than 5 s at load 6-8, so a wait counted from the launch missed every point,
-    while a longer one let the first daemon run the whole queue and left no write for the later cycles."""
+    for that point once the daemon has started. A note write is seen by the git shim's own word (each
+    one, so the window can be long: 20 s); a submit by a walk of /proc, in 5 s (a longer window let
+    the first daemon, whose writes the walk missed, run the whole queue)."""
     # the shim holds each note or lease write for a moment (leases are written just before the runner's
     # submit); `runner` catches the submit itself (tar into the trial dir, the wrapper's launch)
     pattern = {"note": (" notes ", "fast-import", "update-ref -m autoresearchd --stdin"), "runner": ("tar -x -C", "trial.sh"),
                "random": None}[mode]
-    started = time.monotonic() + 60     # (a random kill may still land in the start)
-    while pattern is not None and time.monotonic() < started and d.p.poll() is None:
-        with open(d.log, "rb") as f:
-            f.seek(d.log_start)
-            if b"research repo:" in f.read():
-                break
-        time.sleep(0.02)
+    told = Path(d.env["ARD_SHIM_SEEN"]) if mode == "note" and "ARD_SHIM_SEEN" in d.env else None
+    if pattern is not None:
+        started(d)           # (a random kill may still land in the start)
     hit = "random"
     if pattern is None:
         time.sleep(rng.uniform(0.3, 3.0))
+    elif told is not None:
+        before = told.stat().st_size if told.exists() else 0
+        deadline = time.monotonic() + 4 * timeout
+        hit = "missed"
+        while time.monotonic() < deadline and d.p.poll() is None:
+            if told.exists() and told.stat().st_size > before:
+                hit = mode
+                time.sleep(rng.uniform(0, 0.1))
+                break
+            time.sleep(0.005)
     else:
         deadline = time.monotonic() + timeout
         hit = "missed"
@@ -148,10 +169,12 @@ def test_kill9_during_implement_and_proposals(toy_env, tmp_path):
             d = Daemon(cfg)
             if cycle % 2 == 0:
                 # inside an implementation: the fake server holds an implement request (none is left once
-                # every idea is implemented: then the kill lands at a random point)
+                # every idea is implemented: then the kill lands at a random point). Counted from the
+                # daemon's start, not its launch: at load 6-8 the start alone took most of 8 s.
+                started(d)
                 try:
                     wait_for(lambda: d.p.poll() is None and fake.in_flight > 0 and any(
-                        "Implement the research idea" in str(r.body) for r in fake.requests[-3:]), 8,
+                        "Implement the research idea" in str(r.body) for r in fake.requests[-3:]), 12,
                         what="an implement call in flight")
                     time.sleep(rng.uniform(0, 0.6))
                     hits.append("implement")
@@ -199,9 +222,12 @@ def test_stale_git_locks_left_by_a_killed_writer_are_cleared(toy_env, tmp_path):
     assert not any(lock.exists() for lock in locks)
 
 
-def test_fresh_lock_of_a_live_writer_is_respected(toy_env):
-    """A lock younger than STALE_LOCK_S may belong to a live git process: it is left alone."""
+def test_fresh_lock_of_a_live_writer_is_respected(toy_env, monkeypatch):
+    """A lock younger than STALE_LOCK_S may belong to a live git process: it is left alone (the write
+    waits for it, store/gitproc.py lock_retry; three tries here, well inside STALE_LOCK_S)."""
+    from autoresearchd import defaults
     from autoresearchd.store.gitrepo import GitError
+    monkeypatch.setattr(defaults, "GIT_LOCK_TRIES", 3)
     repo = GitRepo(toy_env)
     lock = toy_env / ".git/refs/heads/idea/busy.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)

@@ -82,6 +82,13 @@ class Recovery:
         self.host_fault(lz, f"submit to {slot_key} failed: {e}", state)
         self.slots.invalidate()
 
+    def not_tried(self, lz: Lease, why: str) -> None:
+        """A submit the dispatcher did not make (the host did not answer the one before it on the
+        slot, which counted the fault): back to the queue, with no fault of its own."""
+        log.info("trial %s back to the queue: %s", lz.trial_id, why)
+        lz.state = LeaseState.REQUEUED
+        self.slots.invalidate()
+
     def disk_full(self, lz: Lease) -> str | None:
         """Why a trial that died on a host that answers left nothing: its disk is full (or None)."""
         try:
