@@ -456,3 +456,33 @@ def test_a_python_runs_output_reaches_its_log_while_it_runs(runner_for, tmp_path
         assert r.poll_many([h]) == [PollState.RUNNING]
     finally:
         r.cancel(h)
+
+
+def test_a_host_that_stops_answering_is_not_tried_again_that_round(make_repo, tmp_path, caplog):
+    # The host does not answer the slot's first submit of a round (here: the runner's submit raises as
+    # the ssh runner does when its connection drops). The trial staged behind it on the slot is not
+    # tried (it would wait out its own time-out): it goes back to the queue with no fault of its own,
+    # and every trial still ends with one result.
+    from autoresearchd.app import build_daemon
+    from autoresearchd.runners.base import HostUnreachable
+    log = tmp_path / "runs.log"
+    repo = toy(make_repo, log, 0.3)
+    ideas = [branch_idea(repo, f"h/{k}", f"Idea {k}", {"run.py": (repo / "run.py").read_text()
+                         .replace("score: 1.0", f"score: 0.{k}")}) for k in (5, 6, 7)]
+    d = build_daemon(load_config(config(tmp_path, repo, slots=1)))
+    submitted, real = [], d.runner.submit
+
+    def submit(spec, slot):
+        submitted.append(spec.trial_id)
+        if len(submitted) == 1:
+            raise HostUnreachable("host local: the connection dropped (test)")
+        return real(spec, slot)
+    d.runner.submit = submit
+    caplog.set_level("INFO", logger="autoresearchd")
+    pop = run_until_settled(daemon=d, timeout=90, until=all_noted)
+    untried = [r.getMessage() for r in caplog.records if "not tried:" in r.getMessage()]
+    assert untried, "no submit was left untried: the round had one trial on the slot (test is void)"
+    trials = [t for n in [pop.baseline_note] + [pop.by_commit[c].note for c in ideas] for t in n.trials]
+    assert all(n.status == Status.SUCCEEDED for n in [pop.baseline_note] + [pop.by_commit[c].note for c in ideas])
+    assert len(trials) == 4 and len({t.trial_id for t in trials}) == 4      # one result each
+    assert not any("not tried" in f for t in trials for f in t.faults)
