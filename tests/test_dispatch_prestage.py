@@ -132,10 +132,12 @@ def test_staged_trials_run_in_the_order_they_were_submitted(runner_for, tmp_path
         assert stamp(after, "started") >= stamp(before, "done") - 0.05
 
 
-@pytest.mark.parametrize("leaves", ["cancelled", "prepare-fails"])
+@pytest.mark.parametrize("leaves", ["cancelled", "prepare-fails", "cleaned-away"])
 def test_a_trial_that_leaves_the_queue_keeps_the_order_behind_it(runner_for, tmp_path, leaves):
     # A (held up in its prepare step), B, C on one slot; B leaves before its turn (cancelled, or its
-    # prepare fails): C must still wait for A, not only for B
+    # prepare fails): C must still wait for A, not only for B. `cleaned-away`: B is cancelled and its
+    # directory cleaned away (as once its result is in) before C is even submitted: the queue is not
+    # kept in trial directories.
     m = manifest("echo ---; echo score: $AUTORESEARCH_SEED")
     r = runner_for(m)
     slot = r.slots()[0]
@@ -143,6 +145,11 @@ def test_a_trial_that_leaves_the_queue_keeps_the_order_behind_it(runner_for, tmp
     a = r.submit(spec(EnvManifest(run=m.run, metric="score", time_budget_s=60, prepare="sleep 2.5"), tar, seed=1), slot)
     b_m = EnvManifest(run=m.run, metric="score", time_budget_s=60, prepare="exit 3") if leaves == "prepare-fails" else m
     b = r.submit(spec(b_m, tar, seed=2), slot)
+    if leaves == "cleaned-away":
+        r.cancel(b)
+        wait_states(r, [b], {PollState.LOST, PollState.DONE})
+        r.cleanup(b)
+        assert not Path(b["dir"]).exists()
     c = r.submit(spec(m, tar, seed=3), slot)
     if leaves == "cancelled":
         r.cancel(b)
@@ -151,28 +158,10 @@ def test_a_trial_that_leaves_the_queue_keeps_the_order_behind_it(runner_for, tmp
     assert stamp(c, "started") >= stamp(a, "done") - 0.05, "C ran before A"
 
 
-def test_a_trial_cleaned_away_before_the_next_is_staged_keeps_the_order(runner_for, tmp_path):
-    # A (held up in its prepare step), then B, which leaves (cancelled) and whose directory the daemon
-    # cleans away once it has its result; only then is C staged: the queue is not in trial directories
-    m = manifest("echo ---; echo score: $AUTORESEARCH_SEED")
-    r = runner_for(m)
-    slot = r.slots()[0]
-    tar = code_tar(tmp_path, {"x.txt": "x"})
-    a = r.submit(spec(EnvManifest(run=m.run, metric="score", time_budget_s=60, prepare="sleep 2.5"), tar, seed=1), slot)
-    b = r.submit(spec(m, tar, seed=2), slot)
-    r.cancel(b)
-    wait_states(r, [b], {PollState.LOST, PollState.DONE})
-    r.cleanup(b)
-    assert not Path(b["dir"]).exists()
-    c = r.submit(spec(m, tar, seed=3), slot)
-    wait_states(r, [a, c], {PollState.DONE})
-    assert stamp(c, "started") >= stamp(a, "done") - 0.05, "C ran before A"
-
-
 def test_a_trial_staged_again_never_waits_on_a_trial_staged_after_it(runner_for, tmp_path):
     # A is staged, then B behind it; A is cancelled and staged again under its own id (a fresh
-    # directory at the same path), so B's `prev` names the new A while the new A's names B. Had each
-    # waited on the other, neither would run; the queue is only ever on an earlier-staged trial.
+    # directory at the same path), now behind B. A queue that named trials by their directory made B
+    # wait on the new A while the new A waited on B: neither ran. Turns are numbered at submit.
     m = manifest("echo ---; echo score: $AUTORESEARCH_SEED")
     r = runner_for(m)
     slot = r.slots()[0]
