@@ -124,7 +124,21 @@ sandboxed() {
   # processes). The trailing `exit $?` keeps that bash from exec-ing the command: as the sandbox's
   # PID 1 it stays, reaps every orphan and so carries their CPU time out (limits.sh, rusage).
   # One printf quotes every word (its format repeats): no fork per word (a bwrap prefix has ~130)
-  printf -v SB_CMD '%q ' "${pre[@]}" env -i "$@" bash -c "${LIM_INNER:-}$cmd"$'\n''exit $?'
+  local n=${#pre[@]}
+  if [ "$n" -gt 0 ] && [ "${pre[n-1]}" = -- ] && [[ " ${pre[*]} " == *" --clearenv "* ]]; then
+    # bwrap (runners/sandbox.py: its prefix clears the environment and ends with `--`): the variables
+    # become its --setenv pairs, so the step starts `bash` itself, not an `env -i` that execs it (one
+    # exec fewer a step); the same environment (bash adds PWD, SHLVL and _ either way), the same
+    # `bash` (bwrap looks it up on the PATH set here, as env did)
+    local kv sets=()
+    for kv; do sets+=(--setenv "${kv%%=*}" "${kv#*=}"); done
+    printf -v SB_CMD '%q ' "${pre[@]:0:n-1}" "${sets[@]}" -- bash -c "${LIM_INNER:-}$cmd"$'\n''exit $?'
+  elif [ "$n" -gt 1 ] && [ "${pre[n-2]}" = env ] && [ "${pre[n-1]}" = -i ]; then
+    # `none` (its prefix ends with a bare `env -i`): the variables go there, not to a second `env -i`
+    printf -v SB_CMD '%q ' "${pre[@]}" "$@" bash -c "${LIM_INNER:-}$cmd"$'\n''exit $?'
+  else
+    printf -v SB_CMD '%q ' "${pre[@]}" env -i "$@" bash -c "${LIM_INNER:-}$cmd"$'\n''exit $?'
+  fi
 }
 # what both steps get: nothing of the host's environment but these (never a secret)
 # PYTHONUNBUFFERED: a Python run's output reaches run.head while it runs (a pipe is block-buffered)
