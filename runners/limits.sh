@@ -23,7 +23,7 @@ declare -A LIM_V1=()        # v1 controller -> this trial's group dir
 LIM_D=()                    # lim_dirs' answer
 LIM_MK=()                   # the groups lim_init makes (lim_mkgroup's list)
 LIM_SWEEP=()                # the parents where lim_init looks for stale groups (lim_mkgroup's list)
-LIM_SPARE=()                # groups made and not used (a v1 cpuacct where v2 counts the CPU)
+LIM_SPARE=()                # groups made and not used (a v1 memory or pids group where v2 has the controller)
 declare -A LIM_FRESH=()     # steps whose groups lim_mkgroup made and no step has used yet
 LIM_STEPS="run eval"        # the steps whose groups lim_mkgroup makes with the trial's own (one mkdir)
 # The trial's group name: its directory's name and this wrapper's PID. Two wrappers of one trial id can
@@ -93,14 +93,19 @@ lim_cpus() {                # LIM_N: the CPUs this process may run on (what npro
   [ "$LIM_N" -gt 0 ] || LIM_N=1
 }
 
-lim_mkgroup() {             # $1 parent dir: LIM_R=<parent>/autoresearchd-<trial>, and adds it and a
-  # group in it per step of LIM_STEPS to LIM_MK, which lim_init makes with one mkdir for all hierarchies
-  local g="$1/$LIM_NAME" old
-  LIM_R=
-  [ -w "$1/cgroup.procs" ] || return 1
+lim_stale() {               # $1 parent dir: added to LIM_SWEEP where a trial's group is there
   # groups a killed wrapper left (SIGKILL skips its EXIT trap): lim_init's sweep looks here only where
   # some trial's group is there at all (the glob costs no process)
+  local old
   for old in "$1"/autoresearchd-*; do [ -d "$old" ] && { LIM_SWEEP+=("$1"); break; }; done
+}
+
+lim_mkgroup() {             # $1 parent dir: LIM_R=<parent>/autoresearchd-<trial>, and adds it and a
+  # group in it per step of LIM_STEPS to LIM_MK, which lim_init makes with one mkdir for all hierarchies
+  local g="$1/$LIM_NAME"
+  LIM_R=
+  [ -w "$1/cgroup.procs" ] || return 1
+  lim_stale "$1"
   [ -d "$g" ] && { rmdir "$g"/*/ 2>/dev/null; rmdir "$g" 2>/dev/null; }     # a killed wrapper's, its PID reused
   [ -d "$g" ] && return 1     # still there: not ours to use
   local s
@@ -143,6 +148,10 @@ lim_init() {                # once per trial: the limits' values, and which mech
   lim_v2_root && [ -n "$LIM_R" ] && lim_mkgroup "$LIM_R" && g2=$LIM_R
   for c in cpuacct memory pids; do
     lim_v1_root "$c" && [ -n "$LIM_R" ] || continue
+    # where our v2 group is made, v2 counts the CPU: a v1 cpuacct group would go unused (the kernel's
+    # work to make and remove three groups a trial); its stale groups (earlier wrappers made them)
+    # are still swept. (Should the v2 mkdir fail, the CPU is the reaped children's rusage.)
+    [ "$c" = cpuacct ] && [ -n "$g2" ] && { [ ! -w "$LIM_R/cgroup.procs" ] || lim_stale "$LIM_R"; continue; }
     # two controllers in one hierarchy share its group (listed once)
     for r in ${v1[@]+"${v1[@]}"}; do [ "$r" = "$LIM_R/$LIM_NAME" ] && { v1[$c]=$r; continue 2; }; done
     lim_mkgroup "$LIM_R" && v1[$c]=$LIM_R

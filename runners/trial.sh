@@ -103,25 +103,35 @@ wd_wait() {      # $1 seconds
   else trap 'kill "$s" 2>/dev/null; exit 0' TERM; sleep "$1" & s=$!; wait "$s"; fi    # (no orphan `sleep`)
 }
 run_budgeted() {  # $1 budget seconds, $2 log prefix, $3 command string; records rc and time-out
-  local budget=$1 log=$2 cmd=$3 s=
+  local budget=$1 log=$2 cmd=$3 s= capfd capid x
   [ -n "$WD" ] || { { exec 8<> <(:); } 2>/dev/null && WD=1; }
   lim_begin "$log"; lim_enter "$log"
+  # the log cap, opened first so that its PID is known ($! of the process substitution): `wait` with no
+  # argument does not wait for a process substitution, so `done` could be written while the cap still
+  # wrote the step's log (an evaluator's score missing from eval.head under load)
+  exec {capfd}> >(exec 9>&- 8<&-; cap "$T/$log"); capid=$!
   # the step's first process is this subshell: it joins the step's groups with builtins (LIM_ENTER),
   # then setsid execs the command line in its place (no fork: the subshell leads no process group), so
   # $! is the step's session and group; one bash start fewer than `setsid bash -c` ($3 is one simple
   # command, quoted by sandboxed()). Neither it nor the log cap keeps the slot lock or fd 8.
-  ( eval "$LIM_ENTER"; eval "exec setsid $cmd" ) 9>&- 8<&- > >(exec 9>&- 8<&-; cap "$T/$log") 2>&1 < /dev/null &
+  ( eval "$LIM_ENTER"; eval "exec setsid $cmd" ) 9>&- 8<&- >&"$capfd" 2>&1 {capfd}>&- < /dev/null &
   local pid=$!
   echo "$pid" > "$T/$log.pid"
-  ( exec 9>&-; wd_wait "$budget"
+  ( exec 9>&- {capfd}>&-; wd_wait "$budget"
     if kill -0 "$pid" 2>/dev/null; then echo 1 > "$T/$log.timed_out";
       kill -TERM -- "-$pid" 2>/dev/null; wd_wait "$AR_KILL_GRACE"; kill -KILL -- "-$pid" 2>/dev/null; fi ) &
   local watchdog=$!
+  exec {capfd}>&-                      # (the cap must not wait for this shell: it writes nothing there)
   wait "$pid"; local rc=$?
   kill "$watchdog" 2>/dev/null; wait "$watchdog" 2>/dev/null
   kill -KILL -- "-$pid" 2>/dev/null   # stray children of the run's own process group
-  wait 2>/dev/null                     # let the log cap drain
+  wait 2>/dev/null
   lim_end "$log"                       # its CPU/wall/GPU time, the limit it hit; its cgroup emptied
+  # the log cap ends once the last writer is gone (lim_end killed what was left in the step's groups):
+  # its files are whole before the step's rc, and so `done`, is written. Bounded (5 s): an escaped
+  # process of an unsandboxed step with no cgroup may hold the pipe open
+  for x in {1..100}; do kill -0 "$capid" 2>/dev/null || break
+    if [ -n "$WD" ]; then read -r -t 0.05 -u 8 wd_x; else sleep 0.05; fi; done
   echo "$rc" > "$T/$log.rc"
 }
 
@@ -132,7 +142,21 @@ sandboxed() {
   # processes). The trailing `exit $?` keeps that bash from exec-ing the command: as the sandbox's
   # PID 1 it stays, reaps every orphan and so carries their CPU time out (limits.sh, rusage).
   # One printf quotes every word (its format repeats): no fork per word (a bwrap prefix has ~130)
-  printf -v SB_CMD '%q ' "${pre[@]}" env -i "$@" bash -c "${LIM_INNER:-}$cmd"$'\n''exit $?'
+  local n=${#pre[@]}
+  if [ "$n" -gt 0 ] && [ "${pre[n-1]}" = -- ] && [[ " ${pre[*]} " == *" --clearenv "* ]]; then
+    # bwrap (runners/sandbox.py: its prefix clears the environment and ends with `--`): the variables
+    # become its --setenv pairs, so the step starts `bash` itself, not an `env -i` that execs it (one
+    # exec fewer a step); the same environment (bash adds PWD, SHLVL and _ either way), the same
+    # `bash` (bwrap looks it up on the PATH set here, as env did)
+    local kv sets=()
+    for kv; do sets+=(--setenv "${kv%%=*}" "${kv#*=}"); done
+    printf -v SB_CMD '%q ' "${pre[@]:0:n-1}" "${sets[@]}" -- bash -c "${LIM_INNER:-}$cmd"$'\n''exit $?'
+  elif [ "$n" -gt 1 ] && [ "${pre[n-2]}" = env ] && [ "${pre[n-1]}" = -i ]; then
+    # `none` (its prefix ends with a bare `env -i`): the variables go there, not to a second `env -i`
+    printf -v SB_CMD '%q ' "${pre[@]}" "$@" bash -c "${LIM_INNER:-}$cmd"$'\n''exit $?'
+  else
+    printf -v SB_CMD '%q ' "${pre[@]}" env -i "$@" bash -c "${LIM_INNER:-}$cmd"$'\n''exit $?'
+  fi
 }
 # what both steps get: nothing of the host's environment but these (never a secret)
 # PYTHONUNBUFFERED: a Python run's output reaches run.head while it runs (a pipe is block-buffered)
