@@ -381,3 +381,25 @@ def test_a_python_runs_output_reaches_its_log_while_it_runs(runner_for, tmp_path
         assert r.poll_many([h]) == [PollState.RUNNING]
     finally:
         r.cancel(h)
+
+
+def test_done_waits_for_the_log_cap_to_write_the_whole_log(tmp_path, monkeypatch):
+    # The log cap (`head` and `tail` behind a process substitution) may still be writing the step's log
+    # when the step ends: here its `head` starts a second late. `done` (and the step's rc) must wait for
+    # it, or the daemon reads a log without the score (`wait` with no argument skips a process
+    # substitution, so the wrapper once wrote `done` first, and under load lost a trial's score).
+    import shutil
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "head").write_text(f"#!/bin/bash\nsleep 1\nexec {shutil.which('head')} \"$@\"\n")
+    (shim / "head").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+    m = manifest("echo ---; echo score: 7")
+    r = LocalRunner(RunnerCfg(kind="local", slots=1, sandbox="none"), m, tmp_path / "work")
+    try:
+        h = r.submit(spec(m, code_tar(tmp_path, {"x.txt": "x"})), r.slots()[0])
+        wait_states(r, [h], {PollState.DONE})
+        assert r.fetch(h).metrics == {"score": 7.0}
+        assert "score: 7" in Path(h["dir"], "run.head").read_text()
+    finally:
+        r.close()
