@@ -139,12 +139,12 @@ class Dispatcher(Part):
         with self.lifecycle.batch():
             for i, (job, slot, lease, predicted) in enumerate(staged):
                 got = answers[i]
-                if isinstance(got, NotTried):
-                    self.recovery.not_tried(lease, str(got))
-                elif isinstance(got, Exception):        # a host failing at submit: the host's fault
-                    log.warning("submit %s to %s failed: %s", job.trial_id, slot.key, got)
-                    self.recovery.submit_failed(lease, slot.key, got)
                 if isinstance(got, Exception):
+                    if isinstance(got, NotTried):       # never reached the host: no fault of its own
+                        self.recovery.not_tried(lease, str(got))
+                    else:                               # a host failing at submit: the host's fault
+                        log.warning("submit %s to %s failed: %s", job.trial_id, slot.key, got)
+                        self.recovery.submit_failed(lease, slot.key, got)
                     self.slots.release(slot.key, job.trial_id)
                     lease.heartbeat = time.time()
                     self.lifecycle.leased(job.commit, current[job.commit])
