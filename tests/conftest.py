@@ -24,20 +24,28 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 SLURM_TOGETHER = "slurm"     # the nodeid word that keeps a test on the Slurm worker (below)
+# Modules whose module-scoped fixture runs real trials for minutes and whose tests only read what it
+# made: one unit each, so the fixture runs once per parameter, not once on each worker that draws one
+# of their tests. CI ran test_tamper_model's fixture four times (83-121 s each) where two would do.
+MODULE_TOGETHER = ("tests/test_tamper_model.py", "tests/test_split_protocol.py")
 
 
 def pytest_xdist_make_scheduler(config, log):
     """The suite runs on pytest-xdist workers (pyproject's addopts). The test Slurm cluster has fixed
     ports (tests/fixtures_slurm.py: one per machine), so every test whose id says "slurm" is one unit
     of work, run by one worker, first (xdist orders units by size). xdist's own `xdist_group` mark
-    cannot do this here: it renames node ids in a way pytest 9.2's nodes no longer read. Each worker
-    starts its own sshd fleet on free ports."""
+    cannot do this here: it renames node ids in a way pytest 9.2's nodes no longer read. The modules
+    of MODULE_TOGETHER are a unit each too; every other test is a unit of its own (the even spread
+    xdist's `load` gives). Each worker starts its own sshd fleet on free ports."""
     from xdist.scheduler import LoadScopeScheduling     # only called under xdist, which is a dev extra
 
-    class SlurmTogether(LoadScopeScheduling):
+    class Together(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return SLURM_TOGETHER if SLURM_TOGETHER in nodeid else nodeid
-    return SlurmTogether(config, log)
+            if SLURM_TOGETHER in nodeid:
+                return SLURM_TOGETHER
+            module = nodeid.split("::", 1)[0]
+            return module if module in MODULE_TOGETHER else nodeid
+    return Together(config, log)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
