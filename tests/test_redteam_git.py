@@ -1,0 +1,119 @@
+"""New members of the class "git obeys what a push adds" (docs/security.md, "A push is data: git
+mechanisms"), found by attacking it again: a pushed idea branch that points at a commit the daemon
+already keeps as something else. Notes and provenance are keyed by commit, so such a branch would take
+over what the daemon recorded for that commit: an old baseline's result (measured with the evaluator of
+its day) judged and promoted as an idea's, a screened run's low-fidelity note as an idea's result, a
+proposal's or a record's trailers (its origin and LLM spend) dropped as a push's. Real pushes from a
+clone through the installed hook, the daemon's two readers, and one real daemon run.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from autoresearchd.config import load_config
+from autoresearchd.policies.base import Proposal
+from autoresearchd.research import open_research
+from autoresearchd.store.gitrepo import GitRepo
+from autoresearchd.store.lifecycle import Lifecycle, Made
+from autoresearchd.store.livepop import LivePopulation
+from autoresearchd.store.notes import Note, Status
+from autoresearchd.store.population import read_population
+from autoresearchd.store.proposals import record_proposal
+from autoresearchd.store.refs import PROPOSALS_PREFIX, RECORDS_PREFIX, SCREENS_PREFIX
+from autoresearchd.store.spend import total
+
+from conftest import TOY_EVAL, TOY_RUN, git, run_until_settled, write_config
+from test_git_steering import clone, commit_in, push, research  # noqa: F401 (fixtures)
+
+
+def both_readers(repo: GitRepo):
+    """The population as `status` reads it (read_population) and as the daemon's tick keeps it
+    (LivePopulation, a whole read): every rule must hold in both."""
+    live = LivePopulation(repo, "refs/heads/main", own_writes=True)
+    try:
+        return [read_population(repo, "refs/heads/main"), live.refresh()]
+    finally:
+        live.close()
+
+
+def fetch_daemon_refs(cl) -> None:
+    """What any pusher can do: the research repo advertises its refs/autoresearch/* (ls-remote)."""
+    git(cl, "fetch", "-q", "origin", "+refs/autoresearch/*:refs/remotes/daemon/*")
+
+
+# -- an old baseline: its result, measured with the evaluator of its day ------------------------------
+def test_a_branch_at_an_old_baseline_is_no_idea_and_its_result_is_never_promoted(toy_env, tmp_path):
+    """The real daemon. The owner moves the baseline with a new evaluator (every score + 1); a pusher
+    pushes idea/old at the old baseline commit, which they have in their clone. On the code before,
+    the old baseline's note (1.0, the old evaluator) became idea h-<old>'s result, judged against the
+    new baseline (2.0): delta -1.0, `promoted`, the best idea, and its note rewritten so."""
+    research = toy_env
+    cfg_path = write_config(tmp_path, research, '[wandb]\nenabled = false\n')
+    open_research(load_config(cfg_path), configure_repo=True)
+    old = git(research, "rev-parse", "main").strip()
+    pop = run_until_settled(cfg_path, timeout=240)
+    assert pop.baseline_note.value == pytest.approx(1.0, abs=0.011)
+    old_note = git(research, "notes", "--ref=refs/notes/autoresearch", "show", old)
+
+    (research / "evaluate.py").write_text(TOY_EVAL.replace('print(f"score: {v}")', 'print(f"score: {v + 1}")'))
+    git(research, "commit", "-qam", "evaluator v2: every score + 1")
+    cl = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", f"file://{research}", str(cl))
+    # a branch a person left at the baseline before it moved reads the same way: no push needed
+    assert push(cl, f"{old}:refs/heads/idea/old").returncode == 0
+    fresh = commit_in(cl, {"run.py": TOY_RUN.replace("x = 1.0", "x = 0.5")}, "Halve x")
+    assert push(cl, "HEAD:refs/heads/idea/half").returncode == 0
+
+    pop = run_until_settled(cfg_path, timeout=240)
+    assert pop.baseline_note.value == pytest.approx(2.0, abs=0.011)
+    assert pop.by_commit[fresh].note.value == pytest.approx(1.5, abs=0.011)      # the push still runs
+    for p in [pop, *both_readers(GitRepo(research))]:
+        assert old not in p.by_commit and all(i.commit != old for i in p.ideas)
+        assert old in p.unlisted            # its runs still count once (the spend)
+        assert p.best("min").commit == fresh
+    # the old baseline's note was not judged against the new baseline
+    assert git(research, "notes", "--ref=refs/notes/autoresearch", "show", old) == old_note
+
+
+# -- a screened run's commit: a low-fidelity note ----------------------------------------------------------
+def test_a_branch_at_a_screened_commit_is_no_idea(research, clone):  # noqa: F811
+    repo = GitRepo(research)
+    life = Lifecycle(repo)
+    base = repo.rev_parse("refs/heads/main")
+    idea = commit_in(clone, {"run.py": TOY_RUN.replace("x = 1.0", "x = 0.5")}, "Halve x")
+    assert push(clone, "HEAD:refs/heads/idea/half").returncode == 0
+    tree = repo.tree_with_files(idea, {".autoresearch-knobs.json": b'{"steps": 10}\n'})
+    screen = life.screen("h-" + idea[:10], Made((idea,), f"screen\n\nScreen-Of: {idea}\n", tree))
+    life.screen_result(screen, Note(status=Status.SUCCEEDED, idea_id="h-" + idea[:10], baseline_commit=base,
+                                    screened={"value": 0.01, "of": idea}))
+    git(clone, "fetch", "-q", "origin", f"+{SCREENS_PREFIX}*:refs/remotes/screens/*")
+    assert push(clone, f"{screen}:refs/heads/idea/screened").returncode == 0
+    for p in both_readers(repo):
+        assert screen not in p.by_commit and [i.commit for i in p.ideas] == [idea]
+        assert p.by_commit[idea].note is None and p.best("min") is None
+
+
+# -- a proposal and a record: the daemon's provenance and LLM spend ----------------------------------------
+def test_a_branch_at_a_proposal_or_a_record_keeps_its_provenance_and_spend(research, clone):  # noqa: F811
+    """On the code before, a pushed branch at a proposal's commit showed it as a push: its
+    Idea-Cost-USD left the spend (the budget a restarted daemon restores), it was no longer a proposal
+    (so never implemented) and was queued to run instead; a record's origin and cost went the same way."""
+    repo = GitRepo(research)
+    life = Lifecycle(repo)
+    base = repo.rev_parse("refs/heads/main")
+    mk = dict(text="[Experiment] warm up", origin="explore", epoch=0, parents=[], model="m", tokens=1000)
+    pid = record_proposal(repo, life, Proposal(title="Warm up", cost_usd=2.5, **mk), base, "score")
+    rid = record_proposal(repo, life, Proposal(title="Cool down", cost_usd=1.5, dropped_reason="a duplicate",
+                                               **{**mk, "text": "[Experiment] cool down"}), base, "score")
+    before = [(total(p.ideas).usd, [i.idea_id for i in p.implementing()], sorted((i.idea_id, i.origin) for i in p.ideas))
+              for p in both_readers(repo)]
+    assert before[0][0] == pytest.approx(4.0) and before[0][1] == [pid] and before[0] == before[1]
+
+    fetch_daemon_refs(clone)
+    for name, ref in (("p", PROPOSALS_PREFIX + pid), ("r", RECORDS_PREFIX + rid)):
+        assert push(clone, f"{repo.rev_parse(ref)}:refs/heads/idea/steal-{name}").returncode == 0
+    for p in both_readers(repo):
+        assert (total(p.ideas).usd, [i.idea_id for i in p.implementing()],
+                sorted((i.idea_id, i.origin) for i in p.ideas)) == before[0]
+        assert p.queued() == []             # nothing to run: the proposal waits for its implementation
