@@ -20,7 +20,8 @@ from autoresearchd.manifest import (EVAL_FILE, EXPORT_FILE, MANIFEST_FILE, EnvMa
 from autoresearchd.runners.prepare import prepare_key
 from autoresearchd.pushguard import _stale_hooks, guard_problem, is_ours
 from autoresearchd.store.gitrepo import GitRepo
-from autoresearchd.store.refs import DAEMON_GROUPS, DAEMON_PREFIX, IDEA_BRANCHES, NOTES_REF, branch_ref
+from autoresearchd.store.refs import (ARCHIVE_PREFIX, DAEMON_GROUPS, DAEMON_PREFIX, IDEA_BRANCHES, NOTES_REF,
+                                     PROPOSALS_PREFIX, RECORDS_PREFIX, SCREENS_PREFIX, branch_ref)
 from autoresearchd.tune.knobs import file_error
 
 # Every hook the daemon installs first re-executes itself with an empty environment (PATH and the
@@ -60,6 +61,7 @@ PUSH_MAX_KEYS = ("autoresearchd.pushMaxCommitBytes", "autoresearchd.pushMaxObjec
                  "autoresearchd.pushMaxTotalBytes", "autoresearchd.pushMaxPaths")  # defaults.PUSH_MAX_*
 _GUARD = _HOOK_HEAD % "a push may write idea branches only" + ("""\
 rc=0
+ideanews=
 base=$(cat "$GIT_DIR/autoresearch/baseline-ref" 2>/dev/null || git symbolic-ref -q HEAD)
 lbase=$(printf %%s "$base" | tr '[:upper:]' '[:lower:]')
 news=
@@ -134,8 +136,32 @@ such as idea/<you>/..."; opt=
     rc=1
   elif [ -n "$(printf %%s "$new" | tr -d 0)" ]; then
     news="$news $new"
+    case "$ref" in %(ideas)s?*) ideanews="$ideanews$new $ref
+" ;; esac
   fi
 done
+# A result note, a proposal's or a record's trailers belong to a commit, not to a ref: an idea branch at
+# a commit the daemon keeps as something else (a proposal, a record, a screened run, an old baseline)
+# would take them over (an old evaluator's result judged as an idea's, a proposal's LLM spend dropped).
+# The population shows no such idea (population.not_an_idea, ref_rank); this says why. A commit measured
+# as an idea before (kept under archive/) and the baseline's own commit may be pushed again. One listing
+# of the daemon's refs and one of its notes, whatever the number of refs pushed.
+if [ $rc = 0 ] && [ -n "$ideanews" ]; then
+  basec=$(git --no-replace-objects rev-parse -q --verify "$base^{commit}")
+  taken=$( { printf '%%s--\\n' "$ideanews"
+             git for-each-ref --format='%%(objectname) %%(refname)' %(kept)s; echo --
+             git notes --ref=%(notes)s list 2>/dev/null; } |
+    awk -v b="$basec" 'sec == 0 && $0 == "--" { sec = 1; next } sec == 1 && $0 == "--" { sec = 2; next }
+      sec == 0 { want[$1] = $2; next }
+      sec == 1 && $2 ~ /^%(archive_re)s/ { kept[$1] = 1; next }
+      sec == 1 && ($1 in want) { print want[$1] " it points at the commit of " $2; exit }
+      sec == 2 && ($2 in want) && !($2 in kept) && $2 != b { print want[$2] " it points at an old baseline"; exit }')
+  if [ -n "$taken" ]; then
+    echo "autoresearchd: refusing to update ${taken%%%% *} by push: ${taken#* }, whose result and provenance are \\
+that commit's; push a commit of your own (git commit --allow-empty on it)" >&2
+    rc=1
+  fi
+fi
 # What the accepted refs bring, once inflated: receive.maxInputSize caps the pack compressed, and a zlib
 # or delta bomb inflates far past it (defaults.PUSH_MAX_*). Sizes come from object headers: no blob is
 # inflated here.
@@ -170,7 +196,8 @@ exit $rc
 """ % {"daemon": DAEMON_PREFIX, "notes": NOTES_REF, "ideas": IDEA_BRANCHES, "allow": PUSH_ALLOW_KEY,
        "groups": DAEMON_GROUPS, "kp": PUSH_MAX_KEYS[3], "dp": defaults.PUSH_MAX_PATHS,
        "kc": PUSH_MAX_KEYS[0], "ko": PUSH_MAX_KEYS[1], "kt": PUSH_MAX_KEYS[2],
-       "dc": defaults.PUSH_MAX_COMMIT_BYTES, "do": defaults.PUSH_MAX_OBJECT_BYTES, "dt": defaults.PUSH_MAX_TOTAL_BYTES})
+       "kept": " ".join((ARCHIVE_PREFIX, PROPOSALS_PREFIX, RECORDS_PREFIX, SCREENS_PREFIX)),
+       "archive_re": ARCHIVE_PREFIX.replace("/", "\\/"), "dc": defaults.PUSH_MAX_COMMIT_BYTES, "do": defaults.PUSH_MAX_OBJECT_BYTES, "dt": defaults.PUSH_MAX_TOTAL_BYTES})
 HOOKS = {"reference-transaction": _POKE, "post-receive": _POKE, "pre-receive": _GUARD}
 
 

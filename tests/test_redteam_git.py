@@ -42,10 +42,20 @@ def fetch_daemon_refs(cl) -> None:
     git(cl, "fetch", "-q", "origin", "+refs/autoresearch/*:refs/remotes/daemon/*")
 
 
+def refused(cl, commit: str, name: str, why: str) -> None:
+    """A push of idea/<name> at `commit` is refused with `why`; then the branch is written anyway, as
+    the owner (or a daemon older than the hook's rule) could have: the readers must hold on their own."""
+    p = push(cl, f"{commit}:refs/heads/idea/{name}")
+    assert p.returncode != 0 and f"refusing to update refs/heads/idea/{name} by push: {why}" in p.stderr, p.stderr
+    git(cl, "push", "-q", "--receive-pack=git -c core.hooksPath=/dev/null receive-pack", "origin",
+        f"{commit}:refs/heads/idea/{name}")
+
+
 # -- an old baseline: its result, measured with the evaluator of its day ------------------------------
 def test_a_branch_at_an_old_baseline_is_no_idea_and_its_result_is_never_promoted(toy_env, tmp_path):
-    """The real daemon. The owner moves the baseline with a new evaluator (every score + 1); a pusher
-    pushes idea/old at the old baseline commit, which they have in their clone. On the code before,
+    """The real daemon. A person's branch idea/old points at the baseline; the owner moves the baseline
+    with a new evaluator (every score + 1), so idea/old now points at an old baseline (a pusher could push
+    one there too: any clone holds the old baseline commit). On the code before,
     the old baseline's note (1.0, the old evaluator) became idea h-<old>'s result, judged against the
     new baseline (2.0): delta -1.0, `promoted`, the best idea, and its note rewritten so."""
     research = toy_env
@@ -56,12 +66,17 @@ def test_a_branch_at_an_old_baseline_is_no_idea_and_its_result_is_never_promoted
     assert pop.baseline_note.value == pytest.approx(1.0, abs=0.011)
     old_note = git(research, "notes", "--ref=refs/notes/autoresearch", "show", old)
 
-    (research / "evaluate.py").write_text(TOY_EVAL.replace('print(f"score: {v}")', 'print(f"score: {v + 1}")'))
-    git(research, "commit", "-qam", "evaluator v2: every score + 1")
     cl = tmp_path / "clone"
     git(tmp_path, "clone", "-q", f"file://{research}", str(cl))
-    # a branch a person left at the baseline before it moved reads the same way: no push needed
+    # a branch at the baseline itself is allowed (no idea of its own: Population.at_baseline) ...
     assert push(cl, f"{old}:refs/heads/idea/old").returncode == 0
+    (research / "evaluate.py").write_text(TOY_EVAL.replace('print(f"score: {v}")', 'print(f"score: {v + 1}")'))
+    git(research, "commit", "-qam", "evaluator v2: every score + 1")
+    # ... and stays where the baseline was when it moves; a new branch there is refused, with the reason
+    p = push(cl, f"{old}:refs/heads/idea/old-too")
+    assert p.returncode != 0 and "refusing to update refs/heads/idea/old-too by push: it points at an old " \
+        "baseline" in p.stderr, p.stderr
+    git(cl, "fetch", "-q", "origin")
     fresh = commit_in(cl, {"run.py": TOY_RUN.replace("x = 1.0", "x = 0.5")}, "Halve x")
     assert push(cl, "HEAD:refs/heads/idea/half").returncode == 0
 
@@ -88,7 +103,7 @@ def test_a_branch_at_a_screened_commit_is_no_idea(research, clone):  # noqa: F81
     life.screen_result(screen, Note(status=Status.SUCCEEDED, idea_id="h-" + idea[:10], baseline_commit=base,
                                     screened={"value": 0.01, "of": idea}))
     git(clone, "fetch", "-q", "origin", f"+{SCREENS_PREFIX}*:refs/remotes/screens/*")
-    assert push(clone, f"{screen}:refs/heads/idea/screened").returncode == 0
+    refused(clone, screen, "screened", f"it points at the commit of {SCREENS_PREFIX}h-{idea[:10]}")
     for p in both_readers(repo):
         assert screen not in p.by_commit and [i.commit for i in p.ideas] == [idea]
         assert p.by_commit[idea].note is None and p.best("min") is None
@@ -112,7 +127,7 @@ def test_a_branch_at_a_proposal_or_a_record_keeps_its_provenance_and_spend(resea
 
     fetch_daemon_refs(clone)
     for name, ref in (("p", PROPOSALS_PREFIX + pid), ("r", RECORDS_PREFIX + rid)):
-        assert push(clone, f"{repo.rev_parse(ref)}:refs/heads/idea/steal-{name}").returncode == 0
+        refused(clone, repo.rev_parse(ref), f"steal-{name}", f"it points at the commit of {ref}")
     for p in both_readers(repo):
         assert (total(p.ideas).usd, [i.idea_id for i in p.implementing()],
                 sorted((i.idea_id, i.origin) for i in p.ideas)) == before[0]
