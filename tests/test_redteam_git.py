@@ -132,3 +132,31 @@ def test_a_branch_at_a_proposal_or_a_record_keeps_its_provenance_and_spend(resea
         assert (total(p.ideas).usd, [i.idea_id for i in p.implementing()],
                 sorted((i.idea_id, i.origin) for i in p.ideas)) == before[0]
         assert p.queued() == []             # nothing to run: the proposal waits for its implementation
+
+
+# -- a tree measured against an old baseline: its result is not linked -----------------------------------
+def test_a_push_of_a_tree_measured_against_an_old_baseline_is_measured_again(toy_env, tmp_path):
+    """The real daemon. idea/half (x = 0.5) is measured with the evaluator of its day (0.5); the owner
+    moves the baseline with a new evaluator (every score + 1). A push of a new commit with idea/half's
+    very tree, on the old baseline (so it changes no frozen file against its merge-base), is identical
+    code: on the code before, the daemon linked idea/half's result (0.5) to it instead of running it,
+    judged that against the new baseline (2.0) and promoted it; measured, it is 1.5."""
+    research = toy_env
+    cfg_path = write_config(tmp_path, research, '[wandb]\nenabled = false\n')
+    open_research(load_config(cfg_path), configure_repo=True)
+    cl = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", f"file://{research}", str(cl))
+    half = commit_in(cl, {"run.py": TOY_RUN.replace("x = 1.0", "x = 0.5")}, "Halve x")
+    assert push(cl, "HEAD:refs/heads/idea/half").returncode == 0
+    pop = run_until_settled(cfg_path, timeout=240)
+    assert pop.by_commit[half].note.value == pytest.approx(0.5, abs=0.011)
+
+    (research / "evaluate.py").write_text(TOY_EVAL.replace('print(f"score: {v}")', 'print(f"score: {v + 1}")'))
+    git(research, "commit", "-qam", "evaluator v2: every score + 1")
+    twin = git(cl, "commit-tree", f"{half}^{{tree}}", "-p", f"{half}^", input="Halve x, again\n").strip()
+    assert push(cl, f"{twin}:refs/heads/idea/twin").returncode == 0
+    pop = run_until_settled(cfg_path, timeout=240)
+    assert pop.baseline_note.value == pytest.approx(2.0, abs=0.011)
+    note = pop.by_commit[twin].note
+    assert note.linked is None and note.value == pytest.approx(1.5, abs=0.011), note
+    assert pop.stale(pop.by_commit[half]) and pop.best("min").commit == twin

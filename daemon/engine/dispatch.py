@@ -53,7 +53,10 @@ class Dispatcher(Part):
         if pop.baseline_note is not None and pop.baseline_commit:
             trees[self.repo.tree_of(pop.baseline_commit)] = pop.baseline_commit
         for i in pop.ideas:
-            if i.note is not None and i.note.status in MEASURED and i.tree and not i.note.linked:
+            # a result measured against an old baseline (with the evaluator and manifest of its day) is
+            # never another commit's: a push of its very tree on the old baseline is measured again
+            if i.note is not None and i.note.status in MEASURED and i.tree and not i.note.linked \
+                    and not pop.stale(i):
                 trees.setdefault(i.tree, i.commit)
         return trees
 
