@@ -63,7 +63,11 @@ _GUARD = _HOOK_HEAD % "a push may write idea branches only" + ("""\
 rc=0
 ideanews=
 base=$(cat "$GIT_DIR/autoresearch/baseline-ref" 2>/dev/null || git symbolic-ref -q HEAD)
-lbase=$(printf %%s "$base" | tr '[:upper:]' '[:lower:]')
+fold_name() {
+  sed "s/$(printf '\\305\\277')/s/g; s/$(printf '\\342\\204\\252')/k/g; s/$(printf '\\357\\254\\205')/st/g; \\
+s/$(printf '\\357\\254\\206')/st/g" | tr -d '\\200-\\377' | tr '[:upper:]' '[:lower:]'
+}
+lbase=$(printf %%s "$base" | fold_name)
 news=
 set -f                     # the owner's patterns below are matched against ref names, never globbed
 allow=$(git config --get-all %(allow)s)
@@ -92,12 +96,15 @@ baseline by a commit or merge made in the research repo itself"; opt= ;;
   esac
   # on a case-insensitive filesystem (macOS, Windows) a loose ref that differs only in letter case IS
   # the guarded ref: refs/heads/MAIN moves main, refs/Autoresearch/... writes the daemon's records
-  lref=$(printf %%s "$ref" | tr '[:upper:]' '[:lower:]')
+  # (case-insensitive filesystems fold more than ASCII letters: APFS and NTFS take U+017F long s for s,
+  # U+212A Kelvin for k, and HFS+ ignores zero-width and direction characters, as git's fsck knows for
+  # `.git`: folded to the letters, every other non-ASCII byte dropped, such a name compares as ASCII)
+  lref=$(printf %%s "$ref" | fold_name)
   case "$lref" in
     %(daemon)s*|%(notes)s|%(notes)s-*|"$lbase"|refs/replace/*|refs/notes/*)
       if [ "$lref" != "$ref" ]; then
-        why="it differs only in letter case from a ref the daemon guards (the same file on a case-insensitive \
-filesystem)"; opt=
+        why="it differs only in letter case from a ref the daemon guards, or in characters that a case-insensitive \
+filesystem folds or ignores (the same file there)"; opt=
       fi ;;
   esac
   # a ref named like a directory above the refs the daemon writes or guards (refs/autoresearch, refs/notes,

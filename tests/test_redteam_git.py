@@ -160,3 +160,31 @@ def test_a_push_of_a_tree_measured_against_an_old_baseline_is_measured_again(toy
     note = pop.by_commit[twin].note
     assert note.linked is None and note.value == pytest.approx(1.5, abs=0.011), note
     assert pop.stale(pop.by_commit[half]) and pop.best("min").commit == twin
+
+
+# -- ref names that a case-insensitive filesystem folds or ignores beyond ASCII case ------------------------
+# A loose ref is a file named like the ref. APFS and NTFS compare names with Unicode case folding (U+017F
+# long s is s), and HFS+ ignores zero-width and direction characters in names (git's fsck refuses
+# `.g<U+200C>it` for that reason). Where the owner allows every ref by pattern, such a name passed the
+# ASCII-only comparison and, on such a filesystem, wrote the daemon's marks or moved the baseline.
+FOLDS = ["refs/autore\u017fearch/ideas/e000-forged",        # long s: refs/autoresearch/ideas/...
+         "refs/heads/ma\u200cin",                           # ZWNJ, ignored by HFS+: refs/heads/main
+         "refs/heads/M\u200dAIN",                           # ZWJ and letter case
+         "refs/\ufeffreplace/{base}",                       # a BOM, ignored by HFS+: a replace ref
+         "refs/autoresearch\u200e"]                         # an LRM: the directory of the daemon's refs
+
+
+@pytest.mark.parametrize("ref", FOLDS, ids=[ascii(r) for r in FOLDS])
+def test_a_ref_that_a_filesystem_folds_onto_a_guarded_one_is_refused(research, clone, ref):  # noqa: F811
+    for pattern in ("refs/heads/*", "refs/*", "*"):           # the owner allows everything liftable
+        git(research, "config", "--add", "autoresearchd.pushAllow", pattern)
+    ref = ref.format(base=git(research, "rev-parse", "main").strip())
+    commit_in(clone, {"run.py": TOY_RUN.replace("x = 1.0", "x = 0.5")})
+    before = git(research, "for-each-ref", "--format=%(refname) %(objectname)")
+    p = push(clone, "--force", f"HEAD:{ref}")
+    assert p.returncode != 0 and f"refusing to update {ref} by push: it " in p.stderr, p.stderr
+    assert ("folds or ignores" in p.stderr) != ref.endswith("\u200e") and \
+        ("the name of the directory" in p.stderr) == ref.endswith("\u200e"), p.stderr
+    assert git(research, "for-each-ref", "--format=%(refname) %(objectname)") == before
+    # a non-ASCII idea branch and an allowed branch still go through
+    assert push(clone, "HEAD:refs/heads/idea/caf\u00e9-\u017f", "HEAD:refs/heads/d\u00e9v").returncode == 0
