@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+from autoresearchd import defaults
+from autoresearchd.app import build_daemon
 from autoresearchd.config import load_config
 from autoresearchd.policies.base import Proposal
 from autoresearchd.research import open_research
@@ -188,3 +190,61 @@ def test_a_ref_that_a_filesystem_folds_onto_a_guarded_one_is_refused(research, c
     assert git(research, "for-each-ref", "--format=%(refname) %(objectname)") == before
     # a non-ASCII idea branch and an allowed branch still go through
     assert push(clone, "HEAD:refs/heads/idea/caf\u00e9-\u017f", "HEAD:refs/heads/d\u00e9v").returncode == 0
+
+
+# -- many refs that share one wide tree ---------------------------------------------------------------------
+def _tree(cl, entries: list[tuple[str, str, str]]) -> str:
+    return git(cl, "mktree", input="".join(f"{m} {'tree' if m == '040000' else 'blob'} {sha}\t{name}\n"
+                                         for m, name, sha in entries)).strip()
+
+
+def _wide(cl, n: int = 100) -> str:
+    """A tree of the baseline's files and zz/ holding n x 100 files (one blob): n x 101 + 1 more paths."""
+    blob = git(cl, "hash-object", "-w", "--stdin", input="x\n").strip()
+    leaf = _tree(cl, [("100644", str(i), blob) for i in range(100)])
+    wide = _tree(cl, [("040000", str(i), leaf) for i in range(n)])
+    return _tree(cl, [(m, name, sha) for m, _, sha, name in (ln.split(None, 3) for ln in
+                                                           git(cl, "ls-tree", "HEAD").splitlines())]
+                 + [("040000", "zz", wide)])
+
+
+def test_the_paths_of_a_pushs_tips_together_are_capped(research, clone):  # noqa: F811
+    """Each tip under the per-tip cap, together over autoresearchd.pushMaxTotalPaths (lowered here from
+    defaults.PUSH_MAX_TOTAL_PATHS so the test stays small); one commit under many names counts once."""
+    git(research, "config", "autoresearchd.pushMaxTotalPaths", "50000")
+    top = _wide(clone)                                  # 10,104 paths
+    tips = [git(clone, "commit-tree", top, "-p", "HEAD", input=f"wide {i}\n").strip() for i in range(5)]
+    p = push(clone, *[f"{c}:refs/heads/idea/w{i}" for i, c in enumerate(tips)])
+    assert p.returncode != 0 and "the trees of its commits list more than 50000 paths together" in p.stderr, p.stderr
+    assert git(research, "for-each-ref", "refs/heads/idea/") == ""
+    assert push(clone, *[f"{tips[0]}:refs/heads/idea/same{i}" for i in range(10)],
+                *[f"{c}:refs/heads/idea/w{i}" for i, c in enumerate(tips[1:4])]).returncode == 0
+
+
+def test_many_pushed_refs_that_share_a_wide_tree_are_gated_in_bounded_batches(research, clone, tmp_path):  # noqa: F811
+    """The path cap is per tip: 40 commits sharing one tree of 10,000 files are a push of a few KiB, and
+    the gate read every arriving diff in one `diff-tree --stdin` and held all of them (400,000 changes
+    here; 20 tips of 99,000 paths held 1.96 million changes, 1.6 GiB, growing with every ref pushed).
+    Now at most defaults.GATE_DIFF_BATCH ideas' changes are held at once, and every idea is still judged
+    as alone (the spy counts what each batched read returned; it reads through)."""
+    top = _wide(clone)
+    tips = [git(clone, "commit-tree", top, "-p", "HEAD", input=f"wide {i}\n").strip() for i in range(40)]
+    p = push(clone, *[f"{c}:refs/heads/idea/w{i}" for i, c in enumerate(tips)])
+    assert p.returncode == 0, p.stderr
+    d = build_daemon(load_config(write_config(tmp_path, research)), with_llm=False)
+    held = []
+    many = d.repo.diff_tree_raw_many
+
+    def spy(pairs):
+        got = many(pairs)
+        held.append(sum(map(len, got.values())))
+        return got
+    d.repo.diff_tree_raw_many = spy
+    try:
+        pop = read_population(d.repo, d.research.baseline_ref)
+        d.dispatcher.reject_on_arrival(pop)
+        assert held and max(held) <= defaults.GATE_DIFF_BATCH * 10_000 < 40 * 10_000, held
+        assert sum(held) == 40 * 10_000               # every tip's diff was read, in batches
+        assert {d.dispatcher.gate._why[c] for c in tips} == {None}      # and each passes, as alone
+    finally:
+        d.runner.close()
