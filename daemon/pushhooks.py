@@ -85,7 +85,10 @@ baseline by a commit or merge made in the research repo itself"; opt= ;;
   # (case-insensitive filesystems fold more than ASCII letters: APFS and NTFS take U+017F long s for s,
   # U+212A Kelvin for k, and HFS+ ignores zero-width and direction characters, as git's fsck knows for
   # `.git`: folded to the letters, every other non-ASCII byte dropped, such a name compares as ASCII)
-  lref=$(printf %%s "$ref" | fold_name)
+  case "$ref" in
+    *[!\ -~]*) lref=$(printf %%s "$ref" | fold_name) ;;
+    *) lref=$(printf %%s "$ref" | tr '[:upper:]' '[:lower:]') ;;     # ASCII: two processes fewer a ref
+  esac
   case "$lref" in
     %(daemon)s*|%(notes)s|%(notes)s-*|"$lbase"|refs/replace/*|refs/notes/*)
       if [ "$lref" != "$ref" ]; then
