@@ -272,3 +272,23 @@ def test_a_pushed_committer_date_does_not_put_an_idea_first(research, clone):  #
     pop = read_population(GitRepo(research), "refs/heads/main")
     order = [j.idea.branch for j in plan_jobs(pop, PolicyCfg(), True) if j.idea]
     assert order == ["refs/heads/idea/first", "refs/heads/idea/second"], order
+
+
+# -- a pushed idea as the base of the daemon's own commit ---------------------------------------------------
+def test_a_pushed_bases_attributes_change_no_patch_the_daemon_applies(research, clone):  # noqa: F811
+    """An implementation may build on a pushed idea: the daemon applies the LLM's patch onto its tree
+    (`apply --cached` in a scratch index) or writes whole files into it. The pushed tree's
+    .gitattributes (a filter the owner has configured, eol, ident) rewrite neither: the blobs are the
+    patch's bytes. Closed before this pass (checked here, no row tested it)."""
+    git(research, "config", "filter.swap.clean", "sed s/x/HACKED/")
+    git(research, "config", "filter.swap.smudge", "sed s/x/HACKED/")
+    base = commit_in(clone, {".gitattributes": "*.py filter=swap text eol=crlf ident\n"}, "attributes")
+    assert push(clone, "HEAD:refs/heads/idea/attrs").returncode == 0
+    repo = GitRepo(research)
+    lines = TOY_RUN.splitlines(keepends=True)
+    patch = ("--- a/run.py\n+++ b/run.py\n@@ -2,3 +2,3 @@\n " + lines[1] + "-x = 1.0\n+x = 2.0  # $Id$\n "
+             + lines[3]).encode()
+    tree = repo.apply_to_tree(base, patch)
+    assert repo.read_blob(f"{tree}:run.py") == TOY_RUN.replace("x = 1.0", "x = 2.0  # $Id$").encode()
+    tree = repo.tree_with_files(base, {"new.py": b"x = 3\n"})
+    assert repo.read_blob(f"{tree}:new.py") == b"x = 3\n"
