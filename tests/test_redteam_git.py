@@ -28,7 +28,7 @@ from autoresearchd.store.proposals import record_proposal
 from autoresearchd.store.refs import PROPOSALS_PREFIX, RECORDS_PREFIX, SCREENS_PREFIX
 from autoresearchd.store.spend import total
 
-from conftest import TOY_EVAL, TOY_RUN, git, run_until_settled, write_config
+from conftest import TOY_EVAL, TOY_MANIFEST, TOY_RUN, git, run_until_settled, write_config
 from test_git_steering import clone, commit_in, push, research  # noqa: F401 (fixtures)
 
 
@@ -140,12 +140,13 @@ def test_a_branch_at_a_proposal_or_a_record_keeps_its_provenance_and_spend(resea
 
 
 # -- a tree measured against an old baseline: its result is not linked -----------------------------------
-def test_a_push_of_a_tree_measured_against_an_old_baseline_is_measured_again(toy_env, tmp_path):
+def test_a_push_of_a_tree_measured_against_an_old_baseline_gets_no_stale_result(toy_env, tmp_path):
     """The real daemon. idea/half (x = 0.5) is measured with the evaluator of its day (0.5); the owner
     moves the baseline with a new evaluator (every score + 1). A push of a new commit with idea/half's
     very tree, on the old baseline (so it changes no frozen file against its merge-base), is identical
-    code: on the code before, the daemon linked idea/half's result (0.5) to it instead of running it,
-    judged that against the new baseline (2.0) and promoted it; measured, it is 1.5."""
+    code: on the code before, the daemon linked idea/half's result (0.5) to it instead of running it and
+    judged that against the new baseline (2.0). Its evaluate.py is the old baseline's: the gate refuses it
+    now (Gate._old_frozen), so no result measured with another harness is ever linked."""
     research = toy_env
     cfg_path = write_config(tmp_path, research, '[wandb]\nenabled = false\n')
     open_research(load_config(cfg_path), configure_repo=True)
@@ -163,8 +164,9 @@ def test_a_push_of_a_tree_measured_against_an_old_baseline_is_measured_again(toy
     pop = run_until_settled(cfg_path, timeout=240)
     assert pop.baseline_note.value == pytest.approx(2.0, abs=0.011)
     note = pop.by_commit[twin].note
-    assert note.linked is None and note.value == pytest.approx(1.5, abs=0.011), note
-    assert pop.stale(pop.by_commit[half]) and pop.best("min").commit == twin
+    assert note.linked is None and note.value is None and note.status == Status.REJECTED, note
+    assert "evaluate.py is not the baseline's" in note.error
+    assert pop.stale(pop.by_commit[half]) and pop.best("min") is None
 
 
 # -- ref names that a case-insensitive filesystem folds or ignores beyond ASCII case ------------------------
@@ -292,3 +294,31 @@ def test_a_pushed_bases_attributes_change_no_patch_the_daemon_applies(research, 
     assert repo.read_blob(f"{tree}:run.py") == TOY_RUN.replace("x = 1.0", "x = 2.0  # $Id$").encode()
     tree = repo.tree_with_files(base, {"new.py": b"x = 3\n"})
     assert repo.read_blob(f"{tree}:new.py") == b"x = 3\n"
+
+
+# -- a push on an old baseline runs with that baseline's frozen files ----------------------------------------
+LIB_MANIFEST = TOY_MANIFEST.replace('frozen = ["evaluate.py"]', 'frozen = ["evaluate.py", "lib.py"]')
+LIB_RUN = TOY_RUN.replace("x = 1.0", "from lib import FACTOR\nx = 1.0 * FACTOR")
+
+
+def test_a_push_on_an_old_baseline_runs_with_no_frozen_file_of_its_day(make_repo, tmp_path):
+    """The real daemon. run.py imports a frozen lib.py (as a training script imports the env's frozen
+    data loader); the owner fixes it on the baseline (FACTOR 0.5 -> 1.0). A push whose parent is the old
+    baseline changes only a comment: against its merge-base it changes no frozen file, so the gate let it
+    through, and its run imported the old lib.py: 0.5, promoted against the fixed baseline's 1.0. It is
+    refused now, naming the file, as a push that changes a frozen file is."""
+    research = make_repo({".autoresearch.toml": LIB_MANIFEST, "run.py": LIB_RUN, "lib.py": "FACTOR = 0.5\n",
+                          "evaluate.py": TOY_EVAL}, "research")
+    cfg_path = write_config(tmp_path, research, '[wandb]\nenabled = false\n')
+    open_research(load_config(cfg_path), configure_repo=True)
+    old = git(research, "rev-parse", "main").strip()
+    (research / "lib.py").write_text("FACTOR = 1.0\n")
+    git(research, "commit", "-qam", "lib: the factor fixed")
+    cl = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", f"file://{research}", str(cl))
+    idea = commit_in(cl, {"run.py": LIB_RUN + "# tidied\n"}, "Tidy run.py", base=old)
+    assert push(cl, "HEAD:refs/heads/idea/tidy").returncode == 0
+    pop = run_until_settled(cfg_path, timeout=240)
+    assert pop.baseline_note.value == pytest.approx(1.0, abs=0.011)
+    note = pop.by_commit[idea].note
+    assert note.status == Status.REJECTED and "lib.py" in note.error and note.value is None, note

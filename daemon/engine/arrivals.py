@@ -50,10 +50,26 @@ class Gate:
                                 max_file_bytes=self.cfg.implementer.max_file_bytes,
                                 max_diff_bytes=self.cfg.implementer.max_diff_bytes)
             why = check_tree_change(self.repo, mb, idea.commit, rules, changes)
+            if why is None and mb != base:
+                why = self._old_frozen(idea.commit, base)
             if why is None:     # the knobs it declares and the values it sets (daemon/tune/knobs.py)
                 why = file_error(self.repo, idea.commit, self.research.manifest)
         self._why[idea.commit] = why
         return why
+
+    def _old_frozen(self, commit: str, base: str) -> str | None:
+        """A commit built on an old baseline changes no frozen file against its merge-base, yet may hold
+        that baseline's frozen files where the current one changed them; `run` reads code/'s copies (a
+        training script imports the env's frozen data loader), so the old file would be measured with
+        the current evaluator and judged against the current baseline. Its frozen files must be the
+        baseline's."""
+        files = sorted(set(self.research.frozen_files(commit)) | set(self.research.frozen_files(base)))
+        mine, theirs = ({e.path: e.sha for e in self.repo.ls_tree(c, files)} if files else {} for c in (commit, base))
+        odd = [f for f in files if mine.get(f) != theirs.get(f)]
+        if not odd:
+            return None
+        return (f"its frozen file {odd[0]} is not the baseline's: it builds on an old baseline, whose frozen files "
+                f"differ; rebase it onto {branch_name(self.research.baseline_ref)}")
 
     def reject(self, idea: Idea, why: str) -> None:
         log.info("rejected %s: %s", idea.branch or idea.idea_id, why)

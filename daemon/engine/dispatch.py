@@ -53,10 +53,7 @@ class Dispatcher(Part):
         if pop.baseline_note is not None and pop.baseline_commit:
             trees[self.repo.tree_of(pop.baseline_commit)] = pop.baseline_commit
         for i in pop.ideas:
-            # a result measured against an old baseline (with the evaluator and manifest of its day) is
-            # never another commit's: a push of its very tree on the old baseline is measured again
-            if i.note is not None and i.note.status in MEASURED and i.tree and not i.note.linked \
-                    and not pop.stale(i):
+            if i.note is not None and i.note.status in MEASURED and i.tree and not i.note.linked:
                 trees.setdefault(i.tree, i.commit)
         return trees
 
