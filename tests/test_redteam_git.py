@@ -144,8 +144,8 @@ def test_a_push_of_a_tree_measured_against_an_old_baseline_gets_no_stale_result(
     """The real daemon. idea/half (x = 0.5) is measured with the evaluator of its day (0.5); the owner
     moves the baseline with a new evaluator (every score + 1). A push of a new commit with idea/half's
     very tree, on the old baseline (so it changes no frozen file against its merge-base), is identical
-    code: on the code before, the daemon linked idea/half's result (0.5) to it instead of running it and
-    judged that against the new baseline (2.0). Its evaluate.py is the old baseline's: the gate refuses it
+    code: on the code before, the daemon linked idea/half's result (0.51, the old evaluator's) to it
+    instead of running it (the current evaluator gives 1.5). Its evaluate.py is the old baseline's: the gate refuses it
     now (Gate._old_frozen), so no result measured with another harness is ever linked."""
     research = toy_env
     cfg_path = write_config(tmp_path, research, '[wandb]\nenabled = false\n')
