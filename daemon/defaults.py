@@ -47,11 +47,19 @@ PUSH_MAX_PATHS = 100_000
 """Most paths (files and directories) the tree of a pushed commit may list: a tree that names one
 subtree many times lists exponentially many paths from a few KiB of objects (git config
 autoresearchd.pushMaxPaths)."""
+PUSH_MAX_TOTAL_PATHS = 1_000_000
+"""Most paths the trees of one push's commits may list together (each commit once): many tips may share
+one tree just under PUSH_MAX_PATHS, and the gate diffs each (git config autoresearchd.pushMaxTotalPaths)."""
 
 # Closing a repo handle waits this long for its persistent `git cat-file` processes to exit after
 # their stdin closes (they exit at once), then kills them: a closed handle leaves no process behind.
 GIT_CLOSE_WAIT_S = 5.0
 
+GATE_DIFF_BATCH = 8
+"""Most arriving ideas whose diffs the gate reads in one `git diff-tree --stdin` and holds at once. A
+pushed tip may list up to PUSH_MAX_PATHS paths, and many tips may share one such tree (a push of a few
+KiB): unbatched, 20 of them held 1.96 million changes, 1.6 GiB, and the memory grew with every ref
+pushed; in batches of this many it is bounded whatever the number of refs."""
 GIT_SMALL_READ = 64
 """Up to this many objects, GitRepo.cat_file_batch and object_sizes read them through the persistent
 `cat-file` processes (about 0.1 ms an object, no process) rather than start a `git cat-file --batch`

@@ -19,7 +19,7 @@ from autoresearchd.engine.shared import Part, Shared
 from autoresearchd.runners.base import PollState
 from autoresearchd.runners.progress import dumps as curve_blob
 from autoresearchd.store.ideas import Idea
-from autoresearchd.store.notes import Lease, Note, Status, Trial
+from autoresearchd.store.notes import BASELINE_NOTE_ID, Lease, Note, Status, Trial
 from autoresearchd.store.population import Population
 from autoresearchd.store.trust import suspicion
 from autoresearchd.vocab import MEASURED, POLLED, Decision, LeaseState, Purpose
@@ -79,7 +79,7 @@ class Collector(Part):
         log.warning("%s", why)
         note = self.ledger.note(old)
         if note is None:
-            note = Note(status=Status.CANCELLED, idea_id="baseline", error=why)
+            note = Note(status=Status.CANCELLED, idea_id=BASELINE_NOTE_ID, error=why)
         else:
             note = note.model_copy(deep=True)
             note.error = "; ".join(x for x in (note.error, why) if x)

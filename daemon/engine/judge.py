@@ -19,7 +19,7 @@ from autoresearchd.engine.plan import baseline_complete
 from autoresearchd.goal import gain
 from autoresearchd.manifest import Trust
 from autoresearchd.store.ideas import Idea
-from autoresearchd.store.notes import GOOD_DECISIONS, SIG_DIGITS, Decision, Note, Status, Trial
+from autoresearchd.store.notes import BASELINE_NOTE_ID, GOOD_DECISIONS, SIG_DIGITS, Decision, Note, Status, Trial
 from autoresearchd.store.population import Population
 from autoresearchd.store.trust import over_budget
 
@@ -185,7 +185,7 @@ def build_note(trials: list[Trial], idea: Idea | None, pop: Population, manifest
                confirmed: bool = False) -> Note:
     """A result note from finished trials, with deltas against the baseline at the same seeds."""
     agg = aggregate(trials)
-    note = Note(metric=manifest.metric, goal=manifest.goal, idea_id=idea.idea_id if idea else "baseline",
+    note = Note(metric=manifest.metric, goal=manifest.goal, idea_id=idea.idea_id if idea else BASELINE_NOTE_ID,
                 trials=sorted(trials, key=lambda t: t.seed), **agg)
     if idea is not None and idea.tokens is not None:
         note.tokens, note.cost_usd = idea.tokens, idea.cost_usd

@@ -18,7 +18,7 @@ from autoresearchd.config import ConfigError
 from autoresearchd.engine import screening
 from autoresearchd.engine.judge import _total
 from autoresearchd.engine.plan import Job, baseline_jobs_open, baseline_seeds, missing_seeds
-from autoresearchd.store.notes import Lease, Note, Status, Trial
+from autoresearchd.store.notes import BASELINE_NOTE_ID, Lease, Note, Status, Trial
 from autoresearchd.store.population import Population
 from autoresearchd.vocab import POLLED, LeaseState, Purpose
 
@@ -72,7 +72,7 @@ class Screener:
         m, sc = self.manifest, self.manifest.screening
         vals = [t.value for t in trials if t.status == Status.SUCCEEDED and t.value is not None]
         new = Note(status=failed[0].status if failed else Status.SUCCEEDED,
-                   idea_id=idea.idea_id if idea else "baseline", metric=m.metric, goal=m.goal,
+                   idea_id=idea.idea_id if idea else BASELINE_NOTE_ID, metric=m.metric, goal=m.goal,
                    baseline_commit=pop.baseline_commit, trials=trials, seeds=[t.seed for t in trials],
                    error=failed[0].error if failed else None,
                    wall_s=_total(trials, "wall_s"), cpu_s=_total(trials, "cpu_s"), gpu_s=_total(trials, "gpu_s"))

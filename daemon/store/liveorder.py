@@ -22,7 +22,7 @@ _REF = operator.itemgetter(3)              # an order key's ref
 
 
 class ShownOrder:
-    """The ordered ideas and their indexes. Keys are (committed_at, idea_id, not branch, ref)."""
+    """The ordered ideas and their indexes. Keys are (committed_at, idea_id, *population.ref_rank(ref))."""
 
     def __init__(self) -> None:
         self.winner: dict[str, tuple] = {}      # sha -> the order key of the ref that shows it

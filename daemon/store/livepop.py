@@ -37,20 +37,18 @@ from autoresearchd.store import refevents
 from autoresearchd.store.gitrepo import GitError, GitRepo
 from autoresearchd.store.ideas import Idea
 from autoresearchd.store.population import (_IDEAS, _NOTES, Population, _at_baseline, _baseline_notes,
-                                            _make_idea, _make_screen, _note, bulk, read_objects)
+                                            _make_idea, _make_screen, _note, bulk, not_an_idea, read_objects,
+                                            ref_rank)
 from autoresearchd.store.liveorder import ShownOrder
 from autoresearchd.store.reflisting import BY_OTHERS, SCANNED, Listing, cut, runs
-from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_NAMESPACE, NOTES_REF,
+from autoresearchd.store.refs import (ARCHIVE_PREFIX, IDEAS_PREFIX, NOTES_NAMESPACE, NOTES_REF,
                                       PROPOSALS_PREFIX, RUNS_REF, SCREENS_PREFIX)
 from autoresearchd.store.screens import LiveScreens
 
 MAX_EVENT_REFS = 500        # more refs told than this: one scan lists them all for less
 
 
-def _rank(ref: str) -> tuple[bool, str]:
-    """Which ref shows a commit reached by several: a branch before an archive or record, then by name
-    (population._ref_order)."""
-    return (not ref.startswith(IDEA_BRANCHES), ref)
+_rank = ref_rank     # which ref shows a commit reached by several (population.ref_rank)
 
 
 class LivePopulation:
@@ -241,7 +239,7 @@ class LivePopulation:
         if not first and not moved and not skeys and not nchanged and not lchanged and bkey == self._bkey:
             return None
         self._rescreen(self._screens.touched(skeys, set(nchanged) | lchanged), notes, leases)
-        shas = set(nchanged) | lchanged
+        shas = set(nchanged) | lchanged | sshas     # a screen's commit shows no idea (population.not_an_idea)
         if bkey[0] != self._bkey[0]:
             shas |= {bkey[0], self._bkey[0]} - {None}
         for ref, sha in moved.items():       # the index first: a sha's refs include the new ones
@@ -281,7 +279,8 @@ class LivePopulation:
         want = {}
         for sha in shas:
             blob = notes.get(sha)
-            if blob and sha not in self._by_sha and sha not in self._screens.by_sha and sha != baseline:
+            # (a commit an idea ref reaches but that shows no idea: an old baseline, population.not_an_idea)
+            if blob and sha not in self._shown.winner and sha not in self._screens.by_sha and sha != baseline:
                 want[sha] = blob
             else:
                 self._unlisted.pop(sha, None)
@@ -354,6 +353,8 @@ class LivePopulation:
             return
         ref = cands[0] if len(cands) == 1 else min(cands, key=_rank)     # one ref: no key call
         idea = self._built[ref][1]
+        if not_an_idea(idea, sha in self._screens.by_sha):     # a screen's or an old baseline's commit
+            return
         self._shown.add(sha, ref, idea, (idea.committed_at, idea.idea_id, *_rank(ref)), append)
         if idea.branch and sha not in self._own:
             self._pushed.add(ref)

@@ -63,6 +63,11 @@ class Trial(BaseModel):
     faults: list[str] = Field(default_factory=list)   # host faults met before this run ("host: reason")
 
 
+# the idea_id of the baseline's notes (its result, its screen, its cancelled seeds): an idea's note
+# names the idea; a commit whose note names the baseline is one (an old one) and never an idea
+BASELINE_NOTE_ID = "baseline"
+
+
 class Note(BaseModel):
     """A result note. `value` is the mean over successful seeds; every seed is kept in `trials`."""
     # unknown keys are kept as extras; `schema` is the field's alias, `schema_` its name

@@ -29,7 +29,7 @@ from autoresearchd import defaults
 from autoresearchd.store.frozen import freeze_parsed
 from autoresearchd.store.gitrepo import GitRepo
 from autoresearchd.store.ideas import Idea, commit_fields, pushed_fields
-from autoresearchd.store.notes import Note, Origin, Status, parse_leases, parse_note
+from autoresearchd.store.notes import BASELINE_NOTE_ID, Note, Origin, Status, parse_leases, parse_note
 from autoresearchd.store.ranking import best_of
 from autoresearchd.store.refs import (ARCHIVE_PREFIX, HEADS, IDEA_BRANCHES, IDEAS_PREFIX, NOTES_REF, PROPOSALS_PREFIX,
                                       RECORDS_PREFIX, RUNS_REF, SCREENS_PREFIX)
@@ -305,10 +305,25 @@ def _make_idea(ref: str, sha: str, own: set[str], note_blob: str | None, lease_b
     return idea
 
 
+def ref_rank(ref: str) -> tuple[int, str]:
+    """Which ref shows a commit reached by several: the daemon's proposal or record first (a branch
+    pushed at it must not turn it into a push: its trailers, provenance and spend are the daemon's),
+    then a branch, then an archive ref; then by name (two branches on one commit are one idea)."""
+    return (0 if ref.startswith((PROPOSALS_PREFIX, RECORDS_PREFIX)) else 1 if ref.startswith(IDEA_BRANCHES) else 2,
+            ref)
+
+
 def _ref_order(refs: dict[str, str]) -> list[tuple[str, str]]:
-    """A commit still on its branch is seen through the branch, not through its archive ref; two
-    branches on one commit are one idea (the first name wins)."""
-    return sorted(refs.items(), key=lambda kv: (not kv[0].startswith(IDEA_BRANCHES), kv[0]))
+    return sorted(refs.items(), key=lambda kv: ref_rank(kv[0]))
+
+
+def not_an_idea(idea: Idea, screened: bool) -> bool:
+    """A commit an idea branch (or archive ref) reaches that is no idea of its own, as the baseline
+    itself is not: a screened run's commit (its note is a screen's, at low fidelity) or an old
+    baseline (its note is the baseline's, measured with the evaluator of its day). A pushed branch,
+    or one left where the baseline was when it moved, would make that note an idea's result, judged
+    against the current baseline (docs/security.md, "A push is data: git mechanisms")."""
+    return bool(idea.branch) and (screened or (idea.note is not None and idea.note.idea_id == BASELINE_NOTE_ID))
 
 
 def _by_time(ideas: list[Idea]) -> None:
@@ -347,11 +362,16 @@ def _read_population(repo: GitRepo, baseline_ref: str) -> Population:
     objs = read_objects(repo, wanted, set(commits), blobs)
     ideas: list[Idea] = []
     seen: set[str] = {baseline} if baseline else set()
+    screened = set(screens.values())
     for ref, sha in _ref_order(refs):
         if sha in seen or (sha not in objs and sha not in _IDEAS):
             continue
         seen.add(sha)
-        ideas.append(_make_idea(ref, sha, own, note_list.get(sha), lease_list.get(sha), objs))
+        idea = _make_idea(ref, sha, own, note_list.get(sha), lease_list.get(sha), objs)
+        if not not_an_idea(idea, sha in screened):
+            ideas.append(idea)
+        elif idea.note is not None and sha not in screened:
+            others[sha] = note_list[sha]        # an old baseline's note: its runs still count (spend)
     _by_time(ideas)
     for k, parents, epoch in list(_placements(ideas, own)):
         ideas[k].placed_parents, ideas[k].placed_epoch = parents, epoch     # fresh copies: safe to set in place
