@@ -124,7 +124,7 @@ class Bwrap(Sandbox):
         # an AppArmor restriction, a container without CAP_SYS_ADMIN); with the seccomp filter, as trials get it
         return ("if ! command -v bwrap >/dev/null 2>&1; then echo " + shlex.quote(f"bwrap not found; {INSTALL_HINT}") +
                 f"; elif e=$(env -i PATH={defaults.SANDBOX_LAUNCH_PATH} bash -c {shlex.quote(SECCOMP_LAUNCHER)} "
-                "bwrap --ro-bind / / --unshare-all --die-with-parent --seccomp 3 true 2>&1); then echo ok; "
+                "bwrap --ro-bind / / --unshare-all --die-with-parent --cap-drop ALL --seccomp 3 true 2>&1); then echo ok; "
                 "else echo \"bwrap cannot create a sandbox here (${e##*$'\\n'}); user namespaces may be off: "
                 "see docs/security.md (apptainer, or a setuid bwrap)\"; fi")
 
@@ -137,9 +137,12 @@ class Bwrap(Sandbox):
         # `bash -c SECCOMP_LAUNCHER bwrap`: opens the seccomp filter (runners/seccomp.py: no kernel keyrings
         # inside, the one kernel state the namespaces leave shared) on fd 3 and execs bwrap, found on the
         # launch PATH, with an empty environment
+        # --cap-drop ALL: started by root, bwrap maps root to root and left the step every capability of
+        # its user namespace (CAP_SYS_ADMIN: `mount -o remount,bind,rw` made each read-only bind writable,
+        # the Python environment the scorer runs included; tests/test_sandbox_root.py)
         a = ["env", "-i", f"PATH={defaults.SANDBOX_LAUNCH_PATH}", "bash", "-c", SECCOMP_LAUNCHER,
              "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1", "--clearenv",
-             "--seccomp", "3"]
+             "--cap-drop", "ALL", "--seccomp", "3"]
         if req.network:
             a.append("--share-net")
         for d in defaults.SANDBOX_SYSTEM_DIRS:
