@@ -159,6 +159,11 @@ class Bwrap(Sandbox):
         for d in req.writable:
             a += ["--bind", d, d]
         a += ["--remount-ro", "/"]       # the sandbox's own root too: only the writable binds and /tmp take writes
+        # /proc read-only (its own /proc/self/fd links still reach the pipes): under a root daemon the step's
+        # uid is the kernel's root, and the host's global sysctls (kernel.core_pattern: a program the
+        # kernel runs as root) and /proc/sysrq-trigger took its writes; bwrap 0.8 covers /proc/sys only
+        # where access(W_OK) allows, which /proc/sys refuses (tests/test_sandbox_root.py)
+        a += ["--remount-ro", "/proc"]
         for k, v in req.env.items():
             a += ["--setenv", k, v]
         return a + ["--chdir", req.cwd, "--"]

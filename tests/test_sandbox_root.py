@@ -7,6 +7,10 @@ the Python environment, /usr, the data paths, on the host. Real trials on the lo
   data     run remounts a `data` path read-write and overwrites a file there
   scorer   run plants a .pth file in the site-packages of the interpreter the scorer runs: at exit
            it prints a `---` block after the scorer's own, and the last block is the metric
+  sysctl   run writes the host's global sysctls (its uid is the kernel's root, and bwrap 0.8 left
+           /proc/sys writable: its check for covering it is access(W_OK), which /proc/sys refuses
+           to root as it is), kernel.core_pattern among them: `|program` is run by the kernel as
+           root on the host at the next crash. Written back with the value each had.
 
 Each must leave the host unchanged and the metric the scorer's (docs/security.md, "What `run`
 can and cannot do": root inside keeps no capability).
@@ -60,6 +64,20 @@ if mode == "scorer":
         open(os.path.join(sp, "''' + TAG + r'''%s.pth" % tag), "w").write(pth)
     except OSError as e:
         print("scorer:", e)
+if mode == "sysctl":          # the host's own settings: the same value written back, nothing changed
+    n = 0
+    for f in ("/proc/sys/vm/swappiness", "/proc/sys/kernel/core_pattern", "/proc/sys/kernel/modprobe"):
+        try:
+            cur = open(f, "rb").read()
+            fd = os.open(f, os.O_WRONLY)
+            os.write(fd, cur)
+            os.close(fd)
+            n += 1
+            print("sysctl: wrote", f)
+        except OSError as e:
+            print("sysctl:", f, e.strerror)
+    print("---")
+    print("writable: %d" % n)
 print("---")
 print("score: 5")
 '''
@@ -132,3 +150,11 @@ def test_run_cannot_plant_code_in_the_scorers_interpreter(root_runner):
     assert out.error is None and out.metrics == {"score": 1.0}, (out.metrics, out.log[-1500:])
     assert not _planted(), _planted()
 
+
+
+def test_run_cannot_write_the_hosts_sysctls(root_runner):
+    runner, data = root_runner
+    m = EnvManifest(run="python3 run.py sysctl x", metric="score", time_budget_s=60)
+    out = _run(runner, m, {"run.py": RUN})
+    assert out.error is None, (out.error, out.log[-1500:])
+    assert b"sysctl: wrote" not in out.log, out.log[-1500:]
