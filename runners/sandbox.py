@@ -124,7 +124,8 @@ class Bwrap(Sandbox):
         # an AppArmor restriction, a container without CAP_SYS_ADMIN); with the seccomp filter, as trials get it
         return ("if ! command -v bwrap >/dev/null 2>&1; then echo " + shlex.quote(f"bwrap not found; {INSTALL_HINT}") +
                 f"; elif e=$(env -i PATH={defaults.SANDBOX_LAUNCH_PATH} bash -c {shlex.quote(SECCOMP_LAUNCHER)} "
-                "bwrap --ro-bind / / --unshare-all --die-with-parent --cap-drop ALL --seccomp 3 true 2>&1); then echo ok; "
+                "bwrap --ro-bind / / --unshare-all --die-with-parent --cap-drop ALL --seccomp 3 true 2>&1); "
+                "then echo ok; "
                 "else echo \"bwrap cannot create a sandbox here (${e##*$'\\n'}); user namespaces may be off: "
                 "see docs/security.md (apptainer, or a setuid bwrap)\"; fi")
 

@@ -93,7 +93,8 @@ checksum_frozen() {  # one sha256sum for all; file by file (naming the absent, o
   local back=$PWD f odd=
   if cd "$T/code" 2>/dev/null; then
     for f in "${AR_FROZEN[@]}"; do [ ! -e "$f" ] || [ -f "$f" ] || { odd=1; break; }; done   # builtins only
-    { [ -z "$odd" ] && ( ulimit -t "${AR_FROZEN_CPU:-10}" 2>/dev/null; exec sha256sum -- "${AR_FROZEN[@]}" ) > "$1" 2>/dev/null; } ||
+    { [ -z "$odd" ] &&
+      ( ulimit -t "${AR_FROZEN_CPU:-10}" 2>/dev/null; exec sha256sum -- "${AR_FROZEN[@]}" ) > "$1" 2>/dev/null; } ||
       for f in "${AR_FROZEN[@]}"; do
         if [ -e "$f" ] && [ ! -f "$f" ]; then echo "not a regular file  $f"
         elif [ -e "$f" ] || [ -L "$f" ]; then

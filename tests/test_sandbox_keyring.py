@@ -54,7 +54,8 @@ def keyctl(*a):
     return libc.syscall(L(KEYCTL), *map(L, a))
 def listed():
     try:
-        return [(int(f[0], 16), f[7], f[8].rstrip(":")) for f in (ln.split() for ln in open("/proc/keys")) if len(f) > 8]
+        rows = [ln.split() for ln in open("/proc/keys")]
+        return [(int(f[0], 16), f[7], f[8].rstrip(":")) for f in rows if len(f) > 8]
     except OSError:
         return []
 def plant(tag, data=b"planted"):

@@ -120,7 +120,8 @@ def root_runner(tmp_path_factory):
 
 def _run(runner: LocalRunner, m: EnvManifest, code: dict[str, str], eval_files: dict[str, str] | None = None,
          tag: str | None = None):
-    spec = TrialSpec(trial_id=f"r-{tag or uuid.uuid4().hex[:8]}", commit="0" * 40, seed=0, manifest=m, code_tar=tar_of(code),
+    spec = TrialSpec(trial_id=f"r-{tag or uuid.uuid4().hex[:8]}", commit="0" * 40, seed=0, manifest=m,
+                     code_tar=tar_of(code),
                      eval_tar=tar_of(eval_files or {}), frozen_paths=list(m.frozen))
     h = runner.submit(spec, runner.slots()[0])
     deadline = time.monotonic() + 300
