@@ -9,7 +9,7 @@ build and ship the artifacts here): real trials through trial.sh and bwrap on th
   shift    the same look-ahead with every logit shifted by +1e6 (softmax does not see a constant
            shift): a tolerance relative to each logit's own size is as blind
 
-Both must fail the check: the scorer compares log-probabilities (shift-free) with an absolute bound.
+Both must fail the check: the scorer's bound on the logits' difference is absolute (1e-3).
 """
 
 import time
