@@ -114,6 +114,10 @@ MIN_FREE_MB = 512            # a host's work root needs this much free space bef
 LOG_HEAD_BYTES = 256 * 1024  # kept from the start of a run's output
 LOG_TAIL_BYTES = 256 * 1024  # kept from the end
 KILL_GRACE_S = 10            # SIGTERM -> SIGKILL at time-out
+FROZEN_HASH_CPU_S = 10
+"""CPU seconds (RLIMIT_CPU) of the wrapper's checksum of the frozen files after `run`, per sha256sum:
+it reads what run left in code/, outside every budget, and a sparse file of 1 TiB reads as a
+terabyte of zeros; honest frozen files (source, a few MB) hash in well under a second."""
 PREPARE_BUDGET_S = 3600      # limit for the once-per-host `prepare` step (a data download may be slow)
 
 MAX_REVISIONS = 2            # as in the paper

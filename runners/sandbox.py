@@ -29,6 +29,7 @@ from typing import ClassVar
 from autoresearchd import defaults
 
 from . import interp
+from .seccomp import LAUNCHER as SECCOMP_LAUNCHER
 
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; RHEL: dnf install bubblewrap)"
 
@@ -120,10 +121,11 @@ class Bwrap(Sandbox):
 
     def check_script(self) -> str:
         # a real start: bwrap may exist while user namespaces are off (kernel.unprivileged_userns_clone=0,
-        # an AppArmor restriction, a container without CAP_SYS_ADMIN)
+        # an AppArmor restriction, a container without CAP_SYS_ADMIN); with the seccomp filter, as trials get it
         return ("if ! command -v bwrap >/dev/null 2>&1; then echo " + shlex.quote(f"bwrap not found; {INSTALL_HINT}") +
-                f"; elif e=$(env -i PATH={defaults.SANDBOX_LAUNCH_PATH} bwrap --ro-bind / / --unshare-all "
-                "--die-with-parent true 2>&1); then echo ok; "
+                f"; elif e=$(env -i PATH={defaults.SANDBOX_LAUNCH_PATH} bash -c {shlex.quote(SECCOMP_LAUNCHER)} "
+                "bwrap --ro-bind / / --unshare-all --die-with-parent --cap-drop ALL --seccomp 3 true 2>&1); "
+                "then echo ok; "
                 "else echo \"bwrap cannot create a sandbox here (${e##*$'\\n'}); user namespaces may be off: "
                 "see docs/security.md (apptainer, or a setuid bwrap)\"; fi")
 
@@ -133,8 +135,15 @@ class Bwrap(Sandbox):
         # --as-pid-1: the command (trial.sh's inner bash) is the namespace's PID 1, so it reaps every
         # orphan inside and bwrap reaps it: the CPU time of the whole tree, a double-forked grandchild
         # too, reaches the wrapper's rusage (bwrap's own init is never reaped: its figure was lost)
-        a = ["env", "-i", f"PATH={defaults.SANDBOX_LAUNCH_PATH}",
-             "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1", "--clearenv"]
+        # `bash -c SECCOMP_LAUNCHER bwrap`: opens the seccomp filter (runners/seccomp.py: no kernel keyrings
+        # inside, the one kernel state the namespaces leave shared) on fd 3 and execs bwrap, found on the
+        # launch PATH, with an empty environment
+        # --cap-drop ALL: started by root, bwrap maps root to root and left the step every capability of
+        # its user namespace (CAP_SYS_ADMIN: `mount -o remount,bind,rw` made each read-only bind writable,
+        # the Python environment the scorer runs included; tests/test_sandbox_root.py)
+        a = ["env", "-i", f"PATH={defaults.SANDBOX_LAUNCH_PATH}", "bash", "-c", SECCOMP_LAUNCHER,
+             "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1", "--clearenv",
+             "--cap-drop", "ALL", "--seccomp", "3"]
         if req.network:
             a.append("--share-net")
         for d in defaults.SANDBOX_SYSTEM_DIRS:
@@ -151,6 +160,11 @@ class Bwrap(Sandbox):
         for d in req.writable:
             a += ["--bind", d, d]
         a += ["--remount-ro", "/"]       # the sandbox's own root too: only the writable binds and /tmp take writes
+        # /proc read-only (its own /proc/self/fd links still reach the pipes): under a root daemon the step's
+        # uid is the kernel's root, and the host's global sysctls (kernel.core_pattern: a program the
+        # kernel runs as root) and /proc/sysrq-trigger took its writes; bwrap 0.8 covers /proc/sys only
+        # where access(W_OK) allows, which /proc/sys refuses (tests/test_sandbox_root.py)
+        a += ["--remount-ro", "/proc"]
         for k, v in req.env.items():
             a += ["--setenv", k, v]
         return a + ["--chdir", req.cwd, "--"]

@@ -83,13 +83,25 @@ unbuf=(); command -v stdbuf > /dev/null 2>&1 && unbuf=(stdbuf -o0)
 # (tail is exec'd: the subshell that runs cap becomes it, no fork for it)
 cap() { "${unbuf[@]}" head -c "$AR_LOG_HEAD" > "$1.head"; exec tail -c "$AR_LOG_TAIL" > "$1.tail"; }
 
-checksum_frozen() {  # one sha256sum for all; file by file (naming the absent, unreadable) where it fails
+# What run left at a frozen path is read here, outside every sandbox and budget: a fifo would block
+# sha256sum forever (holding the slot), a link to /dev/zero or a sparse 1 TiB file would be read for
+# hours. So only regular files (after links) are opened, each sha256sum under RLIMIT_CPU (AR_FROZEN_CPU:
+# a subshell that execs it, the fork the command took anyway); the rest is named, never opened.
+checksum_frozen() {  # one sha256sum for all; file by file (naming the absent, odd, unreadable) where it fails
   [ ${#AR_FROZEN[@]} -gt 0 ] || { : > "$1"; return; }
   # in this shell, not a ( cd ) subshell (a fork per call); it goes back to where it was
-  local back=$PWD f
-  cd "$T/code" 2>/dev/null && { sha256sum -- "${AR_FROZEN[@]}" > "$1" 2>/dev/null || for f in "${AR_FROZEN[@]}"; do
-      if [ -e "$f" ] || [ -L "$f" ]; then sha256sum -- "$f" 2>/dev/null || echo "unreadable  $f"; else echo "absent  $f"; fi
-    done > "$1"; }
+  local back=$PWD f odd=
+  if cd "$T/code" 2>/dev/null; then
+    for f in "${AR_FROZEN[@]}"; do [ ! -e "$f" ] || [ -f "$f" ] || { odd=1; break; }; done   # builtins only
+    { [ -z "$odd" ] &&
+      ( ulimit -t "${AR_FROZEN_CPU:-10}" 2>/dev/null; exec sha256sum -- "${AR_FROZEN[@]}" ) > "$1" 2>/dev/null; } ||
+      for f in "${AR_FROZEN[@]}"; do
+        if [ -e "$f" ] && [ ! -f "$f" ]; then echo "not a regular file  $f"
+        elif [ -e "$f" ] || [ -L "$f" ]; then
+          ( ulimit -t "${AR_FROZEN_CPU:-10}" 2>/dev/null; exec sha256sum -- "$f" ) 2>/dev/null || echo "unreadable  $f"
+        else echo "absent  $f"; fi
+      done > "$1"
+  fi
   cd "$back" || exit 97
   [ -e "$1" ] || : > "$1"      # no code/ at all: an empty list, as before
 }

@@ -70,6 +70,7 @@ def trial_env(spec: TrialSpec, slot: Slot, path_prefix: str, cfg_head: int, cfg_
         "AR_BUDGET": str(int(m.time_budget_s)),
         "AR_EVAL_BUDGET": str(int(m.eval_budget_s)),
         "AR_KILL_GRACE": str(defaults.KILL_GRACE_S),
+        "AR_FROZEN_CPU": str(defaults.FROZEN_HASH_CPU_S),   # checksum_frozen's RLIMIT_CPU
         "AR_LOG_HEAD": str(cfg_head),
         "AR_LOG_TAIL": str(cfg_tail),
         "AR_PATH": path_prefix,

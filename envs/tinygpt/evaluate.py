@@ -41,7 +41,7 @@ EVAL_BATCH = 16              # the artifact's batch (the model runner feeds it 1
 ARTIFACT = "out/model.pt"
 GROUPS = 2                   # a window and its check variant go to different groups (fresh processes)
 SECRET = ".eval_secret.npz"  # phase mode: in this process's own cwd (eval/), never in the inputs
-TOLERANCE = 1e-4             # relative to the scale of the logits compared
+TOLERANCE = 1e-3             # an absolute bound on the logits compared (float noise of batching: ~1e-6)
 
 
 def fail(msg: str) -> None:
@@ -123,13 +123,16 @@ def score(io: str, secret: str) -> None:
     for i in range(n):
         c = int(cut[i])
         (go, ro), (gv, rv) = loc[i]
-        a, b = np.asarray(out[go][ro, :c]), np.asarray(out[gv][rv, :c])
+        # absolute, never relative to the logits' size: the model chooses that size (one logit of -1e30 on
+        # a token the text never holds, or +1e6 on all of them, changes no probability), and a bound of
+        # 1e-4 x the largest logit let a look-ahead at every position pass (tests/test_tamper_model_scale.py)
+        a, b = np.asarray(out[go][ro, :c], dtype=np.float64), np.asarray(out[gv][rv, :c], dtype=np.float64)
         diff = float(np.abs(a - b).max())
-        if diff > TOLERANCE * (1.0 + float(np.abs(a).max())):
+        if not diff <= TOLERANCE:
             fail(f"the model is not causal, or its rows are not independent: the logits of a validation "
                  f"window before position {c} changed when its tokens from position {c} on (and the other "
-                 f"rows of its batch) changed (max abs difference {diff:.3g}). Position t may only see "
-                 f"tokens 0..t of its own row.")
+                 f"rows of its batch) changed (max abs difference {diff:.3g}). Position t may "
+                 f"only see tokens 0..t of its own row.")
     total, count = 0.0, 0
     for g in range(GROUPS):
         idx = np.flatnonzero(loc[:, 0, 0] == g)          # the originals scored in group g

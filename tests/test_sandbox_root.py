@@ -1,0 +1,161 @@
+"""A daemon that runs as root (a GPU box, a container, this CI machine) starts bwrap as root: the
+sandbox is a user namespace that maps root to root, and bwrap left the step every capability of
+that namespace (CapEff all ones, measured), CAP_SYS_ADMIN included. Its read-only binds are mounts
+of its own mount namespace, not locked, so `mount -o remount,bind,rw` made each of them writable:
+the Python environment, /usr, the data paths, on the host. Real trials on the local runner:
+
+  data     run remounts a `data` path read-write and overwrites a file there
+  scorer   run plants a .pth file in the site-packages of the interpreter the scorer runs: at exit
+           it prints a `---` block after the scorer's own, and the last block is the metric
+  sysctl   run writes the host's global sysctls (its uid is the kernel's root, and bwrap 0.8 left
+           /proc/sys writable: its check for covering it is access(W_OK), which /proc/sys refuses
+           to root as it is), kernel.core_pattern among them: `|program` is run by the kernel as
+           root on the host at the next crash. Written back with the value each had.
+
+Each must leave the host unchanged and the metric the scorer's (docs/security.md, "What `run`
+can and cannot do": root inside keeps no capability).
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+import site
+import sysconfig
+import tarfile
+import time
+import uuid
+
+import pytest
+from needs import needs, not_here
+
+from autoresearchd.config import RunnerCfg
+from autoresearchd.manifest import EnvManifest
+from autoresearchd.runners import sandbox as sandboxes
+from autoresearchd.runners.base import PollState, TrialSpec
+from autoresearchd.runners.local import LocalRunner
+
+pytestmark = needs("bwrap", sandboxes.get("bwrap").available())
+
+TAG = "zz_ar_roottest_"
+
+RUN = r'''import os, subprocess, sys, sysconfig
+mode, tag = sys.argv[1], sys.argv[2]
+def writable(d):          # the bind's own mount point is d or a directory above it
+    while d != "/":
+        r = subprocess.run(["mount", "-o", "remount,bind,rw", d], capture_output=True, text=True)
+        print("remount", d, r.returncode, r.stderr.strip()[-200:])
+        if r.returncode == 0:
+            return
+        d = os.path.dirname(d)
+if mode == "data":
+    d = os.environ["ROOTTEST_DATA"]
+    writable(d)
+    try:
+        open(os.path.join(d, "train.txt"), "w").write("overwritten by run")
+    except OSError as e:
+        print("data:", e)
+if mode == "scorer":
+    sp = sysconfig.get_paths()["purelib"]
+    writable(sp)
+    pth = "import os, atexit; '%s' in os.getcwd() and atexit.register(lambda: print('\\n---\\nscore: 0.001'))\n" % tag
+    try:
+        open(os.path.join(sp, "''' + TAG + r'''%s.pth" % tag), "w").write(pth)
+    except OSError as e:
+        print("scorer:", e)
+if mode == "sysctl":          # the host's own settings: the same value written back, nothing changed
+    n = 0
+    for f in ("/proc/sys/vm/swappiness", "/proc/sys/kernel/core_pattern", "/proc/sys/kernel/modprobe"):
+        try:
+            cur = open(f, "rb").read()
+            fd = os.open(f, os.O_WRONLY)
+            os.write(fd, cur)
+            os.close(fd)
+            n += 1
+            print("sysctl: wrote", f)
+        except OSError as e:
+            print("sysctl:", f, e.strerror)
+    print("---")
+    print("writable: %d" % n)
+print("---")
+print("score: 5")
+'''
+
+SCORER = "print('---')\nprint('score: 1')\n"
+
+
+def tar_of(files: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for name, text in files.items():
+            data = text.encode()
+            ti = tarfile.TarInfo(name)
+            ti.size, ti.mode = len(data), 0o644
+            t.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _planted() -> list[str]:
+    dirs = {sysconfig.get_paths()["purelib"], *site.getsitepackages()}
+    return [p for d in dirs for p in glob.glob(os.path.join(d, TAG + "*.pth"))]
+
+
+@pytest.fixture(scope="module")
+def root_runner(tmp_path_factory):
+    if os.geteuid() != 0:
+        not_here("this test is about a daemon that runs as root")
+    data = tmp_path_factory.mktemp("roottest-data")
+    (data / "train.txt").write_text("the data")
+    work = tmp_path_factory.mktemp("roottest") / "work"
+    m = EnvManifest(run="true", metric="score", time_budget_s=60, data={"ROOTTEST_DATA": str(data)})
+    runner = LocalRunner(RunnerCfg(kind="local", slots=1, sandbox="bwrap"), m, str(work))
+    try:
+        yield runner, data
+    finally:
+        runner.close()
+        for p in _planted():          # only before the fix could a run plant one
+            os.unlink(p)
+
+
+def _run(runner: LocalRunner, m: EnvManifest, code: dict[str, str], eval_files: dict[str, str] | None = None,
+         tag: str | None = None):
+    spec = TrialSpec(trial_id=f"r-{tag or uuid.uuid4().hex[:8]}", commit="0" * 40, seed=0, manifest=m,
+                     code_tar=tar_of(code),
+                     eval_tar=tar_of(eval_files or {}), frozen_paths=list(m.frozen))
+    h = runner.submit(spec, runner.slots()[0])
+    deadline = time.monotonic() + 300
+    while runner.poll(h) != PollState.DONE:
+        assert time.monotonic() < deadline, "trial did not finish"
+        time.sleep(0.2)
+    runner.manifest = m
+    return runner.fetch(h)
+
+
+def test_run_cannot_make_a_read_only_data_path_writable(root_runner):
+    runner, data = root_runner
+    m = EnvManifest(run="python3 run.py data x", metric="score", time_budget_s=60,
+                    data={"ROOTTEST_DATA": str(data)})
+    out = _run(runner, m, {"run.py": RUN})
+    assert out.error is None, (out.error, out.log[-1500:])
+    assert (data / "train.txt").read_text() == "the data", out.log[-1500:]
+
+
+def test_run_cannot_plant_code_in_the_scorers_interpreter(root_runner):
+    runner, data = root_runner
+    tag = uuid.uuid4().hex[:10]
+    m = EnvManifest(run=f"python3 run.py scorer {tag}", evaluate="python3 evaluate.py", metric="score",
+                    time_budget_s=60, eval_budget_s=60, frozen=["evaluate.py"])
+    # the .pth acts only where the cwd holds the tag: in this trial's eval/ (the trial dir is named by it)
+    out = _run(runner, m, {"run.py": RUN}, {"evaluate.py": SCORER}, tag=tag)
+    assert out.error is None and out.metrics == {"score": 1.0}, (out.metrics, out.log[-1500:])
+    assert not _planted(), _planted()
+
+
+
+def test_run_cannot_write_the_hosts_sysctls(root_runner):
+    runner, data = root_runner
+    m = EnvManifest(run="python3 run.py sysctl x", metric="score", time_budget_s=60)
+    out = _run(runner, m, {"run.py": RUN})
+    assert out.error is None, (out.error, out.log[-1500:])
+    assert b"sysctl: wrote" not in out.log, out.log[-1500:]
