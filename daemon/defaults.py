@@ -56,10 +56,9 @@ one tree just under PUSH_MAX_PATHS, and the gate diffs each (git config autorese
 GIT_CLOSE_WAIT_S = 5.0
 
 GATE_DIFF_BATCH = 8
-"""Most arriving ideas whose diffs the gate reads in one `git diff-tree --stdin` and holds at once. A
-pushed tip may list up to PUSH_MAX_PATHS paths, and many tips may share one such tree (a push of a few
-KiB): unbatched, 20 of them held 1.96 million changes, 1.6 GiB, and the memory grew with every ref
-pushed; in batches of this many it is bounded whatever the number of refs."""
+"""Most arriving ideas whose diffs the gate reads in one `git diff-tree --stdin` and holds at once: many
+pushed tips may share one tree of PUSH_MAX_PATHS paths (a push of a few KiB); unbatched, 20 of them held
+1.96 million changes (1.6 GiB), growing with every ref pushed; batched, bounded whatever the number."""
 GIT_SMALL_READ = 64
 """Up to this many objects, GitRepo.cat_file_batch and object_sizes read them through the persistent
 `cat-file` processes (about 0.1 ms an object, no process) rather than start a `git cat-file --batch`
@@ -115,9 +114,8 @@ LOG_HEAD_BYTES = 256 * 1024  # kept from the start of a run's output
 LOG_TAIL_BYTES = 256 * 1024  # kept from the end
 KILL_GRACE_S = 10            # SIGTERM -> SIGKILL at time-out
 FROZEN_HASH_CPU_S = 10
-"""CPU seconds (RLIMIT_CPU) of the wrapper's checksum of the frozen files after `run`, per sha256sum:
-it reads what run left in code/, outside every budget, and a sparse file of 1 TiB reads as a
-terabyte of zeros; honest frozen files (source, a few MB) hash in well under a second."""
+"""RLIMIT_CPU of each sha256sum of the frozen files after `run`: it reads what run left, outside every
+budget (a sparse 1 TiB file is a TiB of zeros); honest frozen files hash in well under a second."""
 PREPARE_BUDGET_S = 3600      # limit for the once-per-host `prepare` step (a data download may be slow)
 
 MAX_REVISIONS = 2            # as in the paper
