@@ -27,6 +27,24 @@ from pathlib import Path
 from autoresearchd.runners.local import local_gpu_count
 from autoresearchd.store.gitrepo import GitError, GitRepo
 
+# a training loop: a backward pass and an optimizer step (`loss.backward()`, `optimizer.step()`)
+_BACKWARD = re.compile(r"\.backward\(")
+_OPT_STEP = re.compile(r"\b\w*(?:optim|opt)\w*\.step\(", re.I)
+
+
+def loop_scripts(root: Path, names: list[str]) -> list[str]:
+    """Top-level scripts that hold a training loop, largest first: a repo whose training script has
+    no conventional name (karpathy/ng-video-lecture's gpt.py and bigram.py) still gets a `run`."""
+    found = []
+    for n in names:
+        if "/" in n:
+            continue
+        text = (root / n).read_text(errors="replace")
+        if _BACKWARD.search(text) and _OPT_STEP.search(text):
+            found.append((-len(text), n))
+    return [n for _, n in sorted(found)]
+
+
 README_NAMES = ("README.md", "README.rst", "README.txt", "README", "readme.md", "Readme.md")
 CONFIG_DIRS = ("config", "configs", "conf", "cfg")
 CONFIG_EXTS = (".py", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini")
@@ -48,7 +66,8 @@ _CPU_FLAGS = re.compile(r"--device[= ](?:'|\")?cpu\b|--cpu\b|--no[-_]cuda\b|--ac
 _SMALL = re.compile(r"char|tiny|small|mini|debug|cpu|toy|nano", re.I)
 _NPROC = re.compile(r"--nproc[-_]per[-_]node[= ](\d+)|--num[-_]processes[= ](\d+)|--num[-_]gpus[= ](\d+)")
 _LAUNCH_WORD = re.compile(r"python[0-9.]*|torchrun|accelerate|deepspeed")
-_DEVICE_DEFAULT = re.compile(r"""^device\s*=\s*["']cuda""", re.M)
+# `device = "cuda"`, not `device = "cuda" if torch.cuda.is_available() else "cpu"` (that one falls back)
+_DEVICE_DEFAULT = re.compile(r"""^device\s*=\s*["']cuda[^"'\n]*["'](?![^\n#]*\bif\b)""", re.M)
 
 
 @dataclass

@@ -214,7 +214,7 @@ def cmd_adopt(args, cfg) -> int:
     console.print("next:", markup=False, soft_wrap=True)
     for i, step in enumerate(adopt.next_steps(root, p, written), 1):
         console.print(f"  {i}. {step}", markup=False, soft_wrap=True)
-    ask = args.commit or (tty and input(f"commit {len(written)} file(s) now, as they are? [y/N] ").strip().lower() == "y")
+    ask = args.commit or (tty and _answer(f"commit {len(written)} file(s) now, as they are? [y/N] ").lower() == "y")
     if ask:
         sha = adopt.commit(root, written)
         console.print(f"committed {sha[:10]}: {', '.join(written)}", markup=False, soft_wrap=True)
@@ -232,13 +232,22 @@ def _count(text: str) -> int:
     return n
 
 
+def _answer(prompt: str) -> str:
+    """A prompt's answer; end of input (Ctrl-D, a closed stdin) is the default answer, not a traceback."""
+    try:
+        return input(prompt).strip()
+    except EOFError:
+        console.print(markup=False)
+        return ""
+
+
 def _ask_command(f) -> int | None:
     """On a terminal: which of the training commands found becomes `run` (Enter keeps the first)."""
     console.print("training commands found:", markup=False)
     for i, c in enumerate([f.command, *f.alternatives], 1):
         console.print(f"  {i}. {c.cmd}   ({c.where}" + (f"; missing: {', '.join(c.missing)}" if c.missing else "")
                       + ")", markup=False, highlight=False, soft_wrap=True)
-    answer = input(f"use which for `run`? [1-{len(f.alternatives) + 1}, Enter: 1] ").strip()
+    answer = _answer(f"use which for `run`? [1-{len(f.alternatives) + 1}, Enter: 1] ")
     return int(answer) - 2 if answer.isdigit() and 2 <= int(answer) <= len(f.alternatives) + 1 else None
 
 
