@@ -210,9 +210,15 @@ def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=Fals
         # and drop the provenance ones (`show IDEA` has them)
         cols = tuple(c for c in COLUMNS if c not in NARROW_DROPS)
     t = Table(show_lines=False, box=box.SIMPLE_HEAD if out.width < defaults.IDEAS_WIDE_TABLE else box.HEAVY_HEAD)
+    # the title and the delta wrap; the status keeps its whole word: at 80 columns a stale result's
+    # delta (`-0.3824 mean, old 3.0385@fed95d4`) left the status column no width at all
+    wraps = ("title", "metric", "Δ baseline")
+    status_w = max([len("status")] + [len(c[COLUMNS.index("status")]) for c in cells])
     for col in cols:
-        t.add_column(col, overflow="fold" if col == "title" else "ellipsis", no_wrap=col != "title",
-                     min_width={"#": len(str(len(cells))), "idea": 13, "title": 16, "metric": 6}.get(col))
+        t.add_column(col, overflow="fold" if col in wraps else "ellipsis", no_wrap=col not in wraps,
+                     min_width={"#": len(str(len(cells))), "idea": 13, "title": 12, "metric": 6,
+                                "Δ baseline": 15, "status": status_w}.get(col),
+                     max_width=10 if col == "metric" and cols != COLUMNS else None)   # `V ±` over `std`
     keep = [COLUMNS.index(c) for c in cols]
     for c in cells:
         t.add_row(*(Text(c[j]) for j in keep))    # titles, branches, errors are data, never rich markup
