@@ -198,7 +198,8 @@ def render_manifest(f: Findings) -> str:
     train = f.train or "train.py"
     run = f.run
     frozen = ([EVAL_FILE, MODEL_FILE] if f.needs_evaluator else []) + (["data"] if f.data_dir else []) + \
-        [d for d in (docs.data_files(f.command) if f.command else []) if not (f.data_dir and d.startswith("data/"))]
+        [d for d in dict.fromkeys((docs.data_files(f.command) if f.command else []) + docs.read_files(f.root, f.train))
+         if not (f.data_dir and d.startswith("data/"))]
     seed_lines = "".join(f"#   {s}\n" for s in f.seeds[:8]) or "#   (none found)\n"
     prep = f.prepare_scripts[0] if f.prepare_scripts else "data/prepare.py"
     lines = [

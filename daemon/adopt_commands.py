@@ -294,6 +294,19 @@ def data_files(c: Command) -> list[str]:
     return [f for f in c.files if not f.endswith(CONFIG_EXTS) and f not in c.missing]
 
 
+_OPEN_LITERAL = re.compile(r"""\bopen\(\s*["']([^"'\n]+)["']""")
+
+
+def read_files(root: Path, script: str | None) -> list[str]:
+    """The repo's data files the training script opens by a literal name (`open('input.txt')`):
+    frozen like the files a command names, so the evaluator finds the held-out text beside itself."""
+    if not script or not (root / script).is_file():
+        return []
+    names = _OPEN_LITERAL.findall((root / script).read_text(errors="replace"))
+    return sorted({n.removeprefix("./") for n in names if n.endswith(_FILE_EXTS) and not n.endswith(CONFIG_EXTS)
+                   and not n.startswith(("/", "..")) and (root / n).is_file()})
+
+
 def defaults_to_cuda(root: Path, script: str | None) -> bool:
     return bool(script and (root / script).is_file() and _DEVICE_DEFAULT.search((root / script).read_text(errors="replace")))
 

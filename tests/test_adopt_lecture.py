@@ -4,6 +4,7 @@ a training loop, `gpt.py` and `bigram.py`, neither called train*, no documented 
 
 - adopt finds the training script by its loop (a backward pass and an optimizer step), takes the
   largest and says which others it saw; before, it stopped with "no training script found";
+- it freezes the data file the script opens by name (`input.txt`), which the evaluator must read;
 - it does not claim that a script which falls back to the CPU "defaults to cuda";
 - on a terminal, end of input at its commit question (Ctrl-D) is a "no", not a traceback.
 """
@@ -61,6 +62,8 @@ def test_adopt_finds_a_training_loop_not_called_train(make_repo):
     assert "not sure: training script: gpt.py of gpt.py, bigram.py" in p.stdout, p.stdout
     m = (repo / ".autoresearch.toml").read_text()
     assert manifest_value(m, "run") == '"python gpt.py && python autoresearch_export.py"', m
+    # the text it reads by name is frozen: ideas cannot edit it and the evaluator finds it beside itself
+    assert manifest_value(m, "frozen").startswith('["autoresearch_eval.py", "autoresearch_model.py", "input.txt"]'), m
     # it falls back to the CPU by itself: nothing to add, nothing to say about it
     assert "defaults to cuda" not in p.stdout + m, p.stdout
 
