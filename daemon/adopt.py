@@ -108,6 +108,11 @@ def inspect(root: Path) -> Findings:
     rel = {p.relative_to(root).as_posix(): p for p in files}
     f.train = next((n for n in TRAIN_NAMES if n in rel), None) or \
         next((n for n in rel if "/" not in n and n.startswith("train")), None)
+    if f.train is None and (loops := docs.loop_scripts(root, list(rel))):
+        f.train = loops[0]      # no conventional name: the largest top-level script with a training loop
+        if loops[1:]:
+            f.unsure.append(f"training script: {f.train} of {', '.join(loops)} (each has a training loop; "
+                            f"the largest was taken): edit `run` to train another")
     _guess_commands(f, rel)
     text = rel[f.train].read_text(errors="replace") if f.train else ""
     f.prints_block = bool(_BLOCK_PRINT.search(text))
@@ -193,7 +198,8 @@ def render_manifest(f: Findings) -> str:
     train = f.train or "train.py"
     run = f.run
     frozen = ([EVAL_FILE, MODEL_FILE] if f.needs_evaluator else []) + (["data"] if f.data_dir else []) + \
-        [d for d in (docs.data_files(f.command) if f.command else []) if not (f.data_dir and d.startswith("data/"))]
+        [d for d in dict.fromkeys((docs.data_files(f.command) if f.command else []) + docs.read_files(f.root, f.train))
+         if not (f.data_dir and d.startswith("data/"))]
     seed_lines = "".join(f"#   {s}\n" for s in f.seeds[:8]) or "#   (none found)\n"
     prep = f.prepare_scripts[0] if f.prepare_scripts else "data/prepare.py"
     lines = [
@@ -295,7 +301,8 @@ def plan(root: Path, force: bool = False, ask=None) -> Plan:
         f.command, f.train, f.cpu_option = chosen, chosen.script, None
         _guess_host(f)
     if f.train is None:
-        raise ConfigError(f"{root}: no training script found ({', '.join(TRAIN_NAMES)} or train*.py at the top); "
+        raise ConfigError(f"{root}: no training script found ({', '.join(TRAIN_NAMES)}, train*.py, or a "
+                          f"script with a backward pass and an optimizer step, at the top); "
                           f"write {MANIFEST_FILE} by hand (docs/environment.md)")
     files = {MANIFEST_FILE: render_manifest(f), PROGRESS_FILE: template(PROGRESS_FILE)}
     if f.needs_evaluator:

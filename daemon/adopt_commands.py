@@ -27,6 +27,24 @@ from pathlib import Path
 from autoresearchd.runners.local import local_gpu_count
 from autoresearchd.store.gitrepo import GitError, GitRepo
 
+# a training loop: a backward pass and an optimizer step (`loss.backward()`, `optimizer.step()`)
+_BACKWARD = re.compile(r"\.backward\(")
+_OPT_STEP = re.compile(r"\b\w*(?:optim|opt)\w*\.step\(", re.I)
+
+
+def loop_scripts(root: Path, names: list[str]) -> list[str]:
+    """Top-level scripts that hold a training loop, largest first: a repo whose training script has
+    no conventional name (karpathy/ng-video-lecture's gpt.py and bigram.py) still gets a `run`."""
+    found = []
+    for n in names:
+        if "/" in n:
+            continue
+        text = (root / n).read_text(errors="replace")
+        if _BACKWARD.search(text) and _OPT_STEP.search(text):
+            found.append((-len(text), n))
+    return [n for _, n in sorted(found)]
+
+
 README_NAMES = ("README.md", "README.rst", "README.txt", "README", "readme.md", "Readme.md")
 CONFIG_DIRS = ("config", "configs", "conf", "cfg")
 CONFIG_EXTS = (".py", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini")
@@ -48,7 +66,8 @@ _CPU_FLAGS = re.compile(r"--device[= ](?:'|\")?cpu\b|--cpu\b|--no[-_]cuda\b|--ac
 _SMALL = re.compile(r"char|tiny|small|mini|debug|cpu|toy|nano", re.I)
 _NPROC = re.compile(r"--nproc[-_]per[-_]node[= ](\d+)|--num[-_]processes[= ](\d+)|--num[-_]gpus[= ](\d+)")
 _LAUNCH_WORD = re.compile(r"python[0-9.]*|torchrun|accelerate|deepspeed")
-_DEVICE_DEFAULT = re.compile(r"""^device\s*=\s*["']cuda""", re.M)
+# `device = "cuda"`, not `device = "cuda" if torch.cuda.is_available() else "cpu"` (that one falls back)
+_DEVICE_DEFAULT = re.compile(r"""^device\s*=\s*["']cuda[^"'\n]*["'](?![^\n#]*\bif\b)""", re.M)
 
 
 @dataclass
@@ -273,6 +292,19 @@ def data_files(c: Command) -> list[str]:
     """The data files a command names (not scripts, not configs): frozen, so ideas cannot edit the data
     and the evaluator finds it beside itself."""
     return [f for f in c.files if not f.endswith(CONFIG_EXTS) and f not in c.missing]
+
+
+_OPEN_LITERAL = re.compile(r"""\bopen\(\s*["']([^"'\n]+)["']""")
+
+
+def read_files(root: Path, script: str | None) -> list[str]:
+    """The repo's data files the training script opens by a literal name (`open('input.txt')`):
+    frozen like the files a command names, so the evaluator finds the held-out text beside itself."""
+    if not script or not (root / script).is_file():
+        return []
+    names = _OPEN_LITERAL.findall((root / script).read_text(errors="replace"))
+    return sorted({n.removeprefix("./") for n in names if n.endswith(_FILE_EXTS) and not n.endswith(CONFIG_EXTS)
+                   and not n.startswith(("/", "..")) and (root / n).is_file()})
 
 
 def defaults_to_cuda(root: Path, script: str | None) -> bool:

@@ -149,8 +149,33 @@ def cmd_start(args, cfg) -> int:
 
 
 def cmd_stop(args, cfg) -> int:
-    research = open_research(cfg, create=False)
-    pidfile = state_dir(research.repo) / "daemon.pid"
+    return _stop(args, open_research(cfg, create=False).repo)
+
+
+def _stop_despite(args, err: ConfigError) -> int:
+    """`stop` with a config that no longer loads (a typo made while the daemon runs): the daemon
+    still has to be stoppable. Its pidfile is found from the config file's place alone: `research.repo`
+    as the raw TOML says, the git repo holding the file (what adopt writes), the default repo."""
+    import tomllib
+    from autoresearchd.config import ResearchCfg, find_config
+    p = Path(args.config) if args.config else find_config()
+    if p is None or not p.is_file():
+        raise err
+    try:
+        given = (tomllib.loads(p.read_text()).get("research") or {}).get("repo")
+    except (tomllib.TOMLDecodeError, OSError, AttributeError):
+        given = None
+    base = p.resolve().parent
+    for cand in ([base / given] if isinstance(given, str) else []) + [base, base / ResearchCfg.model_fields["repo"].default]:
+        if is_repo(cand) and (state_dir(GitRepo(cand), create=False) / "daemon.pid").is_file():
+            sys.stderr.write(f"autoresearchd: {one_line(' '.join(str(err).split()))}\n"
+                             f"autoresearchd: stopping the daemon of {cand} anyway (fix the config before `start`)\n")
+            return _stop(args, GitRepo(cand))
+    raise err
+
+
+def _stop(args, repo: GitRepo) -> int:
+    pidfile = state_dir(repo) / "daemon.pid"
     if not pidfile.is_file():
         console.print("autoresearchd is not running")
         return 1
@@ -214,7 +239,7 @@ def cmd_adopt(args, cfg) -> int:
     console.print("next:", markup=False, soft_wrap=True)
     for i, step in enumerate(adopt.next_steps(root, p, written), 1):
         console.print(f"  {i}. {step}", markup=False, soft_wrap=True)
-    ask = args.commit or (tty and input(f"commit {len(written)} file(s) now, as they are? [y/N] ").strip().lower() == "y")
+    ask = args.commit or (tty and _answer(f"commit {len(written)} file(s) now, as they are? [y/N] ").lower() == "y")
     if ask:
         sha = adopt.commit(root, written)
         console.print(f"committed {sha[:10]}: {', '.join(written)}", markup=False, soft_wrap=True)
@@ -232,13 +257,22 @@ def _count(text: str) -> int:
     return n
 
 
+def _answer(prompt: str) -> str:
+    """A prompt's answer; end of input (Ctrl-D, a closed stdin) is the default answer, not a traceback."""
+    try:
+        return input(prompt).strip()
+    except EOFError:
+        console.print(markup=False)
+        return ""
+
+
 def _ask_command(f) -> int | None:
     """On a terminal: which of the training commands found becomes `run` (Enter keeps the first)."""
     console.print("training commands found:", markup=False)
     for i, c in enumerate([f.command, *f.alternatives], 1):
         console.print(f"  {i}. {c.cmd}   ({c.where}" + (f"; missing: {', '.join(c.missing)}" if c.missing else "")
                       + ")", markup=False, highlight=False, soft_wrap=True)
-    answer = input(f"use which for `run`? [1-{len(f.alternatives) + 1}, Enter: 1] ").strip()
+    answer = _answer(f"use which for `run`? [1-{len(f.alternatives) + 1}, Enter: 1] ")
     return int(answer) - 2 if answer.isdigit() and 2 <= int(answer) <= len(f.alternatives) + 1 else None
 
 
@@ -361,6 +395,11 @@ def main(argv: list[str] | None = None) -> int:
         _setup_logging("DEBUG" if args.debug else cfg.daemon.log_level)
         return COMMANDS[args.cmd](args, cfg) or 0
     except ConfigError as e:
+        if args.cmd == "stop" and not args.debug:
+            try:
+                return _stop_despite(args, e)
+            except ConfigError:
+                pass
         if args.debug:
             raise
         sys.stderr.write(f"autoresearchd: {one_line(' '.join(str(e).split()))}\n")  # one line, never wrapped

@@ -29,6 +29,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from autoresearchd import defaults
 from autoresearchd.engine.lock import hold_daemon_lock
+from autoresearchd.engine.manifestwatch import ManifestWatch
 from autoresearchd.engine.parts import build_engine
 from autoresearchd.engine.plan import Job, held, plan_jobs, settled
 from autoresearchd.engine.stopwhen import budget_spent, search_stop, stop_condition
@@ -61,6 +62,7 @@ class Daemon:
         self.slots, self.recovery = engine.slots, engine.recovery
         self.collector, self.dispatcher = engine.collector, engine.dispatcher
         self.screener = screener                      # engine/screener.py, with [screening] enabled
+        self.manifest_watch = ManifestWatch(cfg, research)    # a baseline commit that changes the manifest
         self.started = time.time()
         self.state_dir = gitrepo.state_dir(self.repo)
         self._tick_lock = threading.Lock()
@@ -125,12 +127,13 @@ class Daemon:
                     pop = self.read()
                 if self.screener is not None and self.screener.step(pop):     # screens made, decisions written
                     pop = self.read()
-                if not self._stopping.is_set():
+                on_hold = self.manifest_watch.check(pop.baseline_commit)     # the manifest moved: say so, wait
+                if not self._stopping.is_set() and not on_hold:
                     self.dispatcher.dispatch(pop, self.jobs(pop))
                 # after dispatch, so a burst of pushes does not delay the trials that can start now
                 if self.dispatcher.reject_on_arrival(pop):
                     pop = self.read()
-                if not self._stopping.is_set():
+                if not self._stopping.is_set() and not on_hold:
                     self._resume_proposals(pop)
                     if self.tuner is not None and self._maybe_tune(pop):
                         pop = self.read(scan=True)
@@ -313,6 +316,7 @@ class Daemon:
                  "implementing": sorted(self._implementing), "proposing": self._proposing,
                  # without a policy only tuning proposes: what ended it (the budget, the target)
                  "stop_reason": self.stop_condition(pop) if self.policy else self.search_stop(pop),
+                 "held": self.manifest_watch.reason,
                  "llm": self.llm_note,
                  "split": (lambda s: s.as_dict() | {"line": s.line()} if s else None)(self.budget_split(pop)),
                  "budget": ({"usd": self.llm.budget.usd, "calls": self.llm.budget.calls,

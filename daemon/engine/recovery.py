@@ -108,6 +108,15 @@ class Recovery:
     def silent(self, lz: Lease) -> Lease | None:
         """A poll could not reach the trial's host. None while the host is within the lease TTL (the
         trial keeps its slot); past it (and past the last probe) the host's fault: the lease, stale."""
+        known = self.runner.hosts
+        if known is not None and lz.host not in known:
+            # a host this config does not list (the daemon restarted with other hosts, or after the
+            # local runner): nothing will answer for it, so the seed goes back to the queue now, not
+            # after the lease TTL, and no host is shown `degraded` for good (settle_stale forgets it)
+            why = f"its host {lz.host} is not among this config's hosts ({', '.join(sorted(known))})"
+            log.warning("trial %s back to the queue: %s", lz.trial_id, why)
+            lz.faults, lz.error, lz.state = list(lz.faults) + [f"{lz.host}: {why}"], why, LeaseState.STALE
+            return lz
         seen = self._last_seen.setdefault(lz.trial_id, max(lz.heartbeat, self.started))
         self.health.fault(lz.host, self.slots.unreachable_why(lz.host))
         if time.time() - seen <= self.cfg.daemon.lease_ttl_s:

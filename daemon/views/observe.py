@@ -141,6 +141,8 @@ def status(cfg, console, as_json: bool = False) -> int:
         _plain(console, s["tune"]["line"])
     if d.get("stop_reason"):
         _plain(console, f"not proposing: {d['stop_reason']}")
+    if d.get("held"):
+        _plain(console, f"held: {d['held']}")
     return 0
 
 
@@ -210,9 +212,21 @@ def ideas_table(cfg, console, status=None, origin=None, epoch=None, as_json=Fals
         # and drop the provenance ones (`show IDEA` has them)
         cols = tuple(c for c in COLUMNS if c not in NARROW_DROPS)
     t = Table(show_lines=False, box=box.SIMPLE_HEAD if out.width < defaults.IDEAS_WIDE_TABLE else box.HEAVY_HEAD)
+    # At 80 columns a stale result's delta (`-0.3824 mean, old 3.0385@fed95d4`) and a metric with its
+    # std left the status column no width at all: where the natural widths do not fit, the metric and
+    # the delta get widths of their own and wrap, the title keeps 16 columns and the status its word.
+    natural = {col: max([len(col)] + [len(c[COLUMNS.index(col)]) for c in cells]) for col in cols}
+    avail = out.width - 3 * len(cols) - 1 - sum(w for col, w in natural.items()
+                                                 if col not in ("title", "metric", "Δ baseline"))
+    fixed: dict[str, int] = {}
+    if "Δ baseline" in cols and natural["metric"] + natural["Δ baseline"] + 16 > avail:
+        fixed["metric"] = min(natural["metric"], 9)                  # `3.0932 ±` over `0.0070`
+        fixed["Δ baseline"] = min(natural["Δ baseline"], max(12, avail - 16 - fixed["metric"]))
     for col in cols:
-        t.add_column(col, overflow="fold" if col == "title" else "ellipsis", no_wrap=col != "title",
-                     min_width={"#": len(str(len(cells))), "idea": 13, "title": 16, "metric": 6}.get(col))
+        wraps = col == "title" or col in fixed
+        t.add_column(col, overflow="fold" if wraps else "ellipsis", no_wrap=not wraps, width=fixed.get(col),
+                     min_width={"#": len(str(len(cells))), "idea": min(13, natural["idea"]), "title": 16, "metric": 6,
+                                "status": natural.get("status")}.get(col))
     keep = [COLUMNS.index(c) for c in cols]
     for c in cells:
         t.add_row(*(Text(c[j]) for j in keep))    # titles, branches, errors are data, never rich markup

@@ -104,6 +104,8 @@ def render_progress(state: dict | None, population, time_budget_s: float | None 
         info.append("proposing…")
     if state.get("stop_reason"):
         info.append(f"not proposing: {state['stop_reason']}")
+    if state.get("held"):
+        info.append(f"held: {state['held']}")
     if info:
         parts.append(Text(" · ".join(info), style="dim"))
     if trials:

@@ -122,6 +122,7 @@ def summary(cfg, research=None, pop=None, figures: dict | None = None) -> dict:
                    "uptime_s": time.time() - st["started"] if alive and st.get("started") else None,
                    "last_heartbeat_s": time.time() - st["heartbeat"] if st and st.get("heartbeat") else None,
                    "llm": st.get("llm") if st else None, "stop_reason": st.get("stop_reason") if st else None,
+                   "held": st.get("held") if alive else None,
                    "implementing": st.get("implementing", []) if alive else [],
                    "stopping_s": (time.time() - st["stopping_since"]
                                   if alive and st.get("stopping_since") else None)},
