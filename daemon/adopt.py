@@ -106,13 +106,8 @@ def inspect(root: Path) -> Findings:
     f = Findings(root)
     files = _py_files(root)
     rel = {p.relative_to(root).as_posix(): p for p in files}
-    f.train = next((n for n in TRAIN_NAMES if n in rel), None) or \
-        next((n for n in rel if "/" not in n and n.startswith("train")), None)
-    if f.train is None and (loops := docs.loop_scripts(root, list(rel))):
-        f.train = loops[0]      # no conventional name: the largest top-level script with a training loop
-        if loops[1:]:
-            f.unsure.append(f"training script: {f.train} of {', '.join(loops)} (each has a training loop; "
-                            f"the largest was taken): edit `run` to train another")
+    f.train, why = docs.train_script(root, list(rel), TRAIN_NAMES)
+    f.unsure += [why] if why else []
     _guess_commands(f, rel)
     text = rel[f.train].read_text(errors="replace") if f.train else ""
     f.prints_block = bool(_BLOCK_PRINT.search(text))

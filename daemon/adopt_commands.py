@@ -45,6 +45,17 @@ def loop_scripts(root: Path, names: list[str]) -> list[str]:
     return [n for _, n in sorted(found)]
 
 
+def train_script(root: Path, names: list[str], usual: tuple[str, ...]) -> tuple[str | None, str | None]:
+    """The training script (a usual name, then train*.py at the top, then the largest top-level script
+    with a training loop) and, where several scripts have a loop, what to say about the choice."""
+    got = next((n for n in usual if n in names), None) or next((n for n in names if "/" not in n and
+                                                                n.startswith("train")), None)
+    if got is not None or not (loops := loop_scripts(root, names)):
+        return got, None
+    return loops[0], (f"training script: {loops[0]} of {', '.join(loops)} (each has a training loop; the largest "
+                      f"was taken): edit `run` to train another") if loops[1:] else None
+
+
 README_NAMES = ("README.md", "README.rst", "README.txt", "README", "readme.md", "Readme.md")
 CONFIG_DIRS = ("config", "configs", "conf", "cfg")
 CONFIG_EXTS = (".py", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini")

@@ -9,9 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
-import time
 import traceback
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -23,6 +21,7 @@ from autoresearchd import defaults
 from autoresearchd.config import ConfigError, load_config
 from autoresearchd.research import (configure, consent_message, create_from_template, is_repo, open_research,
                                     research_path, template_path)
+from autoresearchd.stopcmd import stop_despite, stop_daemon
 from autoresearchd.store.gitrepo import GitRepo, state_dir
 from autoresearchd.views.safe import SafeConsole, SafeFormatter, one_line, visible
 
@@ -149,51 +148,7 @@ def cmd_start(args, cfg) -> int:
 
 
 def cmd_stop(args, cfg) -> int:
-    return _stop(args, open_research(cfg, create=False).repo)
-
-
-def _stop_despite(args, err: ConfigError) -> int:
-    """`stop` with a config that no longer loads (a typo made while the daemon runs): the daemon
-    still has to be stoppable. Its pidfile is found from the config file's place alone: `research.repo`
-    as the raw TOML says, the git repo holding the file (what adopt writes), the default repo."""
-    import tomllib
-    from autoresearchd.config import ResearchCfg, find_config
-    p = Path(args.config) if args.config else find_config()
-    if p is None or not p.is_file():
-        raise err
-    try:
-        given = (tomllib.loads(p.read_text()).get("research") or {}).get("repo")
-    except (tomllib.TOMLDecodeError, OSError, AttributeError):
-        given = None
-    base = p.resolve().parent
-    for cand in ([base / given] if isinstance(given, str) else []) + [base, base / ResearchCfg.model_fields["repo"].default]:
-        if is_repo(cand) and (state_dir(GitRepo(cand), create=False) / "daemon.pid").is_file():
-            sys.stderr.write(f"autoresearchd: {one_line(' '.join(str(err).split()))}\n"
-                             f"autoresearchd: stopping the daemon of {cand} anyway (fix the config before `start`)\n")
-            return _stop(args, GitRepo(cand))
-    raise err
-
-
-def _stop(args, repo: GitRepo) -> int:
-    pidfile = state_dir(repo) / "daemon.pid"
-    if not pidfile.is_file():
-        console.print("autoresearchd is not running")
-        return 1
-    pid = int(pidfile.read_text())
-    try:
-        os.kill(pid, signal.SIGTERM)
-        if args.now:
-            time.sleep(0.2)
-            os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        console.print(f"no process {pid}; removing a stale pidfile")
-        pidfile.unlink()
-        return 1
-    console.print(f"sent stop to {pid}" + (" (twice: immediate)" if args.now else
-                                           " (graceful: it finishes the implementations in flight first, "
-                                           "which can take minutes on a busy machine; `status` shows it "
-                                           "stopping; `stop --now` exits at once)"))
-    return 0
+    return stop_daemon(open_research(cfg, create=False).repo, args.now)
 
 
 def cmd_status(args, cfg) -> int:
@@ -397,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         if args.cmd == "stop" and not args.debug:
             try:
-                return _stop_despite(args, e)
+                return stop_despite(args.config, args.now, e)
             except ConfigError:
                 pass
         if args.debug:

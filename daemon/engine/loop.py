@@ -55,9 +55,7 @@ class Daemon:
         self.llm_note = llm_note
         self.tuner = tuner                            # daemon/tune/tuner.py, with [tune] enabled
         self.stopper = stopper                        # engine/stopping.py, with [stopping] enabled
-        # the one writer of idea state changes, built with its observers (makelifecycle.py: the
-        # W&B mirror), which hear of every change once it is in git
-        self.lifecycle = lifecycle
+        self.lifecycle = lifecycle      # the one writer of idea state, with its observers (makelifecycle.py)
         engine = build_engine(cfg, research, runner, self.lifecycle, wake=self.poke, screener=screener)
         self.slots, self.recovery = engine.slots, engine.recovery
         self.collector, self.dispatcher = engine.collector, engine.dispatcher
@@ -119,8 +117,7 @@ class Daemon:
                 pop = self.read(scan=True)
                 if self.collector.harvest(pop):
                     pop = self.read()
-                # early stopping (engine/stopping.py): another pass dispatches into the freed slots
-                if self.stopper is not None and self.stopper.check(pop):
+                if self.stopper is not None and self.stopper.check(pop):    # stopped: the freed slots next pass
                     pop = self.read()
                     again = True
                 if self.collector.backfill(pop):

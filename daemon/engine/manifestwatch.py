@@ -16,6 +16,7 @@ import logging
 
 from autoresearchd.config import ConfigError
 from autoresearchd.manifest import MANIFEST_FILE
+from autoresearchd.research import load_manifest
 
 log = logging.getLogger("autoresearchd")
 
@@ -31,7 +32,6 @@ class ManifestWatch:
 
     def check(self, commit: str | None) -> str | None:
         """Why nothing new may be dispatched on this baseline commit, or None."""
-        from autoresearchd.research import load_manifest     # lazy: research imports the engine's modules
         if not self.active or not commit:
             self.reason = None
             return None
