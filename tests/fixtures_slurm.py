@@ -350,6 +350,21 @@ def tar_of(files: dict[str, str]) -> bytes:
     return buf.getvalue()
 
 
+def fetch_when_ended(runner, handles: dict, deadline_s: float, ended: tuple) -> dict:
+    """Poll each submitted trial (name -> (handle, its manifest)) until its poll state is one of `ended`,
+    then fetch it with its manifest set on the runner (the outcome reads the runner's manifest). Returns
+    {name: outcome} for those that ended within deadline_s: the caller says what a missing one means."""
+    outs, deadline = {}, time.monotonic() + deadline_s
+    while len(outs) < len(handles) and time.monotonic() < deadline:
+        for name, (h, m) in handles.items():
+            if name not in outs and runner.poll(h) in ended:
+                runner.manifest = m
+                outs[name] = runner.fetch(h)
+        if len(outs) < len(handles):
+            time.sleep(0.3)
+    return outs
+
+
 def make_slurm(request, tmp_path: Path, manifest, gpus: int = 0, **cfg: object):
     """The factory for tests/test_runner_contract.py's RUNNERS: `gpus` is ignored (the test cluster
     always has 2 fake GPUs; Slurm assigns them), `cfg` are RunnerCfg overrides."""

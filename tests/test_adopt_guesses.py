@@ -178,6 +178,34 @@ def cli_env(**extra) -> dict[str, str]:
     return {**env, **extra}
 
 
+def adopt_on_a_terminal(repo: Path, answers: list[tuple[bytes, bytes]]) -> tuple[int, str, list]:
+    """`adopt` run on a pseudo-terminal: each (prompt, keys) pair sends its keys once the prompt is shown,
+    in order. Returns the exit code, the text shown (colours removed) and the pairs never sent."""
+    import pty
+    import select
+    import time
+    answers = list(answers)
+    pid, fd = pty.fork()
+    if pid == 0:        # the child: adopt on the pty
+        os.chdir(repo)
+        os.execvpe(sys.executable, [sys.executable, "-m", "autoresearchd.cli", "adopt"], cli_env(COLUMNS="400"))
+    out, deadline = b"", time.time() + 120
+    while time.time() < deadline:
+        if not select.select([fd], [], [], 1)[0]:
+            continue
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:         # the child closed the pty
+            break
+        if not chunk:
+            break
+        out += chunk
+        if answers and answers[0][0] in out:
+            os.write(fd, answers.pop(0)[1])
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), re.sub(r"\x1b\[[0-9;]*m", "", out.decode(errors="replace")), answers
+
+
 def cli(*args, cwd, timeout=300, **env):
     return subprocess.run([sys.executable, "-m", "autoresearchd.cli", *args], cwd=cwd, env=cli_env(**env),
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -314,32 +342,11 @@ def test_adopt_asks_which_command_on_a_terminal(make_repo):
     """On a terminal adopt lists the training commands and asks; the answer becomes `run` (the CPU
     option still added), and its commit question is asked too. Without a terminal it never asks (the
     tests above run with stdin from /dev/null)."""
-    import pty
-    import select
-    import time
     repo = make_repo(files(README_FULL), "tty")
     head = git(repo, "rev-parse", "HEAD").strip()
-    pid, fd = pty.fork()
-    if pid == 0:        # the child: adopt on the pty
-        os.chdir(repo)
-        os.execvpe(sys.executable, [sys.executable, "-m", "autoresearchd.cli", "adopt"], cli_env(COLUMNS="400"))
-    out, answers, deadline = b"", [(b"use which for `run`? [1-4", b"2\n"), (b"now, as they are? [y/N]", b"n\n")], \
-        time.time() + 120
-    while time.time() < deadline:
-        if not select.select([fd], [], [], 1)[0]:
-            continue
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:         # the child closed the pty
-            break
-        if not chunk:
-            break
-        out += chunk
-        if answers and answers[0][0] in out:
-            os.write(fd, answers.pop(0)[1])
-    _, status = os.waitpid(pid, 0)
-    text = re.sub(r"\x1b\[[0-9;]*m", "", out.decode(errors="replace"))
-    assert os.waitstatus_to_exitcode(status) == 0 and not answers, text
+    code, text, answers = adopt_on_a_terminal(repo, [(b"use which for `run`? [1-4", b"2\n"),
+                                                     (b"now, as they are? [y/N]", b"n\n")])
+    assert code == 0 and not answers, text
     assert "2. python train.py config/train_shakespeare_char.py   (README.md:9)" in text, text
     m = (repo / ".autoresearch.toml").read_text()
     assert manifest_value(m, "run").endswith(

@@ -11,11 +11,7 @@ a training loop, `gpt.py` and `bigram.py`, neither called train*, no documented 
 
 from __future__ import annotations
 
-import os
-import re
-import select
 import sys
-import time
 
 import pytest
 from needs import not_here
@@ -23,7 +19,7 @@ from needs import not_here
 from autoresearchd.validate import local_gpu_count
 
 from conftest import git
-from test_adopt_guesses import cli, cli_env, manifest_value
+from test_adopt_guesses import adopt_on_a_terminal, cli, manifest_value
 
 if local_gpu_count():
     not_here("these tests check adopt's choices on a host without a CUDA device", module=True)
@@ -77,31 +73,11 @@ def test_adopt_still_says_when_a_loop_is_nowhere(make_repo):
 
 
 def test_adopt_takes_end_of_input_at_its_question_as_no(make_repo):
-    import pty
     repo = make_repo({**LECTURE, "train.py": LECTURE["gpt.py"]}, "eof")    # found by its name, before too
     head = git(repo, "rev-parse", "HEAD").strip()
-    pid, fd = pty.fork()
-    if pid == 0:        # the child: adopt on the pty
-        os.chdir(repo)
-        os.execvpe(sys.executable, [sys.executable, "-m", "autoresearchd.cli", "adopt"], cli_env(COLUMNS="400"))
-    out, sent, deadline = b"", False, time.time() + 120
-    while time.time() < deadline:
-        if not select.select([fd], [], [], 1)[0]:
-            continue
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:         # the child closed the pty
-            break
-        if not chunk:
-            break
-        out += chunk
-        if not sent and b"now, as they are? [y/N]" in out:
-            os.write(fd, b"\x04")       # Ctrl-D: end of input on the terminal
-            sent = True
-    _, status = os.waitpid(pid, 0)
-    text = re.sub(r"\x1b\[[0-9;]*m", "", out.decode(errors="replace"))
-    assert sent, text
-    assert os.waitstatus_to_exitcode(status) == 0 and "Traceback" not in text and "EOFError" not in text, text
+    code, text, left = adopt_on_a_terminal(repo, [(b"now, as they are? [y/N]", b"\x04")])    # Ctrl-D: end of input
+    assert not left, text
+    assert code == 0 and "Traceback" not in text and "EOFError" not in text, text
     assert "nothing committed" in text, text
     assert git(repo, "rev-parse", "HEAD").strip() == head
     assert (repo / ".autoresearch.toml").is_file()

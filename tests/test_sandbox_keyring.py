@@ -18,14 +18,11 @@ user keyring created), so that the sandbox's keyring calls have something to rea
 from __future__ import annotations
 
 import ctypes
-import io
-import os
 import platform
-import tarfile
-import time
 import uuid
 
 import pytest
+from fixtures_slurm import fetch_when_ended, tar_of     # the runner tests' shared in-memory tar
 from needs import needs, not_here
 
 from autoresearchd.config import RunnerCfg
@@ -112,16 +109,6 @@ print("secret: %s" % sum("daemon-secret" in p for p in got))
 '''
 
 
-def tar_of(files: dict[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as t:
-        for name, text in files.items():
-            data = text.encode()
-            ti = tarfile.TarInfo(name)
-            ti.size, ti.mode = len(data), 0o644
-            t.addfile(ti, io.BytesIO(data))
-    return buf.getvalue()
-
 
 def _keyctl(*a) -> int:
     libc = ctypes.CDLL(None, use_errno=True)
@@ -143,13 +130,9 @@ def _forget_planted() -> None:
 def _run(runner: LocalRunner, m: EnvManifest, code: dict[str, str], eval_files: dict[str, str] | None = None):
     spec = TrialSpec(trial_id=f"k-{uuid.uuid4().hex[:8]}", commit="0" * 40, seed=0, manifest=m,
                      code_tar=tar_of(code), eval_tar=tar_of(eval_files or {}), frozen_paths=list(m.frozen))
-    h = runner.submit(spec, runner.slots()[0])
-    deadline = time.monotonic() + 300
-    while runner.poll(h) != PollState.DONE:
-        assert time.monotonic() < deadline, "trial did not finish"
-        time.sleep(0.2)
-    runner.manifest = m
-    return runner.fetch(h)
+    outs = fetch_when_ended(runner, {"one": (runner.submit(spec, runner.slots()[0]), m)}, 300, (PollState.DONE,))
+    assert outs, "trial did not finish"
+    return outs["one"]
 
 
 @pytest.fixture(scope="module")

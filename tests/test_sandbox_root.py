@@ -19,15 +19,13 @@ can and cannot do": root inside keeps no capability).
 from __future__ import annotations
 
 import glob
-import io
 import os
 import site
 import sysconfig
-import tarfile
-import time
 import uuid
 
 import pytest
+from fixtures_slurm import fetch_when_ended, tar_of     # the runner tests' shared in-memory tar
 from needs import needs, not_here
 
 from autoresearchd.config import RunnerCfg
@@ -85,16 +83,6 @@ print("score: 5")
 SCORER = "print('---')\nprint('score: 1')\n"
 
 
-def tar_of(files: dict[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as t:
-        for name, text in files.items():
-            data = text.encode()
-            ti = tarfile.TarInfo(name)
-            ti.size, ti.mode = len(data), 0o644
-            t.addfile(ti, io.BytesIO(data))
-    return buf.getvalue()
-
 
 def _planted() -> list[str]:
     dirs = {sysconfig.get_paths()["purelib"], *site.getsitepackages()}
@@ -123,13 +111,9 @@ def _run(runner: LocalRunner, m: EnvManifest, code: dict[str, str], eval_files: 
     spec = TrialSpec(trial_id=f"r-{tag or uuid.uuid4().hex[:8]}", commit="0" * 40, seed=0, manifest=m,
                      code_tar=tar_of(code),
                      eval_tar=tar_of(eval_files or {}), frozen_paths=list(m.frozen))
-    h = runner.submit(spec, runner.slots()[0])
-    deadline = time.monotonic() + 300
-    while runner.poll(h) != PollState.DONE:
-        assert time.monotonic() < deadline, "trial did not finish"
-        time.sleep(0.2)
-    runner.manifest = m
-    return runner.fetch(h)
+    outs = fetch_when_ended(runner, {"one": (runner.submit(spec, runner.slots()[0]), m)}, 300, (PollState.DONE,))
+    assert outs, "trial did not finish"
+    return outs["one"]
 
 
 def test_run_cannot_make_a_read_only_data_path_writable(root_runner):

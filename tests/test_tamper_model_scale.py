@@ -12,10 +12,10 @@ build and ship the artifacts here): real trials through trial.sh and bwrap on th
 Both must fail the check: the scorer's bound on the logits' difference is absolute (1e-3).
 """
 
-import time
 import uuid
 
 import pytest
+from fixtures_slurm import fetch_when_ended
 from needs import needs
 
 torch = pytest.importorskip("torch", reason="torch is needed to build the TorchScript artifacts")
@@ -55,7 +55,7 @@ def outcomes(tmp_path_factory):
     base = parse_manifest((ENV / ".autoresearch.toml").read_text())
     runner = LocalRunner(RunnerCfg(kind="local", slots=2, sandbox="bwrap", sandbox_binds=deps_binds()), base, work)
     eval_tar = tar_of({rel: (ENV / rel).read_bytes() for rel in base.frozen + base.heldout()})
-    handles, outs = {}, {}
+    handles = {}
     try:
         for slot, kind in zip(runner.slots(), ("scale", "shift")):
             m = base.model_copy(update={"run": "true", "time_budget_s": 120, "eval_budget_s": 240})
@@ -64,14 +64,8 @@ def outcomes(tmp_path_factory):
                              code_tar=tar_of({"out/model.pt": artifact(Scaled(kind)), "train.py": b"pass\n"}))
             runner.manifest = m
             handles[kind] = (runner.submit(spec, slot), m)
-        deadline = time.monotonic() + 600
-        while len(outs) < len(handles):
-            assert time.monotonic() < deadline, sorted(set(handles) - set(outs))
-            for kind, (h, m) in handles.items():
-                if kind not in outs and runner.poll(h) in (PollState.DONE, PollState.LOST, PollState.MISSING):
-                    runner.manifest = m
-                    outs[kind] = runner.fetch(h)
-            time.sleep(0.5)
+        outs = fetch_when_ended(runner, handles, 600, (PollState.DONE, PollState.LOST, PollState.MISSING))
+        assert len(outs) == len(handles), sorted(set(handles) - set(outs))
         yield outs
     finally:
         runner.close()

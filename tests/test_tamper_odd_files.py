@@ -12,12 +12,10 @@ Each must end the trial promptly (the wrapper writes `done`) and be recorded as 
 
 from __future__ import annotations
 
-import io
-import tarfile
-import time
 import uuid
 
 import pytest
+from fixtures_slurm import fetch_when_ended, tar_of     # the runner tests' shared in-memory tar
 from needs import needs
 
 from autoresearchd.config import RunnerCfg
@@ -46,16 +44,6 @@ MODES = ["fifo", "zero", "sparse"]
 DEADLINE_S = 120      # the frozen check's CPU bound (defaults.FROZEN_HASH_CPU_S) is far below this
 
 
-def tar_of(files: dict[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as t:
-        for name, text in files.items():
-            data = text.encode()
-            ti = tarfile.TarInfo(name)
-            ti.size, ti.mode = len(data), 0o644
-            t.addfile(ti, io.BytesIO(data))
-    return buf.getvalue()
-
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
@@ -70,13 +58,7 @@ def outcomes(tmp_path_factory):
                              code_tar=tar_of({"run.py": RUN, "evaluate.py": "print('frozen')\n"}), eval_tar=b"",
                              frozen_paths=["evaluate.py"])
             handles[mode] = (runner.submit(spec, slot), m)
-        deadline = time.monotonic() + DEADLINE_S
-        while len(outs) < len(handles) and time.monotonic() < deadline:
-            for mode, (h, m) in handles.items():
-                if mode not in outs and runner.poll(h) == PollState.DONE:
-                    runner.manifest = m
-                    outs[mode] = runner.fetch(h)
-            time.sleep(0.3)
+        outs = fetch_when_ended(runner, handles, DEADLINE_S, (PollState.DONE,))
         yield outs
     finally:
         for mode, (h, _) in handles.items():
