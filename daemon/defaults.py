@@ -263,14 +263,14 @@ SANDBOX_PASS_ENV = ("LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM_THREADS", "TZ")
 
 
 def local_trial_root(repo_path: str) -> str:
-    """Default trial root of the local runner: outside the research repo (its .git and work tree),
-    under ~/.cache, one folder per research repo."""
-    name = os.path.basename(os.path.abspath(repo_path).rstrip("/")) or "repo"
-    tag = hashlib.sha256(os.path.abspath(repo_path).encode()).hexdigest()[:10]
-    return os.path.join(os.path.expanduser(LOCAL_TRIAL_ROOT), f"{name}-{tag}")
+    """Default trial root of the local runner, one folder per research repo, outside it (its .git and work
+    tree), in the user's cache directory: $XDG_CACHE_HOME when absolute (the XDG spec), else ~/.cache."""
+    path, xdg = os.path.abspath(repo_path), os.environ.get("XDG_CACHE_HOME", "")
+    name, tag = os.path.basename(path.rstrip("/")) or "repo", hashlib.sha256(path.encode()).hexdigest()[:10]
+    return os.path.join(xdg if os.path.isabs(xdg) else os.path.expanduser("~/.cache"), LOCAL_TRIAL_ROOT, f"{name}-{tag}")
 
 
-LOCAL_TRIAL_ROOT = "~/.cache/autoresearchd/trials"
+LOCAL_TRIAL_ROOT = "autoresearchd/trials"
 
 
 # -- tuning knobs (daemon/tune/, docs/policies.md "Tuning knobs: the hybrid search") -------------------

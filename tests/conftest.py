@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -16,6 +19,12 @@ from needs import pytest_configure, pytest_runtest_setup  # noqa: F401  (hooks)
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The local runner's default work root (defaults.local_trial_root) follows XDG_CACHE_HOME: every test's
+# research repo is new, so each left its own folder in the developer's ~/.cache (2,252 after a few runs).
+# One folder per process, removed when it exits; daemons and CLIs the tests start inherit it.
+_CACHE = tempfile.mkdtemp(prefix="ard-test-cache-")
+os.environ["XDG_CACHE_HOME"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, True)
 # Tests must never pick up a developer's real keys.
 for _k in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
     os.environ.pop(_k, None)
