@@ -177,8 +177,10 @@ class ShellRunner:
         # (`rm` only where a directory is there, one `mkdir` where no space check stands between them,
         # and code/ comes in the tar: 3 process starts fewer a trial on the host)
         space = self.space_check(root, slot.host)
-        mkdirs = f"mkdir -p {q(root)}/.slots {q(tdir)}" if space == "true" else \
-            f"mkdir -p {q(root)}/.slots && {space} && mkdir -p {q(tdir)}"
+        # the trial's directory is this user's alone (0700): a run may leave a setuid program in code/
+        # (a root daemon's run: setuid root), which no other local user may reach (docs/security.md)
+        mkdirs = f"mkdir -p -m 700 {q(root)}/.slots {q(tdir)}" if space == "true" else \
+            f"mkdir -p {q(root)}/.slots && {space} && mkdir -m 700 {q(tdir)}"
         launch = self.queued(lock, self.LAUNCH) if lock else self.LAUNCH
         cmd = (f"{{ {{ [ ! -e {q(tdir)} ] && [ ! -L {q(tdir)} ] || rm -rf {q(tdir)}; }} && {mkdirs} && "
                f"cd {q(tdir)} && tar -x --no-same-owner -f -" + (f" && {launch}" if fused else "") +

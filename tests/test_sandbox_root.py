@@ -20,8 +20,13 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import site
+import stat
+import subprocess
 import sysconfig
+import tempfile
+import time
 import uuid
 
 import pytest
@@ -143,3 +148,40 @@ def test_run_cannot_write_the_hosts_sysctls(root_runner):
     out = _run(runner, m, {"run.py": RUN})
     assert out.error is None, (out.error, out.log[-1500:])
     assert b"sysctl: wrote" not in out.log, out.log[-1500:]
+
+
+SETUID_RUN = r'''import os, shutil
+shutil.copy("/usr/bin/id", "suid_id")
+os.chmod("suid_id", 0o4755)
+print("---")
+print("score: 1")
+'''
+
+
+def test_a_setuid_program_a_run_leaves_is_out_of_other_users_reach(root_runner):
+    """A root daemon's run owns what it writes as root, so it can leave a setuid-root program in code/
+    (nothing in the daemon runs it; any local user who can reach the path could). The trial's directory
+    is the daemon user's alone (0700), so another user cannot: run as `nobody`, it is refused. The work
+    root here is open to all (as a shared /scratch would be), so only the trial directory's mode stands."""
+    work = tempfile.mkdtemp(prefix="ard-suid-")
+    os.chmod(work, 0o755)
+    m = EnvManifest(run="python3 run.py", metric="score", time_budget_s=60)
+    runner = LocalRunner(RunnerCfg(kind="local", slots=1, sandbox="bwrap"), m, work)
+    spec = TrialSpec(trial_id=f"r-suid-{uuid.uuid4().hex[:6]}", commit="0" * 40, seed=0, manifest=m,
+                     code_tar=tar_of({"run.py": SETUID_RUN}), eval_tar=b"", frozen_paths=[])
+    h = runner.submit(spec, runner.slots()[0])
+    try:
+        deadline = time.monotonic() + 300
+        while runner.poll(h) != PollState.DONE:
+            assert time.monotonic() < deadline, "trial did not finish"
+            time.sleep(0.2)
+        target = os.path.join(h["dir"], "code", "suid_id")
+        assert os.stat(target).st_mode & stat.S_ISUID, "the run left no setuid program (test is void)"
+        p = subprocess.run(["runuser", "-u", "nobody", "--", target], capture_output=True, text=True)
+        assert p.returncode != 0 and "uid=" not in p.stdout, (p.returncode, p.stdout, p.stderr)
+        assert "Permission denied" in p.stderr, p.stderr
+        assert stat.S_IMODE(os.stat(h["dir"]).st_mode) == 0o700
+        runner.fetch(h)
+    finally:
+        runner.close()
+        shutil.rmtree(work, ignore_errors=True)
