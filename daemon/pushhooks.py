@@ -86,7 +86,7 @@ baseline by a commit or merge made in the research repo itself"; opt= ;;
   # U+212A Kelvin for k, and HFS+ ignores zero-width and direction characters, as git's fsck knows for
   # `.git`: folded to the letters, every other non-ASCII byte dropped, such a name compares as ASCII)
   case "$ref" in
-    *[!\ -~]*) lref=$(printf %%s "$ref" | fold_name) ;;
+    *[!\\ -~]*) lref=$(printf %%s "$ref" | fold_name) ;;
     *) lref=$(printf %%s "$ref" | tr '[:upper:]' '[:lower:]') ;;     # ASCII: two processes fewer a ref
   esac
   case "$lref" in

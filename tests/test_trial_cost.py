@@ -78,15 +78,16 @@ def test_a_noop_trial_starts_few_processes(tmp_path, kind):
 @needs_strace
 def test_frozen_checksums_are_file_by_file_where_one_sha256sum_fails(tmp_path):
     """One sha256sum hashes every frozen file in the usual case; where a frozen path is absent or is
-    no readable file it fails, and the per-file lines (naming absent and unreadable paths) are kept:
-    a run that deletes one frozen file and creates another is still named line by line."""
+    no readable file it fails, and the per-file lines (naming absent paths, what is not a regular file,
+    never opened, and unreadable ones) are kept: a run that deletes one frozen file and creates another
+    is still named line by line."""
     run = "rm kept.py && echo new > later.py && echo ---; echo score: 1"
     tdir = stage(tmp_path, "bwrap", run=run, frozen=["kept.py", "later.py", "adir", "evaluate.sh"],
                  code={"kept.py": "x = 1\n", "evaluate.sh": "true\n", "adir/f.txt": "y\n"})
     processes_of(tdir)
     before = (tdir / "frozen.before").read_text().splitlines()
     after = (tdir / "frozen.after").read_text().splitlines()
-    assert before[1:] == ["absent  later.py", "unreadable  adir", before[3]] and before[3].endswith("  evaluate.sh")
+    assert before[1:] == ["absent  later.py", "not a regular file  adir", before[3]] and before[3].endswith("  evaluate.sh")
     assert before[0].endswith("  kept.py") and after[0] == "absent  kept.py" and after[1].endswith("  later.py")
     tamper = (tdir / "tamper.txt").read_text()
     assert "> absent  kept.py" in tamper and "< absent  later.py" in tamper, tamper
